@@ -1,0 +1,168 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
+)
+
+// Engine names the database engine behind a DB.
+type Engine string
+
+const (
+	EngineSQLite   Engine = "sqlite"
+	EnginePostgres Engine = "postgres"
+)
+
+// sqliteFileName is the database file inside a data directory.
+const sqliteFileName = "gradient.db"
+
+// DB is the server's database. Both engines go through database/sql with
+// one set of queries, so every method behaves the same on either.
+type DB struct {
+	sql    *sql.DB
+	engine Engine
+}
+
+// Open connects to the database at rawURL and applies pending migrations.
+//
+// Accepted forms:
+//
+//	postgres://user@host:5432/db?sslmode=disable  (also postgresql://)
+//	sqlite:///abs/path/gradient.db                 an absolute database file
+//	sqlite://relative/dir/gradient.db              a file relative to the working directory
+//	sqlite:///abs/dir/  or  /var/lib/gradient      a data directory: <dir>/gradient.db
+//
+// A plain path without a scheme is always a data directory. A sqlite://
+// path naming an existing directory, or ending in '/', is one too.
+func Open(ctx context.Context, rawURL string) (*DB, error) {
+	target, err := parseTarget(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	var db *DB
+	switch target.engine {
+	case EngineSQLite:
+		db, err = openSQLite(target.path)
+	case EnginePostgres:
+		db, err = openPostgres(target.dsn)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := db.sql.PingContext(ctx); err != nil {
+		db.sql.Close()
+		return nil, fmt.Errorf("connect to %s database %s: %w", target.engine, target.display, err)
+	}
+	if err := db.migrate(ctx); err != nil {
+		db.sql.Close()
+		return nil, err
+	}
+	slog.InfoContext(ctx, "database opened", "engine", target.engine, "location", target.display)
+	return db, nil
+}
+
+// Engine reports which database engine db uses.
+func (db *DB) Engine() Engine { return db.engine }
+
+// Ping checks that the database is reachable.
+func (db *DB) Ping(ctx context.Context) error { return db.sql.PingContext(ctx) }
+
+// Close releases the connection pool.
+func (db *DB) Close() error { return db.sql.Close() }
+
+type openTarget struct {
+	engine  Engine
+	path    string // SQLite database file
+	dsn     string // PostgreSQL connection URL
+	display string // for logs and errors: never contains a password
+}
+
+func parseTarget(rawURL string) (openTarget, error) {
+	if strings.TrimSpace(rawURL) == "" {
+		return openTarget{}, errors.New("storage: empty database URL (want sqlite://, postgres:// or a data directory)")
+	}
+	scheme, rest, hasScheme := strings.Cut(rawURL, "://")
+	if !hasScheme {
+		path := filepath.Join(rawURL, sqliteFileName)
+		return openTarget{engine: EngineSQLite, path: path, display: path}, nil
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			// url.Error quotes the input, which may hold a password.
+			return openTarget{}, errors.New("storage: malformed postgres URL")
+		}
+		return openTarget{engine: EnginePostgres, dsn: rawURL, display: u.Redacted()}, nil
+	case "sqlite", "sqlite3":
+		path, err := sqlitePath(rest)
+		if err != nil {
+			return openTarget{}, err
+		}
+		return openTarget{engine: EngineSQLite, path: path, display: path}, nil
+	default:
+		return openTarget{}, fmt.Errorf("storage: unsupported database URL scheme %q (want sqlite://, postgres:// or a data directory)", scheme)
+	}
+}
+
+// sqlitePath turns the part after "sqlite://" into a database file path.
+func sqlitePath(rest string) (string, error) {
+	rest, _, _ = strings.Cut(rest, "?")
+	if rest == "" || rest == "/" {
+		return "", errors.New("storage: sqlite:// URL without a path")
+	}
+	if strings.HasSuffix(rest, "/") {
+		return filepath.Join(rest, sqliteFileName), nil
+	}
+	if info, err := os.Stat(rest); err == nil && info.IsDir() {
+		return filepath.Join(rest, sqliteFileName), nil
+	}
+	return filepath.Clean(rest), nil
+}
+
+func openSQLite(path string) (*DB, error) {
+	if strings.Contains(path, "?") {
+		return nil, fmt.Errorf("storage: sqlite path %q may not contain '?'", path)
+	}
+	// 0700: the database holds signing keys and token hashes.
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create sqlite data directory: %w", err)
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	// BEGIN IMMEDIATE takes the write lock up front, so a transaction that
+	// reads then writes waits on busy_timeout instead of failing with
+	// SQLITE_BUSY when it would have to upgrade its lock.
+	q.Set("_txlock", "immediate")
+	// A plain file name, not a file: URI, so '%' and spaces in the path
+	// stay literal; the driver strips the query before opening.
+	dsn := path + "?" + q.Encode()
+	sqlDB, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite database %s: %w", path, err)
+	}
+	return &DB{sql: sqlDB, engine: EngineSQLite}, nil
+}
+
+func openPostgres(dsn string) (*DB, error) {
+	// database/sql over pgx's stdlib driver keeps one code path for both
+	// engines; nothing here needs pgxpool's extra API (COPY, LISTEN).
+	sqlDB, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, errors.New("storage: open postgres database: invalid connection URL")
+	}
+	return &DB{sql: sqlDB, engine: EnginePostgres}, nil
+}

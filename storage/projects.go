@@ -1,0 +1,156 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+)
+
+// Project is a flake repository whose branch the server evaluates and builds.
+type Project struct {
+	ID         string
+	TeamID     string
+	Name       string // unique within the team
+	Repository string // flake repository URL
+	Branch     string
+	CreatedAt  time.Time
+}
+
+// NewProject is the input of CreateProject.
+type NewProject struct {
+	TeamID     string
+	Name       string
+	Repository string
+	Branch     string
+}
+
+const projectColumns = `id, team_id, name, repository, branch, created_at`
+
+func scanProject(row interface{ Scan(...any) error }) (Project, error) {
+	var p Project
+	var created int64
+	err := row.Scan(&p.ID, &p.TeamID, &p.Name, &p.Repository, &p.Branch, &created)
+	p.CreatedAt = fromMillis(created)
+	return p, err
+}
+
+func validSource(repository, branch string) error {
+	if strings.TrimSpace(repository) == "" {
+		return invalid("project repository URL is empty")
+	}
+	if strings.TrimSpace(branch) == "" {
+		return invalid("project branch is empty")
+	}
+	return nil
+}
+
+// CreateProject adds a project to a team. An unknown team is ErrNotFound,
+// a name the team already uses ErrConflict.
+func (db *DB) CreateProject(ctx context.Context, in NewProject) (Project, error) {
+	teamID, err := canonicalUUID("team ID", in.TeamID)
+	if err != nil {
+		return Project{}, err
+	}
+	if err := validName("project", in.Name); err != nil {
+		return Project{}, err
+	}
+	if err := validSource(in.Repository, in.Branch); err != nil {
+		return Project{}, err
+	}
+	p := Project{
+		ID: newID(), TeamID: teamID, Name: in.Name,
+		Repository: in.Repository, Branch: in.Branch,
+		CreatedAt: fromMillis(nowMillis()),
+	}
+	_, err = db.sql.ExecContext(ctx,
+		`INSERT INTO projects (id, team_id, name, repository, branch, created_at)
+		 VALUES ($1, $2, $3, $4, $5, $6)`,
+		p.ID, p.TeamID, p.Name, p.Repository, p.Branch, p.CreatedAt.UnixMilli())
+	switch constraintOf(err) {
+	case uniqueViolation:
+		return Project{}, conflict("team %s already has a project %q", teamID, in.Name)
+	case foreignKeyViolation:
+		return Project{}, notFound("team %s", teamID)
+	}
+	return p, err
+}
+
+// Project returns the project with id.
+func (db *DB) Project(ctx context.Context, id string) (Project, error) {
+	return db.project(ctx, db.sql, id)
+}
+
+func (db *DB) project(ctx context.Context, q querier, id string) (Project, error) {
+	id, err := canonicalUUID("project ID", id)
+	if err != nil {
+		return Project{}, err
+	}
+	p, err := scanProject(q.QueryRowContext(ctx, `SELECT `+projectColumns+` FROM projects WHERE id = $1`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Project{}, notFound("project %s", id)
+	}
+	return p, err
+}
+
+// ProjectByName returns the project called name in a team.
+func (db *DB) ProjectByName(ctx context.Context, teamID, name string) (Project, error) {
+	teamID, err := canonicalUUID("team ID", teamID)
+	if err != nil {
+		return Project{}, err
+	}
+	p, err := scanProject(db.sql.QueryRowContext(ctx,
+		`SELECT `+projectColumns+` FROM projects WHERE team_id = $1 AND name = $2`, teamID, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Project{}, notFound("project %q in team %s", name, teamID)
+	}
+	return p, err
+}
+
+// ListProjects returns every project, by team and name.
+func (db *DB) ListProjects(ctx context.Context) ([]Project, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT `+projectColumns+` FROM projects ORDER BY team_id, name`)
+	return collect(rows, err, func(r *sql.Rows) (Project, error) { return scanProject(r) })
+}
+
+// ListTeamProjects returns a team's projects, by name.
+func (db *DB) ListTeamProjects(ctx context.Context, teamID string) ([]Project, error) {
+	teamID, err := canonicalUUID("team ID", teamID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.sql.QueryContext(ctx,
+		`SELECT `+projectColumns+` FROM projects WHERE team_id = $1 ORDER BY name`, teamID)
+	return collect(rows, err, func(r *sql.Rows) (Project, error) { return scanProject(r) })
+}
+
+// UpdateProjectSource changes the repository URL and branch of a project.
+func (db *DB) UpdateProjectSource(ctx context.Context, id, repository, branch string) error {
+	id, err := canonicalUUID("project ID", id)
+	if err != nil {
+		return err
+	}
+	if err := validSource(repository, branch); err != nil {
+		return err
+	}
+	res, err := db.sql.ExecContext(ctx,
+		`UPDATE projects SET repository = $1, branch = $2 WHERE id = $3`, repository, branch, id)
+	return affectedOne(res, err, "project %s", id)
+}
+
+// DeleteProject removes a project with its cache subscriptions, team
+// grants and worker registrations.
+func (db *DB) DeleteProject(ctx context.Context, id string) error {
+	id, err := canonicalUUID("project ID", id)
+	if err != nil {
+		return err
+	}
+	return db.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM projects WHERE id = $1`, id)
+		if err := affectedOne(res, err, "project %s", id); err != nil {
+			return err
+		}
+		return deletePeerRegistrations(ctx, tx, Peer{Kind: PeerProject, ID: id})
+	})
+}
