@@ -15,7 +15,7 @@ func TestWorkerAccess(t *testing.T) {
 		api := mustProject(t, db, owner.ID, "api")
 		mustProject(t, db, owner.ID, "docs") // grants nothing
 
-		unknown, err := db.WorkerAccess(ctx, newID())
+		unknown, err := db.WorkerAccess(ctx, NewID())
 		if err != nil || unknown.Known() {
 			t.Fatalf("unknown worker: %+v, %v", unknown, err)
 		}
@@ -23,7 +23,7 @@ func TestWorkerAccess(t *testing.T) {
 			t.Fatalf("bad worker ID: err = %v", err)
 		}
 
-		registered := newID()
+		registered := NewID()
 		for _, p := range []Project{web, api} {
 			if _, _, err := db.CreateRegistration(ctx, Peer{PeerProject, p.ID}, registered, DefaultWorkerSettings()); err != nil {
 				t.Fatal(err)
@@ -34,7 +34,7 @@ func TestWorkerAccess(t *testing.T) {
 			t.Fatalf("registered worker: %+v, %v", access, err)
 		}
 
-		teamWorker := newID()
+		teamWorker := NewID()
 		if _, _, err := db.CreateTeamWorker(ctx, builders.ID, teamWorker, DefaultWorkerSettings()); err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestWorkerAccess(t *testing.T) {
 		if added, err := db.GrantTeam(ctx, web.ID, builders.ID); err != nil || added {
 			t.Fatalf("grant again: added=%v err=%v", added, err)
 		}
-		if _, err := db.GrantTeam(ctx, web.ID, newID()); !errors.Is(err, ErrNotFound) {
+		if _, err := db.GrantTeam(ctx, web.ID, NewID()); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("grant to unknown team: err = %v", err)
 		}
 		access, err = db.WorkerAccess(ctx, teamWorker)
@@ -85,7 +85,7 @@ func TestDeactivation(t *testing.T) {
 		ctx := t.Context()
 		team := mustTeam(t, db, "a")
 		project := mustProject(t, db, team.ID, "web")
-		worker := newID()
+		worker := NewID()
 		if err := db.DeactivateWorker(ctx, worker); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("deactivate unknown worker: err = %v", err)
 		}
@@ -105,7 +105,7 @@ func TestDeactivation(t *testing.T) {
 			}
 		}
 		assertDeactivated(t, db, worker, false)
-		if err := db.ActivateWorker(ctx, newID()); !errors.Is(err, ErrNotFound) {
+		if err := db.ActivateWorker(ctx, NewID()); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("activate unknown worker: err = %v", err)
 		}
 	})
@@ -132,7 +132,7 @@ func TestDialTargets(t *testing.T) {
 			s.URL = url
 			return s
 		}
-		dialed, split, inbound, teamDialed, off := newID(), newID(), newID(), newID(), newID()
+		dialed, split, inbound, teamDialed, off := NewID(), NewID(), NewID(), NewID(), NewID()
 		mustRegister := func(p Peer, worker string, s WorkerSettings) {
 			t.Helper()
 			if _, _, err := db.CreateRegistration(ctx, p, worker, s); err != nil {
@@ -185,7 +185,7 @@ func TestProjectWorkers(t *testing.T) {
 		owner := mustTeam(t, db, "owner")
 		builders := mustTeam(t, db, "builders")
 		web := mustProject(t, db, owner.ID, "web")
-		registered, teamWorker, ungranted := newID(), newID(), newID()
+		registered, teamWorker, ungranted := NewID(), NewID(), NewID()
 		dialed := WorkerSettings{URL: "wss://w.example/proto", EnableEval: true}
 		if _, _, err := db.CreateRegistration(ctx, Peer{PeerProject, web.ID}, registered, dialed); err != nil {
 			t.Fatal(err)
@@ -213,7 +213,7 @@ func TestProjectWorkers(t *testing.T) {
 		if len(workers) != len(want) || workers[0] != want[0] || workers[1] != want[1] {
 			t.Fatalf("ProjectWorkers = %+v\nwant %+v", workers, want)
 		}
-		if _, err := db.ProjectWorkers(ctx, newID()); !errors.Is(err, ErrNotFound) {
+		if _, err := db.ProjectWorkers(ctx, NewID()); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("unknown project: err = %v", err)
 		}
 	})

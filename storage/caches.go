@@ -54,7 +54,7 @@ func (db *DB) CreateCache(ctx context.Context, in NewCache) (Cache, error) {
 		return Cache{}, err
 	}
 	c := Cache{
-		ID: newID(), Name: in.Name, Public: in.Public,
+		ID: NewID(), Name: in.Name, Public: in.Public,
 		CreatedAt: fromMillis(nowMillis()), publicKey: key.PublicKeyText(),
 	}
 	_, err = db.sql.ExecContext(ctx,

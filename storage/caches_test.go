@@ -35,7 +35,7 @@ func TestCaches(t *testing.T) {
 		if got, _ := db.Cache(ctx, main.ID); got.Public {
 			t.Fatal("cache still public")
 		}
-		if err := db.SetCachePublic(ctx, newID(), true); !errors.Is(err, ErrNotFound) {
+		if err := db.SetCachePublic(ctx, NewID(), true); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("unknown cache: err = %v", err)
 		}
 		mustCache(t, db, "aux")
@@ -142,10 +142,10 @@ func TestSubscriptions(t *testing.T) {
 		if _, err := db.SubscribeProject(ctx, api.ID, main.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.SubscribeProject(ctx, newID(), main.ID); !errors.Is(err, ErrNotFound) {
+		if _, err := db.SubscribeProject(ctx, NewID(), main.ID); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("unknown project: err = %v", err)
 		}
-		if _, err := db.SubscribeProject(ctx, web.ID, newID()); !errors.Is(err, ErrNotFound) {
+		if _, err := db.SubscribeProject(ctx, web.ID, NewID()); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("unknown cache: err = %v", err)
 		}
 

@@ -11,8 +11,8 @@ import (
 // the one form both engines share; PostgreSQL's uuid type has no SQLite
 // counterpart.
 
-// newID returns a random (version 4) UUID.
-func newID() string {
+// NewID returns a random (version 4) UUID.
+func NewID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	b[6] = b[6]&0x0f | 0x40

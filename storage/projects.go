@@ -60,7 +60,7 @@ func (db *DB) CreateProject(ctx context.Context, in NewProject) (Project, error)
 		return Project{}, err
 	}
 	p := Project{
-		ID: newID(), TeamID: teamID, Name: in.Name,
+		ID: NewID(), TeamID: teamID, Name: in.Name,
 		Repository: in.Repository, Branch: in.Branch,
 		CreatedAt: fromMillis(nowMillis()),
 	}

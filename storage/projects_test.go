@@ -16,7 +16,7 @@ func TestProjects(t *testing.T) {
 			t.Fatalf("duplicate name in team: err = %v, want ErrConflict", err)
 		}
 		mustProject(t, db, b.ID, "web") // the same name in another team is fine
-		if _, err := db.CreateProject(ctx, NewProject{TeamID: newID(), Name: "x", Repository: "r", Branch: "main"}); !errors.Is(err, ErrNotFound) {
+		if _, err := db.CreateProject(ctx, NewProject{TeamID: NewID(), Name: "x", Repository: "r", Branch: "main"}); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("unknown team: err = %v, want ErrNotFound", err)
 		}
 		if _, err := db.CreateProject(ctx, NewProject{TeamID: a.ID, Name: "x", Repository: " ", Branch: "main"}); !errors.Is(err, ErrInvalid) {
@@ -36,7 +36,7 @@ func TestProjects(t *testing.T) {
 		if got, _ := db.Project(ctx, web.ID); got.Repository != "git+https://example.com/new" || got.Branch != "release" {
 			t.Fatalf("after update: %+v", got)
 		}
-		if err := db.UpdateProjectSource(ctx, newID(), "r", "b"); !errors.Is(err, ErrNotFound) {
+		if err := db.UpdateProjectSource(ctx, NewID(), "r", "b"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("update unknown: err = %v", err)
 		}
 		all, err := db.ListProjects(ctx)
@@ -57,7 +57,7 @@ func TestDeleteProjectRemovesItsLinks(t *testing.T) {
 		team := mustTeam(t, db, "a")
 		project := mustProject(t, db, team.ID, "web")
 		cache := mustCache(t, db, "main")
-		worker := newID()
+		worker := NewID()
 		if _, err := db.SubscribeProject(ctx, project.ID, cache.ID); err != nil {
 			t.Fatal(err)
 		}

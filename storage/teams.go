@@ -29,7 +29,7 @@ func (db *DB) CreateTeam(ctx context.Context, name string) (Team, error) {
 	if err := validName("team", name); err != nil {
 		return Team{}, err
 	}
-	t := Team{ID: newID(), Name: name, CreatedAt: fromMillis(nowMillis())}
+	t := Team{ID: NewID(), Name: name, CreatedAt: fromMillis(nowMillis())}
 	_, err := db.sql.ExecContext(ctx,
 		`INSERT INTO teams (id, name, created_at) VALUES ($1, $2, $3)`,
 		t.ID, t.Name, t.CreatedAt.UnixMilli())

@@ -31,7 +31,7 @@ func TestTeams(t *testing.T) {
 		if got, err := db.TeamByName(ctx, "infra"); err != nil || got.ID != team.ID {
 			t.Fatalf("TeamByName = %+v, %v", got, err)
 		}
-		if _, err := db.Team(ctx, newID()); !errors.Is(err, ErrNotFound) {
+		if _, err := db.Team(ctx, NewID()); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("unknown team: err = %v", err)
 		}
 		if _, err := db.Team(ctx, "not-a-uuid"); !errors.Is(err, ErrInvalid) {
@@ -68,7 +68,7 @@ func TestDeleteTeamRemovesTeamWorkersAndGrants(t *testing.T) {
 		owner := mustTeam(t, db, "owner")
 		builders := mustTeam(t, db, "builders")
 		project := mustProject(t, db, owner.ID, "web")
-		worker := newID()
+		worker := NewID()
 		if _, _, err := db.CreateTeamWorker(ctx, builders.ID, worker, DefaultWorkerSettings()); err != nil {
 			t.Fatal(err)
 		}

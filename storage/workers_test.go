@@ -16,7 +16,7 @@ func TestRegistrations(t *testing.T) {
 		team := mustTeam(t, db, "a")
 		project := mustProject(t, db, team.ID, "web")
 		cache := mustCache(t, db, "main")
-		worker := newID()
+		worker := NewID()
 		projectPeer := Peer{PeerProject, project.ID}
 
 		reg, token, err := db.CreateRegistration(ctx, projectPeer, strings.ToUpper(worker), DefaultWorkerSettings())
@@ -37,7 +37,7 @@ func TestRegistrations(t *testing.T) {
 		if _, _, err := db.CreateRegistration(ctx, Peer{PeerCache, cache.ID}, worker, dialed); err != nil {
 			t.Fatal(err)
 		}
-		proxy := Peer{PeerProxy, newID()}
+		proxy := Peer{PeerProxy, NewID()}
 		if _, _, err := db.CreateRegistration(ctx, proxy, worker, DefaultWorkerSettings()); err != nil {
 			t.Fatalf("proxy registration: %v", err)
 		}
@@ -49,11 +49,11 @@ func TestRegistrations(t *testing.T) {
 			s    WorkerSettings
 			want error
 		}{
-			{"unknown project", Peer{PeerProject, newID()}, newID(), DefaultWorkerSettings(), ErrNotFound},
-			{"unknown cache", Peer{PeerCache, newID()}, newID(), DefaultWorkerSettings(), ErrNotFound},
-			{"unknown peer kind", Peer{"team", project.ID}, newID(), DefaultWorkerSettings(), ErrInvalid},
+			{"unknown project", Peer{PeerProject, NewID()}, NewID(), DefaultWorkerSettings(), ErrNotFound},
+			{"unknown cache", Peer{PeerCache, NewID()}, NewID(), DefaultWorkerSettings(), ErrNotFound},
+			{"unknown peer kind", Peer{"team", project.ID}, NewID(), DefaultWorkerSettings(), ErrInvalid},
 			{"worker ID not a UUID", projectPeer, "worker-1", DefaultWorkerSettings(), ErrInvalid},
-			{"http URL", projectPeer, newID(), WorkerSettings{URL: "http://x"}, ErrInvalid},
+			{"http URL", projectPeer, NewID(), WorkerSettings{URL: "http://x"}, ErrInvalid},
 		} {
 			if _, _, err := db.CreateRegistration(ctx, tt.peer, tt.id, tt.s); !errors.Is(err, tt.want) {
 				t.Fatalf("%s: err = %v, want %v", tt.name, err, tt.want)
@@ -94,10 +94,10 @@ func TestRegistrations(t *testing.T) {
 		if got, _ := db.Registration(ctx, projectPeer, worker); !secret.Verify(got.TokenHash, rotated) || secret.Verify(got.TokenHash, token) {
 			t.Fatal("after rotation the new token must verify and the old one must not")
 		}
-		if _, err := db.RotateRegistrationToken(ctx, projectPeer, newID()); !errors.Is(err, ErrNotFound) {
+		if _, err := db.RotateRegistrationToken(ctx, projectPeer, NewID()); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("rotate unknown: err = %v", err)
 		}
-		if err := db.UpdateRegistration(ctx, projectPeer, newID(), update); !errors.Is(err, ErrNotFound) {
+		if err := db.UpdateRegistration(ctx, projectPeer, NewID(), update); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("update unknown: err = %v", err)
 		}
 		if err := db.DeleteRegistration(ctx, projectPeer, worker); err != nil {
@@ -117,7 +117,7 @@ func TestTeamWorkers(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, db *DB) {
 		ctx := t.Context()
 		team := mustTeam(t, db, "builders")
-		worker := newID()
+		worker := NewID()
 		w, token, err := db.CreateTeamWorker(ctx, team.ID, worker, DefaultWorkerSettings())
 		if err != nil {
 			t.Fatal(err)
@@ -128,7 +128,7 @@ func TestTeamWorkers(t *testing.T) {
 		if _, _, err := db.CreateTeamWorker(ctx, team.ID, worker, DefaultWorkerSettings()); !errors.Is(err, ErrConflict) {
 			t.Fatalf("duplicate team worker: err = %v, want ErrConflict", err)
 		}
-		if _, _, err := db.CreateTeamWorker(ctx, newID(), newID(), DefaultWorkerSettings()); !errors.Is(err, ErrNotFound) {
+		if _, _, err := db.CreateTeamWorker(ctx, NewID(), NewID(), DefaultWorkerSettings()); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("unknown team: err = %v, want ErrNotFound", err)
 		}
 		got, err := db.TeamWorker(ctx, worker)
@@ -172,7 +172,7 @@ func TestWorkerIDBelongsToRegistrationsOrOneTeamWorker(t *testing.T) {
 		peer := Peer{PeerProject, project.ID}
 		const rule = "Gradient.CI worker IDs belong to one registration or team worker only"
 
-		registered := newID()
+		registered := NewID()
 		if _, _, err := db.CreateRegistration(ctx, peer, registered, DefaultWorkerSettings()); err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestWorkerIDBelongsToRegistrationsOrOneTeamWorker(t *testing.T) {
 			t.Fatalf("team worker reusing a registered ID: err = %v", err)
 		}
 
-		teamWorker := newID()
+		teamWorker := NewID()
 		if _, _, err := db.CreateTeamWorker(ctx, team.ID, teamWorker, DefaultWorkerSettings()); err != nil {
 			t.Fatal(err)
 		}
@@ -216,13 +216,13 @@ func TestWorkerIDRuleIsEnforcedBySchema(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, db *DB) {
 		ctx := t.Context()
 		team := mustTeam(t, db, "a")
-		worker := newID()
+		worker := NewID()
 		if _, _, err := db.CreateTeamWorker(ctx, team.ID, worker, DefaultWorkerSettings()); err != nil {
 			t.Fatal(err)
 		}
 		_, err := db.sql.ExecContext(ctx,
 			`INSERT INTO worker_registrations (peer_kind, peer_id, worker_id, token_hash, created_at)
-			 VALUES ('proxy', $1, $2, 'x', 0)`, newID(), worker)
+			 VALUES ('proxy', $1, $2, 'x', 0)`, NewID(), worker)
 		if constraintOf(err) != foreignKeyViolation {
 			t.Fatalf("raw registration of a team worker's ID: err = %v, want a foreign key violation", err)
 		}
@@ -235,11 +235,11 @@ func TestTokensAreStoredOnlyAsHashes(t *testing.T) {
 		ctx := t.Context()
 		team := mustTeam(t, db, "a")
 		project := mustProject(t, db, team.ID, "web")
-		_, regToken, err := db.CreateRegistration(ctx, Peer{PeerProject, project.ID}, newID(), DefaultWorkerSettings())
+		_, regToken, err := db.CreateRegistration(ctx, Peer{PeerProject, project.ID}, NewID(), DefaultWorkerSettings())
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, teamToken, err := db.CreateTeamWorker(ctx, team.ID, newID(), DefaultWorkerSettings())
+		_, teamToken, err := db.CreateTeamWorker(ctx, team.ID, NewID(), DefaultWorkerSettings())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,92 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"gradient.dev/gradient/wire"
+)
+
+// Reader is the receiving half of a split session. It has a single owner
+// (the dispatch loop). Each message is decoded from its own buffer, so
+// decoded byte fields (NarPush.Data, LogChunk.Data, …) alias the received
+// bytes and stay valid for as long as the caller keeps them.
+type Reader[M wire.Message] struct {
+	t       Transport
+	ver     uint16
+	codec   Codec[M]
+	log     *slog.Logger
+	observe func(M, int)
+	// last is the frame of the message Recv returned last; spare is a
+	// frame the caller released, reused for the next read.
+	last, spare []byte
+	// lastSeen is when the last message arrived (unix nanos), for the
+	// heartbeat watchdog.
+	lastSeen atomic.Int64
+}
+
+// NewReader reads messages of one direction at version ver.
+func NewReader[M wire.Message](t Transport, ver uint16, codec Codec[M], log *slog.Logger) *Reader[M] {
+	r := &Reader[M]{t: t, ver: ver, codec: codec, log: logger(log)}
+	r.lastSeen.Store(time.Now().UnixNano())
+	return r
+}
+
+// Version is the agreed protocol version.
+func (r *Reader[M]) Version() uint16 { return r.ver }
+
+// Observe registers a callback (metrics) called with every decoded message
+// and its encoded size. Set it before the first Recv.
+func (r *Reader[M]) Observe(f func(m M, size int)) { r.observe = f }
+
+// Recv returns the next message. Cancelling ctx while Recv waits closes
+// the connection (the WebSocket library cannot abandon a read half-way), so
+// pass the session's lifetime context, not a per-message deadline.
+// Every end of stream (close frame,
+// transport failure, undecodable message) is an error matching ErrClosed;
+// an undecodable message is never skipped.
+func (r *Reader[M]) Recv(ctx context.Context) (M, error) {
+	var zero M
+	var frame []byte
+	var err error
+	if into, ok := r.t.(intoReader); ok && r.spare != nil {
+		frame, err = into.ReadMessageInto(ctx, r.spare)
+		r.spare = nil
+	} else {
+		frame, err = r.t.ReadMessage(ctx)
+	}
+	r.last = frame
+	if err != nil {
+		return zero, err
+	}
+	r.lastSeen.Store(time.Now().UnixNano())
+	m, err := r.codec.Decode(frame, r.ver)
+	if err != nil {
+		r.log.Warn("undecodable message, ending session", "size", len(frame), "error", err)
+		return zero, fmt.Errorf("%w: undecodable message: %w", ErrClosed, err)
+	}
+	if r.observe != nil {
+		r.observe(m, len(frame))
+	}
+	return m, nil
+}
+
+// Release declares that the message Recv returned last, and every byte
+// slice taken from it, is no longer used, so its buffer may receive the next
+// message. Optional: without it every message gets a fresh buffer. A
+// dispatch loop that consumes bulk chunks synchronously (writes NarPush.Data
+// to a file, then receives again) saves an allocation per chunk with it.
+func (r *Reader[M]) Release() {
+	if cap(r.last) >= firstRead {
+		r.spare = r.last
+	}
+	r.last = nil
+}
+
+// idleFor is how long no message has arrived.
+func (r *Reader[M]) idleFor(now time.Time) time.Duration {
+	return now.Sub(time.Unix(0, r.lastSeen.Load()))
+}

@@ -1,0 +1,49 @@
+package session
+
+import "context"
+
+// Transport moves whole protocol messages: one binary WebSocket message per
+// protocol message. The handshake, the reader and the writer only see this
+// interface, so they run unchanged over a WebSocket or an in-memory pipe.
+type Transport interface {
+	// ReadMessage returns the next binary message in a buffer of its own
+	// that the transport never touches again (decoded byte fields alias it).
+	// Non-binary messages are skipped. A close from the peer is a
+	// *CloseError; any other end is an error matching ErrClosed.
+	ReadMessage(ctx context.Context) ([]byte, error)
+	// WriteMessage sends p as one binary message. p may be reused after it
+	// returns.
+	WriteMessage(ctx context.Context, p []byte) error
+	// Close sends a close frame with code and reason and releases the
+	// connection. Closing twice is harmless.
+	Close(code int, reason string) error
+}
+
+// intoReader is implemented by transports that can read a message into a
+// buffer the caller hands back (see Reader.Release).
+type intoReader interface {
+	ReadMessageInto(ctx context.Context, buf []byte) ([]byte, error)
+}
+
+// pinger is implemented by transports that can prove the peer has read
+// everything sent so far (a WebSocket ping answered by a pong).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// maxCloseReason is the longest reason a close frame carries (RFC 6455:
+// 125 payload bytes minus the 2-byte code).
+const maxCloseReason = 123
+
+func clipReason(reason string) string {
+	if len(reason) > maxCloseReason {
+		return reason[:maxCloseReason]
+	}
+	return reason
+}
+
+// closeAsync closes t without waiting: a WebSocket close handshake waits
+// (up to seconds) for the peer's close frame, and nobody needs that answer.
+func closeAsync(t Transport, code int, reason string) {
+	go t.Close(code, reason)
+}

@@ -1,0 +1,228 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/wire"
+)
+
+func fill(n, size int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = bytes.Repeat([]byte{byte(i)}, size)
+	}
+	return out
+}
+
+func TestBatchesControlFirstAndBulkBytes(t *testing.T) {
+	q := newQueues()
+	for _, m := range fill(8, 100<<10) {
+		q.bulk <- m
+	}
+	q.control <- []byte("ctl")
+	stop := make(chan struct{})
+	var buf [][]byte
+	batch, lane := q.next(buf, stop, nil)
+	if lane != ControlLane || len(batch) != 1 || string(batch[0]) != "ctl" {
+		t.Fatalf("first batch: %v × %d", lane, len(batch))
+	}
+	batch, lane = q.next(batch, stop, nil)
+	if lane != BulkLane || len(batch) != 3 || batch[0][0] != 0 || batch[2][0] != 2 {
+		t.Fatalf("second batch: %v × %d", lane, len(batch))
+	}
+	q.control <- []byte("ctl2")
+	batch, lane = q.next(batch, stop, nil)
+	if lane != ControlLane || len(batch) != 1 || string(batch[0]) != "ctl2" {
+		t.Fatalf("third batch: %v × %d", lane, len(batch))
+	}
+	for _, want := range []int{3, 2} {
+		batch, lane = q.next(batch, stop, nil)
+		if lane != BulkLane || len(batch) != want {
+			t.Fatalf("bulk batch %d, want %d", len(batch), want)
+		}
+	}
+	close(stop)
+	if batch, _ = q.next(batch, stop, nil); len(batch) != 0 {
+		t.Fatal("a batch after stop with empty lanes")
+	}
+}
+
+func TestBulkBatchHoldsOneLargeChunk(t *testing.T) {
+	q := newQueues()
+	for _, m := range fill(2, BulkChunkSize) {
+		q.bulk <- m
+	}
+	batch, _ := q.next(nil, nil, nil)
+	if len(batch) != 1 {
+		t.Fatalf("batch of %d", len(batch))
+	}
+	if BulkBatchBytes > BulkChunkSize || MaxProtoMessageSize < 2*BulkChunkSize || MaxProtoMessageSize > 16<<20 {
+		t.Fatal("size constants out of their bounds")
+	}
+}
+
+func TestControlBatchAtMost32(t *testing.T) {
+	q := newQueues()
+	for range 40 {
+		q.control <- []byte("c")
+	}
+	batch, _ := q.next(nil, nil, nil)
+	if len(batch) != WriteBatch {
+		t.Fatalf("batch of %d", len(batch))
+	}
+}
+
+func TestLaneMembership(t *testing.T) {
+	bulkClient := []wire.ClientMessage{&wire.UploadChunk{}, &wire.LogChunk{}, &wire.NarRequestResume{}, &wire.JobCompleted{}, &wire.JobFailed{}}
+	controlClient := []wire.ClientMessage{&wire.UploadRequest{}, &wire.UploadCancel{}, &wire.UploadFinished{}, &wire.InitConnection{}, &wire.CacheQuery{}}
+	bulkServer := []wire.ServerMessage{&wire.NarPush{}, &wire.NarStreamHeader{}, &wire.NarUnavailable{}, &wire.NarAbort{}, &wire.EvalCachePullResult{}, &wire.EvalCacheChunk{}}
+	controlServer := []wire.ServerMessage{&wire.CacheStatus{}, &wire.CacheError{}, &wire.UploadGrant{}, &wire.AssignJob{}}
+	for _, m := range bulkClient {
+		if ClientLane(m) != BulkLane {
+			t.Errorf("%s not bulk", m.WireName())
+		}
+	}
+	for _, m := range controlClient {
+		if ClientLane(m) != ControlLane {
+			t.Errorf("%s not control", m.WireName())
+		}
+	}
+	for _, m := range bulkServer {
+		if ServerLane(m) != BulkLane {
+			t.Errorf("%s not bulk", m.WireName())
+		}
+	}
+	for _, m := range controlServer {
+		if ServerLane(m) != ControlLane {
+			t.Errorf("%s not control", m.WireName())
+		}
+	}
+}
+
+// gated is a transport whose writes wait for the gate to open, recording
+// what was written; reads never return.
+type gated struct {
+	open    chan struct{}
+	mu      sync.Mutex
+	written [][]byte
+}
+
+func newGated() *gated { return &gated{open: make(chan struct{})} }
+
+func (g *gated) ReadMessage(ctx context.Context) ([]byte, error) {
+	<-ctx.Done()
+	return nil, ErrClosed
+}
+
+func (g *gated) WriteMessage(ctx context.Context, p []byte) error {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ErrClosed
+	}
+	g.mu.Lock()
+	g.written = append(g.written, append([]byte(nil), p...))
+	g.mu.Unlock()
+	return nil
+}
+
+func (g *gated) Close(int, string) error { return nil }
+
+func (g *gated) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.written)
+}
+
+func narPush(i int, size int) *wire.NarPush {
+	return &wire.NarPush{JobID: "j", StorePath: "/nix/store/x", Data: bytes.Repeat([]byte{byte(i)}, size), Offset: uint64(i)}
+}
+
+func TestSendStallsOnFullLane(t *testing.T) {
+	g := newGated()
+	w := NewWriter(g, wire.NewestVersion, ServerCodec, 20*time.Millisecond, discardLogger())
+	defer w.Abort()
+	// The task takes a first batch and blocks writing it; then 16 more fit.
+	if err := w.Send(narPush(0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; ; i++ {
+		err := w.Send(narPush(i, 10))
+		if errors.Is(err, ErrStalled) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > WriteBatch+BulkLaneDepth+1 {
+			t.Fatalf("%d sends without stalling", i)
+		}
+	}
+	if w.Stalls(BulkLane) != 1 || w.Queued(BulkLane) != BulkLaneDepth {
+		t.Fatalf("stalls %d, queued %d", w.Stalls(BulkLane), w.Queued(BulkLane))
+	}
+	// A full bulk lane does not block control.
+	if err := w.Send(&wire.CacheStatus{QueryID: "q"}); err != nil {
+		t.Fatalf("control send: %v", err)
+	}
+}
+
+func TestWriterDrainsAfterClose(t *testing.T) {
+	g := newGated()
+	w := NewWriter(g, wire.NewestVersion, ServerCodec, time.Second, discardLogger())
+	for i := range 5 {
+		if err := w.Send(narPush(i, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	if err := w.Send(narPush(9, 1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("send after close: %v", err)
+	}
+	close(g.open)
+	<-w.Done()
+	if w.Err() != nil || g.count() != 5 {
+		t.Fatalf("err %v, wrote %d", w.Err(), g.count())
+	}
+	for i, b := range g.written {
+		m, err := wire.DecodeServerMessage(b, wire.NewestVersion)
+		if err != nil || m.(*wire.NarPush).Offset != uint64(i) {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+
+	idle := NewWriter(newGated(), wire.NewestVersion, ServerCodec, time.Second, nil)
+	idle.Close()
+	<-idle.Done()
+	if idle.Err() != nil {
+		t.Fatal(idle.Err())
+	}
+}
+
+func TestSendEncodeFailure(t *testing.T) {
+	w := NewWriter(newGated(), 31, ClientCodec, time.Second, discardLogger())
+	defer w.Abort()
+	err := w.Send(&wire.ImportRequest{JobID: "j"})
+	var ee *EncodeError
+	var newer *wire.NewerThanPeerError
+	if !errors.As(err, &ee) || !errors.As(err, &newer) || newer.Since != 32 {
+		t.Fatalf("got %v", err)
+	}
+	if w.Version() != 31 {
+		t.Fatal("version")
+	}
+}
+
+func TestSendRefusesOversizedMessage(t *testing.T) {
+	w := NewWriter(newGated(), wire.NewestVersion, ClientCodec, time.Second, discardLogger())
+	defer w.Abort()
+	err := w.Send(&wire.LogChunk{JobID: "j", Data: make([]byte, MaxProtoMessageSize)})
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("got %v", err)
+	}
+}
