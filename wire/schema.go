@@ -9,3 +9,12 @@ func Schema(ver uint16) string {
 	b = schemaLinesServerMessage(b, ver)
 	return string(b)
 }
+
+// comma separates list items in a shape: it appends ',' unless b ends
+// with the list's opening bracket.
+func comma(b []byte) []byte {
+	if n := len(b); n > 0 && (b[n-1] == '{' || b[n-1] == '[') {
+		return b
+	}
+	return append(b, ',')
+}

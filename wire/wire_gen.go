@@ -22,20 +22,9 @@ func (v *AbortCluster) decodeWire(d *decoder) {
 
 func describeAbortCluster(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -52,20 +41,9 @@ func (v *AbortJob) decodeWire(d *decoder) {
 
 func describeAbortJob(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -95,32 +73,15 @@ func (v *AssignJob) decodeWire(d *decoder) {
 
 func describeAssignJob(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeJob(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = describeClusterMembership(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeJob(b, ver)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = describeClusterMembership(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -148,27 +109,13 @@ func (v *AssignJobResponse) decodeWire(d *decoder) {
 
 func describeAssignJobResponse(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -195,17 +142,9 @@ func (v *AuthChallenge) decodeWire(d *decoder) {
 
 func describeAuthChallenge(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -234,21 +173,13 @@ func (v *AuthResponse) decodeWire(d *decoder) {
 
 func describeAuthResponse(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, '(')
-		b = append(b, "str"...)
-		b = append(b, ',')
-		b = append(b, "str"...)
-		b = append(b, ')')
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = append(b, '(')
+	b = append(b, "str"...)
+	b = append(b, ',')
+	b = append(b, "str"...)
+	b = append(b, ')')
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -289,24 +220,13 @@ func (v *AuthUpdate) decodeWire(d *decoder) {
 
 func describeAuthUpdate(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeFailedPeer(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeFailedPeer(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -337,26 +257,15 @@ func (v *Authenticate) decodeWire(d *decoder) {
 
 func describeAuthenticate(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, '(')
-		b = append(b, "str"...)
-		b = append(b, ',')
-		b = append(b, "str"...)
-		b = append(b, ')')
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, '(')
+	b = append(b, "str"...)
+	b = append(b, ',')
+	b = append(b, "str"...)
+	b = append(b, ')')
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -455,50 +364,24 @@ func (v BuildFailureKind) String() string {
 
 func describeBuildFailureKind(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "3:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "4:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "5:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "6:{}"...)
 	if ver >= 30 {
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+		b = comma(b)
 		b = append(b, "7:{}"...)
 	}
-	_ = sep
 	return append(b, ']')
 }
 
@@ -526,22 +409,11 @@ func (v *BuildJob) decodeWire(d *decoder) {
 
 func describeBuildJob(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeBuildSpec(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeBuildRequirement(b, ver)
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = describeBuildSpec(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = describeBuildRequirement(b, ver)
 	b = append(b, '}')
 	return b
 }
@@ -667,83 +539,48 @@ func (v *BuildMetrics) decodeWire(d *decoder) {
 
 func describeBuildMetrics(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "f32"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	if ver >= 28 {
+		b = comma(b)
 		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
+		b = append(b, "u32"...)
 		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+	}
+	if ver >= 28 {
+		b = comma(b)
 		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
+		b = append(b, "u32"...)
 		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+	}
+	if ver >= 28 {
+		b = comma(b)
 		b = append(b, "opt<"...)
-		b = append(b, "f32"...)
+		b = append(b, "u32"...)
 		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		if ver >= 28 {
-			if sep {
-				b = append(b, ',')
-			}
-			sep = true
-			b = append(b, "opt<"...)
-			b = append(b, "u32"...)
-			b = append(b, '>')
-		}
-		if ver >= 28 {
-			if sep {
-				b = append(b, ',')
-			}
-			sep = true
-			b = append(b, "opt<"...)
-			b = append(b, "u32"...)
-			b = append(b, '>')
-		}
-		if ver >= 28 {
-			if sep {
-				b = append(b, ',')
-			}
-			sep = true
-			b = append(b, "opt<"...)
-			b = append(b, "u32"...)
-			b = append(b, '>')
-		}
-		_ = sep
 	}
 	b = append(b, '}')
 	return b
@@ -799,46 +636,23 @@ func (v *BuildOutput) decodeWire(d *decoder) {
 
 func describeBuildOutput(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "i64"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeBuildProduct(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "i64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeBuildProduct(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -870,37 +684,17 @@ func (v *BuildProduct) decodeWire(d *decoder) {
 
 func describeBuildProduct(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -947,54 +741,25 @@ func (v *BuildProgress) decodeWire(d *decoder) {
 
 func describeBuildProgress(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeBuildProgressPhase(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u32"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeBuildProgressPhase(b, ver)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "u32"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u32"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -1047,23 +812,12 @@ func (v BuildProgressPhase) String() string {
 
 func describeBuildProgressPhase(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:{}"...)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -1091,22 +845,11 @@ func (v *BuildRequirement) decodeWire(d *decoder) {
 
 func describeBuildRequirement(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -1163,51 +906,25 @@ func (v *BuildSpec) decodeWire(d *decoder) {
 
 func describeBuildSpec(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeBuildSpecKind(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeDerivationOutput(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeBuildSpecKind(b, ver)
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeDerivationOutput(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -1260,23 +977,12 @@ func (v BuildSpecKind) String() string {
 
 func describeBuildSpecKind(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:{}"...)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -1328,23 +1034,12 @@ func (v BuildStage) String() string {
 
 func describeBuildStage(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:{}"...)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -1371,27 +1066,13 @@ func (v *BumpedInputWire) decodeWire(d *decoder) {
 
 func describeBumpedInputWire(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -1408,20 +1089,9 @@ func (v *CacheError) decodeWire(d *decoder) {
 
 func describeCacheError(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -1438,20 +1108,9 @@ func (v *CacheInfo) decodeWire(d *decoder) {
 
 func describeCacheInfo(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		_ = sep
-	}
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
 	b = append(b, '}')
 	return b
 }
@@ -1509,46 +1168,23 @@ func (v *CacheQuery) decodeWire(d *decoder) {
 
 func describeCacheQuery(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeQueryMode(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = describeQueryMode(b, ver)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "bool"...)
 	b = append(b, '}')
 	return b
 }
@@ -1577,22 +1213,11 @@ func (v *CacheStatus) decodeWire(d *decoder) {
 
 func describeCacheStatus(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeCachedPath(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeCachedPath(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -1732,87 +1357,49 @@ func (v *CachedPath) decodeWire(d *decoder) {
 
 func describeCachedPath(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -1833,30 +1420,13 @@ func (v *CandidateScore) decodeWire(d *decoder) {
 
 func describeCandidateScore(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u32"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "bool"...)
 	b = append(b, '}')
 	return b
 }
@@ -1884,27 +1454,13 @@ func (v *ClientClusterSignal) decodeWire(d *decoder) {
 
 func describeClientClusterSignal(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = describeClusterAddress(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bytes"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = describeClusterAddress(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "bytes"...)
 	b = append(b, '}')
 	return b
 }
@@ -2312,192 +1868,100 @@ func decodeClientMessage(d *decoder) ClientMessage {
 
 func describeClientMessage(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = describeInitConnection(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeAuthResponse(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:"...)
 	b = describeReauthRequest(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "3:"...)
 	b = describeClientReject(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "4:"...)
 	b = describeWorkerCapabilities(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "5:"...)
 	b = describeWorkerMetrics(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "6:"...)
 	b = describeRequestJobList(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "7:"...)
 	b = describeRequestJobChunk(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "8:"...)
 	b = describeAssignJobResponse(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "9:"...)
 	b = describeJobUpdate(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "10:"...)
 	b = describeJobCompleted(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "11:"...)
 	b = describeJobFailed(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "12:"...)
 	b = describeClientDraining(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "13:"...)
 	b = describeBuildProgress(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "14:"...)
 	b = describeEvalProgress(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "15:"...)
 	b = describeLogChunk(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "16:"...)
 	b = describeNarRequest(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "17:"...)
 	b = describeNarRequestResume(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "18:"...)
 	b = describeEvalCachePull(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "19:"...)
 	b = describeRequestJob(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "20:"...)
 	b = describeClientClusterSignal(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "21:"...)
 	b = describeCacheQuery(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "22:"...)
 	b = describeEvalMessage(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "23:"...)
 	b = describeQueryKnownDerivations(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "24:"...)
 	b = describeUploadRequest(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "25:"...)
 	b = describeUploadChunk(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "26:"...)
 	b = describeUploadFinished(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "27:"...)
 	b = describeUploadCancel(b, ver)
 	if ver < 31 {
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+		b = comma(b)
 		b = append(b, "28:"...)
 		b = describeHandoverDone(b, ver)
 	}
 	if ver >= 32 {
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+		b = comma(b)
 		b = append(b, "28:"...)
 		b = describeImportRequest(b, ver)
 	}
-	_ = sep
 	return append(b, ']')
 }
 
@@ -2513,20 +1977,9 @@ func (v *ClientReject) decodeWire(d *decoder) {
 
 func describeClientReject(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u16"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "u16"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -2543,20 +1996,9 @@ func (v *ClusterAddress) decodeWire(d *decoder) {
 
 func describeClusterAddress(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u32"...)
 	b = append(b, '}')
 	return b
 }
@@ -2577,30 +2019,13 @@ func (v *ClusterMembership) decodeWire(d *decoder) {
 
 func describeClusterMembership(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u32"...)
+	b = comma(b)
+	b = append(b, "u32"...)
 	b = append(b, '}')
 	return b
 }
@@ -2641,39 +2066,19 @@ func (v *ClusterPeer) decodeWire(d *decoder) {
 
 func describeClusterPeer(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u32"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -2702,22 +2107,11 @@ func (v *CompletedMultipart) decodeWire(d *decoder) {
 
 func describeCompletedMultipart(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -2734,20 +2128,9 @@ func (v *Credential) decodeWire(d *decoder) {
 
 func describeCredential(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeCredentialKind(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bytes"...)
-		_ = sep
-	}
+	b = describeCredentialKind(b, ver)
+	b = comma(b)
+	b = append(b, "bytes"...)
 	b = append(b, '}')
 	return b
 }
@@ -2784,13 +2167,8 @@ func (v CredentialKind) String() string {
 
 func describeCredentialKind(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -2806,20 +2184,9 @@ func (v *DerivationOutput) decodeWire(d *decoder) {
 
 func describeDerivationOutput(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -2939,95 +2306,48 @@ func (v *DiscoveredDerivation) decodeWire(d *decoder) {
 
 func describeDiscoveredDerivation(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeDerivationOutput(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeDerivationOutput(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	if ver >= 32 {
+		b = comma(b)
 		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if ver >= 32 {
-			if sep {
-				b = append(b, ',')
-			}
-			sep = true
-			b = append(b, "bool"...)
-		}
-		_ = sep
 	}
 	b = append(b, '}')
 	return b
@@ -3051,35 +2371,15 @@ func (v *EvalAttrCost) decodeWire(d *decoder) {
 
 func describeEvalAttrCost(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
 	b = append(b, '}')
 	return b
 }
@@ -3100,30 +2400,13 @@ func (v *EvalCacheChunk) decodeWire(d *decoder) {
 
 func describeEvalCacheChunk(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bytes"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "bytes"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "bool"...)
 	b = append(b, '}')
 	return b
 }
@@ -3140,20 +2423,9 @@ func (v *EvalCacheInline) decodeWire(d *decoder) {
 
 func describeEvalCacheInline(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -3180,15 +2452,7 @@ func (v *EvalCachePresigned) decodeWire(d *decoder) {
 
 func describeEvalCachePresigned(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -3205,20 +2469,9 @@ func (v *EvalCachePull) decodeWire(d *decoder) {
 
 func describeEvalCachePull(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -3279,26 +2532,15 @@ func decodeEvalCachePullOutcome(d *decoder) EvalCachePullOutcome {
 
 func describeEvalCachePullOutcome(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = describeEvalCacheMiss(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeEvalCachePresigned(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:"...)
 	b = describeEvalCacheInline(b, ver)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -3314,20 +2556,9 @@ func (v *EvalCachePullResult) decodeWire(d *decoder) {
 
 func describeEvalCachePullResult(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeEvalCachePullOutcome(b, ver)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeEvalCachePullOutcome(b, ver)
 	b = append(b, '}')
 	return b
 }
@@ -3342,15 +2573,7 @@ func (v *EvalCacheUploadMetadata) decodeWire(d *decoder) {
 
 func describeEvalCacheUploadMetadata(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		_ = sep
-	}
+	b = append(b, "u64"...)
 	b = append(b, '}')
 	return b
 }
@@ -3365,15 +2588,7 @@ func (v *EvalEvaluating) decodeWire(d *decoder) {
 
 func describeEvalEvaluating(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		_ = sep
-	}
+	b = append(b, "u64"...)
 	b = append(b, '}')
 	return b
 }
@@ -3400,17 +2615,9 @@ func (v *EvalFetching) decodeWire(d *decoder) {
 
 func describeEvalFetching(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeInputFetch(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = describeInputFetch(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -3431,30 +2638,13 @@ func (v *EvalMessage) decodeWire(d *decoder) {
 
 func describeEvalMessage(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeEvalMessageLevel(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeEvalMessageLevel(b, ver)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -3507,23 +2697,12 @@ func (v EvalMessageLevel) String() string {
 
 func describeEvalMessageLevel(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:{}"...)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -3541,25 +2720,11 @@ func (v *EvalProgress) decodeWire(d *decoder) {
 
 func describeEvalProgress(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeEvalProgressState(b, ver)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeEvalProgressState(b, ver)
 	b = append(b, '}')
 	return b
 }
@@ -3608,20 +2773,12 @@ func decodeEvalProgressState(d *decoder) EvalProgressState {
 
 func describeEvalProgressState(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = describeEvalFetching(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeEvalEvaluating(b, ver)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -3679,69 +2836,31 @@ func (v *EvalStatsReport) decodeWire(d *decoder) {
 
 func describeEvalStatsReport(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeEvalAttrCost(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeFlakeOutputNode(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeEvalAttrCost(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeFlakeOutputNode(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -3758,20 +2877,9 @@ func (v *FailedPeer) decodeWire(d *decoder) {
 
 func describeFailedPeer(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -3797,22 +2905,11 @@ func (v *FlakeInputOverride) decodeWire(d *decoder) {
 
 func describeFlakeInputOverride(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -3891,50 +2988,27 @@ func (v *FlakeJob) decodeWire(d *decoder) {
 
 func describeFlakeJob(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeFlakeStep(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeFlakeSource(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u64"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeFlakeInputOverride(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = describeInputUpdateSpec(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = describeFlakeStep(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = describeFlakeSource(b, ver)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u64"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeFlakeInputOverride(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = describeInputUpdateSpec(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -3977,44 +3051,21 @@ func (v *FlakeOutputNode) decodeWire(d *decoder) {
 
 func describeFlakeOutputNode(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -4063,20 +3114,12 @@ func decodeFlakeSource(d *decoder) FlakeSource {
 
 func describeFlakeSource(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = describeFlakeSourceRepository(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeFlakeSourceCached(b, ver)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -4090,15 +3133,7 @@ func (v *FlakeSourceCached) decodeWire(d *decoder) {
 
 func describeFlakeSourceCached(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -4115,20 +3150,9 @@ func (v *FlakeSourceRepository) decodeWire(d *decoder) {
 
 func describeFlakeSourceRepository(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -4181,23 +3205,12 @@ func (v FlakeStep) String() string {
 
 func describeFlakeStep(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:{}"...)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -4221,40 +3234,17 @@ func (v *GradientCapabilities) decodeWire(d *decoder) {
 
 func describeGradientCapabilities(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		_ = sep
-	}
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "bool"...)
+	b = comma(b)
+	b = append(b, "bool"...)
 	b = append(b, '}')
 	return b
 }
@@ -4269,15 +3259,7 @@ func (v *GrantPassthrough) decodeWire(d *decoder) {
 
 func describeGrantPassthrough(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		_ = sep
-	}
+	b = append(b, "u64"...)
 	b = append(b, '}')
 	return b
 }
@@ -4292,15 +3274,7 @@ func (v *GrantPut) decodeWire(d *decoder) {
 
 func describeGrantPut(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -4385,34 +3359,20 @@ func decodeGrantTarget(d *decoder) GrantTarget {
 
 func describeGrantTarget(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = describeGrantSkip(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeGrantPassthrough(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:"...)
 	b = describeGrantPut(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "3:"...)
 	b = append(b, '{')
 	b = describePresignedMultipart(b, ver)
 	b = append(b, '}')
-	_ = sep
 	return append(b, ']')
 }
 
@@ -4426,15 +3386,7 @@ func (v *Handover) decodeWire(d *decoder) {
 
 func describeHandover(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -4477,25 +3429,11 @@ func (v *ImportFailed) decodeWire(d *decoder) {
 
 func describeImportFailed(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -4556,26 +3494,15 @@ func decodeImportOutcome(d *decoder) ImportOutcome {
 
 func describeImportOutcome(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = describeImportCompleted(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeImportFailed(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:"...)
 	b = describeImportUnknown(b, ver)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -4605,27 +3532,13 @@ func (v *ImportRequest) decodeWire(d *decoder) {
 
 func describeImportRequest(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -4644,25 +3557,11 @@ func (v *ImportResult) decodeWire(d *decoder) {
 
 func describeImportResult(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeImportOutcome(b, ver)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeImportOutcome(b, ver)
 	b = append(b, '}')
 	return b
 }
@@ -4677,15 +3576,7 @@ func (v *ImportUnknown) decodeWire(d *decoder) {
 
 func describeImportUnknown(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -4728,29 +3619,15 @@ func (v *InitAck) decodeWire(d *decoder) {
 
 func describeInitAck(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeGradientCapabilities(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeFailedPeer(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = describeGradientCapabilities(b, ver)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeFailedPeer(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -4767,20 +3644,9 @@ func (v *InitConnection) decodeWire(d *decoder) {
 
 func describeInitConnection(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeGradientCapabilities(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = describeGradientCapabilities(b, ver)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -4801,30 +3667,13 @@ func (v *InputFetch) decodeWire(d *decoder) {
 
 func describeInputFetch(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeInputFetchState(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeInputFetchState(b, ver)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
 	b = append(b, '}')
 	return b
 }
@@ -4885,28 +3734,14 @@ func (v InputFetchState) String() string {
 
 func describeInputFetchState(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "3:{}"...)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -4936,27 +3771,13 @@ func (v *InputUpdateSpec) decodeWire(d *decoder) {
 
 func describeInputUpdateSpec(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "bool"...)
 	b = append(b, '}')
 	return b
 }
@@ -5005,24 +3826,16 @@ func decodeJob(d *decoder) Job {
 
 func describeJob(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = append(b, '{')
 	b = describeFlakeJob(b, ver)
 	b = append(b, '}')
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = append(b, '{')
 	b = describeBuildJob(b, ver)
 	b = append(b, '}')
-	_ = sep
 	return append(b, ']')
 }
 
@@ -5089,43 +3902,23 @@ func (v *JobCandidate) decodeWire(d *decoder) {
 
 func describeJobCandidate(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeRequiredPath(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = describeBuildRequirement(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeRequiredPath(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = describeBuildRequirement(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -5158,32 +3951,15 @@ func (v *JobCompleted) decodeWire(d *decoder) {
 
 func describeJobCompleted(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeJobPhaseSpan(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeJobPhaseSpan(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "u64"...)
 	b = append(b, '}')
 	return b
 }
@@ -5245,56 +4021,27 @@ func (v *JobFailed) decodeWire(d *decoder) {
 
 func describeJobFailed(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeBuildFailureKind(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeJobPhaseSpan(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = describeBuildMetrics(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeBuildFailureKind(b, ver)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeJobPhaseSpan(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = describeBuildMetrics(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -5339,18 +4086,10 @@ func (v JobKind) String() string {
 
 func describeJobKind(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:{}"...)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -5378,22 +4117,11 @@ func (v *JobListChunk) decodeWire(d *decoder) {
 
 func describeJobListChunk(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeJobCandidate(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = describeJobCandidate(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "bool"...)
 	b = append(b, '}')
 	return b
 }
@@ -5420,17 +4148,9 @@ func (v *JobOffer) decodeWire(d *decoder) {
 
 func describeJobOffer(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeJobCandidate(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = describeJobCandidate(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -5609,100 +4329,44 @@ func (v JobPhase) String() string {
 
 func describeJobPhase(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "3:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "4:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "5:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "6:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "7:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "8:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "9:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "10:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "11:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "12:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "13:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "14:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "15:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "16:{}"...)
 	if ver >= 28 {
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+		b = comma(b)
 		b = append(b, "17:{}"...)
 	}
-	_ = sep
 	return append(b, ']')
 }
 
@@ -5735,42 +4399,19 @@ func (v *JobPhaseSpan) decodeWire(d *decoder) {
 
 func describeJobPhaseSpan(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeJobPhase(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "u32"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		_ = sep
-	}
+	b = describeJobPhase(b, ver)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "u32"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "u32"...)
+	b = comma(b)
+	b = append(b, "u64"...)
 	b = append(b, '}')
 	return b
 }
@@ -5789,25 +4430,11 @@ func (v *JobUpdate) decodeWire(d *decoder) {
 
 func describeJobUpdate(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeJobUpdateKind(b, ver)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeJobUpdateKind(b, ver)
 	b = append(b, '}')
 	return b
 }
@@ -5849,34 +4476,17 @@ func (v *JobUpdateBuildOutput) decodeWire(d *decoder) {
 
 func describeJobUpdateBuildOutput(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeBuildOutput(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = describeBuildMetrics(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeBuildOutput(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = describeBuildMetrics(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "bool"...)
 	b = append(b, '}')
 	return b
 }
@@ -5891,15 +4501,7 @@ func (v *JobUpdateBuilding) decodeWire(d *decoder) {
 
 func describeJobUpdateBuilding(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -5966,31 +4568,17 @@ func (v *JobUpdateEvalResult) decodeWire(d *decoder) {
 
 func describeJobUpdateEvalResult(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeDiscoveredDerivation(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = describeDiscoveredDerivation(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -6038,17 +4626,9 @@ func (v *JobUpdateFetchResult) decodeWire(d *decoder) {
 
 func describeJobUpdateFetchResult(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -6087,17 +4667,9 @@ func (v *JobUpdateInputUpdateExpansion) decodeWire(d *decoder) {
 
 func describeJobUpdateInputUpdateExpansion(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -6126,22 +4698,11 @@ func (v *JobUpdateInputUpdateResult) decodeWire(d *decoder) {
 
 func describeJobUpdateInputUpdateResult(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeBumpedInputWire(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeBumpedInputWire(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -6313,86 +4874,48 @@ func decodeJobUpdateKind(d *decoder) JobUpdateKind {
 
 func describeJobUpdateKind(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = describeJobUpdateFetching(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeJobUpdateFetchResult(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:"...)
 	b = describeJobUpdateEvaluatingFlake(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "3:"...)
 	b = describeJobUpdateEvaluatingDerivations(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "4:"...)
 	b = describeJobUpdateEvalResult(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "5:"...)
 	b = describeJobUpdateBuilding(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "6:"...)
 	b = describeJobUpdateBuildOutput(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "7:"...)
 	b = describeJobUpdateCompressing(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "8:"...)
 	b = append(b, '{')
 	b = describeEvalStatsReport(b, ver)
 	b = append(b, '}')
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "9:"...)
 	b = describeJobUpdateInputUpdateResult(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "10:"...)
 	b = describeJobUpdateInputUpdateExpansion(b, ver)
 	if ver >= 28 {
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+		b = comma(b)
 		b = append(b, "11:"...)
 		b = append(b, '{')
 		b = describeBuildStage(b, ver)
 		b = append(b, '}')
 	}
-	_ = sep
 	return append(b, ']')
 }
 
@@ -6420,22 +4943,11 @@ func (v *KnownDerivations) decodeWire(d *decoder) {
 
 func describeKnownDerivations(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -6454,25 +4966,11 @@ func (v *LogChunk) decodeWire(d *decoder) {
 
 func describeLogChunk(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bytes"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u32"...)
+	b = comma(b)
+	b = append(b, "bytes"...)
 	b = append(b, '}')
 	return b
 }
@@ -6491,25 +4989,11 @@ func (v *NarAbort) decodeWire(d *decoder) {
 
 func describeNarAbort(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -6532,35 +5016,15 @@ func (v *NarPush) decodeWire(d *decoder) {
 
 func describeNarPush(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bytes"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "bytes"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "bool"...)
 	b = append(b, '}')
 	return b
 }
@@ -6589,22 +5053,11 @@ func (v *NarRequest) decodeWire(d *decoder) {
 
 func describeNarRequest(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -6625,30 +5078,13 @@ func (v *NarRequestResume) decodeWire(d *decoder) {
 
 func describeNarRequestResume(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -6669,30 +5105,13 @@ func (v *NarStreamHeader) decodeWire(d *decoder) {
 
 func describeNarStreamHeader(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -6711,25 +5130,11 @@ func (v *NarUnavailable) decodeWire(d *decoder) {
 
 func describeNarUnavailable(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -6797,58 +5202,29 @@ func (v *NarUploadMetadata) decodeWire(d *decoder) {
 
 func describeNarUploadMetadata(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = describeCompletedMultipart(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = describeCompletedMultipart(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -6879,27 +5255,13 @@ func (v *PresignedMultipart) decodeWire(d *decoder) {
 
 func describePresignedMultipart(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -6930,27 +5292,13 @@ func (v *QueryKnownDerivations) decodeWire(d *decoder) {
 
 func describeQueryKnownDerivations(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -7003,23 +5351,12 @@ func (v QueryMode) String() string {
 
 func describeQueryMode(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:{}"...)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:{}"...)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -7045,15 +5382,7 @@ func (v *RequestJob) decodeWire(d *decoder) {
 
 func describeRequestJob(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeJobKind(b, ver)
-		_ = sep
-	}
+	b = describeJobKind(b, ver)
 	b = append(b, '}')
 	return b
 }
@@ -7082,22 +5411,11 @@ func (v *RequestJobChunk) decodeWire(d *decoder) {
 
 func describeRequestJobChunk(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeCandidateScore(b, ver)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = describeCandidateScore(b, ver)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "bool"...)
 	b = append(b, '}')
 	return b
 }
@@ -7135,22 +5453,11 @@ func (v *RequiredPath) decodeWire(d *decoder) {
 
 func describeRequiredPath(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = describeCacheInfo(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = describeCacheInfo(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -7169,25 +5476,11 @@ func (v *ServerClusterSignal) decodeWire(d *decoder) {
 
 func describeServerClusterSignal(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeClusterAddress(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bytes"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = describeClusterAddress(b, ver)
+	b = comma(b)
+	b = append(b, "bytes"...)
 	b = append(b, '}')
 	return b
 }
@@ -7216,20 +5509,9 @@ func (v *ServerError) decodeWire(d *decoder) {
 
 func describeServerError(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u16"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "u16"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -7601,180 +5883,94 @@ func decodeServerMessage(d *decoder) ServerMessage {
 
 func describeServerMessage(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = describeAuthChallenge(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeInitAck(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:"...)
 	b = describeAuthUpdate(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "3:"...)
 	b = describeServerReject(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "4:"...)
 	b = describeServerError(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "5:"...)
 	b = describeServerDraining(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "6:"...)
 	b = describeJobListChunk(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "7:"...)
 	b = describeJobOffer(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "8:"...)
 	b = describeAssignJob(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "9:"...)
 	b = describeAbortJob(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "10:"...)
 	b = describeStartCluster(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "11:"...)
 	b = describeServerClusterSignal(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "12:"...)
 	b = describeAbortCluster(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "13:"...)
 	b = describeCredential(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "14:"...)
 	b = describeNarPush(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "15:"...)
 	b = describeNarUnavailable(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "16:"...)
 	b = describeNarAbort(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "17:"...)
 	b = describeNarStreamHeader(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "18:"...)
 	b = describeEvalCachePullResult(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "19:"...)
 	b = describeEvalCacheChunk(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "20:"...)
 	b = describeCacheStatus(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "21:"...)
 	b = describeKnownDerivations(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "22:"...)
 	b = describeCacheError(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "23:"...)
 	b = describeUploadGrant(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "24:"...)
 	b = describeUploadCommitted(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "25:"...)
 	b = describeAuthenticate(b, ver)
 	if ver < 31 {
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+		b = comma(b)
 		b = append(b, "26:"...)
 		b = describeHandover(b, ver)
 	}
 	if ver >= 32 {
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+		b = comma(b)
 		b = append(b, "26:"...)
 		b = describeImportResult(b, ver)
 	}
-	_ = sep
 	return append(b, ']')
 }
 
@@ -7790,20 +5986,9 @@ func (v *ServerReject) decodeWire(d *decoder) {
 
 func describeServerReject(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u16"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "u16"...)
+	b = comma(b)
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -7832,22 +6017,11 @@ func (v *StartCluster) decodeWire(d *decoder) {
 
 func describeStartCluster(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = describeClusterPeer(b, ver)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = describeClusterPeer(b, ver)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -7862,15 +6036,7 @@ func (v *UploadCancel) decodeWire(d *decoder) {
 
 func describeUploadCancel(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		_ = sep
-	}
+	b = append(b, "u64"...)
 	b = append(b, '}')
 	return b
 }
@@ -7891,30 +6057,13 @@ func (v *UploadChunk) decodeWire(d *decoder) {
 
 func describeUploadChunk(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bytes"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "bool"...)
-		_ = sep
-	}
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "bytes"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "bool"...)
 	b = append(b, '}')
 	return b
 }
@@ -7931,20 +6080,9 @@ func (v *UploadCommitted) decodeWire(d *decoder) {
 
 func describeUploadCommitted(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeUploadOutcome(b, ver)
-		_ = sep
-	}
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = describeUploadOutcome(b, ver)
 	b = append(b, '}')
 	return b
 }
@@ -7959,15 +6097,7 @@ func (v *UploadEvalCache) decodeWire(d *decoder) {
 
 func describeUploadEvalCache(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -7984,20 +6114,9 @@ func (v *UploadFinished) decodeWire(d *decoder) {
 
 func describeUploadFinished(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeUploadMetadata(b, ver)
-		_ = sep
-	}
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = describeUploadMetadata(b, ver)
 	b = append(b, '}')
 	return b
 }
@@ -8014,20 +6133,9 @@ func (v *UploadGrant) decodeWire(d *decoder) {
 
 func describeUploadGrant(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeGrantTarget(b, ver)
-		_ = sep
-	}
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = describeGrantTarget(b, ver)
 	b = append(b, '}')
 	return b
 }
@@ -8076,22 +6184,14 @@ func decodeUploadMetadata(d *decoder) UploadMetadata {
 
 func describeUploadMetadata(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = append(b, '{')
 	b = describeNarUploadMetadata(b, ver)
 	b = append(b, '}')
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeEvalCacheUploadMetadata(b, ver)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -8105,15 +6205,7 @@ func (v *UploadNar) decodeWire(d *decoder) {
 
 func describeUploadNar(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -8162,20 +6254,12 @@ func decodeUploadObject(d *decoder) UploadObject {
 
 func describeUploadObject(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = describeUploadNar(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeUploadEvalCache(b, ver)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -8247,26 +6331,15 @@ func decodeUploadOutcome(d *decoder) UploadOutcome {
 
 func describeUploadOutcome(b []byte, ver uint16) []byte {
 	b = append(b, '[')
-	sep := false
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "0:"...)
 	b = describeUploadOk(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "1:"...)
 	b = describeUploadRetry(b, ver)
-	if sep {
-		b = append(b, ',')
-	}
-	sep = true
+	b = comma(b)
 	b = append(b, "2:"...)
 	b = describeUploadRejected(b, ver)
-	_ = sep
 	return append(b, ']')
 }
 
@@ -8280,15 +6353,7 @@ func (v *UploadRejected) decodeWire(d *decoder) {
 
 func describeUploadRejected(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -8309,30 +6374,13 @@ func (v *UploadRequest) decodeWire(d *decoder) {
 
 func describeUploadRequest(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = describeUploadObject(b, ver)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = describeUploadObject(b, ver)
+	b = comma(b)
+	b = append(b, "u64"...)
 	b = append(b, '}')
 	return b
 }
@@ -8347,15 +6395,7 @@ func (v *UploadRetry) decodeWire(d *decoder) {
 
 func describeUploadRetry(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "str"...)
-		_ = sep
-	}
+	b = append(b, "str"...)
 	b = append(b, '}')
 	return b
 }
@@ -8426,58 +6466,29 @@ func (v *WorkerCapabilities) decodeWire(d *decoder) {
 
 func describeWorkerCapabilities(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "seq<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "u32"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "str"...)
-		b = append(b, '>')
-		_ = sep
-	}
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "seq<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "u32"...)
+	b = comma(b)
+	b = append(b, "u32"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "u32"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "str"...)
+	b = append(b, '>')
 	b = append(b, '}')
 	return b
 }
@@ -8556,55 +6567,32 @@ func (v *WorkerMetrics) decodeWire(d *decoder) {
 
 func describeWorkerMetrics(b []byte, ver uint16) []byte {
 	b = append(b, '{')
-	{
-		sep := false
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "f32"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
+	b = append(b, "f32"...)
+	b = comma(b)
+	b = append(b, "u64"...)
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "f32"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "f32"...)
+	b = append(b, '>')
+	b = comma(b)
+	b = append(b, "opt<"...)
+	b = append(b, "f32"...)
+	b = append(b, '>')
+	if ver >= 33 {
+		b = comma(b)
+		b = append(b, "opt<"...)
+		b = append(b, "seq<"...)
+		b = append(b, '(')
+		b = append(b, "str"...)
+		b = append(b, ',')
 		b = append(b, "u64"...)
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "f32"...)
+		b = append(b, ')')
 		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "f32"...)
 		b = append(b, '>')
-		if sep {
-			b = append(b, ',')
-		}
-		sep = true
-		b = append(b, "opt<"...)
-		b = append(b, "f32"...)
-		b = append(b, '>')
-		if ver >= 33 {
-			if sep {
-				b = append(b, ',')
-			}
-			sep = true
-			b = append(b, "opt<"...)
-			b = append(b, "seq<"...)
-			b = append(b, '(')
-			b = append(b, "str"...)
-			b = append(b, ',')
-			b = append(b, "u64"...)
-			b = append(b, ')')
-			b = append(b, '>')
-			b = append(b, '>')
-		}
-		_ = sep
 	}
 	b = append(b, '}')
 	return b

@@ -101,20 +101,17 @@ func (g *emitter) structDecl(d *Decl) error {
 // ver to b.
 func (g *emitter) fieldsShape(fields []*Field, presentSince int) {
 	g.p("\tb = append(b, '{')")
-	if len(fields) > 0 {
-		g.p("\t{")
-		g.p("\t\tsep := false")
-		for _, f := range fields {
-			since := max(f.Since, presentSince)
-			body := "\t\tif sep {\n\t\t\tb = append(b, ',')\n\t\t}\n\t\tsep = true\n" + indent(g.shape(f.Type), 2)
-			if since > 0 {
-				g.p("\t\tif ver >= %d {\n%s\n\t\t}", since, indent(body, 1))
-			} else {
-				g.p("%s", body)
-			}
+	for i, f := range fields {
+		since := max(f.Since, presentSince)
+		body := indent(g.shape(f.Type), 1)
+		if i > 0 {
+			body = "\tb = comma(b)\n" + body
 		}
-		g.p("\t\t_ = sep")
-		g.p("\t}")
+		if since > 0 {
+			g.p("\tif ver >= %d {\n%s\n\t}", since, indent(body, 1))
+		} else {
+			g.p("%s", body)
+		}
 	}
 	g.p("\tb = append(b, '}')")
 }
@@ -321,10 +318,9 @@ func (g *emitter) sumDecl(d *Decl) error {
 	g.p("")
 	g.p("func describe%s(b []byte, ver uint16) []byte {", d.GoName)
 	g.p("\tb = append(b, '[')")
-	g.p("\tsep := false")
 	for _, v := range d.Variants {
 		var body strings.Builder
-		fmt.Fprintf(&body, "\tif sep {\n\t\tb = append(b, ',')\n\t}\n\tsep = true\n\tb = append(b, \"%d:\"...)\n", v.Tag)
+		fmt.Fprintf(&body, "\tb = comma(b)\n\tb = append(b, \"%d:\"...)\n", v.Tag)
 		body.WriteString(g.variantShape(v))
 		if cond := presentAt(v); cond != "" {
 			g.p("\tif %s {\n%s\n\t}", cond, indent(body.String(), 1))
@@ -332,7 +328,6 @@ func (g *emitter) sumDecl(d *Decl) error {
 			g.p("%s", body.String())
 		}
 	}
-	g.p("\t_ = sep")
 	g.p("\treturn append(b, ']')")
 	g.p("}")
 	g.p("")
@@ -389,16 +384,14 @@ func (g *emitter) unitDecl(d *Decl) {
 	g.p("")
 	g.p("func describe%s(b []byte, ver uint16) []byte {", d.GoName)
 	g.p("\tb = append(b, '[')")
-	g.p("\tsep := false")
 	for _, v := range d.Variants {
-		body := fmt.Sprintf("\tif sep {\n\t\tb = append(b, ',')\n\t}\n\tsep = true\n\tb = append(b, \"%d:{}\"...)", v.Tag)
+		body := fmt.Sprintf("\tb = comma(b)\n\tb = append(b, \"%d:{}\"...)", v.Tag)
 		if cond := presentAt(v); cond != "" {
 			g.p("\tif %s {\n%s\n\t}", cond, indent(body, 1))
 		} else {
 			g.p("%s", body)
 		}
 	}
-	g.p("\t_ = sep")
 	g.p("\treturn append(b, ']')")
 	g.p("}")
 	g.p("")
