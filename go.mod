@@ -3,7 +3,7 @@ module gradient.dev/gradient
 go 1.26.0
 
 require (
-	github.com/coder/websocket v1.8.15
+	github.com/gorilla/websocket v1.5.3
 	github.com/jackc/pgx/v5 v5.12.0
 	golang.org/x/crypto v0.59.0
 	modernc.org/sqlite v1.62.0

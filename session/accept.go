@@ -3,19 +3,26 @@ package session
 import (
 	"net/http"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 )
+
+// upgrader accepts protocol WebSockets. The read buffer is the one the HTTP
+// server already allocated for the request (ReadBufferSize 0 reuses it);
+// write buffers come from a shared pool, held only while writing.
+var upgrader = &websocket.Upgrader{
+	WriteBufferSize:   serverWriteBufferSize,
+	WriteBufferPool:   &serverWritePool,
+	EnableCompression: false,
+	// Workers are not browsers: they send no Origin header, and the
+	// protocol authenticates itself in the handshake.
+	CheckOrigin: func(*http.Request) bool { return true },
+}
 
 // Accept upgrades an HTTP request to a protocol WebSocket with the same
 // settings a dial uses (8 MiB cap, no compression). On error the response
 // has been written already.
 func Accept(w http.ResponseWriter, r *http.Request) (Transport, error) {
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		CompressionMode: websocket.CompressionDisabled,
-		// Workers are not browsers: they send no Origin header, and the
-		// protocol authenticates itself in the handshake.
-		InsecureSkipVerify: true,
-	})
+	c, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -19,3 +19,48 @@ func putBuffer(b []byte) {
 	b = b[:0]
 	encodePool.Put(&b)
 }
+
+// Received message buffers come from size classes. A buffer enters a class
+// only through Reader.Release (the caller declared the message and every
+// slice of it unused) or straight from the read path when it was never
+// handed out, so a buffer a message may still reference is never reused.
+// The pool holds buffers across at most two garbage collections: an idle
+// session keeps none.
+var readClasses = [...]int{
+	4 << 10, 16 << 10, 64 << 10, 256 << 10,
+	BulkChunkSize + 4<<10, // a NAR or upload chunk plus its message header
+	1 << 20, 2 << 20, 4 << 20,
+	MaxProtoMessageSize,
+}
+
+var readPools [len(readClasses)]sync.Pool
+
+// getReadBuffer returns an empty buffer with capacity of at least n (or
+// MaxProtoMessageSize, the most a message can be).
+func getReadBuffer(n int) []byte {
+	for i, size := range readClasses {
+		if size >= n || i == len(readClasses)-1 {
+			if p, ok := readPools[i].Get().(*[]byte); ok {
+				return (*p)[:0]
+			}
+			return make([]byte, 0, size)
+		}
+	}
+	panic("unreachable")
+}
+
+// putReadBuffer returns b to the class its capacity is exactly; other
+// buffers (exact-size small messages) are left to the garbage collector.
+func putReadBuffer(b []byte) {
+	c := cap(b)
+	for i, size := range readClasses {
+		if size == c {
+			b = b[:0]
+			readPools[i].Put(&b)
+			return
+		}
+		if size > c {
+			return
+		}
+	}
+}

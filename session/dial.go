@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 )
 
 // DialOptions configure Dial. The zero value is usable.
@@ -43,12 +43,21 @@ func Dial(ctx context.Context, url string, opts DialOptions) (Transport, error) 
 	if strings.HasPrefix(url, "ws://") {
 		logger(opts.Logger).Warn("dialing without TLS", "url", url)
 	}
-	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{
-		HTTPClient:      noDelayClient(opts.TLS),
-		HTTPHeader:      opts.Header,
-		CompressionMode: websocket.CompressionDisabled,
-	})
+	d := &websocket.Dialer{
+		NetDialContext:    dialNoDelay,
+		TLSClientConfig:   opts.TLS,
+		ReadBufferSize:    readBufferSize,
+		WriteBufferSize:   clientWriteBufferSize,
+		WriteBufferPool:   &clientWritePool,
+		EnableCompression: false,
+	}
+	c, resp, err := d.DialContext(ctx, url, opts.Header)
 	if err != nil {
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			// gorilla reports the socket deadline it derived from ctx
+			// as an i/o timeout; name the cause.
+			err = fmt.Errorf("%w (%w)", err, context.DeadlineExceeded)
+		}
 		if resp != nil {
 			return nil, fmt.Errorf("dial %s: %w (HTTP %d)", url, err, resp.StatusCode)
 		}
@@ -57,27 +66,23 @@ func Dial(ctx context.Context, url string, opts DialOptions) (Transport, error) 
 	return NewWebSocketTransport(c), nil
 }
 
-// noDelayClient is an HTTP client whose every socket has Nagle's algorithm
-// off, so small control frames never wait for a delayed ACK. Go enables
-// TCP_NODELAY by default; setting it here makes the guarantee independent
-// of that default.
-func noDelayClient(tlsConfig *tls.Config) *http.Client {
-	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
-	return &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			if err := setNoDelay(c); err != nil {
-				c.Close()
-				return nil, err
-			}
-			return c, nil
-		},
-		TLSClientConfig:   tlsConfig,
-		ForceAttemptHTTP2: false,
-	}}
+// netDialer is the TCP dialer behind every Dial.
+var netDialer = &net.Dialer{KeepAlive: 30 * time.Second}
+
+// dialNoDelay opens a TCP connection with Nagle's algorithm off, so small
+// control frames never wait for a delayed ACK. Go enables TCP_NODELAY by
+// default; setting it here makes the guarantee independent of that
+// default.
+func dialNoDelay(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := netDialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := setNoDelay(c); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 func setNoDelay(c net.Conn) error {

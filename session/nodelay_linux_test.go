@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"net"
-	"net/http"
 	"syscall"
 	"testing"
 )
@@ -20,8 +19,7 @@ func TestDialSocketHasNoDelay(t *testing.T) {
 			c.Read(make([]byte, 1))
 		}
 	}()
-	tr := noDelayClient(nil).Transport.(*http.Transport)
-	c, err := tr.DialContext(context.Background(), "tcp", ln.Addr().String())
+	c, err := dialNoDelay(context.Background(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,9 +20,9 @@ type Reader[M wire.Message] struct {
 	codec   Codec[M]
 	log     *slog.Logger
 	observe func(M, int)
-	// last is the frame of the message Recv returned last; spare is a
-	// frame the caller released, reused for the next read.
-	last, spare []byte
+	// last is the frame of the message Recv returned last, kept (with its
+	// full capacity) so Release can hand it back to the buffer pool.
+	last []byte
 	// lastSeen is when the last message arrived (unix nanos), for the
 	// heartbeat watchdog.
 	lastSeen atomic.Int64
@@ -50,20 +50,15 @@ func (r *Reader[M]) Observe(f func(m M, size int)) { r.observe = f }
 // an undecodable message is never skipped.
 func (r *Reader[M]) Recv(ctx context.Context) (M, error) {
 	var zero M
-	var frame []byte
-	var err error
-	if into, ok := r.t.(intoReader); ok && r.spare != nil {
-		frame, err = into.ReadMessageInto(ctx, r.spare)
-		r.spare = nil
-	} else {
-		frame, err = r.t.ReadMessage(ctx)
-	}
+	frame, err := r.t.ReadMessage(ctx)
 	r.last = frame
 	if err != nil {
 		return zero, err
 	}
 	r.lastSeen.Store(time.Now().UnixNano())
-	m, err := r.codec.Decode(frame, r.ver)
+	// Capped at its length, the frame hides whatever a reused buffer holds
+	// beyond this message from the decoded message.
+	m, err := r.codec.Decode(frame[:len(frame):len(frame)], r.ver)
 	if err != nil {
 		r.log.Warn("undecodable message, ending session", "size", len(frame), "error", err)
 		return zero, fmt.Errorf("%w: undecodable message: %w", ErrClosed, err)
@@ -76,13 +71,12 @@ func (r *Reader[M]) Recv(ctx context.Context) (M, error) {
 
 // Release declares that the message Recv returned last, and every byte
 // slice taken from it, is no longer used, so its buffer may receive the next
-// message. Optional: without it every message gets a fresh buffer. A
+// message (of this session or another: buffers go to a shared, size-classed
+// pool). Optional: without it no buffer of a message is ever reused. A
 // dispatch loop that consumes bulk chunks synchronously (writes NarPush.Data
 // to a file, then receives again) saves an allocation per chunk with it.
 func (r *Reader[M]) Release() {
-	if cap(r.last) >= firstRead {
-		r.spare = r.last
-	}
+	putReadBuffer(r.last)
 	r.last = nil
 }
 

@@ -6,8 +6,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 )
 
 // Text messages (and pings, answered inside the library) never reach the
@@ -23,14 +24,15 @@ func TestNonBinaryMessagesSkipped(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := context.Background()
-	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	c, _, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.CloseNow()
-	c.Write(ctx, websocket.MessageText, []byte("not protocol"))
-	go c.Ping(ctx) // answered by the accepted end while it reads
-	c.Write(ctx, websocket.MessageBinary, []byte("GRAD"))
+	defer c.Close()
+	c.WriteMessage(websocket.TextMessage, []byte("not protocol"))
+	c.WriteControl(websocket.PingMessage, []byte("p"), time.Now().Add(time.Second)) // answered by the accepted end while it reads
+	c.WriteMessage(websocket.PongMessage, nil)                                    // unsolicited pong: ignored
+	c.WriteMessage(websocket.BinaryMessage, []byte("GRAD"))
 	if m := <-got; string(m) != "GRAD" {
 		t.Fatalf("got %q", m)
 	}

@@ -7,7 +7,8 @@ import "context"
 // interface, so they run unchanged over a WebSocket or an in-memory pipe.
 type Transport interface {
 	// ReadMessage returns the next binary message in a buffer of its own
-	// that the transport never touches again (decoded byte fields alias it).
+	// that the transport never touches again (decoded byte fields alias it)
+	// unless the caller hands it back through Reader.Release.
 	// Non-binary messages are skipped. A close from the peer is a
 	// *CloseError; any other end is an error matching ErrClosed.
 	ReadMessage(ctx context.Context) ([]byte, error)
@@ -17,12 +18,6 @@ type Transport interface {
 	// Close sends a close frame with code and reason and releases the
 	// connection. Closing twice is harmless.
 	Close(code int, reason string) error
-}
-
-// intoReader is implemented by transports that can read a message into a
-// buffer the caller hands back (see Reader.Release).
-type intoReader interface {
-	ReadMessageInto(ctx context.Context, buf []byte) ([]byte, error)
 }
 
 // pinger is implemented by transports that can prove the peer has read

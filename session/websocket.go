@@ -2,93 +2,126 @@ package session
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
+	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 )
 
-// wsTransport is a Transport over a coder/websocket connection.
+// Buffer sizes of the gorilla connections (see docs/WEBSOCKET.md).
+const (
+	// readBufferSize is the bufio.Reader in front of the socket. Frame
+	// headers and small messages go through it; a large payload read into
+	// a larger buffer bypasses it.
+	readBufferSize = 4 << 10
+	// clientWriteBufferSize is where a dialed (client) connection masks
+	// its frames: gorilla copies each message through it, masking, and
+	// writes one frame per buffer. 64 KiB measured best (16 KiB to 520 KiB
+	// tried): the masked bytes are still in cache when the kernel copies
+	// them, and a 512 KiB chunk costs 9 write system calls, not coder's 128.
+	clientWriteBufferSize = 64 << 10
+	// serverWriteBufferSize is the accepted side's: a server frame is not
+	// masked, so gorilla copies only the first writeBuf of a message and
+	// hands the rest to writev unchanged; small is best.
+	serverWriteBufferSize = 8 << 10
+	// closeWait bounds the close handshake (our close frame out, the
+	// peer's back) before the socket is closed regardless.
+	closeWait = 5 * time.Second
+	// controlWriteWait bounds writing a close frame.
+	controlWriteWait = time.Second
+)
+
+// Write buffers are held only while a message is being written: an idle
+// connection holds none.
+var clientWritePool, serverWritePool sync.Pool
+
+// wsTransport is a Transport over a gorilla/websocket connection. gorilla
+// allows one reader and one writer at a time; WriteControl (pings, close)
+// may run concurrently with both. The locks below enforce the rule for
+// every caller of the Transport.
 type wsTransport struct {
 	c *websocket.Conn
+	// rsem is the read lock (a channel so Close can wait for it with a
+	// timeout); wmu the write lock.
+	rsem chan struct{}
+	wmu  sync.Mutex
 	// bigHint remembers the size of the last large message, so a stream of
 	// 512 KiB chunks reads each chunk straight into a buffer that fits.
 	bigHint int
+	probe   [1]byte
+
+	closeOnce  sync.Once
+	closed     chan struct{} // closed once Close started
+	peerClosed chan struct{} // closed once the peer's close frame was read
+	peerOnce   sync.Once
+
+	pingSeq atomic.Uint64
+	pingMu  sync.Mutex
+	pings   map[uint64]chan struct{}
 }
 
 // NewWebSocketTransport wraps an established connection, applying the
 // 8 MiB message cap. Dial and Accept already call it.
 func NewWebSocketTransport(c *websocket.Conn) Transport {
 	c.SetReadLimit(MaxProtoMessageSize)
-	return &wsTransport{c: c}
+	t := &wsTransport{
+		c:          c,
+		rsem:       make(chan struct{}, 1),
+		closed:     make(chan struct{}),
+		peerClosed: make(chan struct{}),
+	}
+	c.SetPongHandler(t.pong)
+	return t
 }
 
 // firstRead is how much of a message is read before its size is guessed:
 // control messages fit, bulk messages move this prefix once.
 const firstRead = 1024
 
+// onCancel arranges for the socket to be closed if ctx ends while a read
+// or write is in progress: gorilla cannot abandon either half-way.
+func (t *wsTransport) onCancel(ctx context.Context) (stop func() bool) {
+	if ctx.Done() == nil {
+		return func() bool { return true }
+	}
+	return context.AfterFunc(ctx, func() { t.c.NetConn().Close() })
+}
+
 func (t *wsTransport) ReadMessage(ctx context.Context) ([]byte, error) {
+	select {
+	case t.rsem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
+	}
+	defer func() { <-t.rsem }()
+	stop := t.onCancel(ctx)
+	defer stop()
 	for {
-		typ, r, err := t.c.Reader(ctx)
+		typ, r, err := t.c.NextReader()
 		if err != nil {
-			return nil, t.mapErr(err)
+			return nil, t.mapErr(ctx, err)
 		}
-		if typ != websocket.MessageBinary {
-			if err := discard(r); err != nil {
-				return nil, t.mapErr(err)
-			}
+		if typ != websocket.BinaryMessage {
+			// The next NextReader discards the rest of a text message.
 			continue
 		}
 		buf, err := t.readAll(r)
 		if err != nil {
-			return nil, t.mapErr(err)
+			return nil, t.mapErr(ctx, err)
 		}
 		return buf, nil
 	}
 }
 
-// discard consumes a skipped (text) message: the library reads the next
-// header from wherever the previous reader stopped.
-func discard(r io.Reader) error {
-	_, err := io.Copy(io.Discard, r)
-	return err
-}
-
-// ReadMessageInto is ReadMessage reading into buf's backing array (grown
-// if the message does not fit): for a reader whose caller released buf.
-func (t *wsTransport) ReadMessageInto(ctx context.Context, buf []byte) ([]byte, error) {
-	for {
-		typ, r, err := t.c.Reader(ctx)
-		if err != nil {
-			return nil, t.mapErr(err)
-		}
-		if typ != websocket.MessageBinary {
-			if err := discard(r); err != nil {
-				return nil, t.mapErr(err)
-			}
-			continue
-		}
-		buf = buf[:0]
-		for {
-			if len(buf) == cap(buf) {
-				buf = append(buf, 0)[:len(buf)]
-			}
-			n, err := r.Read(buf[len(buf):cap(buf)])
-			buf = buf[:len(buf)+n]
-			if err == io.EOF {
-				return buf, nil
-			}
-			if err != nil {
-				return nil, t.mapErr(err)
-			}
-		}
-	}
-}
-
-// readAll reads one message into a fresh buffer. Small messages land in a
-// 1 KiB buffer; larger ones get a buffer sized from the last large message,
-// so payload bytes are read once into the buffer the decoder slices.
+// readAll reads one message. Small messages land in a fresh 1 KiB buffer;
+// larger ones in a pooled buffer (see getReadBuffer) sized from the last
+// large message, so payload bytes are read once, straight from the socket,
+// into the buffer the decoder slices.
 func (t *wsTransport) readAll(r io.Reader) ([]byte, error) {
 	small := make([]byte, firstRead)
 	n, err := io.ReadFull(r, small)
@@ -98,50 +131,156 @@ func (t *wsTransport) readAll(r io.Reader) ([]byte, error) {
 	case err != nil:
 		return nil, err
 	}
-	size := max(t.bigHint+firstRead, 4*firstRead)
-	buf := make([]byte, firstRead, size)
+	buf := getReadBuffer(max(t.bigHint, 4*firstRead))[:firstRead]
 	copy(buf, small)
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			// Full: either the message ends exactly here or it needs a
+			// larger class.
+			m, err := r.Read(t.probe[:])
+			if m == 0 && err == io.EOF {
+				break
+			}
+			if err != nil && err != io.EOF {
+				putReadBuffer(buf)
+				return nil, err
+			}
+			bigger := getReadBuffer(2 * cap(buf))[:len(buf)]
+			copy(bigger, buf)
+			putReadBuffer(buf)
+			buf = append(bigger, t.probe[:m]...)
+			if err == io.EOF {
+				break
+			}
+			continue
 		}
 		m, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+m]
 		if err == io.EOF {
-			t.bigHint = len(buf)
-			if len(buf) < cap(buf)/4 {
-				// After a much larger message the guess overshot; keep
-				// the oversized buffer from living as long as this one.
-				buf = append([]byte(nil), buf...)
-			}
-			return buf, nil
+			break
 		}
 		if err != nil {
+			putReadBuffer(buf)
 			return nil, err
 		}
 	}
+	t.bigHint = len(buf)
+	if len(buf) < cap(buf)/4 {
+		// After a much larger message the guess overshot; keep the
+		// oversized buffer from living as long as this one.
+		exact := append([]byte(nil), buf...)
+		putReadBuffer(buf)
+		return exact, nil
+	}
+	return buf, nil
 }
 
 func (t *wsTransport) WriteMessage(ctx context.Context, p []byte) error {
-	if err := t.c.Write(ctx, websocket.MessageBinary, p); err != nil {
-		return t.mapErr(err)
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	stop := t.onCancel(ctx)
+	err := t.c.WriteMessage(websocket.BinaryMessage, p)
+	stop()
+	if err != nil {
+		return t.mapErr(ctx, err)
 	}
 	return nil
 }
 
+// Close sends the close frame, waits (at most closeWait) for the peer's,
+// and closes the socket. A reader that is running sees the peer's close
+// frame itself; otherwise Close reads until it arrives.
 func (t *wsTransport) Close(code int, reason string) error {
-	return t.c.Close(websocket.StatusCode(code), clipReason(reason))
+	var err error
+	t.closeOnce.Do(func() {
+		close(t.closed)
+		defer t.c.Close()
+		msg := websocket.FormatCloseMessage(code, clipReason(reason))
+		if err = t.c.WriteControl(websocket.CloseMessage, msg, time.Now().Add(controlWriteWait)); err != nil {
+			if errors.Is(err, websocket.ErrCloseSent) {
+				err = nil // the peer's close was answered already
+			}
+			return
+		}
+		timer := time.NewTimer(closeWait)
+		defer timer.Stop()
+		select {
+		case t.rsem <- struct{}{}:
+			t.c.SetReadDeadline(time.Now().Add(closeWait))
+			for {
+				if _, _, err := t.c.NextReader(); err != nil {
+					break
+				}
+			}
+			<-t.rsem
+		case <-t.peerClosed:
+		case <-timer.C:
+		}
+	})
+	return err
 }
 
-func (t *wsTransport) Ping(ctx context.Context) error { return t.c.Ping(ctx) }
+// Ping sends a ping and waits for its pong: the peer answers only after
+// its reader consumed everything written before the ping.
+func (t *wsTransport) Ping(ctx context.Context) error {
+	seq := t.pingSeq.Add(1)
+	done := make(chan struct{})
+	t.pingMu.Lock()
+	if t.pings == nil {
+		t.pings = make(map[uint64]chan struct{})
+	}
+	t.pings[seq] = done
+	t.pingMu.Unlock()
+	defer func() {
+		t.pingMu.Lock()
+		delete(t.pings, seq)
+		t.pingMu.Unlock()
+	}()
+	var payload [8]byte
+	binary.BigEndian.PutUint64(payload[:], seq)
+	deadline, _ := ctx.Deadline()
+	if err := t.c.WriteControl(websocket.PingMessage, payload[:], deadline); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return t.mapErr(ctx, err)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.closed:
+		return fmt.Errorf("%w: closed while pinging", ErrClosed)
+	}
+}
+
+// pong runs on the reader's goroutine for every pong received.
+func (t *wsTransport) pong(data string) error {
+	if len(data) != 8 {
+		return nil
+	}
+	seq := binary.BigEndian.Uint64([]byte(data))
+	t.pingMu.Lock()
+	if done, ok := t.pings[seq]; ok {
+		close(done)
+		delete(t.pings, seq)
+	}
+	t.pingMu.Unlock()
+	return nil
+}
 
 // mapErr turns library errors into the session's: a close frame becomes a
 // *CloseError; everything else (EOF, a cancelled context, the 8 MiB limit,
 // a reset) wraps ErrClosed and keeps the cause.
-func (t *wsTransport) mapErr(err error) error {
-	var ce websocket.CloseError
+func (t *wsTransport) mapErr(ctx context.Context, err error) error {
+	var ce *websocket.CloseError
 	if errors.As(err, &ce) {
-		return &CloseError{Code: int(ce.Code), Reason: ce.Reason}
+		t.peerOnce.Do(func() { close(t.peerClosed) })
+		return &CloseError{Code: ce.Code, Reason: ce.Text}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w (%w)", ErrClosed, ctx.Err(), err)
 	}
 	return fmt.Errorf("%w: %w", ErrClosed, err)
 }

@@ -186,8 +186,8 @@ func (w *Writer[M]) drain(batch [][]byte) error {
 	}
 }
 
-// write feeds a batch to the transport. coder/websocket flushes each
-// message on its own, so "flush once per batch" is approximated by writing
+// write feeds a batch to the transport. Each message is written (and
+// flushed) on its own, so "flush once per batch" is approximated by writing
 // the batch back to back (see docs/WEBSOCKET.md).
 func (w *Writer[M]) write(batch [][]byte) error {
 	for i, b := range batch {
