@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/crypto/argon2"
 )
@@ -95,24 +94,6 @@ func TestVerify(t *testing.T) {
 				t.Fatalf("Verify = %v, want %v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestVerifyIsFastEnoughForAHandshake(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing test")
-	}
-	phc, err := Hash("token")
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if !Verify(phc, "token") {
-		t.Fatal("Verify failed")
-	}
-	// The budget is 100 ms; allow headroom for a loaded, shared -race run.
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("one Verify took %v", d)
 	}
 }
 

@@ -31,7 +31,7 @@ func TestNonBinaryMessagesSkipped(t *testing.T) {
 	defer c.Close()
 	c.WriteMessage(websocket.TextMessage, []byte("not protocol"))
 	c.WriteControl(websocket.PingMessage, []byte("p"), time.Now().Add(time.Second)) // answered by the accepted end while it reads
-	c.WriteMessage(websocket.PongMessage, nil)                                    // unsolicited pong: ignored
+	c.WriteMessage(websocket.PongMessage, nil)                                      // unsolicited pong: ignored
 	c.WriteMessage(websocket.BinaryMessage, []byte("GRAD"))
 	if m := <-got; string(m) != "GRAD" {
 		t.Fatalf("got %q", m)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
@@ -59,7 +60,7 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := db.sql.PingContext(ctx); err != nil {
+	if err := db.connect(ctx); err != nil {
 		db.sql.Close()
 		return nil, fmt.Errorf("connect to %s database %s: %w", target.engine, target.display, err)
 	}
@@ -69,6 +70,26 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 	}
 	slog.InfoContext(ctx, "database opened", "engine", target.engine, "location", target.display)
 	return db, nil
+}
+
+// connect opens the first connection. SQLite answers SQLITE_BUSY at once,
+// without waiting on busy_timeout, while another process switches a new
+// database to WAL mode; that passes within milliseconds, so retry briefly.
+func (db *DB) connect(ctx context.Context) error {
+	delay := 10 * time.Millisecond
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := db.sql.PingContext(ctx)
+		if err == nil || db.engine != EngineSQLite || !strings.Contains(err.Error(), "SQLITE_BUSY") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 200*time.Millisecond)
+	}
 }
 
 // Engine reports which database engine db uses.

@@ -14,20 +14,28 @@ type Registration struct {
 	WorkerID  string
 	TokenHash string // argon2id PHC string, or hex SHA-256 from older data
 	WorkerSettings
-	CreatedAt time.Time
+	// DialTokenSealed is the token sealed by the server, which presents it
+	// when it dials the worker at URL; nil when it cannot (no URL, or not
+	// sealed yet). Storage never sees the key.
+	DialTokenSealed []byte
+	CreatedAt       time.Time
 }
 
 const registrationColumns = `peer_kind, peer_id, worker_id, token_hash, url,
-	enable_fetch, enable_eval, enable_build, created_at`
+	enable_fetch, enable_eval, enable_build, created_at, dial_token_sealed`
 
 func scanRegistration(row interface{ Scan(...any) error }) (Registration, error) {
 	var r Registration
-	var url sql.NullString
+	var url, sealed sql.NullString
 	var created int64
 	err := row.Scan(&r.Peer.Kind, &r.Peer.ID, &r.WorkerID, &r.TokenHash, &url,
-		&r.EnableFetch, &r.EnableEval, &r.EnableBuild, &created)
+		&r.EnableFetch, &r.EnableEval, &r.EnableBuild, &created, &sealed)
+	if err != nil {
+		return r, err
+	}
 	r.URL = url.String
 	r.CreatedAt = fromMillis(created)
+	r.DialTokenSealed, err = decodeSealed(sealed)
 	return r, err
 }
 
@@ -146,6 +154,7 @@ func registrationsOfWorker(ctx context.Context, q querier, workerID string) ([]R
 }
 
 // UpdateRegistration replaces the URL and job kinds of a registration.
+// Removing the URL drops the sealed dial token: the server no longer dials.
 func (db *DB) UpdateRegistration(ctx context.Context, peer Peer, workerID string, settings WorkerSettings) error {
 	peer, err := canonicalPeer(peer)
 	if err != nil {
@@ -160,15 +169,17 @@ func (db *DB) UpdateRegistration(ctx context.Context, peer Peer, workerID string
 	}
 	res, err := db.sql.ExecContext(ctx,
 		`UPDATE worker_registrations
-		 SET url = $1, enable_fetch = $2, enable_eval = $3, enable_build = $4
+		 SET url = $1, enable_fetch = $2, enable_eval = $3, enable_build = $4,
+		     dial_token_sealed = CASE WHEN $8 THEN dial_token_sealed ELSE NULL END
 		 WHERE peer_kind = $5 AND peer_id = $6 AND worker_id = $7`,
 		settings.nullableURL(), settings.EnableFetch, settings.EnableEval, settings.EnableBuild,
-		peer.Kind, peer.ID, workerID)
+		peer.Kind, peer.ID, workerID, settings.URL != "")
 	return affectedOne(res, err, "registration of worker %s by %s %s", workerID, peer.Kind, peer.ID)
 }
 
 // RotateRegistrationToken replaces a registration's token and returns the
-// new one, shown once. The old token stops working at once.
+// new one, shown once. The old token stops working at once, and its sealed
+// dial copy is dropped until the server seals the new one.
 func (db *DB) RotateRegistrationToken(ctx context.Context, peer Peer, workerID string) (string, error) {
 	peer, err := canonicalPeer(peer)
 	if err != nil {
@@ -183,7 +194,7 @@ func (db *DB) RotateRegistrationToken(ctx context.Context, peer Peer, workerID s
 		return "", err
 	}
 	res, err := db.sql.ExecContext(ctx,
-		`UPDATE worker_registrations SET token_hash = $1
+		`UPDATE worker_registrations SET token_hash = $1, dial_token_sealed = NULL
 		 WHERE peer_kind = $2 AND peer_id = $3 AND worker_id = $4`, hash, peer.Kind, peer.ID, workerID)
 	if err := affectedOne(res, err, "registration of worker %s by %s %s", workerID, peer.Kind, peer.ID); err != nil {
 		return "", err

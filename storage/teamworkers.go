@@ -15,20 +15,26 @@ type TeamWorker struct {
 	TeamID    string
 	TokenHash string // argon2id PHC string
 	WorkerSettings
-	CreatedAt time.Time
+	// DialTokenSealed: see Registration.DialTokenSealed.
+	DialTokenSealed []byte
+	CreatedAt       time.Time
 }
 
 const teamWorkerColumns = `worker_id, team_id, token_hash, url,
-	enable_fetch, enable_eval, enable_build, created_at`
+	enable_fetch, enable_eval, enable_build, created_at, dial_token_sealed`
 
 func scanTeamWorker(row interface{ Scan(...any) error }) (TeamWorker, error) {
 	var w TeamWorker
-	var url sql.NullString
+	var url, sealed sql.NullString
 	var created int64
 	err := row.Scan(&w.WorkerID, &w.TeamID, &w.TokenHash, &url,
-		&w.EnableFetch, &w.EnableEval, &w.EnableBuild, &created)
+		&w.EnableFetch, &w.EnableEval, &w.EnableBuild, &created, &sealed)
+	if err != nil {
+		return w, err
+	}
 	w.URL = url.String
 	w.CreatedAt = fromMillis(created)
+	w.DialTokenSealed, err = decodeSealed(sealed)
 	return w, err
 }
 
@@ -118,6 +124,7 @@ func (db *DB) ListTeamWorkers(ctx context.Context, teamID string) ([]TeamWorker,
 }
 
 // UpdateTeamWorker replaces the URL and job kinds of a team worker.
+// Removing the URL drops the sealed dial token: the server no longer dials.
 func (db *DB) UpdateTeamWorker(ctx context.Context, workerID string, settings WorkerSettings) error {
 	workerID, err := canonicalUUID("worker ID", workerID)
 	if err != nil {
@@ -127,14 +134,17 @@ func (db *DB) UpdateTeamWorker(ctx context.Context, workerID string, settings Wo
 		return err
 	}
 	res, err := db.sql.ExecContext(ctx,
-		`UPDATE team_workers SET url = $1, enable_fetch = $2, enable_eval = $3, enable_build = $4
+		`UPDATE team_workers SET url = $1, enable_fetch = $2, enable_eval = $3, enable_build = $4,
+		     dial_token_sealed = CASE WHEN $6 THEN dial_token_sealed ELSE NULL END
 		 WHERE worker_id = $5`,
-		settings.nullableURL(), settings.EnableFetch, settings.EnableEval, settings.EnableBuild, workerID)
+		settings.nullableURL(), settings.EnableFetch, settings.EnableEval, settings.EnableBuild, workerID,
+		settings.URL != "")
 	return affectedOne(res, err, "team worker %s", workerID)
 }
 
 // RotateTeamWorkerToken replaces a team worker's token and returns the
-// new one, shown once. The old token stops working at once.
+// new one, shown once. The old token stops working at once, and its sealed
+// dial copy is dropped until the server seals the new one.
 func (db *DB) RotateTeamWorkerToken(ctx context.Context, workerID string) (string, error) {
 	workerID, err := canonicalUUID("worker ID", workerID)
 	if err != nil {
@@ -144,7 +154,7 @@ func (db *DB) RotateTeamWorkerToken(ctx context.Context, workerID string) (strin
 	if err != nil {
 		return "", err
 	}
-	res, err := db.sql.ExecContext(ctx, `UPDATE team_workers SET token_hash = $1 WHERE worker_id = $2`, hash, workerID)
+	res, err := db.sql.ExecContext(ctx, `UPDATE team_workers SET token_hash = $1, dial_token_sealed = NULL WHERE worker_id = $2`, hash, workerID)
 	if err := affectedOne(res, err, "team worker %s", workerID); err != nil {
 		return "", err
 	}

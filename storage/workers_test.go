@@ -3,6 +3,7 @@ package storage
 import (
 	"database/sql"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -132,7 +133,7 @@ func TestTeamWorkers(t *testing.T) {
 			t.Fatalf("unknown team: err = %v, want ErrNotFound", err)
 		}
 		got, err := db.TeamWorker(ctx, worker)
-		if err != nil || got != w {
+		if err != nil || !reflect.DeepEqual(got, w) {
 			t.Fatalf("TeamWorker = %+v, %v; want %+v", got, err, w)
 		}
 		settings := WorkerSettings{URL: "wss://builder.example.com/proto", EnableBuild: true}

@@ -1,10 +1,12 @@
-// Command gradient is the Gradient worker tool. For now it carries the
-// protocol debugger (`gradient wire ...`) and a placeholder for the
-// end-to-end demo (`gradient up`).
+// Command gradient is the Gradient operator tool: admin commands that talk
+// to gradient-server's admin API (teams, projects, caches, worker
+// registrations), the protocol debugger (`gradient wire ...`) and a
+// placeholder for the end-to-end demo (`gradient up`).
 package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -18,7 +20,7 @@ import (
 	"gradient.dev/gradient/wire/wirejson"
 )
 
-const usage = `Usage: gradient <command> [arguments]
+const usage = `Usage: gradient [--server URL] [--token TOKEN] <command> [arguments]
 
 Commands:
   up                       run the end-to-end demo (not built yet)
@@ -34,7 +36,8 @@ Commands:
   help                     show this help
 
 --version defaults to the newest supported protocol.
-`
+
+` + adminUsage
 
 // Exit codes: 1 when some input line failed, 2 for a usage error.
 const (
@@ -50,6 +53,15 @@ func main() {
 // run is the whole command, separated from main so tests drive it with
 // buffers.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runWithEnv(args, os.Getenv, stdin, stdout, stderr)
+}
+
+// runWithEnv is run with the environment as a function, so tests of the
+// admin commands control GRADIENT_SERVER and the token variables.
+func runWithEnv(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && strings.HasPrefix(args[0], "-") && !isHelp(args[0]) {
+		return runAdminWithLeadingFlags(args, getenv, stdout, stderr)
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -58,6 +70,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
+	case "team", "project", "cache", "worker", "server":
+		return runAdmin(context.Background(), adminSettings{}, args, getenv, stdout, stderr)
 	case "up":
 		return runUp(args[1:], stdout, stderr)
 	case "wire":
@@ -65,6 +79,30 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "gradient: unknown command %q\n\n%s", args[0], usage)
 	return exitUsage
+}
+
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help"
+}
+
+// runAdminWithLeadingFlags takes admin settings before the command:
+// gradient --server URL team list.
+func runAdminWithLeadingFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	var settings adminSettings
+	fs := newFlagSet("", stderr)
+	settings.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	rest := fs.Args()
+	if len(rest) == 0 || !isAdminGroup(rest[0]) {
+		fmt.Fprintf(stderr, "gradient: --server, --token, --token-file and --json go with an admin command\n\n%s", usage)
+		return exitUsage
+	}
+	return runAdmin(context.Background(), settings, rest, getenv, stdout, stderr)
 }
 
 func runUp(args []string, stdout, stderr io.Writer) int {

@@ -1,0 +1,44 @@
+// Command gradient-server is the long-running Gradient server: workers
+// connect to /proto, operators use the admin API under /api/v1 (through
+// `gradient`), Prometheus scrapes /metrics.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, errUsage):
+		os.Exit(2) // the flag package or parseOptions already said why
+	default:
+		fmt.Fprintf(os.Stderr, "gradient-server: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run parses the configuration and serves until ctx ends; separate from
+// main so tests can drive it with their own environment.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	opts, err := parseOptions(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(opts, stderr)
+	// Packages such as storage log through the default logger.
+	slog.SetDefault(log)
+	return serve(ctx, opts, log, nil)
+}

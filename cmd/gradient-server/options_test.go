@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestDefaults(t *testing.T) {
+	opts, err := parseOptions(nil, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{Listen: "127.0.0.1:3000", Database: "./gradient-data", HeartbeatTimeout: 120 * time.Second,
+		MaxConnections: 256, LogLevel: slog.LevelInfo, LogFormat: "text"}
+	if opts != want {
+		t.Errorf("got %+v, want %+v", opts, want)
+	}
+}
+
+func TestFlagWinsOverEnvironment(t *testing.T) {
+	env := envOf(map[string]string{
+		"GRADIENT_LISTEN": "0.0.0.0:4000", "GRADIENT_DATABASE": "postgres://db/gradient",
+		"GRADIENT_HEARTBEAT_TIMEOUT": "30", "GRADIENT_MAX_CONNECTIONS": "10",
+		"GRADIENT_LOG_LEVEL": "debug", "GRADIENT_LOG_FORMAT": "json", "GRADIENT_ADMIN_TOKEN": "from-env",
+	})
+	opts, err := parseOptions(nil, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
+		HeartbeatTimeout: 30 * time.Second, MaxConnections: 10, LogLevel: slog.LevelDebug, LogFormat: "json"}
+	if opts != want {
+		t.Errorf("environment: got %+v, want %+v", opts, want)
+	}
+	opts, err = parseOptions([]string{"--listen", "127.0.0.1:5000", "--database=/data", "--heartbeat-timeout", "0",
+		"--max-connections", "3", "--log-level", "warn", "--log-format", "text", "--admin-token", "from-flag"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = options{Listen: "127.0.0.1:5000", Database: "/data", AdminToken: "from-flag",
+		HeartbeatTimeout: 0, MaxConnections: 3, LogLevel: slog.LevelWarn, LogFormat: "text"}
+	if opts != want {
+		t.Errorf("flags: got %+v, want %+v", opts, want)
+	}
+}
+
+func TestAdminTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "admin-token")
+	if err := os.WriteFile(file, []byte("  secret-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := parseOptions([]string{"--admin-token-file", file}, envOf(nil), io.Discard)
+	if err != nil || opts.AdminToken != "secret-from-file" {
+		t.Fatalf("flag: %q, %v", opts.AdminToken, err)
+	}
+	opts, err = parseOptions(nil, envOf(map[string]string{"GRADIENT_ADMIN_TOKEN_FILE": file}), io.Discard)
+	if err != nil || opts.AdminToken != "secret-from-file" {
+		t.Fatalf("env: %q, %v", opts.AdminToken, err)
+	}
+	// A flag overrides both environment forms.
+	opts, err = parseOptions([]string{"--admin-token", "flag"}, envOf(map[string]string{"GRADIENT_ADMIN_TOKEN_FILE": file}), io.Discard)
+	if err != nil || opts.AdminToken != "flag" {
+		t.Fatalf("flag over env file: %q, %v", opts.AdminToken, err)
+	}
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--admin-token-file", empty}, nil, "is empty"},
+		{[]string{"--admin-token-file", filepath.Join(dir, "missing")}, nil, "admin token file"},
+		{[]string{"--admin-token", "a", "--admin-token-file", file}, nil, "not both"},
+		{nil, map[string]string{"GRADIENT_ADMIN_TOKEN": "a", "GRADIENT_ADMIN_TOKEN_FILE": file}, "not both"},
+	} {
+		var stderr bytes.Buffer
+		_, err := parseOptions(c.args, envOf(c.env), &stderr)
+		if !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v %v: %v, stderr %q", c.args, c.env, err, stderr.String())
+		}
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--heartbeat-timeout", "soon"}, nil, "heartbeat-timeout"},
+		{nil, map[string]string{"GRADIENT_HEARTBEAT_TIMEOUT": "-5s"}, "heartbeat-timeout"},
+		{[]string{"--max-connections", "0"}, nil, "max-connections"},
+		{nil, map[string]string{"GRADIENT_LOG_LEVEL": "loud"}, "log-level"},
+		{[]string{"--log-format", "xml"}, nil, "log-format"},
+		{[]string{"--no-such-flag"}, nil, "not defined"},
+		{[]string{"extra"}, nil, "unexpected argument"},
+	} {
+		var stderr bytes.Buffer
+		_, err := parseOptions(c.args, envOf(c.env), &stderr)
+		if !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v %v: %v, stderr %q", c.args, c.env, err, stderr.String())
+		}
+	}
+}
+
+func TestHelpNamesEveryEnvironmentVariable(t *testing.T) {
+	var stderr bytes.Buffer
+	_, err := parseOptions([]string{"-h"}, envOf(map[string]string{"GRADIENT_ADMIN_TOKEN": "do-not-print"}), &stderr)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, s := range allSettings {
+		if !strings.Contains(stderr.String(), "--"+s.flag+" (env "+s.env+")") {
+			t.Errorf("help lacks --%s / %s:\n%s", s.flag, s.env, stderr.String())
+		}
+	}
+	if strings.Contains(stderr.String(), "do-not-print") {
+		t.Error("help shows the admin token from the environment")
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/storage"
+)
+
+// HTTP timeouts. There is no write or read timeout: /proto sessions are
+// long-lived WebSockets with their own heartbeat.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+	// shutdownTimeout bounds the wait for in-flight admin and metrics
+	// requests after the worker sessions were closed.
+	shutdownTimeout = 10 * time.Second
+)
+
+// serve opens the database, runs the server until ctx ends, then stops:
+// every worker session at once (Server.Close), then the HTTP server.
+// ready, when set, learns the bound address (tests listen on port 0).
+func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.Addr)) error {
+	adminHash := ""
+	if opts.AdminToken != "" {
+		var err error
+		if adminHash, err = secret.Hash(opts.AdminToken); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("no admin token configured: the admin API answers 503 (set --admin-token-file or GRADIENT_ADMIN_TOKEN_FILE)")
+	}
+	opts.AdminToken = "" // only the hash lives on
+
+	var dialKey *sealbox.Box
+	if opts.DialKeyFile != "" {
+		var err error
+		if dialKey, err = sealbox.OpenKeyFile(opts.DialKeyFile); err != nil {
+			return fmt.Errorf("dial key: %w", err)
+		}
+	}
+
+	db, err := storage.Open(ctx, opts.Database)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	heartbeat := opts.HeartbeatTimeout
+	if heartbeat == 0 {
+		heartbeat = -1 // server.Config: negative disables, zero means the default
+	}
+	srv := server.New(db, server.Config{
+		HeartbeatTimeout: heartbeat,
+		MaxConnections:   opts.MaxConnections,
+		AdminTokenHash:   adminHash,
+		DialKey:          dialKey,
+		Logger:           log,
+	})
+
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
+	}
+	httpServer := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- httpServer.Serve(ln) }()
+	log.Info("gradient-server listening", "address", ln.Addr().String(),
+		"heartbeat_timeout", opts.HeartbeatTimeout, "max_connections", opts.MaxConnections,
+		"admin_api", adminHash != "", "dials_workers", dialKey != nil)
+	if ready != nil {
+		ready(ln.Addr())
+	}
+
+	select {
+	case err := <-served:
+		srv.Close()
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("stopping: closing every worker session")
+	// Sessions first: Shutdown does not track hijacked WebSocket
+	// connections, and closing them at once is the spec's Server Stop.
+	srv.Close()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := httpServer.Shutdown(shutdownCtx); err != nil {
+		log.Warn("http shutdown did not finish cleanly", "error", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

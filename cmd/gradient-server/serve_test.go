@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/sealbox"
+)
+
+// syncBuffer collects the server's log from its goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A real start on a free port: health, metrics and the admin API answer,
+// and cancelling the context stops the server cleanly.
+func TestServeStartsAndStops(t *testing.T) {
+	const adminToken = "serve-test-admin-token"
+	keyFile := filepath.Join(t.TempDir(), "dial.key")
+	if err := os.WriteFile(keyFile, []byte(sealbox.EncodeKey(sealbox.NewKey())+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := parseOptions([]string{"--listen", "127.0.0.1:0", "--database", t.TempDir(), "--log-format", "json"},
+		envOf(map[string]string{"GRADIENT_ADMIN_TOKEN": adminToken, "GRADIENT_DIAL_KEY_FILE": keyFile}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, opts, newLogger(opts, logs), func(a net.Addr) { addrs <- a }) }()
+	var base string
+	select {
+	case a := <-addrs:
+		base = "http://" + a.String()
+	case err := <-done:
+		t.Fatalf("serve ended before listening: %v\n%s", err, logs.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start")
+	}
+
+	get := func(path, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/healthz", ""); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	if code, body := get("/metrics", ""); code != 200 || !strings.Contains(body, "gradient_server_accepting_connections 1") {
+		t.Errorf("/metrics: %d %q", code, body)
+	}
+	if code, body := get("/api/v1/server", adminToken); code != 200 || !strings.Contains(body, `"accepting": true`) {
+		t.Errorf("admin API with the token: %d %q", code, body)
+	}
+	if code, _ := get("/api/v1/server", "wrong"); code != 401 {
+		t.Errorf("admin API with a wrong token: %d", code)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Error("still serving after stop")
+	}
+	out := logs.String()
+	if strings.Contains(out, adminToken) {
+		t.Error("the admin token appears in the log")
+	}
+	var sawListening, sawStopped bool
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		sawListening = sawListening || rec["msg"] == "gradient-server listening" && rec["dials_workers"] == true
+		sawStopped = sawStopped || rec["msg"] == "stopped"
+	}
+	if !sawListening || !sawStopped {
+		t.Errorf("log lacks start or stop:\n%s", out)
+	}
+}
+
+func TestServeWithoutAdminTokenDisablesTheAPI(t *testing.T) {
+	opts, err := parseOptions([]string{"--listen", "127.0.0.1:0", "--database", t.TempDir()}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, opts, slog.New(slog.NewTextHandler(logs, nil)), func(a net.Addr) { addrs <- a })
+	}()
+	a := <-addrs
+	resp, err := http.Get("http://" + a.String() + "/api/v1/teams")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("admin API without a token: %d", resp.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "no admin token configured") {
+		t.Errorf("no warning about the disabled admin API:\n%s", logs.String())
+	}
+}
+
+func TestServeRefusesABadDialKey(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "dial.key")
+	os.WriteFile(bad, []byte("too short"), 0o600)
+	opts, err := parseOptions([]string{"--database", t.TempDir(), "--dial-key-file", bad}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = serve(t.Context(), opts, slog.New(slog.DiscardHandler), nil)
+	if err == nil || !strings.Contains(err.Error(), "dial key") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// run reports a bad database location instead of serving.
+func TestRunFailsOnBadDatabase(t *testing.T) {
+	err := run(t.Context(), []string{"--listen", "127.0.0.1:0", "--database", "mysql://nope"}, envOf(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "unsupported database URL scheme") {
+		t.Fatalf("got %v", err)
+	}
+}

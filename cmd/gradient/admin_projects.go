@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+func projectCreate(c *adminCmd, args []string) int {
+	fs := c.flags()
+	repository := fs.String("repository", "", "flake repository URL (required)")
+	branch := fs.String("branch", "main", "branch to evaluate and build")
+	pos, code, ok := c.parse(fs, args, "TEAM/NAME")
+	if !ok {
+		return code
+	}
+	team, name, found := strings.Cut(pos[0], "/")
+	if !found || team == "" || name == "" {
+		fmt.Fprintf(c.stderr, "gradient %s: %q: want TEAM/NAME\n", c.name, pos[0])
+		return exitUsage
+	}
+	if *repository == "" {
+		fmt.Fprintf(c.stderr, "gradient %s: --repository is required\n", c.name)
+		return exitUsage
+	}
+	var p projectInfo
+	raw, ok := c.call("POST", "/api/v1/projects",
+		map[string]any{"team": team, "name": name, "repository": *repository, "branch": *branch}, &p)
+	if !ok {
+		return exitFail
+	}
+	if c.settings.json {
+		return c.printJSON(raw)
+	}
+	fmt.Fprintf(c.stdout, "Created project %s (%s)\n", p.fullName(), p.ID)
+	fmt.Fprintf(c.stdout, "Next: subscribe it to a cache (gradient project subscribe %s CACHE); workers refuse projects without one.\n", p.fullName())
+	return exitOK
+}
+
+func projectList(c *adminCmd, args []string) int {
+	fs := c.flags()
+	team := fs.String("team", "", "only this team's projects")
+	if _, code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	path := "/api/v1/projects"
+	if *team != "" {
+		path += "?team=" + url.QueryEscape(*team)
+	}
+	var projects []projectInfo
+	raw, ok := c.call("GET", path, nil, &projects)
+	if !ok {
+		return exitFail
+	}
+	if c.settings.json {
+		return c.printJSON(raw)
+	}
+	rows := make([][]string, 0, len(projects))
+	for _, p := range projects {
+		rows = append(rows, []string{p.fullName(), p.Repository, p.Branch, p.ID})
+	}
+	table(c.stdout, []string{"PROJECT", "REPOSITORY", "BRANCH", "ID"}, rows)
+	return exitOK
+}
+
+func projectShow(c *adminCmd, args []string) int {
+	pos, code, ok := c.parse(c.flags(), args, "PROJECT")
+	if !ok {
+		return code
+	}
+	var p projectInfo
+	raw, ok := c.call("GET", "/api/v1/projects/"+seg(pos[0]), nil, &p)
+	if !ok {
+		return exitFail
+	}
+	if c.settings.json {
+		return c.printJSON(raw)
+	}
+	fields(c.stdout,
+		"project", p.fullName(),
+		"id", p.ID,
+		"repository", p.Repository,
+		"branch", p.Branch,
+		"caches", listOrDash(p.Caches),
+		"granted teams", listOrDash(p.GrantedTeams),
+		"created", when(p.CreatedAt))
+	return exitOK
+}
+
+func projectDelete(c *adminCmd, args []string) int {
+	pos, code, ok := c.parse(c.flags(), args, "PROJECT")
+	if !ok {
+		return code
+	}
+	if _, ok := c.call("DELETE", "/api/v1/projects/"+seg(pos[0]), nil, nil); !ok {
+		return exitFail
+	}
+	return c.done("Deleted project " + pos[0])
+}
+
+func projectSubscribe(c *adminCmd, args []string) int {
+	pos, code, ok := c.parse(c.flags(), args, "PROJECT", "CACHE")
+	if !ok {
+		return code
+	}
+	var res linkInfo
+	raw, ok := c.call("PUT", "/api/v1/projects/"+seg(pos[0])+"/caches/"+seg(pos[1]), nil, &res)
+	if !ok {
+		return exitFail
+	}
+	if c.settings.json {
+		return c.printJSON(raw)
+	}
+	if !res.Added {
+		fmt.Fprintf(c.stdout, "Project %s already subscribes to cache %s\n", pos[0], pos[1])
+		return exitOK
+	}
+	fmt.Fprintf(c.stdout, "Project %s subscribes to cache %s (%d live session(s) reauthorized)\n",
+		pos[0], pos[1], res.ReauthorizedSessions)
+	return exitOK
+}
+
+func projectUnsubscribe(c *adminCmd, args []string) int {
+	pos, code, ok := c.parse(c.flags(), args, "PROJECT", "CACHE")
+	if !ok {
+		return code
+	}
+	if _, ok := c.call("DELETE", "/api/v1/projects/"+seg(pos[0])+"/caches/"+seg(pos[1]), nil, nil); !ok {
+		return exitFail
+	}
+	return c.done(fmt.Sprintf("Project %s no longer subscribes to cache %s", pos[0], pos[1]))
+}

@@ -1,0 +1,262 @@
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"gradient.dev/gradient/storage"
+)
+
+func (a *adminAPI) createProject(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Team       string `json:"team"`
+		Name       string `json:"name"`
+		Repository string `json:"repository"`
+		Branch     string `json:"branch"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if in.Team == "" {
+		a.fail(w, r, invalidf("team is empty: name the team that owns the project"))
+		return
+	}
+	if in.Branch == "" {
+		in.Branch = "main"
+	}
+	t, err := a.team(r.Context(), in.Team)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	p, err := a.s.db.CreateProject(r.Context(), storage.NewProject{
+		TeamID: t.ID, Name: in.Name, Repository: in.Repository, Branch: in.Branch,
+	})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.s.log.Info("admin: project created", "project", t.Name+"/"+p.Name, "project_id", p.ID)
+	writeJSON(w, http.StatusCreated, viewProject(p, t.Name))
+}
+
+func (a *adminAPI) listProjects(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	names, err := a.teamNames(ctx)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var projects []storage.Project
+	if ref := r.URL.Query().Get("team"); ref != "" {
+		t, err := a.team(ctx, ref)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		projects, err = a.s.db.ListTeamProjects(ctx, t.ID)
+	} else {
+		projects, err = a.s.db.ListProjects(ctx)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	views := make([]projectView, 0, len(projects))
+	for _, p := range projects {
+		views = append(views, viewProject(p, names[p.TeamID]))
+	}
+	writeJSON(w, http.StatusOK, views)
+}
+
+func (a *adminAPI) showProject(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	names, err := a.teamNames(ctx)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	caches, err := a.s.db.ProjectCaches(ctx, p.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	granted, err := a.s.db.ProjectGrantedTeams(ctx, p.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	v := viewProject(p, names[p.TeamID])
+	for _, c := range caches {
+		v.Caches = append(v.Caches, c.Name)
+	}
+	for _, t := range granted {
+		v.GrantedTeams = append(v.GrantedTeams, t.Name)
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (a *adminAPI) deleteProject(w http.ResponseWriter, r *http.Request) {
+	p, err := a.project(r.Context(), r.PathValue("project"))
+	if err == nil {
+		err = a.s.db.DeleteProject(r.Context(), p.ID)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.s.log.Info("admin: project deleted", "project_id", p.ID, "name", p.Name)
+	a.s.RefreshDials() // its registrations went with it
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// linkResult answers subscribe and grant: whether the link is new, and
+// how many live sessions were challenged again because of it.
+type linkResult struct {
+	Added                bool `json:"added"`
+	ReauthorizedSessions int  `json:"reauthorized_sessions"`
+}
+
+func (a *adminAPI) subscribe(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	c, err := a.cache(ctx, r.PathValue("cache"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	added, err := a.s.db.SubscribeProject(ctx, p.ID, c.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	res := linkResult{Added: added}
+	if added {
+		a.s.log.Info("admin: project subscribed", "project_id", p.ID, "cache", c.Name)
+		// connection.txt: a project subscribing to a cache reauths the
+		// project's workers, whose project failed for lack of a cache.
+		res.ReauthorizedSessions = a.reauth(ctx, "project", p.ID, a.s.ReauthProject)
+	}
+	writeJSON(w, linkStatus(added), res)
+}
+
+func (a *adminAPI) unsubscribe(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	c, err := a.cache(ctx, r.PathValue("cache"))
+	if err == nil {
+		err = a.s.db.UnsubscribeProject(ctx, p.ID, c.ID)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.s.log.Info("admin: project unsubscribed", "project_id", p.ID, "cache", c.Name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *adminAPI) grant(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	t, err := a.team(ctx, r.PathValue("team"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	added, err := a.s.db.GrantTeam(ctx, p.ID, t.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	res := linkResult{Added: added}
+	if added {
+		a.s.log.Info("admin: team granted", "project_id", p.ID, "team", t.Name)
+		// Live team workers join the project without reconnecting.
+		res.ReauthorizedSessions = a.reauth(ctx, "team", t.ID, a.s.ReauthTeam)
+	}
+	writeJSON(w, linkStatus(added), res)
+}
+
+func (a *adminAPI) revoke(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	t, err := a.team(ctx, r.PathValue("team"))
+	if err == nil {
+		err = a.s.db.RevokeTeam(ctx, p.ID, t.ID)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.s.log.Info("admin: team grant revoked", "project_id", p.ID, "team", t.Name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *adminAPI) projectWorkers(w http.ResponseWriter, r *http.Request) {
+	p, err := a.project(r.Context(), r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	workers, err := a.s.ProjectWorkers(r.Context(), p.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, listOf(workers))
+}
+
+// reauth runs a reauth after a change that is already committed: a
+// failure is logged, not returned, because the change itself stands and
+// the workers pick it up on their next connect.
+func (a *adminAPI) reauth(ctx context.Context, what, id string, fn func(context.Context, string) (int, error)) int {
+	n, err := fn(ctx, id)
+	if err != nil {
+		a.s.log.Warn("admin: reauth after change failed", what, id, "error", err)
+	}
+	return n
+}
+
+// linkStatus is 201 for a new subscription or grant, 200 for one that
+// already existed (PUT is idempotent).
+func linkStatus(added bool) int {
+	if added {
+		return http.StatusCreated
+	}
+	return http.StatusOK
+}
+
+// teamNames maps team IDs to names, for showing projects as TEAM/PROJECT.
+func (a *adminAPI) teamNames(ctx context.Context) (map[string]string, error) {
+	teams, err := a.s.db.ListTeams(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]string, len(teams))
+	for _, t := range teams {
+		names[t.ID] = t.Name
+	}
+	return names, nil
+}

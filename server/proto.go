@@ -1,0 +1,230 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/wire"
+)
+
+// serveProto upgrades /proto and runs one worker session: version
+// agreement, the authority handshake, then the dispatch loop.
+func (s *Server) serveProto(w http.ResponseWriter, r *http.Request) {
+	// The connection limiter refuses instead of queueing (SESSION.md §9).
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		s.metrics.refused.Inc("connection limit")
+		http.Error(w, "too many connections", http.StatusServiceUnavailable)
+		return
+	}
+	defer func() { <-s.slots }()
+	t, err := session.Accept(w, r)
+	if err != nil {
+		s.log.Warn("websocket upgrade failed", "remote", r.RemoteAddr, "error", err)
+		return
+	}
+	s.wg.Add(1)
+	defer s.wg.Done()
+	defer t.Close(session.CloseNormal, "")
+	s.runWorkerSession(t, r.RemoteAddr)
+}
+
+func (s *Server) runWorkerSession(t session.Transport, remote string) {
+	ctx := s.ctx
+	log := s.log.With("remote", remote)
+	conn := &workerConn{connectedAt: time.Now()}
+	auth := &connAuthority{s: s, conn: conn}
+	c := session.NewConn(t, session.ConnOptions{Logger: log})
+	est, err := session.RunAuthority(ctx, c, session.AuthorityConfig{Policy: auth, Timeout: s.cfg.HandshakeTimeout})
+	if err != nil {
+		if auth.reserved {
+			s.live.release(conn)
+		}
+		s.handshakeFailed(log, c, auth, err)
+		return
+	}
+	auth.established = true
+	s.serveSession(log, conn, c, est, session.NewWorkerDialedAuth(est, auth))
+}
+
+// serveSession runs an established session, worker- or server-dialed,
+// until it ends: the dispatch loop, then the worker ID is freed and why
+// the session ended is kept as the worker's offline reason.
+func (s *Server) serveSession(log *slog.Logger, conn *workerConn, c *session.Conn, est *session.Established, reauth *session.ServerAuth) {
+	ctx := s.ctx
+	workerID := est.WorkerID
+	log = log.With("worker", workerID)
+	sess := session.SplitServer(c, est, session.Options{HeartbeatTimeout: s.cfg.HeartbeatTimeout, Logger: log})
+	conn.mu.Lock()
+	conn.sess = sess
+	conn.reauth = reauth
+	conn.capabilities = est.Capabilities
+	pending := conn.reauthPending
+	conn.reauthPending = false
+	conn.mu.Unlock()
+	s.metrics.handshakes.Inc("accepted")
+	log.Info("worker connected", "version", est.Version, "authorized", est.AuthorizedPeers,
+		"failed", len(est.FailedPeers), "capabilities", capabilityNames(est.Capabilities))
+	if pending {
+		s.Reauth(workerID)
+	}
+
+	reason := s.dispatch(ctx, log, conn, sess, reauth)
+	sess.Close(session.CloseNormal, reason)
+	<-sess.Done()
+	if r := sess.Reason(); r != "" {
+		reason = r
+	}
+	// The reason first, so whoever sees the worker gone also sees why.
+	s.offline.set(workerID, reason)
+	s.live.release(conn)
+	log.Info("worker disconnected", "reason", reason, "connected_for", time.Since(conn.connectedAt).Round(time.Millisecond))
+}
+
+// handshakeFailed logs a failed handshake and keeps it as the offline
+// reason of a registered worker ID.
+func (s *Server) handshakeFailed(log *slog.Logger, c *session.Conn, auth *connAuthority, err error) {
+	if refusal := c.Refusal(); refusal != "" {
+		s.metrics.handshakes.Inc("version refused")
+		return // the session layer logged the refusal at warn
+	}
+	var he *handshake.Error
+	workerID := ""
+	if errors.As(err, &he) {
+		workerID = he.WorkerID
+		if he.Code != 0 {
+			s.metrics.handshakes.Inc("rejected")
+		} else {
+			s.metrics.handshakes.Inc("aborted")
+		}
+	}
+	log.Warn("worker handshake failed", "worker", workerID, "error", err)
+	if auth.known && workerID != "" {
+		s.offline.set(workerID, err.Error())
+	}
+}
+
+// dispatch handles the messages of an established session until it ends,
+// and says why it ended.
+func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerConn, sess *session.ServerSession, reauth *session.ServerAuth) string {
+	for {
+		m, err := sess.Recv(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "server stopping"
+			}
+			return "connection lost: " + err.Error()
+		}
+		s.metrics.messages.Inc(m.WireName())
+		handled, err := session.ServeAuth(ctx, sess, reauth, m)
+		if err != nil {
+			log.Warn("reauth failed", "error", err)
+			if errors.Is(err, session.ErrNoChallenge) {
+				sess.Send(&wire.ServerError{Code: 400, Message: "unexpected AuthResponse"})
+				return "protocol error: AuthResponse without AuthChallenge"
+			}
+			continue
+		}
+		if handled {
+			continue
+		}
+		switch m := m.(type) {
+		case *wire.InitConnection:
+			sess.Send(&wire.ServerError{Code: 400, Message: "unexpected InitConnection"})
+			return "protocol error: InitConnection after the handshake"
+		case *wire.ClientReject:
+			return "worker rejected the session: " + m.Reason
+		case *wire.WorkerCapabilities:
+			conn.mu.Lock()
+			conn.workerCaps = m
+			conn.mu.Unlock()
+		case *wire.ClientDraining:
+			conn.mu.Lock()
+			conn.draining = true
+			conn.mu.Unlock()
+			log.Info("worker is draining: no more assignments")
+		case *wire.RequestJobList:
+			// The job queue arrives with the job loop; until then the list
+			// is one final, empty page.
+			sess.Send(&wire.JobListChunk{IsFinal: true})
+		case *wire.WorkerMetrics, *wire.RequestJob, *wire.RequestJobChunk:
+			// Liveness only, for now: any message resets the heartbeat.
+		default:
+			log.Debug("ignoring message", "message", m.WireName())
+		}
+	}
+}
+
+// Reauth runs a server-side reauth of a live session, after a peer
+// registered the worker or a project changed what it grants. A
+// worker-dialed session is challenged; a server-dialed one gets an
+// AuthUpdate at once, and is closed when a new registration appeared, so
+// the next dial presents its token. It reports whether a session was
+// reauthorized.
+func (s *Server) Reauth(workerID string) bool {
+	conn := s.live.get(workerID)
+	if conn == nil {
+		return false
+	}
+	conn.mu.Lock()
+	sess, reauth := conn.sess, conn.reauth
+	if sess == nil {
+		// Admitted, with the InitAck on its way: reauth once the session
+		// is up, so a registration made meanwhile is not missed.
+		conn.reauthPending = true
+	}
+	conn.mu.Unlock()
+	if sess == nil {
+		return true
+	}
+	if conn.dialURL != "" {
+		return s.reauthDialed(workerID, sess, reauth)
+	}
+	ch, err := reauth.Challenge(s.ctx)
+	if err != nil {
+		s.log.Warn("reauth challenge failed", "worker", workerID, "error", err)
+		return false
+	}
+	if err := sess.Send(ch); err != nil {
+		return false
+	}
+	s.log.Info("reauthorizing worker", "worker", workerID, "peers", len(ch.Peers))
+	return true
+}
+
+// reauthDialed answers a server-dialed session as if it had asked for a
+// reauth (SESSION.md §5: never an AuthChallenge).
+func (s *Server) reauthDialed(workerID string, sess *session.ServerSession, reauth *session.ServerAuth) bool {
+	update, closeAfter, err := reauth.OnReauthRequest(s.ctx)
+	if err != nil {
+		s.log.Warn("reauth failed", "worker", workerID, "error", err)
+		return false
+	}
+	if err := sess.Send(update); err != nil {
+		return false
+	}
+	s.log.Info("reauthorized dialed worker", "worker", workerID, "redial", closeAfter)
+	if closeAfter {
+		sess.Close(session.CloseNormal, "new registration: reconnect")
+	}
+	return true
+}
+
+func capabilityNames(c wire.GradientCapabilities) []string {
+	var out []string
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{c.Core, "core"}, {c.Federate, "federate"}, {c.Fetch, "fetch"}, {c.Eval, "eval"}, {c.Build, "build"}, {c.Cache, "cache"}} {
+		if f.on {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,413 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/storagetest"
+	"gradient.dev/gradient/wire"
+)
+
+func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
+
+// lockedBuffer collects log output from many goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// testEnv is a real server on loopback over a real database, with one team,
+// one project subscribed to one cache, and a second project without a cache.
+type testEnv struct {
+	t        *testing.T
+	db       *storage.DB
+	srv      *Server
+	url      string
+	logs     *lockedBuffer
+	team     storage.Team
+	project  storage.Project
+	bare     storage.Project // no cache subscription
+	cache    storage.Cache
+	tokensMu sync.Mutex
+	tokens   []string // every token handed out, to search the logs for
+}
+
+func newEnv(t *testing.T, db *storage.DB, cfg Config) *testEnv {
+	t.Helper()
+	ctx := t.Context()
+	logs := &lockedBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = 5 * time.Second
+	}
+	srv := New(db, cfg)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	e := &testEnv{t: t, db: db, srv: srv, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto", logs: logs}
+	var err error
+	if e.team, err = db.CreateTeam(ctx, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if e.project, err = db.CreateProject(ctx, storage.NewProject{TeamID: e.team.ID, Name: "web", Repository: "https://example.invalid/web.git", Branch: "main"}); err != nil {
+		t.Fatal(err)
+	}
+	if e.bare, err = db.CreateProject(ctx, storage.NewProject{TeamID: e.team.ID, Name: "bare", Repository: "https://example.invalid/bare.git", Branch: "main"}); err != nil {
+		t.Fatal(err)
+	}
+	if e.cache, err = db.CreateCache(ctx, storage.NewCache{Name: "main"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = db.SubscribeProject(ctx, e.project.ID, e.cache.ID); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *testEnv) register(kind storage.PeerKind, peerID, workerID string) string {
+	e.t.Helper()
+	_, token, err := e.db.CreateRegistration(e.t.Context(), storage.Peer{Kind: kind, ID: peerID}, workerID, storage.DefaultWorkerSettings())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.remember(token)
+	return token
+}
+
+func (e *testEnv) remember(token string) {
+	e.tokensMu.Lock()
+	e.tokens = append(e.tokens, token)
+	e.tokensMu.Unlock()
+}
+
+// testWorker is a worker built from the session layer, dialing the server.
+type testWorker struct {
+	id     string
+	est    *session.Established
+	sess   *session.WorkerSession
+	auth   *session.WorkerAuth
+	tokens map[string]string
+}
+
+var workerCaps = wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}
+
+func (e *testEnv) connect(workerID string, tokens map[string]string) (*testWorker, error) {
+	ctx, cancel := context.WithTimeout(e.t.Context(), 10*time.Second)
+	defer cancel()
+	tr, err := session.Dial(ctx, e.url, session.DialOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	c := session.NewConn(tr, session.ConnOptions{Logger: slog.New(slog.DiscardHandler)})
+	est, err := session.RunPeer(ctx, c, session.PeerConfig{WorkerID: workerID, Capabilities: workerCaps, Tokens: tokens})
+	if err != nil {
+		tr.Close(session.CloseNormal, "")
+		return nil, err
+	}
+	w := &testWorker{id: workerID, est: est, tokens: tokens}
+	w.sess = session.SplitWorker(c, est, session.Options{Logger: slog.New(slog.DiscardHandler)})
+	w.auth = session.NewWorkerAuth(est, tokens)
+	e.t.Cleanup(func() { w.sess.Close(session.CloseNormal, "test over") })
+	return w, nil
+}
+
+func (e *testEnv) mustConnect(workerID string, tokens map[string]string) *testWorker {
+	e.t.Helper()
+	w, err := e.connect(workerID, tokens)
+	if err != nil {
+		e.t.Fatalf("worker %s: %v", workerID, err)
+	}
+	return w
+}
+
+// expectReject connects and requires a Reject with code and reason.
+func (e *testEnv) expectReject(workerID string, tokens map[string]string, code uint16, reason string) {
+	e.t.Helper()
+	_, err := e.connect(workerID, tokens)
+	var he *handshake.Error
+	if !errors.As(err, &he) || !he.Remote || he.Code != code || he.Reason != reason {
+		e.t.Fatalf("worker %s: got %v, want Reject %d %q", workerID, err, code, reason)
+	}
+}
+
+// recv reads the next message that is not an auth message handled by the
+// worker's auth state.
+func (w *testWorker) recv(t *testing.T) wire.ServerMessage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	m, err := w.sess.Recv(ctx)
+	if err != nil {
+		t.Fatalf("worker %s: recv: %v", w.id, err)
+	}
+	return m
+}
+
+func newWorkerID(t *testing.T) string {
+	t.Helper()
+	return storage.NewID()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestWorkerConnects(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newEnv(t, db, Config{})
+		id := newWorkerID(t)
+		token := e.register(storage.PeerProject, e.project.ID, id)
+		w := e.mustConnect(id, map[string]string{e.project.ID: token})
+
+		if !slices.Equal(w.est.AuthorizedPeers, []string{e.project.ID}) || len(w.est.FailedPeers) != 0 {
+			t.Fatalf("InitAck authorized %v failed %v", w.est.AuthorizedPeers, w.est.FailedPeers)
+		}
+		caps := w.est.Capabilities
+		if !caps.Core || !caps.Cache || !caps.Build || !caps.Eval || !caps.Fetch || caps.Federate {
+			t.Errorf("negotiated %+v", caps)
+		}
+		st := e.srv.WorkerStatus(id)
+		if !st.Live || !slices.Equal(st.Projects, []string{e.project.ID}) {
+			t.Errorf("status %+v", st)
+		}
+		// Live only for the project it authenticated for.
+		list, err := e.srv.ProjectWorkers(t.Context(), e.project.ID)
+		if err != nil || len(list) != 1 || !list[0].Live {
+			t.Fatalf("project workers %+v %v", list, err)
+		}
+		// An empty job list is one final page.
+		if err := w.sess.Send(&wire.RequestJobList{}); err != nil {
+			t.Fatal(err)
+		}
+		if page, ok := w.recv(t).(*wire.JobListChunk); !ok || !page.IsFinal {
+			t.Fatalf("got %#v", page)
+		}
+	})
+}
+
+func TestRejections(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		ctx := t.Context()
+		e := newEnv(t, db, Config{})
+
+		unknown := newWorkerID(t)
+		e.expectReject(unknown, nil, 403, "unknown worker")
+		if _, ok := e.srv.offline.get(unknown); ok {
+			t.Error("a failure of an unregistered worker ID was kept")
+		}
+
+		wrong := newWorkerID(t)
+		e.register(storage.PeerProject, e.project.ID, wrong)
+		e.expectReject(wrong, map[string]string{e.project.ID: "not-the-token"}, 401, "no valid peer tokens provided")
+		// The server keeps the reason right after sending the Reject.
+		waitFor(t, "the offline reason", func() bool {
+			return strings.Contains(e.srv.WorkerStatus(wrong).OfflineReason, "no valid peer tokens provided")
+		})
+
+		noCache := newWorkerID(t)
+		tok := e.register(storage.PeerProject, e.bare.ID, noCache)
+		e.expectReject(noCache, map[string]string{e.bare.ID: tok}, 495, "project has no cache subscribed")
+
+		off := newWorkerID(t)
+		tok = e.register(storage.PeerProject, e.project.ID, off)
+		if err := db.DeactivateWorker(ctx, off); err != nil {
+			t.Fatal(err)
+		}
+		e.expectReject(off, map[string]string{e.project.ID: tok}, 403, "worker is deactivated")
+
+		teamWorker := newWorkerID(t)
+		other, err := db.CreateTeam(ctx, "nobody-grants")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, tok, err = db.CreateTeamWorker(ctx, other.ID, teamWorker, storage.DefaultWorkerSettings())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.remember(tok)
+		e.expectReject(teamWorker, map[string]string{other.ID: tok}, 403, "no project grants this team's workers")
+
+		dup := newWorkerID(t)
+		tok = e.register(storage.PeerProject, e.project.ID, dup)
+		e.mustConnect(dup, map[string]string{e.project.ID: tok})
+		e.expectReject(dup, map[string]string{e.project.ID: tok}, 496, "worker already connected")
+		if !e.srv.WorkerStatus(dup).Live {
+			t.Error("the first session did not survive the second connection")
+		}
+
+		e.srv.SetAccepting(false)
+		later := newWorkerID(t)
+		tok = e.register(storage.PeerProject, e.project.ID, later)
+		e.expectReject(later, map[string]string{e.project.ID: tok}, 403, "server is not accepting connections")
+		e.srv.SetAccepting(true)
+		e.mustConnect(later, map[string]string{e.project.ID: tok})
+
+		e.assertNoTokenLogged()
+	})
+}
+
+func TestPartialFailureKeepsSession(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newEnv(t, db, Config{})
+		id := newWorkerID(t)
+		good := e.register(storage.PeerProject, e.project.ID, id)
+		e.register(storage.PeerProject, e.bare.ID, id)
+		w := e.mustConnect(id, map[string]string{e.project.ID: good, e.bare.ID: "wrong"})
+		if !slices.Equal(w.est.AuthorizedPeers, []string{e.project.ID}) ||
+			!slices.Equal(w.est.FailedPeers, []wire.FailedPeer{{PeerID: e.bare.ID, Reason: "invalid token"}}) {
+			t.Fatalf("authorized %v failed %v", w.est.AuthorizedPeers, w.est.FailedPeers)
+		}
+	})
+}
+
+// A peer registering a live worker challenges it again; the new peer joins
+// without a reconnect, and nothing granted is revoked.
+func TestReauth(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		ctx := t.Context()
+		e := newEnv(t, db, Config{})
+		id := newWorkerID(t)
+		first := e.register(storage.PeerProject, e.project.ID, id)
+		w := e.mustConnect(id, map[string]string{e.project.ID: first})
+
+		// Server-initiated: a cache registers the worker.
+		cacheToken := e.register(storage.PeerCache, e.cache.ID, id)
+		if !e.srv.Reauth(id) {
+			t.Fatal("no live session to reauth")
+		}
+		ch, ok := w.recv(t).(*wire.AuthChallenge)
+		if !ok || !slices.Contains(ch.Peers, e.cache.ID) || !slices.Contains(ch.Peers, e.project.ID) {
+			t.Fatalf("challenge %#v", ch)
+		}
+		w.tokens[e.cache.ID] = cacheToken
+		if err := w.sess.Send(w.auth.Answer(ch)); err != nil {
+			t.Fatal(err)
+		}
+		up, ok := w.recv(t).(*wire.AuthUpdate)
+		if !ok || !slices.Contains(up.AuthorizedPeers, e.cache.ID) || !slices.Contains(up.AuthorizedPeers, e.project.ID) {
+			t.Fatalf("update %#v", up)
+		}
+
+		// Worker-initiated: the bare project subscribes to a cache and
+		// registers the worker; the worker's peers file changed.
+		bareToken := e.register(storage.PeerProject, e.bare.ID, id)
+		if _, err := db.SubscribeProject(ctx, e.bare.ID, e.cache.ID); err != nil {
+			t.Fatal(err)
+		}
+		tokens := map[string]string{e.project.ID: "rotated-and-now-wrong", e.bare.ID: bareToken, e.cache.ID: cacheToken}
+		if err := w.auth.RequestReauth(w.sess, tokens); err != nil {
+			t.Fatal(err)
+		}
+		ch, ok = w.recv(t).(*wire.AuthChallenge)
+		if !ok {
+			t.Fatalf("got %#v", ch)
+		}
+		w.sess.Send(w.auth.Answer(ch))
+		up, ok = w.recv(t).(*wire.AuthUpdate)
+		if !ok || !slices.Contains(up.AuthorizedPeers, e.bare.ID) {
+			t.Fatalf("update %#v", up)
+		}
+		// The project whose token now fails stays granted.
+		st := e.srv.WorkerStatus(id)
+		if !slices.Contains(st.Projects, e.project.ID) || !slices.Contains(st.Projects, e.bare.ID) {
+			t.Errorf("projects after reauth %v", st.Projects)
+		}
+		list, err := e.srv.ProjectWorkers(ctx, e.bare.ID)
+		if err != nil || len(list) != 1 || !list[0].Live {
+			t.Errorf("bare project's workers %+v %v", list, err)
+		}
+		e.assertNoTokenLogged()
+	})
+}
+
+// Server Stop: Close ends every session at once and the worker sees it.
+func TestCloseEndsSessions(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newEnv(t, db, Config{})
+		id := newWorkerID(t)
+		w := e.mustConnect(id, map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)})
+		e.srv.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if _, err := w.sess.Recv(ctx); err == nil {
+			t.Fatal("the session survived the server stop")
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the worker did not notice the stop")
+		}
+	})
+}
+
+// A worker silent past the heartbeat timeout is dropped, and the reason is
+// kept as its offline reason.
+func TestHeartbeatTimeout(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newEnv(t, db, Config{HeartbeatTimeout: 300 * time.Millisecond})
+		id := newWorkerID(t)
+		w := e.mustConnect(id, map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)})
+		waitFor(t, "the silent worker to be dropped", func() bool { return !e.srv.WorkerStatus(id).Live })
+		if r := e.srv.WorkerStatus(id).OfflineReason; !strings.Contains(r, "heartbeat") {
+			t.Errorf("offline reason %q", r)
+		}
+		// The worker sees the close.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if _, err := w.sess.Recv(ctx); err == nil || ctx.Err() != nil {
+			t.Fatalf("worker after the drop: %v", err)
+		}
+	})
+}
+
+func (e *testEnv) assertNoTokenLogged() {
+	e.t.Helper()
+	logs := e.logs.String()
+	e.tokensMu.Lock()
+	defer e.tokensMu.Unlock()
+	for _, tok := range e.tokens {
+		if strings.Contains(logs, tok) {
+			e.t.Fatalf("a token appears in the server log")
+		}
+	}
+}

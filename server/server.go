@@ -1,0 +1,163 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/storage"
+)
+
+// Config is the server's configuration; zero values take the defaults of
+// connection.txt.
+type Config struct {
+	// HeartbeatTimeout drops a worker session silent for this long
+	// (proto.workerHeartbeatTimeoutSecs, 120 s). Negative disables it.
+	HeartbeatTimeout time.Duration
+	// HandshakeTimeout bounds agreement and handshake (15 s).
+	HandshakeTimeout time.Duration
+	// MaxConnections caps concurrent /proto sessions (proto.maxConnections,
+	// 256); an upgrade beyond it gets HTTP 503.
+	MaxConnections int
+	// AdminTokenHash is the hash (secret.Hash, or hex SHA-256) of the token
+	// the admin API requires. Empty disables the admin API.
+	AdminTokenHash string
+	Logger         *slog.Logger
+
+	// DialKey seals the tokens the server presents when it dials workers
+	// (sealbox.OpenKeyFile of --dial-key-file). With a key, New starts
+	// dialing every registration and team worker with a URL; without one,
+	// a URL is refused with ErrNoDialKey.
+	DialKey *sealbox.Box
+	// DialTLS configures wss:// dials; nil uses the system roots.
+	DialTLS *tls.Config
+	// DialConnectTimeout bounds TCP, TLS and the upgrade of a dial (10 s).
+	DialConnectTimeout time.Duration
+	// DialBackoff is the first redial delay after a failure, doubling up
+	// to DialMaxBackoff (1 s, 60 s). After a session the delay starts over.
+	DialBackoff    time.Duration
+	DialMaxBackoff time.Duration
+	// DialRescan is how often the dial targets are read again, besides
+	// RefreshDials (30 s).
+	DialRescan time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = 120 * time.Second
+	}
+	if c.HeartbeatTimeout < 0 {
+		c.HeartbeatTimeout = 0
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = session.HandshakeTimeout
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = 256
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.DialConnectTimeout <= 0 {
+		c.DialConnectTimeout = session.ConnectTimeout
+	}
+	if c.DialBackoff <= 0 {
+		c.DialBackoff = time.Second
+	}
+	if c.DialMaxBackoff < c.DialBackoff {
+		c.DialMaxBackoff = max(60*time.Second, c.DialBackoff)
+	}
+	if c.DialRescan <= 0 {
+		c.DialRescan = 30 * time.Second
+	}
+}
+
+// Server is the authority workers connect to.
+type Server struct {
+	cfg     Config
+	db      *storage.DB
+	log     *slog.Logger
+	metrics *serverMetrics
+
+	live      *liveSessions
+	offline   *offlineReasons
+	dialer    *dialer // nil without a dial key
+	accepting atomic.Bool
+	slots     chan struct{} // connection limiter: one token per session
+
+	// ctx ends every session at once on Close (SIGTERM).
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New builds a server on an opened database.
+func New(db *storage.DB, cfg Config) *Server {
+	cfg.defaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg:     cfg,
+		db:      db,
+		log:     cfg.Logger,
+		live:    newLiveSessions(),
+		offline: newOfflineReasons(),
+		slots:   make(chan struct{}, cfg.MaxConnections),
+		ctx:     ctx,
+		cancel:  cancel,
+	}
+	s.metrics = newServerMetrics(s)
+	s.accepting.Store(true)
+	if cfg.DialKey != nil {
+		s.dialer = newDialer(s)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.dialer.run(ctx)
+		}()
+	}
+	return s
+}
+
+// Handler serves /proto, /healthz, /metrics and the admin API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /proto", http.HandlerFunc(s.serveProto))
+	mux.HandleFunc("GET /healthz", s.serveHealth)
+	mux.Handle("GET /metrics", s.metrics.registry.Handler())
+	s.mountAdminAPI(mux)
+	return mux
+}
+
+// Close stops dialing, ends every session at once (Server Stop) and waits
+// for their handlers to return.
+func (s *Server) Close() {
+	s.accepting.Store(false)
+	s.cancel()
+	s.live.closeAll("server stopping")
+	s.wg.Wait()
+}
+
+// SetAccepting starts or stops accepting worker connections. Sessions
+// already up stay up; new ones are rejected with 403.
+func (s *Server) SetAccepting(on bool) {
+	s.accepting.Store(on)
+	s.log.Info("worker connections", "accepting", on)
+}
+
+// Accepting reports whether new worker sessions are accepted.
+func (s *Server) Accepting() bool { return s.accepting.Load() }
+
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+	if err := s.db.Ping(r.Context()); err != nil {
+		http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok\n"))
+}
