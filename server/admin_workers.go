@@ -59,7 +59,7 @@ func (a *adminAPI) setDeactivated(w http.ResponseWriter, r *http.Request, deacti
 	worker, err := parseWorkerID(r.PathValue("worker"))
 	if err == nil {
 		if deactivate {
-			err = a.s.db.DeactivateWorker(r.Context(), worker)
+			err = a.s.DeactivateWorker(r.Context(), worker)
 		} else {
 			err = a.s.db.ActivateWorker(r.Context(), worker)
 		}

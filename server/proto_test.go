@@ -411,3 +411,27 @@ func (e *testEnv) assertNoTokenLogged() {
 		}
 	}
 }
+
+// Deactivating a live worker ends its session; its reconnect is refused.
+func TestDeactivateEndsLiveSession(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newEnv(t, db, Config{})
+		id := newWorkerID(t)
+		token := e.register(storage.PeerProject, e.project.ID, id)
+		w := e.mustConnect(id, map[string]string{e.project.ID: token})
+		if err := e.srv.DeactivateWorker(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if _, err := w.sess.Recv(ctx); err == nil || ctx.Err() != nil {
+			t.Fatalf("the session survived deactivation: %v", err)
+		}
+		waitFor(t, "the worker to go offline", func() bool { return !e.srv.WorkerStatus(id).Live })
+		if st := e.srv.WorkerStatus(id); !strings.Contains(st.OfflineReason, "worker deactivated") {
+			t.Errorf("status after deactivation %+v", st)
+		}
+		e.expectReject(id, map[string]string{e.project.ID: token}, 403, "worker is deactivated")
+	})
+}

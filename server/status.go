@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"gradient.dev/gradient/session"
 )
 
 // WorkerStatus is the operator's view of one worker ID.
@@ -103,4 +105,33 @@ func (s *Server) ReauthTeam(ctx context.Context, teamID string) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// DeactivateWorker marks a worker deactivated and ends its live session:
+// an operator who deactivates a worker expects it to stop taking work now,
+// not at its next reconnect.
+func (s *Server) DeactivateWorker(ctx context.Context, workerID string) error {
+	if err := s.db.DeactivateWorker(ctx, workerID); err != nil {
+		return err
+	}
+	s.disconnect(workerID, "worker deactivated")
+	s.RefreshDials()
+	return nil
+}
+
+// disconnect starts closing the live session of a worker, if any.
+func (s *Server) disconnect(workerID, reason string) {
+	conn := s.live.get(workerID)
+	if conn == nil {
+		return
+	}
+	conn.mu.Lock()
+	sess := conn.sess
+	conn.mu.Unlock()
+	if sess == nil {
+		return
+	}
+	s.log.Info("closing worker session", "worker", workerID, "reason", reason)
+	// Close waits for the worker's close frame; the caller need not.
+	go sess.Close(session.ClosePolicy, reason)
 }
