@@ -18,6 +18,7 @@ import (
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 )
 
@@ -647,11 +648,10 @@ func TestAdminInternalError(t *testing.T) {
 // sessions again, so new peers join without a reconnect (connection.txt).
 func TestAdminChangesReauthLiveWorkers(t *testing.T) {
 	t.Parallel()
-	db, err := storage.Open(t.Context(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) { testAdminChangesReauthLiveWorkers(t, db) })
+}
+
+func testAdminChangesReauthLiveWorkers(t *testing.T, db *storage.DB) {
 	live := newEnv(t, db, Config{AdminTokenHash: sha256Hex(testAdminToken)})
 	api := &adminEnv{t: t, db: db, srv: live.srv, base: "http" + strings.TrimSuffix(strings.TrimPrefix(live.url, "ws"), "/proto"),
 		token: testAdminToken, logs: live.logs}
