@@ -35,6 +35,11 @@ import (
 //	GET    /api/v1/caches
 //	GET    /api/v1/caches/{cache}                       with public_key for trusted-public-keys
 //	DELETE /api/v1/caches/{cache}
+//	PUT    /api/v1/caches/{cache}/paths                 NAR body + X-Nix-* headers (cache_admin.go)
+//	GET    /api/v1/caches/{cache}/paths
+//	GET    /api/v1/caches/{cache}/paths/{path}          with its signed narinfo
+//	DELETE /api/v1/caches/{cache}/paths/{path}
+//	POST   /api/v1/caches/{cache}/keys                  private-cache API key → key, once
 //
 //	POST   /api/v1/registrations                        {peer_kind, peer, worker_id?, url?, fetch?, eval?, build?} → token, once
 //	GET    /api/v1/registrations?peer_kind=K&peer=P
@@ -98,6 +103,7 @@ func (a *adminAPI) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/caches", a.listCaches)
 	mux.HandleFunc("GET /api/v1/caches/{cache}", a.showCache)
 	mux.HandleFunc("DELETE /api/v1/caches/{cache}", a.deleteCache)
+	a.cacheContentRoutes(mux) // paths and keys: cache_admin.go
 
 	mux.HandleFunc("POST /api/v1/registrations", a.createRegistration)
 	mux.HandleFunc("GET /api/v1/registrations", a.listRegistrations)

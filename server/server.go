@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
@@ -46,6 +47,13 @@ type Config struct {
 	// DialRescan is how often the dial targets are read again, besides
 	// RefreshDials (30 s).
 	DialRescan time.Duration
+
+	// NarStore holds the caches' compressed NARs. Nil serves narinfos
+	// but answers 503 for NAR downloads and uploads.
+	NarStore narstore.Store
+	// narinfoHook, if set, rewrites every signed narinfo (tests tamper
+	// with it to check that Nix refuses a bad signature).
+	narinfoHook func([]byte) []byte
 }
 
 func (c *Config) defaults() {
@@ -131,6 +139,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.Handle("GET /metrics", s.metrics.registry.Handler())
 	s.mountAdminAPI(mux)
+	s.mountBinaryCache(mux)
 	return mux
 }
 

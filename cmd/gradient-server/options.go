@@ -21,6 +21,7 @@ type options struct {
 	Database         string
 	AdminToken       string // plaintext; hashed at start-up and then dropped
 	DialKeyFile      string
+	NarDir           string // empty: the SQLite data directory, or ./gradient-data
 	HeartbeatTimeout time.Duration
 	MaxConnections   int
 	LogLevel         slog.Level
@@ -39,6 +40,7 @@ var (
 	tokenSetting     = setting{"admin-token", "GRADIENT_ADMIN_TOKEN", "", "admin API token (prefer the file: flags show in ps)"}
 	tokenFileSetting = setting{"admin-token-file", "GRADIENT_ADMIN_TOKEN_FILE", "", "file holding the admin API token"}
 	dialKeySetting   = setting{"dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the tokens of workers the server dials; without it, registrations with a URL are refused"}
+	narDirSetting    = setting{"nar-dir", "GRADIENT_NAR_DIR", "", "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data"}
 	heartbeatSetting = setting{"heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables"}
 	maxConnSetting   = setting{"max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once"}
 	logLevelSetting  = setting{"log-level", "GRADIENT_LOG_LEVEL", "info", "debug, info, warn or error"}
@@ -46,7 +48,7 @@ var (
 )
 
 var allSettings = []setting{listenSetting, databaseSetting, tokenSetting, tokenFileSetting,
-	dialKeySetting, heartbeatSetting, maxConnSetting, logLevelSetting, logFormatSetting}
+	dialKeySetting, narDirSetting, heartbeatSetting, maxConnSetting, logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-server [flags]
 
@@ -100,7 +102,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 
 func buildOptions(value func(setting) string, given map[string]bool, getenv func(string) string) (options, error) {
 	opts := options{Listen: value(listenSetting), Database: value(databaseSetting),
-		DialKeyFile: value(dialKeySetting), LogFormat: value(logFormatSetting)}
+		DialKeyFile: value(dialKeySetting), NarDir: value(narDirSetting), LogFormat: value(logFormatSetting)}
 	var err error
 	if opts.AdminToken, err = adminToken(given, value, getenv); err != nil {
 		return options{}, err

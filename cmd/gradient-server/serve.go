@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/server"
@@ -58,7 +61,12 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	if heartbeat == 0 {
 		heartbeat = -1 // server.Config: negative disables, zero means the default
 	}
+	nars, err := narstore.OpenLocal(narDir(opts), log)
+	if err != nil {
+		return err
+	}
 	srv := server.New(db, server.Config{
+		NarStore:         nars,
 		HeartbeatTimeout: heartbeat,
 		MaxConnections:   opts.MaxConnections,
 		AdminTokenHash:   adminHash,
@@ -106,4 +114,23 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// narDir is where the NAR store lives: --nar-dir, else next to an
+// embedded SQLite database, else ./gradient-data.
+func narDir(opts options) string {
+	switch {
+	case opts.NarDir != "":
+		return opts.NarDir
+	case strings.HasPrefix(opts.Database, "sqlite://"):
+		target := strings.TrimPrefix(opts.Database, "sqlite://")
+		if strings.HasSuffix(target, "/") {
+			return target // a data directory
+		}
+		return filepath.Dir(target) // beside the database file
+	case strings.Contains(opts.Database, "://"):
+		return "./gradient-data"
+	default:
+		return opts.Database // a data directory
+	}
 }

@@ -23,6 +23,10 @@ const adminUsage = `Admin commands (talk to gradient-server's admin API):
   project subscribe PROJECT CACHE | unsubscribe PROJECT CACHE
   cache create NAME [--public] | list | show CACHE | delete CACHE
   cache public-key CACHE           print only the NAME:base64 key
+  cache push CACHE STORE_PATH [--recursive] [--store STORE]
+                                   upload a path (or its closure) from Nix
+  cache paths CACHE | narinfo CACHE STORE_PATH|HASH
+  cache key create CACHE           API key for reading a private cache, once
   worker register --project PROJECT|--cache CACHE|--proxy ID
                   [--worker-id UUID] [--url URL] [--no-fetch] [--no-eval] [--no-build]
   worker registrations --project PROJECT|--cache CACHE|--proxy ID
@@ -67,6 +71,10 @@ var adminCommands = map[string]adminCommand{
 	"cache show":       cacheShow,
 	"cache delete":     cacheDelete,
 	"cache public-key": cachePublicKey,
+	"cache push":       cachePush,
+	"cache paths":      cachePaths,
+	"cache narinfo":    cacheNarinfo,
+	"cache key create": cacheKeyCreate,
 
 	"worker register":      workerRegister,
 	"worker registrations": workerRegistrations,

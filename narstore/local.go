@@ -1,0 +1,149 @@
+package narstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Local stores objects as files: <dir>/nars/<2 key chars>/<rest>.nar.zst.
+// A put writes <dir>/nars/.put-*.tmp, fsyncs it and renames it into place
+// (the same filesystem, so the rename is atomic), so a crash never leaves
+// a partial object under its name. The directory belongs to one server.
+type Local struct {
+	nars string
+}
+
+const tempPattern = ".put-*.tmp"
+
+// OpenLocal opens (creating it) the store under dir and removes temporary
+// files a crashed put left behind.
+func OpenLocal(dir string, log *slog.Logger) (*Local, error) {
+	nars := filepath.Join(dir, "nars")
+	if err := os.MkdirAll(nars, 0o750); err != nil {
+		return nil, fmt.Errorf("nar store: %w", err)
+	}
+	leftovers, err := filepath.Glob(filepath.Join(nars, tempPattern))
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range leftovers {
+		if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("nar store: remove leftover: %w", err)
+		}
+	}
+	if len(leftovers) > 0 && log != nil {
+		log.Info("nar store: removed unfinished uploads", "dir", nars, "count", len(leftovers))
+	}
+	return &Local{nars: nars}, nil
+}
+
+func (l *Local) path(key string) string {
+	return filepath.Join(l.nars, key[:2], key[2:]+".nar.zst")
+}
+
+// Put implements Store.
+func (l *Local) Put(ctx context.Context, nar io.Reader, verify func(Object) error) (obj Object, err error) {
+	tmp, err := os.CreateTemp(l.nars, tempPattern)
+	if err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if obj, err = compressTo(ctx, tmp, nar); err != nil {
+		return Object{}, err
+	}
+	if verify != nil {
+		if err = verify(obj); err != nil {
+			return Object{}, err
+		}
+	}
+	if err = tmp.Sync(); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	if err = tmp.Close(); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	final := l.path(obj.Key)
+	if err = os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	// An existing object has the same bytes (same hash): replacing it is
+	// harmless and keeps puts idempotent.
+	if err = os.Rename(tmp.Name(), final); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	if err = syncDir(filepath.Dir(final)); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	return obj, nil
+}
+
+// syncDir makes a rename into dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Open implements Store. The reader is the *os.File, so an HTTP response
+// can send it with sendfile.
+func (l *Local) Open(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	if !validKey(key) {
+		return nil, 0, ErrNotFound
+	}
+	f, err := os.Open(l.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("nar store: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("nar store: %w", err)
+	}
+	return f, st.Size(), nil
+}
+
+// Delete implements Store.
+func (l *Local) Delete(ctx context.Context, key string) error {
+	if !validKey(key) {
+		return ErrNotFound
+	}
+	err := os.Remove(l.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// Keys lists the stored objects' keys (for tests and consistency checks).
+func (l *Local) Keys() ([]string, error) {
+	var keys []string
+	err := filepath.WalkDir(l.nars, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rest, ok := strings.CutSuffix(d.Name(), ".nar.zst")
+		if ok {
+			keys = append(keys, filepath.Base(filepath.Dir(p))+rest)
+		}
+		return nil
+	})
+	return keys, err
+}

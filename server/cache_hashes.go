@@ -1,0 +1,35 @@
+package server
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"strings"
+
+	"gradient.dev/gradient/nixbase32"
+)
+
+// parseSHA256 reads a SHA-256 in any form Nix writes one: sha256:<nix32>,
+// sha256:<hex>, SRI sha256-<base64>, or a bare nix32 or hex digest.
+func parseSHA256(s string) ([32]byte, error) {
+	var sum [32]byte
+	var raw []byte
+	var err error
+	if b64, ok := strings.CutPrefix(s, "sha256-"); ok {
+		raw, err = base64.StdEncoding.DecodeString(b64)
+	} else {
+		digest := strings.TrimPrefix(s, "sha256:")
+		switch len(digest) {
+		case nixbase32.EncodedLen(32):
+			raw, err = nixbase32.Decode(digest)
+		case hex.EncodedLen(32):
+			raw, err = hex.DecodeString(digest)
+		default:
+			return sum, invalidf("hash %q is not a SHA-256 (sha256:<nix32>, hex or SRI)", s)
+		}
+	}
+	if err != nil || len(raw) != 32 {
+		return sum, invalidf("hash %q is not a SHA-256 (sha256:<nix32>, hex or SRI)", s)
+	}
+	copy(sum[:], raw)
+	return sum, nil
+}

@@ -1,0 +1,182 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/storage"
+)
+
+// The plain Nix binary cache (CACHE.md §9), one per cache:
+//
+//	GET|HEAD /cache/{cache}/nix-cache-info
+//	GET|HEAD /cache/{cache}/{hash}.narinfo
+//	GET|HEAD /cache/{cache}/nar/{file hash}.nar.zst
+//
+// Unknown caches, paths and objects answer 404, which Nix reads as "not
+// here". A private cache wants a cache API key (cache_auth.go): missing
+// or wrong → 401.
+
+// binaryCachePriority is announced in nix-cache-info; below
+// cache.nixos.org's 40 would make Nix ask us first, equal keeps the
+// order of the substituters list.
+const binaryCachePriority = 40
+
+// binaryCache serves the HTTP binary cache of one Server.
+type binaryCache struct {
+	s       *Server
+	keys    *cacheKeyVerifier
+	metrics *binaryCacheMetrics
+}
+
+// mountBinaryCache mounts /cache/{cache}/….
+func (s *Server) mountBinaryCache(mux *http.ServeMux) {
+	bc := &binaryCache{s: s, keys: newCacheKeyVerifier(s.db), metrics: newBinaryCacheMetrics(s.metrics.registry)}
+	// GET patterns also match HEAD.
+	mux.HandleFunc("GET /cache/{cache}/nix-cache-info", bc.serveCacheInfo)
+	mux.HandleFunc("GET /cache/{cache}/{file}", bc.serveNarinfo)
+	mux.HandleFunc("GET /cache/{cache}/nar/{file}", bc.serveNar)
+}
+
+// open resolves the cache named in the URL and checks the caller may read
+// it. On false the answer has been written.
+func (bc *binaryCache) open(w http.ResponseWriter, r *http.Request) (storage.Cache, bool) {
+	c, err := bc.s.db.CacheByName(r.Context(), r.PathValue("cache"))
+	if errors.Is(err, storage.ErrNotFound) {
+		http.Error(w, "no such cache", http.StatusNotFound)
+		return c, false
+	}
+	if err != nil {
+		bc.internal(w, r, err)
+		return c, false
+	}
+	if c.Public {
+		return c, true
+	}
+	token, ok := cacheKeyFromRequest(r)
+	if ok {
+		allowed, err := bc.keys.allows(r.Context(), c.ID, token)
+		if err != nil {
+			bc.internal(w, r, err)
+			return c, false
+		}
+		if allowed {
+			return c, true
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Basic realm="gradient cache `+c.Name+`"`)
+	http.Error(w, "this cache is private: send a cache API key", http.StatusUnauthorized)
+	return c, false
+}
+
+func (bc *binaryCache) internal(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) {
+		return // the client left
+	}
+	bc.s.log.Error("binary cache request failed", "path", r.URL.Path, "error", err)
+	http.Error(w, "internal error", http.StatusInternalServerError)
+}
+
+func (bc *binaryCache) serveCacheInfo(w http.ResponseWriter, r *http.Request) {
+	if _, ok := bc.open(w, r); !ok {
+		return
+	}
+	body := "StoreDir: " + storage.StoreDir + "\nWantMassQuery: 1\nPriority: " + strconv.Itoa(binaryCachePriority) + "\n"
+	writeText(w, r, "text/x-nix-cache-info", []byte(body))
+}
+
+func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
+	hash, ok := strings.CutSuffix(r.PathValue("file"), ".narinfo")
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	c, ok := bc.open(w, r)
+	if !ok {
+		return
+	}
+	p, err := bc.s.db.CachePath(r.Context(), c.ID, hash)
+	if errors.Is(err, storage.ErrNotFound) {
+		bc.metrics.narinfos.Inc(c.Name, "miss")
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		bc.internal(w, r, err)
+		return
+	}
+	key, err := bc.s.db.CacheSigningKey(r.Context(), c.ID)
+	if err != nil {
+		bc.internal(w, r, err)
+		return
+	}
+	bc.metrics.narinfos.Inc(c.Name, "hit")
+	body := renderNarinfo(p, key)
+	if hook := bc.s.cfg.narinfoHook; hook != nil {
+		body = hook(body)
+	}
+	w.Header().Set("X-Cache", "HIT")
+	writeText(w, r, "text/x-nix-narinfo", body)
+}
+
+func (bc *binaryCache) serveNar(w http.ResponseWriter, r *http.Request) {
+	// nar/<key>.nar.zst; any .nar or .nar.* name maps to the same key.
+	key, _, _ := strings.Cut(r.PathValue("file"), ".")
+	c, ok := bc.open(w, r)
+	if !ok {
+		return
+	}
+	// Only objects of this cache's paths: a private cache's NARs must not
+	// be reachable through another cache.
+	p, err := bc.s.db.CachePathByObject(r.Context(), c.ID, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		bc.internal(w, r, err)
+		return
+	}
+	store := bc.s.cfg.NarStore
+	if store == nil {
+		http.Error(w, "this server has no NAR store", http.StatusServiceUnavailable)
+		return
+	}
+	obj, size, err := store.Open(r.Context(), key)
+	if errors.Is(err, narstore.ErrNotFound) {
+		bc.s.log.Warn("binary cache: object of a recorded path is missing", "cache", c.Name, "path", p.StorePath, "object", key)
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		bc.internal(w, r, err)
+		return
+	}
+	defer obj.Close()
+	w.Header().Set("Content-Type", "application/x-nix-nar")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	// io.Copy hands an *os.File to the connection's ReadFrom (sendfile).
+	n, err := io.Copy(w, obj)
+	bc.metrics.narBytes.Add(float64(n), c.Name)
+	bc.metrics.narDownloads.Inc(c.Name)
+	bc.s.log.Debug("binary cache: NAR sent", "cache", c.Name, "path", p.StorePath, "bytes", n, "error", err)
+}
+
+// writeText answers a small text document (HEAD gets the headers only).
+func writeText(w http.ResponseWriter, r *http.Request, contentType string, body []byte) {
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		w.Write(body)
+	}
+}

@@ -1,0 +1,107 @@
+package server
+
+import (
+	"bytes"
+	"crypto/rand"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/storage"
+)
+
+// putObject stores nar under storePath in the env's cache, bypassing Nix.
+func (e *cacheEnv) putObject(t testing.TB, storePath string, nar []byte) storage.CachePath {
+	t.Helper()
+	obj, err := e.srv.cfg.NarStore.Put(t.Context(), bytes.NewReader(nar), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := e.db.PutCachePath(t.Context(), storage.CachePath{
+		CacheID: e.cache.ID, StorePath: storePath, NarHash: obj.NarHashText(), NarSize: obj.NarSize,
+		FileHash: obj.FileHashText(), FileSize: obj.FileSize, Compression: narstore.Compression, ObjectKey: obj.Key,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestBinaryCacheHTTP(t *testing.T) {
+	e := newCacheEnv(t, Config{})
+	p := e.putObject(t, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", bytes.Repeat([]byte("nar "), 10000))
+	do := func(method, path string) (*http.Response, string) {
+		req, _ := http.NewRequest(method, e.url+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := do("GET", "/cache/main/nix-cache-info")
+	if resp.StatusCode != 200 || body != "StoreDir: /nix/store\nWantMassQuery: 1\nPriority: 40\n" || resp.Header.Get("Content-Type") != "text/x-nix-cache-info" {
+		t.Fatalf("nix-cache-info: %d %q", resp.StatusCode, body)
+	}
+	resp, body = do("GET", "/cache/main/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr.narinfo")
+	for _, line := range []string{"StorePath: " + p.StorePath, "URL: nar/" + p.ObjectKey + ".nar.zst", "Compression: zstd",
+		"FileHash: " + p.FileHash, "NarHash: " + p.NarHash, "NarSize: 40000", "Sig: gradient-test-main:"} {
+		if !strings.Contains(body, line) {
+			t.Errorf("narinfo lacks %q:\n%s", line, body)
+		}
+	}
+	if strings.Contains(body, "References:") || resp.Header.Get("Content-Type") != "text/x-nix-narinfo" {
+		t.Errorf("narinfo %q, type %q", body, resp.Header.Get("Content-Type"))
+	}
+	resp, body = do("HEAD", "/cache/main/nar/"+p.ObjectKey+".nar.zst")
+	if resp.StatusCode != 200 || body != "" || resp.ContentLength != p.FileSize || resp.Header.Get("Content-Type") != "application/x-nix-nar" {
+		t.Fatalf("HEAD nar: %d, length %d, body %d bytes", resp.StatusCode, resp.ContentLength, len(body))
+	}
+	resp, body = do("GET", "/cache/main/nar/"+p.ObjectKey+".nar.zst")
+	if resp.StatusCode != 200 || int64(len(body)) != p.FileSize {
+		t.Fatalf("GET nar: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	for _, path := range []string{
+		"/cache/nope/nix-cache-info",
+		"/cache/main/" + strings.Repeat("1", 32) + ".narinfo",
+		"/cache/main/nar/" + strings.Repeat("1", 52) + ".nar.zst",
+		"/cache/main/nar/../../etc/passwd",
+		"/cache/main/whatever",
+	} {
+		if resp, _ := do("GET", path); resp.StatusCode != 404 {
+			t.Errorf("GET %s: %d, want 404", path, resp.StatusCode)
+		}
+	}
+	_, metrics := do("GET", "/metrics")
+	if !strings.Contains(metrics, `gradient_cache_nar_bytes_sent_total{cache="main"} `+strconv.FormatInt(p.FileSize, 10)) {
+		t.Errorf("metrics do not count the NAR bytes:\n%s", metrics)
+	}
+}
+
+// BenchmarkNarDownload measures NAR throughput of the HTTP cache over
+// loopback: one 16 MiB incompressible object, fetched again and again.
+func BenchmarkNarDownload(b *testing.B) {
+	e := newCacheEnv(b, Config{})
+	nar := make([]byte, 16<<20)
+	rand.Read(nar)
+	p := e.putObject(b, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", nar)
+	url := e.url + "/cache/main/nar/" + p.ObjectKey + ".nar.zst"
+	buf := make([]byte, 256<<10)
+	b.SetBytes(p.FileSize)
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := http.Get(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
+		resp.Body.Close()
+		if err != nil || n != p.FileSize {
+			b.Fatalf("read %d of %d: %v", n, p.FileSize, err)
+		}
+	}
+}

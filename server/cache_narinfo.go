@@ -1,0 +1,48 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"gradient.dev/gradient/storage"
+)
+
+// narinfoFingerprint is what Nix signs and checks:
+// 1;<store path>;<nar hash>;<nar size>;<full reference paths, sorted, comma-separated>.
+// References are stored sorted, and full paths sort like base names.
+func narinfoFingerprint(p storage.CachePath) []byte {
+	refs := make([]string, len(p.References))
+	for i, r := range p.References {
+		refs[i] = storage.StoreDir + "/" + r
+	}
+	return fmt.Appendf(nil, "1;%s;%s;%d;%s", p.StorePath, p.NarHash, p.NarSize, strings.Join(refs, ","))
+}
+
+// narURL is the narinfo's URL: relative to the cache root.
+func narURL(p storage.CachePath) string {
+	return "nar/" + p.ObjectKey + ".nar.zst"
+}
+
+// renderNarinfo writes the narinfo of CACHE.md §7, signed with key.
+func renderNarinfo(p storage.CachePath, key storage.SigningKey) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "StorePath: %s\n", p.StorePath)
+	fmt.Fprintf(&b, "URL: %s\n", narURL(p))
+	fmt.Fprintf(&b, "Compression: %s\n", p.Compression)
+	fmt.Fprintf(&b, "FileHash: %s\n", p.FileHash)
+	fmt.Fprintf(&b, "FileSize: %d\n", p.FileSize)
+	fmt.Fprintf(&b, "NarHash: %s\n", p.NarHash)
+	fmt.Fprintf(&b, "NarSize: %d\n", p.NarSize)
+	if len(p.References) > 0 {
+		fmt.Fprintf(&b, "References: %s\n", strings.Join(p.References, " "))
+	}
+	if p.Deriver != "" {
+		fmt.Fprintf(&b, "Deriver: %s\n", p.Deriver)
+	}
+	fmt.Fprintf(&b, "Sig: %s\n", key.Sign(narinfoFingerprint(p)))
+	if p.CA != "" {
+		fmt.Fprintf(&b, "CA: %s\n", p.CA)
+	}
+	return b.Bytes()
+}

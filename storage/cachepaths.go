@@ -1,0 +1,182 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+)
+
+// CachePath is one store path a cache serves: the narinfo metadata and
+// the NAR store key of its compressed NAR.
+type CachePath struct {
+	CacheID     string
+	StorePath   string // /nix/store/<hash>-<name>
+	NarHash     string // sha256:<nix32>
+	NarSize     int64
+	FileHash    string // sha256:<nix32> of the compressed object
+	FileSize    int64
+	Compression string   // "zstd"
+	References  []string // base names <hash>-<name>, sorted
+	Deriver     string   // base name, or empty
+	CA          string   // content address, or empty
+	ObjectKey   string
+	CreatedAt   time.Time
+}
+
+// StoreDir is the only Nix store directory the caches serve.
+const StoreDir = "/nix/store"
+
+// StoreHashLen is the length of a store path's hash part.
+const StoreHashLen = 32
+
+// StorePathHash returns the hash part of /nix/store/<hash>-<name> or of a
+// base name <hash>-<name>.
+func StorePathHash(path string) (string, error) {
+	base := strings.TrimPrefix(path, StoreDir+"/")
+	hash, name, ok := strings.Cut(base, "-")
+	if !ok || len(hash) != StoreHashLen || name == "" || strings.Contains(base, "/") || !isNix32(hash) {
+		return "", invalid("%q is not a store path", path)
+	}
+	return hash, nil
+}
+
+func isNix32(s string) bool {
+	for _, c := range []byte(s) {
+		if !strings.ContainsRune("0123456789abcdfghijklmnpqrsvwxyz", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// baseName turns a full store path or a base name into the base name.
+func baseName(path string) (string, error) {
+	if _, err := StorePathHash(path); err != nil {
+		return "", err
+	}
+	return strings.TrimPrefix(path, StoreDir+"/"), nil
+}
+
+const cachePathColumns = `cache_id, store_path, nar_hash, nar_size, file_hash, file_size,
+	compression, refs, deriver, ca, object_key, created_at`
+
+func scanCachePath(row interface{ Scan(...any) error }) (CachePath, error) {
+	var p CachePath
+	var refs string
+	var created int64
+	err := row.Scan(&p.CacheID, &p.StorePath, &p.NarHash, &p.NarSize, &p.FileHash, &p.FileSize,
+		&p.Compression, &refs, &p.Deriver, &p.CA, &p.ObjectKey, &created)
+	p.References = strings.Fields(refs)
+	p.CreatedAt = fromMillis(created)
+	return p, err
+}
+
+// PutCachePath records a path in a cache. It is idempotent: a path
+// already recorded keeps its row (the first upload wins) and is returned
+// with created false.
+func (db *DB) PutCachePath(ctx context.Context, in CachePath) (p CachePath, created bool, err error) {
+	cacheID, err := canonicalUUID("cache ID", in.CacheID)
+	if err != nil {
+		return CachePath{}, false, err
+	}
+	hash, err := StorePathHash(in.StorePath)
+	if err != nil {
+		return CachePath{}, false, err
+	}
+	if !strings.HasPrefix(in.StorePath, StoreDir+"/") {
+		return CachePath{}, false, invalid("store path %q is not under %s", in.StorePath, StoreDir)
+	}
+	refs := make([]string, 0, len(in.References))
+	for _, r := range in.References {
+		b, err := baseName(r)
+		if err != nil {
+			return CachePath{}, false, invalid("reference %q is not a store path", r)
+		}
+		refs = append(refs, b)
+	}
+	slices.Sort(refs)
+	refs = slices.Compact(refs)
+	deriver := in.Deriver
+	if deriver != "" {
+		if deriver, err = baseName(deriver); err != nil {
+			return CachePath{}, false, invalid("deriver %q is not a store path", in.Deriver)
+		}
+	}
+	if in.NarHash == "" || in.FileHash == "" || in.ObjectKey == "" || in.NarSize <= 0 || in.FileSize <= 0 {
+		return CachePath{}, false, invalid("cache path %s lacks hashes, sizes or object", in.StorePath)
+	}
+	p = in
+	p.CacheID, p.References, p.Deriver = cacheID, refs, deriver
+	p.CreatedAt = fromMillis(nowMillis())
+	res, err := db.sql.ExecContext(ctx,
+		`INSERT INTO cache_paths (cache_id, store_hash, store_path, nar_hash, nar_size, file_hash,
+			file_size, compression, refs, deriver, ca, object_key, created_at)
+		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+		 ON CONFLICT (cache_id, store_hash) DO NOTHING`,
+		p.CacheID, hash, p.StorePath, p.NarHash, p.NarSize, p.FileHash, p.FileSize,
+		p.Compression, strings.Join(refs, " "), p.Deriver, p.CA, p.ObjectKey, p.CreatedAt.UnixMilli())
+	if constraintOf(err) == foreignKeyViolation {
+		return CachePath{}, false, notFound("cache %s", cacheID)
+	}
+	if err != nil {
+		return CachePath{}, false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return p, true, err
+	}
+	p, err = db.CachePath(ctx, cacheID, hash)
+	return p, false, err
+}
+
+// CachePath returns the path with the given hash part in a cache.
+func (db *DB) CachePath(ctx context.Context, cacheID, storeHash string) (CachePath, error) {
+	p, err := scanCachePath(db.sql.QueryRowContext(ctx,
+		`SELECT `+cachePathColumns+` FROM cache_paths WHERE cache_id = $1 AND store_hash = $2`,
+		cacheID, storeHash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return CachePath{}, notFound("path %s in cache %s", storeHash, cacheID)
+	}
+	return p, err
+}
+
+// CachePathByObject returns a path of a cache whose NAR is the object key.
+func (db *DB) CachePathByObject(ctx context.Context, cacheID, objectKey string) (CachePath, error) {
+	p, err := scanCachePath(db.sql.QueryRowContext(ctx,
+		`SELECT `+cachePathColumns+` FROM cache_paths WHERE cache_id = $1 AND object_key = $2
+		 ORDER BY store_hash LIMIT 1`, cacheID, objectKey))
+	if errors.Is(err, sql.ErrNoRows) {
+		return CachePath{}, notFound("object %s in cache %s", objectKey, cacheID)
+	}
+	return p, err
+}
+
+// ListCachePaths returns a cache's paths by store path.
+func (db *DB) ListCachePaths(ctx context.Context, cacheID string) ([]CachePath, error) {
+	rows, err := db.sql.QueryContext(ctx,
+		`SELECT `+cachePathColumns+` FROM cache_paths WHERE cache_id = $1 ORDER BY store_path`, cacheID)
+	return collect(rows, err, func(r *sql.Rows) (CachePath, error) { return scanCachePath(r) })
+}
+
+// DeleteCachePath removes a path from a cache. It returns whether another
+// row still uses the object, so the caller deletes unused objects only.
+func (db *DB) DeleteCachePath(ctx context.Context, cacheID, storeHash string) (objectKey string, objectInUse bool, err error) {
+	err = db.inTx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx,
+			`DELETE FROM cache_paths WHERE cache_id = $1 AND store_hash = $2 RETURNING object_key`,
+			cacheID, storeHash).Scan(&objectKey)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("path %s in cache %s", storeHash, cacheID)
+		}
+		if err != nil {
+			return err
+		}
+		var n int
+		err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM cache_paths WHERE object_key = $1`, objectKey).Scan(&n)
+		objectInUse = n > 0
+		return err
+	})
+	return objectKey, objectInUse, err
+}
