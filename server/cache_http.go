@@ -22,10 +22,10 @@ import (
 // here". A private cache wants a cache API key (cache_auth.go): missing
 // or wrong → 401.
 
-// binaryCachePriority is announced in nix-cache-info; below
-// cache.nixos.org's 40 would make Nix ask us first, equal keeps the
-// order of the substituters list.
-const binaryCachePriority = 40
+// binaryCachePriority is announced in nix-cache-info: the reference's
+// default 10 (CACHE.md §9), below cache.nixos.org's 40, so Nix asks the
+// CI's own cache first.
+const binaryCachePriority = 10
 
 // binaryCache serves the HTTP binary cache of one Server.
 type binaryCache struct {

@@ -44,7 +44,7 @@ func TestBinaryCacheHTTP(t *testing.T) {
 		return resp, string(b)
 	}
 	resp, body := do("GET", "/cache/main/nix-cache-info")
-	if resp.StatusCode != 200 || body != "StoreDir: /nix/store\nWantMassQuery: 1\nPriority: 40\n" || resp.Header.Get("Content-Type") != "text/x-nix-cache-info" {
+	if resp.StatusCode != 200 || body != "StoreDir: /nix/store\nWantMassQuery: 1\nPriority: 10\n" || resp.Header.Get("Content-Type") != "text/x-nix-cache-info" {
 		t.Fatalf("nix-cache-info: %d %q", resp.StatusCode, body)
 	}
 	resp, body = do("GET", "/cache/main/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr.narinfo")
