@@ -32,11 +32,12 @@ type binaryCache struct {
 	s       *Server
 	keys    *cacheKeyVerifier
 	metrics *binaryCacheMetrics
+	memo    *cacheMemo
 }
 
 // mountBinaryCache mounts /cache/{cache}/….
 func (s *Server) mountBinaryCache(mux *http.ServeMux) {
-	bc := &binaryCache{s: s, keys: newCacheKeyVerifier(s.db), metrics: newBinaryCacheMetrics(s.metrics.registry)}
+	bc := &binaryCache{s: s, keys: newCacheKeyVerifier(s.db), metrics: newBinaryCacheMetrics(s.metrics.registry), memo: newCacheMemo()}
 	// GET patterns also match HEAD.
 	mux.HandleFunc("GET /cache/{cache}/nix-cache-info", bc.serveCacheInfo)
 	mux.HandleFunc("GET /cache/{cache}/{file}", bc.serveNarinfo)
@@ -46,7 +47,7 @@ func (s *Server) mountBinaryCache(mux *http.ServeMux) {
 // open resolves the cache named in the URL and checks the caller may read
 // it. On false the answer has been written.
 func (bc *binaryCache) open(w http.ResponseWriter, r *http.Request) (storage.Cache, bool) {
-	c, err := bc.s.db.CacheByName(r.Context(), r.PathValue("cache"))
+	c, err := bc.memo.cacheByName(r.Context(), bc.s.db, r.PathValue("cache"))
 	if errors.Is(err, storage.ErrNotFound) {
 		http.Error(w, "no such cache", http.StatusNotFound)
 		return c, false
@@ -110,13 +111,13 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 		bc.internal(w, r, err)
 		return
 	}
-	key, err := bc.s.db.CacheSigningKey(r.Context(), c.ID)
+	sig, err := bc.memo.sign(r.Context(), bc.s.db, c.ID, string(narinfoFingerprint(p)))
 	if err != nil {
 		bc.internal(w, r, err)
 		return
 	}
 	bc.metrics.narinfos.Inc(c.Name, "hit")
-	body := renderNarinfo(p, key)
+	body := renderSignedNarinfo(p, sig)
 	if hook := bc.s.cfg.narinfoHook; hook != nil {
 		body = hook(body)
 	}

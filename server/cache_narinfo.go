@@ -26,6 +26,11 @@ func narURL(p storage.CachePath) string {
 
 // renderNarinfo writes the narinfo of CACHE.md §7, signed with key.
 func renderNarinfo(p storage.CachePath, key storage.SigningKey) []byte {
+	return renderSignedNarinfo(p, key.Sign(narinfoFingerprint(p)))
+}
+
+// renderSignedNarinfo writes the narinfo with an already computed Sig.
+func renderSignedNarinfo(p storage.CachePath, sig string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "StorePath: %s\n", p.StorePath)
 	fmt.Fprintf(&b, "URL: %s\n", narURL(p))
@@ -40,7 +45,7 @@ func renderNarinfo(p storage.CachePath, key storage.SigningKey) []byte {
 	if p.Deriver != "" {
 		fmt.Fprintf(&b, "Deriver: %s\n", p.Deriver)
 	}
-	fmt.Fprintf(&b, "Sig: %s\n", key.Sign(narinfoFingerprint(p)))
+	fmt.Fprintf(&b, "Sig: %s\n", sig)
 	if p.CA != "" {
 		fmt.Fprintf(&b, "CA: %s\n", p.CA)
 	}

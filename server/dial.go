@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gradient.dev/gradient/storage"
@@ -18,6 +19,7 @@ type dialer struct {
 	s       *Server
 	refresh chan struct{}         // a pending rescan; never blocks RefreshDials
 	loops   map[dialKey]*dialLoop // owned by run's goroutine
+	running atomic.Int32          // redial goroutines alive, for tests
 }
 
 // dialKey is one dial target.
@@ -94,8 +96,10 @@ func (d *dialer) rescan(ctx context.Context, loops *sync.WaitGroup) {
 		l := &dialLoop{stop: stop, wake: make(chan struct{}, 1), peers: peers}
 		d.loops[key] = l
 		loops.Add(1)
+		d.running.Add(1)
 		go func() {
 			defer loops.Done()
+			defer d.running.Add(-1)
 			d.redial(loopCtx, key, l)
 		}()
 	}

@@ -266,7 +266,8 @@ func TestDialedWorkerRejectsServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.srv.RefreshDials()
-		time.Sleep(300 * time.Millisecond) // a dial already under way may still land
+		// Its redial loop ends (a dial under way is cancelled first).
+		waitFor(t, "the redial loop to stop", func() bool { return e.srv.dialer.running.Load() == 0 })
 		n := w.attemptCount()
 		time.Sleep(500 * time.Millisecond)
 		if w.attemptCount() != n {

@@ -133,7 +133,7 @@ func (db *DB) PutCachePath(ctx context.Context, in CachePath) (p CachePath, crea
 
 // CachePath returns the path with the given hash part in a cache.
 func (db *DB) CachePath(ctx context.Context, cacheID, storeHash string) (CachePath, error) {
-	p, err := scanCachePath(db.sql.QueryRowContext(ctx,
+	p, err := scanCachePath(db.hotRow(ctx,
 		`SELECT `+cachePathColumns+` FROM cache_paths WHERE cache_id = $1 AND store_hash = $2`,
 		cacheID, storeHash))
 	if errors.Is(err, sql.ErrNoRows) {

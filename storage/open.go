@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
@@ -32,6 +33,9 @@ const sqliteFileName = "gradient.db"
 type DB struct {
 	sql    *sql.DB
 	engine Engine
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // hot queries, prepared once (see hotRow)
 }
 
 // Open connects to the database at rawURL and applies pending migrations.
@@ -98,8 +102,38 @@ func (db *DB) Engine() Engine { return db.engine }
 // Ping checks that the database is reachable.
 func (db *DB) Ping(ctx context.Context) error { return db.sql.PingContext(ctx) }
 
-// Close releases the connection pool.
-func (db *DB) Close() error { return db.sql.Close() }
+// Close releases the prepared statements and the connection pool.
+func (db *DB) Close() error {
+	db.stmtMu.Lock()
+	for _, st := range db.stmts {
+		st.Close()
+	}
+	db.stmts = nil
+	db.stmtMu.Unlock()
+	return db.sql.Close()
+}
+
+// hotRow runs a query on a request's hot path (narinfo lookups) through a
+// statement prepared once: SQLite otherwise parses the SQL on every call,
+// which costs more than the lookup itself.
+func (db *DB) hotRow(ctx context.Context, query string, args ...any) *sql.Row {
+	db.stmtMu.Lock()
+	st, ok := db.stmts[query]
+	if !ok {
+		var err error
+		st, err = db.sql.PrepareContext(ctx, query)
+		if err != nil {
+			db.stmtMu.Unlock()
+			return db.sql.QueryRowContext(ctx, query, args...) // reports the error
+		}
+		if db.stmts == nil {
+			db.stmts = map[string]*sql.Stmt{}
+		}
+		db.stmts[query] = st
+	}
+	db.stmtMu.Unlock()
+	return st.QueryRowContext(ctx, args...)
+}
 
 type openTarget struct {
 	engine  Engine

@@ -1,0 +1,80 @@
+// Command gradient-worker is the Gradient build machine: it keeps a session
+// with the server (dialing it, or dialed by it), authenticates for the peers
+// that registered it, and runs the jobs it is assigned.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintf(os.Stderr, "gradient-worker: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run parses the configuration and serves until ctx ends (the signal):
+// the worker then drains its session and returns.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	opts, err := parseOptions(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(opts, stderr)
+	slog.SetDefault(log)
+	cfg, err := workerConfig(opts, log)
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}
+
+// workerConfig turns options into the worker's configuration: the worker
+// ID (created on first start) and the accepted server tokens are read here.
+func workerConfig(opts options, log *slog.Logger) (worker.Config, error) {
+	id, err := worker.LoadID(opts.BaseDir, opts.ID)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	cfg := worker.Config{
+		ServerURL: opts.ServerURL, WorkerID: id,
+		PeersFile: opts.PeersFile, Peers: opts.Peers,
+		Capabilities: wire.GradientCapabilities{Fetch: opts.Fetch, Eval: opts.Eval, Build: opts.Build},
+		MaxBuilds:    opts.MaxBuilds, MaxEvals: opts.MaxEvals,
+		Architectures: opts.Architectures, SystemFeatures: opts.SystemFeatures,
+		CPUCoreScore: opts.CPUCoreScore, Zone: opts.Zone, Endpoint: opts.Endpoint,
+		ListenAddr: opts.ListenAddr, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile,
+		InsecureListen: opts.InsecureListen,
+		// No executor yet: the Nix executor comes next; until then every
+		// assignment is declined, so no job is accepted and lost.
+		Logger: log,
+	}
+	if opts.AcceptedTokenFile != "" {
+		cfg.ServerTokens = worker.LoadServerTokens(opts.AcceptedTokenFile, id, log)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"gradient.dev/gradient/worker"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestDefaults(t *testing.T) {
+	opts, err := parseOptions([]string{"--server-url", "wss://ci.example/proto"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{ServerURL: "wss://ci.example/proto", BaseDir: "/var/lib/gradient-worker", MaxBuilds: 1, MaxEvals: 1,
+		LogLevel: slog.LevelInfo, LogFormat: "text"}
+	if !reflect.DeepEqual(opts, want) {
+		t.Errorf("got %+v, want %+v", opts, want)
+	}
+}
+
+func TestEnvironmentAndFlags(t *testing.T) {
+	env := envOf(map[string]string{
+		"GRADIENT_WORKER_SERVER_URL": "ws://env/proto", "GRADIENT_WORKER_BASE_DIR": "/env",
+		"GRADIENT_WORKER_CAPABILITIES_BUILD": "true", "GRADIENT_WORKER_SYSTEM_ARCHITECTURES": "x86_64-linux, aarch64-linux",
+		"GRADIENT_WORKER_SYSTEM_FEATURES": "kvm,big-parallel", "GRADIENT_WORKER_BUILD_MAX_CONCURRENT": "4",
+		"GRADIENT_WORKER_DISCOVERABLE": "true", "GRADIENT_WORKER_PORT": "4000", "GRADIENT_WORKER_INSECURE_LISTEN": "1",
+		"GRADIENT_WORKER_LOG_FORMAT": "json",
+	})
+	opts, err := parseOptions([]string{"--base-dir", "/flag", "--capabilities-eval=true", "--log-level", "debug"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{ServerURL: "ws://env/proto", BaseDir: "/flag", Eval: true, Build: true,
+		Architectures: []string{"x86_64-linux", "aarch64-linux"}, SystemFeatures: []string{"kvm", "big-parallel"},
+		MaxBuilds: 4, MaxEvals: 1, Discoverable: true, ListenAddr: "127.0.0.1:4000", InsecureListen: true,
+		LogLevel: slog.LevelDebug, LogFormat: "json"}
+	if !reflect.DeepEqual(opts, want) {
+		t.Errorf("got %+v\nwant %+v", opts, want)
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	for _, args := range [][]string{
+		{},                                 // no server URL
+		{"--server-url", "http://x/proto"}, // not a WebSocket URL
+		{"--server-url", "ws://x/proto", "--capabilities-build", "maybe"},
+		{"--server-url", "ws://x/proto", "--build-max-concurrent", "0"},
+		{"--discoverable", "true"}, // no TLS and no --insecure-listen
+	} {
+		var stderr strings.Builder
+		if _, err := parseOptions(args, envOf(nil), &stderr); err != errUsage || stderr.Len() == 0 {
+			t.Errorf("%q: got %v, stderr %q", args, err, stderr.String())
+		}
+	}
+}
+
+func TestWorkerConfigCreatesIdentity(t *testing.T) {
+	dir := t.TempDir()
+	opts, err := parseOptions([]string{"--server-url", "ws://x/proto", "--base-dir", dir}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := workerConfig(opts, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, worker.IDFileName))
+	if err != nil || strings.TrimSpace(string(b)) != cfg.WorkerID || cfg.ServerTokens != nil {
+		t.Fatalf("id file %q (%v), config id %q", b, err, cfg.WorkerID)
+	}
+	if err := os.WriteFile(filepath.Join(dir, worker.IDFileName), []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := workerConfig(opts, slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("an invalid worker-id file must stop the start")
+	}
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/wire"
+)
+
+type openAuthority struct{}
+
+func (openAuthority) Challenge(context.Context, string) ([]string, error) { return nil, nil }
+
+func (openAuthority) Authorize(context.Context, string, []wire.Pair[string, string]) (handshake.Decision, error) {
+	return handshake.Accept([]string{"peer"}, nil, handshake.AllCapabilities), nil
+}
+
+// TestRunConnectsAndStopsOnSignal runs the binary's entry point against a
+// loopback authority: it connects, and the signal's context cancel makes
+// it send Draining and return.
+func TestRunConnectsAndStopsOnSignal(t *testing.T) {
+	got := make(chan wire.ClientMessage, 64)
+	discard := slog.New(slog.DiscardHandler)
+	hs := httptest.NewServer(session.Handler(func(r *http.Request, tr session.Transport) {
+		c := session.NewConn(tr, session.ConnOptions{Logger: discard})
+		est, err := session.RunAuthority(r.Context(), c, session.AuthorityConfig{Policy: openAuthority{}})
+		if err != nil {
+			return
+		}
+		sess := session.SplitServer(c, est, session.Options{Logger: discard})
+		for {
+			m, err := sess.Recv(r.Context())
+			if err != nil {
+				return
+			}
+			got <- m
+		}
+	}))
+	defer hs.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	url := "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto"
+	go func() {
+		done <- run(ctx, []string{"--server-url", url, "--base-dir", t.TempDir(), "--capabilities-build", "true",
+			"--system-cpu-core-score", "5"}, func(string) string { return "" }, io.Discard)
+	}()
+	next := func() wire.ClientMessage {
+		select {
+		case m := <-got:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("no message from the worker")
+			return nil
+		}
+	}
+	if caps, ok := next().(*wire.WorkerCapabilities); !ok || caps.CPUCoreScore != 5 {
+		t.Fatalf("got %+v, want WorkerCapabilities", caps)
+	}
+	cancel()
+	for {
+		if _, ok := next().(*wire.ClientDraining); ok {
+			break
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after the signal")
+	}
+}

@@ -1,0 +1,198 @@
+package server
+
+import (
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The binary cache is measured side by side with nginx serving the same
+// .nar.zst and .narinfo files from disk, in the same run, so both see the
+// same machine load. Needs Debian's nginx (apt-get install nginx-light);
+// skipped without it.
+//
+//	go test -run '^$' -bench 'VsNginx' -count 6 ./server
+
+// nginxMirror serves a copy of what our cache serves, from files.
+type nginxMirror struct {
+	url string
+}
+
+func startNginx(b *testing.B, files map[string][]byte) *nginxMirror {
+	b.Helper()
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, err = os.Stat("/usr/sbin/nginx"); err != nil {
+			b.Skip("nginx is not installed (apt-get install nginx-light)")
+		}
+		bin = "/usr/sbin/nginx"
+	}
+	dir := b.TempDir()
+	// nginx's workers drop root; let them read the temporary tree.
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chmod(dir, 0o755)
+	root := filepath.Join(dir, "root")
+	for name, body := range files {
+		path := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(path, body, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	conf := fmt.Sprintf(`worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log;
+events { worker_connections 64; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 100000;
+  types { text/x-nix-narinfo narinfo; application/x-nix-nar zst; }
+  client_body_temp_path %[1]s/tmp;
+  proxy_temp_path %[1]s/tmp;
+  fastcgi_temp_path %[1]s/tmp;
+  uwsgi_temp_path %[1]s/tmp;
+  scgi_temp_path %[1]s/tmp;
+  server { listen %[2]s; root %[3]s; }
+}
+`, dir, addr, root)
+	confPath := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", confPath, "-g", "daemon off;")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	url := "http://" + addr
+	for start := time.Now(); ; {
+		if resp, err := http.Get(url + "/"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			b.Fatalf("nginx did not start; see %s/error.log", dir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return &nginxMirror{url: url}
+}
+
+// get fetches url completely and returns the body size.
+func get(b *testing.B, c *http.Client, url string, buf []byte) int64 {
+	resp, err := c.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		b.Fatalf("GET %s: %d, %v", url, resp.StatusCode, err)
+	}
+	return n
+}
+
+func fetch(b *testing.B, url string) []byte {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		b.Fatalf("GET %s: %d, %v", url, resp.StatusCode, err)
+	}
+	return body
+}
+
+// benchCache is our cache with one 16 MiB NAR and nginx serving copies.
+func benchCache(b *testing.B) (ourNar, ourInfo, nginxNar, nginxInfo string) {
+	e := newCacheEnv(b, Config{})
+	// Measure serving, not debug logging into a test buffer.
+	e.srv.log = slog.New(slog.DiscardHandler)
+	nar := make([]byte, 16<<20)
+	rand.Read(nar)
+	p := e.putObject(b, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", nar)
+	hash := strings.TrimPrefix(p.StorePath, "/nix/store/")[:32]
+	narPath := "/nar/" + p.ObjectKey + ".nar.zst"
+	infoPath := "/" + hash + ".narinfo"
+	ourNar, ourInfo = e.url+"/cache/main"+narPath, e.url+"/cache/main"+infoPath
+	mirror := startNginx(b, map[string][]byte{narPath: fetch(b, ourNar), infoPath: fetch(b, ourInfo)})
+	return ourNar, ourInfo, mirror.url + narPath, mirror.url + infoPath
+}
+
+// BenchmarkNarDownloadVsNginx reports both throughputs and ours/nginx
+// (goal ≥ 0.9). Each iteration downloads the NAR once from each.
+func BenchmarkNarDownloadVsNginx(b *testing.B) {
+	ourURL, _, nginxURL, _ := benchCache(b)
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+	buf := make([]byte, 256<<10)
+	var ours, theirs time.Duration
+	var size int64
+	b.ReportAllocs()
+	for b.Loop() {
+		start := time.Now()
+		size = get(b, c, ourURL, buf)
+		mid := time.Now()
+		get(b, c, nginxURL, buf)
+		ours += mid.Sub(start)
+		theirs += time.Since(mid)
+	}
+	n := float64(b.N) * float64(size) / (1 << 20)
+	b.ReportMetric(n/ours.Seconds(), "ours-MiB/s")
+	b.ReportMetric(n/theirs.Seconds(), "nginx-MiB/s")
+	b.ReportMetric(theirs.Seconds()/ours.Seconds(), "ours/nginx")
+}
+
+// BenchmarkNarinfoVsNginx reports the median narinfo latency of both and
+// ours/nginx (goal ≤ 1.5). Each iteration is 64 requests to each,
+// interleaved.
+func BenchmarkNarinfoVsNginx(b *testing.B) {
+	_, ourURL, _, nginxURL := benchCache(b)
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+	buf := make([]byte, 4<<10)
+	var ours, theirs []time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		for range 64 {
+			start := time.Now()
+			get(b, c, ourURL, buf)
+			mid := time.Now()
+			get(b, c, nginxURL, buf)
+			ours = append(ours, mid.Sub(start))
+			theirs = append(theirs, time.Since(mid))
+		}
+	}
+	p50 := func(d []time.Duration) time.Duration {
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	o, t := p50(ours), p50(theirs)
+	b.ReportMetric(float64(o.Microseconds()), "ours-p50-µs")
+	b.ReportMetric(float64(t.Microseconds()), "nginx-p50-µs")
+	b.ReportMetric(float64(o)/float64(t), "ours/nginx-p50")
+}

@@ -1,0 +1,25 @@
+package worker
+
+import (
+	"testing"
+	"time"
+)
+
+func TestBackoffDoublesToMaxAndResets(t *testing.T) {
+	t.Parallel()
+	b := newBackoff(time.Second, 60*time.Second)
+	var got []time.Duration
+	for range 8 {
+		got = append(got, b.delay())
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("delays %v, want %v seconds", got, want)
+		}
+	}
+	b.reset()
+	if d := b.delay(); d != time.Second {
+		t.Fatalf("after a served session: %v, want 1s", d)
+	}
+}

@@ -1,0 +1,97 @@
+package worker
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"time"
+
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/wire"
+)
+
+// Config is a worker's configuration. Zero durations take the defaults of
+// connection.txt and JOBS.md §12; tests shorten them.
+type Config struct {
+	// ServerURL is the ws(s):// /proto URL to dial; empty for a worker that
+	// is only dialed by servers.
+	ServerURL string
+	// WorkerID is the persistent ID (see LoadID).
+	WorkerID string
+
+	// PeersFile, when set, holds the tokens and is watched for changes;
+	// it wins over Peers, the inline list (same format).
+	PeersFile         string
+	Peers             string
+	PeersPollInterval time.Duration // 2 s
+
+	// Capabilities offered; core and cache are never a worker's.
+	Capabilities   wire.GradientCapabilities
+	MaxBuilds      int // Build slots (1)
+	MaxEvals       int // Flake slots (1)
+	Architectures  []string
+	SystemFeatures []string
+	CPUCoreScore   uint32 // 0: measured at start
+	Zone, Endpoint string
+
+	// Executor runs accepted jobs. Nil declines every assignment.
+	Executor Executor
+
+	// Server-dialed mode: ListenAddr serves the dialed handshake, over TLS
+	// with TLSCertFile/TLSKeyFile unless InsecureListen. ServerTokens
+	// checks the dialing server; nil accepts every server.
+	ListenAddr              string
+	Listener                net.Listener // instead of ListenAddr (tests)
+	TLSCertFile, TLSKeyFile string
+	InsecureListen          bool
+	ServerTokens            session.ServerVerifier
+
+	DialTLS          *tls.Config
+	ConnectTimeout   time.Duration // 10 s
+	HandshakeTimeout time.Duration // 15 s
+	AckTimeout       time.Duration // 120 s; negative disables
+	PingInterval     time.Duration // AckTimeout/4
+	Heartbeat        time.Duration // 10 s: WorkerMetrics and RequestJob
+	BackoffInitial   time.Duration // 1 s
+	BackoffMax       time.Duration // 60 s
+	StopReportWait   time.Duration // 5 s for the Canceled reports on stop
+	FlushTimeout     time.Duration // 10 s for queued messages at close
+
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.PeersPollInterval, 2*time.Second)
+	def(&c.ConnectTimeout, session.ConnectTimeout)
+	def(&c.HandshakeTimeout, session.HandshakeTimeout)
+	def(&c.AckTimeout, session.AckTimeout)
+	def(&c.Heartbeat, 10*time.Second)
+	def(&c.BackoffInitial, time.Second)
+	def(&c.BackoffMax, 60*time.Second)
+	def(&c.StopReportWait, 5*time.Second)
+	def(&c.FlushTimeout, 10*time.Second)
+	if c.AckTimeout < 0 {
+		c.AckTimeout = 0
+	}
+	if c.MaxBuilds == 0 {
+		c.MaxBuilds = 1
+	}
+	if c.MaxEvals == 0 {
+		c.MaxEvals = 1
+	}
+	if len(c.Architectures) == 0 {
+		c.Architectures = []string{HostSystem()}
+	}
+	if c.SystemFeatures == nil {
+		c.SystemFeatures = []string{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Capabilities.Core, c.Capabilities.Cache = false, false
+}

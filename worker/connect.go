@@ -1,0 +1,71 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"gradient.dev/gradient/session"
+)
+
+// dialLoop keeps one worker-dialed session up until ctx ends, waiting with
+// backoff between attempts (WORKER.md §3).
+func (w *Worker) dialLoop(ctx context.Context) {
+	bo := newBackoff(w.cfg.BackoffInitial, w.cfg.BackoffMax)
+	for ctx.Err() == nil {
+		end, err := w.connectOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if end == endServed {
+			bo.reset()
+		}
+		d := bo.delay()
+		if err != nil {
+			w.log.Warn("connection failed", "server", w.cfg.ServerURL, "error", err, "retry_in", d)
+		} else {
+			w.log.Info("session ended", "how", end.String(), "reconnect_in", d)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// connectOnce dials, runs the handshake and serves the session to its end.
+func (w *Worker) connectOnce(ctx context.Context) (sessionEnd, error) {
+	t, err := session.Dial(ctx, w.cfg.ServerURL, session.DialOptions{TLS: w.cfg.DialTLS, ConnectTimeout: w.cfg.ConnectTimeout, Logger: w.log})
+	if err != nil {
+		return endFailed, err
+	}
+	c := session.NewConn(t, session.ConnOptions{Logger: w.log})
+	tokens := w.currentTokens()
+	est, err := session.RunPeer(ctx, c, session.PeerConfig{
+		WorkerID: w.cfg.WorkerID, Capabilities: w.cfg.Capabilities, Tokens: tokens, Timeout: w.cfg.HandshakeTimeout,
+	})
+	if err != nil {
+		t.Close(session.CloseNormal, "")
+		return endFailed, err
+	}
+	return w.serve(ctx, c, est, tokens), nil
+}
+
+// serve runs an established session (either direction) until it ends.
+func (w *Worker) serve(ctx context.Context, c *session.Conn, est *session.Established, tokens map[string]string) sessionEnd {
+	sess := session.SplitWorker(c, est, session.Options{
+		AckTimeout: w.cfg.AckTimeout, PingInterval: w.cfg.PingInterval, DrainTimeout: w.cfg.FlushTimeout, Logger: w.log,
+	})
+	ls := newLiveSession(w, sess, session.NewWorkerAuth(est, tokens))
+	w.addLive(ls)
+	defer w.removeLive(ls)
+	// A peers change between the handshake and addLive would be missed.
+	if now := w.currentTokens(); !samePeers(now, tokens) {
+		if err := ls.auth.RequestReauth(sess, now); err != nil {
+			ls.log.Warn("reauth request failed", "error", err)
+		}
+	}
+	return ls.run(ctx)
+}

@@ -1,0 +1,232 @@
+package worker
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/wire"
+)
+
+func TestSessionStartOrder(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	cfg := testConfig(t, f.url, newBlockingExecutor())
+	cfg.Architectures = []string{"x86_64-linux", "i686-linux"}
+	cfg.SystemFeatures = []string{"kvm"}
+	cfg.MaxBuilds = 3
+	startWorker(t, cfg)
+	c := f.accept()
+
+	caps, ok := c.next(t).(*wire.WorkerCapabilities)
+	if !ok {
+		t.Fatal("first message is not WorkerCapabilities")
+	}
+	if len(caps.Architectures) != 2 || caps.SystemFeatures[0] != "kvm" || caps.MaxConcurrentBuilds != 3 ||
+		caps.CPUCount == 0 || caps.CPUCoreScore != 1 || caps.Zone != nil || caps.Endpoint != nil {
+		t.Fatalf("capabilities %+v", caps)
+	}
+	if _, ok := c.next(t).(*wire.RequestJobList); !ok {
+		t.Fatal("second message is not RequestJobList")
+	}
+	for _, kind := range []wire.JobKind{wire.JobKindFlake, wire.JobKindBuild} {
+		if r, ok := c.next(t).(*wire.RequestJob); !ok || r.Kind != kind {
+			t.Fatalf("got %+v, want RequestJob %v", r, kind)
+		}
+	}
+}
+
+func TestHeartbeatSendsMetricsAndRequests(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	cfg := testConfig(t, f.url, newBlockingExecutor())
+	cfg.Heartbeat = 20 * time.Millisecond
+	startWorker(t, cfg)
+	c := f.accept()
+	metrics := 0
+	requests := 0
+	for metrics < 2 || requests < 4 {
+		switch m := c.next(t).(type) {
+		case *wire.WorkerMetrics:
+			metrics++
+			if m.RAMFreeMB == 0 || m.UploadSpeedMbps != nil {
+				t.Fatalf("metrics %+v", m)
+			}
+		case *wire.RequestJob:
+			requests++
+		}
+	}
+}
+
+func TestAssignAbortAndCapacity(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	exec := newBlockingExecutor()
+	cfg := testConfig(t, f.url, exec)
+	cfg.Capabilities.Eval, cfg.Capabilities.Fetch = false, false
+	startWorker(t, cfg)
+	c := f.accept()
+	expect[*wire.RequestJobList](t, c)
+
+	c.send(t, buildJob("build:1", "a1"))
+	if r := expect[*wire.AssignJobResponse](t, c); !r.Accepted || r.JobID != "build:1" {
+		t.Fatalf("response %+v", r)
+	}
+	if u := expect[*wire.JobUpdate](t, c); u.JobID != "build:1" || u.AssignmentID != "a1" {
+		t.Fatalf("update %+v", u)
+	}
+	recvChan(t, "the job to start", exec.started)
+
+	// The one build slot is taken; flake jobs are not enabled.
+	c.send(t, buildJob("build:2", "a2"))
+	if r := expect[*wire.AssignJobResponse](t, c); r.Accepted || r.Reason == nil || *r.Reason != "at capacity (1/1)" {
+		t.Fatalf("response %+v", r)
+	}
+	c.send(t, flakeJob("eval:1", "a3"))
+	if r := expect[*wire.AssignJobResponse](t, c); r.Accepted || r.Reason == nil || *r.Reason != "capability for flake jobs not enabled" {
+		t.Fatalf("response %+v", r)
+	}
+	// A re-sent job keeps running; its reports carry the new assignment.
+	c.send(t, buildJob("build:1", "a4"))
+	if r := expect[*wire.AssignJobResponse](t, c); !r.Accepted {
+		t.Fatalf("response %+v", r)
+	}
+
+	c.send(t, &wire.AbortJob{JobID: "build:1", Reason: "evaluation aborted"})
+	if cause := recvChan(t, "the job to end", exec.ended); !errors.Is(cause, errAbortedByServer) {
+		t.Fatalf("job context ended by %v", cause)
+	}
+	// The report, and a request for the freed slot (on the control lane,
+	// so it may overtake the report).
+	var failed *wire.JobFailed
+	requested := false
+	for failed == nil || !requested {
+		switch m := c.next(t).(type) {
+		case *wire.JobFailed:
+			failed = m
+		case *wire.RequestJob:
+			requested = requested || m.Kind == wire.JobKindBuild
+		}
+	}
+	if failed.JobID != "build:1" || failed.AssignmentID != "a4" || failed.Kind != wire.FailureAborted || failed.Error != "aborted by server" {
+		t.Fatalf("JobFailed %+v", failed)
+	}
+}
+
+func TestStopDrainsAndCancelsJobs(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	exec := newBlockingExecutor()
+	cfg := testConfig(t, f.url, exec)
+	_, stop := startWorker(t, cfg)
+	c := f.accept()
+	c.send(t, buildJob("build:1", "a1"))
+	c.send(t, flakeJob("eval:1", "a2"))
+	recvChan(t, "a job to start", exec.started)
+	recvChan(t, "a job to start", exec.started)
+
+	stop() // returns after the stop sequence
+	expect[*wire.ClientDraining](t, c)
+	failed := map[string]*wire.JobFailed{}
+	for len(failed) < 2 {
+		switch m := c.next(t).(type) {
+		case *wire.JobFailed:
+			failed[m.JobID] = m
+		case *wire.RequestJob:
+			t.Fatal("RequestJob after Draining")
+		}
+	}
+	for id, aid := range map[string]string{"build:1": "a1", "eval:1": "a2"} {
+		if m := failed[id]; m.Kind != wire.FailureCanceled || m.AssignmentID != aid {
+			t.Fatalf("JobFailed %+v", m)
+		}
+	}
+	recvChan(t, "the session to close", c.done)
+}
+
+func TestDeclinesWhileDrainingAndServerDrainingReconnects(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	exec := newBlockingExecutor()
+	startWorker(t, testConfig(t, f.url, exec))
+	c := f.accept()
+	c.send(t, buildJob("build:1", "a1"))
+	recvChan(t, "the job to start", exec.started)
+	c.send(t, &wire.ServerDraining{})
+	c.send(t, buildJob("build:2", "a2"))
+	for {
+		r := expect[*wire.AssignJobResponse](t, c)
+		if r.JobID == "build:2" {
+			if r.Accepted || *r.Reason != "worker is draining" {
+				t.Fatalf("response %+v", r)
+			}
+			break
+		}
+	}
+	// The running job finishes (here: aborted), then the worker ends the
+	// drained session itself and reconnects.
+	c.send(t, &wire.AbortJob{JobID: "build:1"})
+	expect[*wire.JobFailed](t, c)
+	recvChan(t, "the drained session to close", c.done)
+	c2 := f.accept()
+	expect[*wire.RequestJobList](t, c2)
+}
+
+func TestLostSessionCancelsJobs(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	exec := newBlockingExecutor()
+	startWorker(t, testConfig(t, f.url, exec))
+	c := f.accept()
+	c.send(t, buildJob("build:1", "a1"))
+	recvChan(t, "the job to start", exec.started)
+	c.sess.Close(1001, "server gone")
+	if cause := recvChan(t, "the job to end", exec.ended); !errors.Is(cause, errSessionLost) {
+		t.Fatalf("job context ended by %v", cause)
+	}
+	// The slot is free again on the next session.
+	c2 := f.accept()
+	expect[*wire.RequestJobList](t, c2)
+	if r := expect[*wire.RequestJob](t, c2); r.Kind != wire.JobKindFlake {
+		t.Fatalf("request %+v", r)
+	}
+	c2.send(t, buildJob("build:1", "a2"))
+	if r := expect[*wire.AssignJobResponse](t, c2); !r.Accepted {
+		t.Fatalf("response %+v", r)
+	}
+}
+
+func TestNoExecutorDeclines(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	startWorker(t, testConfig(t, f.url, nil))
+	c := f.accept()
+	expect[*wire.RequestJobList](t, c)
+	c.send(t, buildJob("build:1", "a1"))
+	if r := expect[*wire.AssignJobResponse](t, c); r.Accepted {
+		t.Fatalf("response %+v", r)
+	}
+}
+
+func TestRequestsAgainWhileSlotsRemain(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	exec := newBlockingExecutor()
+	cfg := testConfig(t, f.url, exec)
+	cfg.MaxBuilds = 2
+	startWorker(t, cfg)
+	c := f.accept()
+	expect[*wire.RequestJobList](t, c)
+	c.send(t, buildJob("build:1", "a1"))
+	expect[*wire.AssignJobResponse](t, c)
+	for {
+		if r, ok := c.next(t).(*wire.RequestJob); ok && r.Kind == wire.JobKindBuild {
+			break
+		}
+	}
+	recvChan(t, "the job to start", exec.started)
+	c.send(t, buildJob("build:2", "a2"))
+	if r := expect[*wire.AssignJobResponse](t, c); !r.Accepted {
+		t.Fatalf("second build declined: %+v", r)
+	}
+}

@@ -1,0 +1,103 @@
+package worker
+
+import (
+	"bufio"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strings"
+
+	"gradient.dev/gradient/wire"
+)
+
+// PeerTokenLength is the only accepted token length (base64 of 48 random
+// bytes, WORKER.md §2.2).
+const PeerTokenLength = 64
+
+// WildcardPeer answers every challenged peer not listed explicitly.
+const WildcardPeer = "*"
+
+// ParsePeers reads `peer_id:token` lines: blank lines and # comments are
+// ignored, each line is split at the first colon and trimmed; lines with an
+// empty side or a token of the wrong length are skipped with a warning
+// naming the line, never the token. source labels the warnings.
+func ParsePeers(text, source string, log *slog.Logger) map[string]string {
+	peers := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		peer, token, found := strings.Cut(line, ":")
+		peer, token = strings.TrimSpace(peer), strings.TrimSpace(token)
+		switch {
+		case !found || peer == "" || token == "":
+			log.Warn("skipping malformed peers line: want peer_id:token", "source", source, "line", n)
+		case len(token) != PeerTokenLength:
+			log.Warn("skipping peers line: the token must be 64 characters", "source", source, "line", n, "peer", peer, "token_length", len(token))
+		default:
+			peers[peer] = token
+		}
+	}
+	return peers
+}
+
+// LoadPeers returns the tokens the worker holds: the peers file when one is
+// configured (it wins over the inline list), else the inline list. An
+// unreadable file means no tokens ("open mode"), with a warning.
+func LoadPeers(file, inline string, log *slog.Logger) map[string]string {
+	if file == "" {
+		return ParsePeers(inline, "inline peers", log)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			log.Warn("peers file does not exist: connecting without tokens", "file", file)
+		} else {
+			log.Warn("peers file unreadable: connecting without tokens", "file", file, "error", err)
+		}
+		return map[string]string{}
+	}
+	return ParsePeers(string(b), file, log)
+}
+
+// peerIDs lists the peers (never the tokens) for logs.
+func peerIDs(peers map[string]string) []string {
+	ids := make([]string, 0, len(peers))
+	for id := range peers {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// samePeers reports whether two token sets are equal.
+func samePeers(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// answerChallenge is the AuthResponse to a mid-session AuthChallenge: the
+// explicit token of each challenged peer, else the `*` token.
+func answerChallenge(tokens map[string]string, ch *wire.AuthChallenge) *wire.AuthResponse {
+	resp := &wire.AuthResponse{Tokens: []wire.Pair[string, string]{}}
+	for _, p := range ch.Peers {
+		t, ok := tokens[p]
+		if !ok {
+			t, ok = tokens[WildcardPeer]
+		}
+		if ok {
+			resp.Tokens = append(resp.Tokens, wire.Pair[string, string]{First: p, Second: t})
+		}
+	}
+	return resp
+}

@@ -1,0 +1,294 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/wire"
+)
+
+// sessionEnd is how a session ended; it decides the next reconnect delay.
+type sessionEnd int
+
+const (
+	endFailed  sessionEnd = iota // no session: dial or handshake failed
+	endServed                    // the session ran and was lost or closed
+	endDrained                   // the server drained or refused it: back off further
+	endStopped                   // the worker is stopping
+)
+
+func (e sessionEnd) String() string {
+	return [...]string{"failed", "lost", "drained by the server", "stopped"}[e]
+}
+
+// liveSession is one established session's job loop (JOBS.md §2, §5,
+// §11, §12): it requests work, answers assignments, runs jobs and reports
+// them, and ends them all when the session ends.
+type liveSession struct {
+	w    *Worker
+	sess *session.WorkerSession
+	auth *session.WorkerAuth
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	jobs     map[string]*runningJob
+	drained  bool // the server sent Draining or Reject: request nothing more
+	stopping bool // the worker is stopping: request and accept nothing more
+	jobsDone sync.WaitGroup
+}
+
+func newLiveSession(w *Worker, sess *session.WorkerSession, auth *session.WorkerAuth) *liveSession {
+	return &liveSession{w: w, sess: sess, auth: auth, jobs: map[string]*runningJob{},
+		log: w.log.With("session_version", sess.Version())}
+}
+
+// run serves the session until it ends. Cancelling ctx stops the worker:
+// Draining, running jobs cancelled and reported Canceled, close.
+func (ls *liveSession) run(ctx context.Context) sessionEnd {
+	ls.log.Info("session established", "authorized", ls.sess.AuthorizedPeers, "failed_peers", len(ls.sess.FailedPeers),
+		"capabilities", capabilityNames(ls.sess.Capabilities))
+	ls.start()
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			ls.stop()
+			close(stopped)
+		case <-ls.sess.Done():
+		}
+	}()
+	go ls.heartbeat()
+
+	// The reader's context is the session's own: cancelling it would close
+	// the socket before the stop sequence's reports went out.
+	recvCtx, cancelRecv := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRecv()
+	for {
+		m, err := ls.sess.Recv(recvCtx)
+		if err != nil {
+			break
+		}
+		ls.dispatch(m)
+	}
+	ls.abortAll(errSessionLost)
+	ls.mu.Lock()
+	stopping, drained := ls.stopping, ls.drained
+	ls.mu.Unlock()
+	if stopping {
+		<-stopped // the stop sequence may still wait for reports
+		return endStopped
+	}
+	ls.log.Info("session ended", "reason", ls.sess.Reason())
+	if drained {
+		return endDrained
+	}
+	return endServed
+}
+
+// start sends the session-start sequence (JOBS.md §2).
+func (ls *liveSession) start() {
+	if ls.sess.Capabilities.Build {
+		hw := ls.w.hw
+		ls.send(&hw)
+	}
+	ls.send(&wire.RequestJobList{})
+	ls.requestFreeSlots()
+}
+
+// heartbeat sends WorkerMetrics and capacity-gated RequestJobs (§12.1).
+func (ls *liveSession) heartbeat() {
+	t := time.NewTicker(ls.w.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ls.sess.Done():
+			return
+		case <-t.C:
+		}
+		ls.send(ls.w.metrics())
+		ls.requestFreeSlots()
+	}
+}
+
+// requestFreeSlots sends one RequestJob per enabled kind with a free slot,
+// unless the session is draining.
+func (ls *liveSession) requestFreeSlots() {
+	for _, kind := range jobKinds {
+		ls.requestIfFree(kind)
+	}
+}
+
+func (ls *liveSession) requestIfFree(kind wire.JobKind) {
+	if ls.quiet() || !kindEnabled(ls.sess.Capabilities, kind) || ls.w.cfg.Executor == nil || !ls.w.slots.free(kind) {
+		return
+	}
+	ls.send(&wire.RequestJob{Kind: kind})
+}
+
+// quiet: the server or the worker is draining.
+func (ls *liveSession) quiet() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.drained || ls.stopping
+}
+
+func (ls *liveSession) send(m wire.ClientMessage) {
+	if err := ls.sess.Send(m); err != nil {
+		ls.log.Debug("send failed", "message", m.WireName(), "error", err)
+	}
+}
+
+func (ls *liveSession) dispatch(m wire.ServerMessage) {
+	if ch, ok := m.(*wire.AuthChallenge); ok {
+		// Answered here rather than by session.HandleAuth: the peers
+		// file's `*` entry answers peers not listed explicitly.
+		ls.log.Info("server challenged the session", "peers", ch.Peers)
+		ls.send(answerChallenge(ls.w.currentTokens(), ch))
+		return
+	}
+	handled, err := session.HandleAuth(ls.sess, ls.auth, m)
+	if handled {
+		if err != nil {
+			ls.log.Warn("answering the server's auth failed", "error", err)
+		} else if u, ok := m.(*wire.AuthUpdate); ok {
+			ls.log.Info("authorization updated", "authorized", u.AuthorizedPeers, "failed_peers", len(u.FailedPeers))
+		}
+		return
+	}
+	switch m := m.(type) {
+	case *wire.AssignJob:
+		ls.assign(m)
+	case *wire.AbortJob:
+		ls.abort(m)
+	case *wire.ServerDraining:
+		ls.log.Info("server is draining: finishing running jobs, then reconnecting")
+		ls.markDrained()
+	case *wire.ServerReject:
+		ls.log.Warn("server refused the session", "code", m.Code, "reason", m.Reason)
+		ls.markDrained()
+	case *wire.ServerError:
+		ls.log.Warn("server reported an error", "code", m.Code, "message", m.Message)
+	case *wire.Credential:
+		// Kept by the fetch step once it exists; never logged.
+		ls.log.Debug("credential received", "kind", m.Kind)
+	default:
+		ls.log.Debug("ignoring message", "message", m.WireName())
+	}
+}
+
+// markDrained stops requests and closes the session once no job is left.
+func (ls *liveSession) markDrained() {
+	ls.mu.Lock()
+	ls.drained = true
+	idle := len(ls.jobs) == 0
+	ls.mu.Unlock()
+	if idle {
+		ls.sess.Close(session.CloseNormal, "server draining")
+	}
+}
+
+// assign answers AssignJob (JOBS.md §5.3) and starts an accepted job.
+func (ls *liveSession) assign(m *wire.AssignJob) {
+	kind, known := jobKind(m.Job)
+	ls.mu.Lock()
+	if j := ls.jobs[m.JobID]; j != nil {
+		// Re-sent by the server: keep running, report under the new ID.
+		j.setAssignmentID(m.AssignmentID)
+		ls.mu.Unlock()
+		ls.send(&wire.AssignJobResponse{JobID: m.JobID, Accepted: true})
+		return
+	}
+	var reason string
+	switch {
+	case !known:
+		reason = "unknown job type"
+	case ls.drained || ls.stopping:
+		reason = "worker is draining"
+	case ls.w.cfg.Executor == nil:
+		reason = "worker has no job executor"
+	case !kindEnabled(ls.sess.Capabilities, kind):
+		reason = fmt.Sprintf("capability for %s jobs not enabled", kindName(kind))
+	case m.Cluster != nil:
+		reason = "cluster jobs are not supported"
+	default:
+		if ok, used, max := ls.w.slots.take(kind); !ok {
+			reason = fmt.Sprintf("at capacity (%d/%d)", used, max)
+		}
+	}
+	var j *runningJob
+	if reason == "" {
+		j = newRunningJob(Assignment{JobID: m.JobID, Kind: kind, Job: m.Job, Cluster: m.Cluster}, m.AssignmentID)
+		ls.jobs[m.JobID] = j
+		ls.jobsDone.Add(1)
+	}
+	ls.mu.Unlock()
+	if j == nil {
+		ls.log.Info("declined job", "job", m.JobID, "reason", reason)
+		ls.send(&wire.AssignJobResponse{JobID: m.JobID, Accepted: false, Reason: &reason})
+		return
+	}
+	ls.log.Info("accepted job", "job", m.JobID, "assignment", m.AssignmentID, "kind", kindName(kind))
+	ls.send(&wire.AssignJobResponse{JobID: m.JobID, Accepted: true})
+	go ls.runJob(j)
+	ls.requestIfFree(kind)
+}
+
+// abort handles AbortJob (JOBS.md §11): the job's executor is cancelled
+// and the job reports JobFailed Aborted; an unknown job is ignored.
+func (ls *liveSession) abort(m *wire.AbortJob) {
+	ls.mu.Lock()
+	j := ls.jobs[m.JobID]
+	ls.mu.Unlock()
+	if j == nil {
+		ls.log.Debug("abort for a job not running", "job", m.JobID)
+		return
+	}
+	ls.log.Info("aborting job", "job", m.JobID, "reason", m.Reason)
+	j.cancel(errAbortedByServer)
+}
+
+// abortAll cancels every running job with cause.
+func (ls *liveSession) abortAll(cause error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, j := range ls.jobs {
+		j.cancel(cause)
+	}
+}
+
+// stop is the worker's stop sequence on this session (JOBS.md §12.3):
+// Draining, cancel every job so each reports Canceled, wait a bounded time
+// for the reports, then close (letting queued messages out).
+func (ls *liveSession) stop() {
+	ls.mu.Lock()
+	ls.stopping = true
+	running := len(ls.jobs)
+	ls.mu.Unlock()
+	ls.log.Info("stopping session", "running_jobs", running)
+	ls.send(&wire.ClientDraining{})
+	ls.abortAll(errWorkerStopping)
+	reported := make(chan struct{})
+	go func() {
+		ls.jobsDone.Wait()
+		close(reported)
+	}()
+	t := time.NewTimer(ls.w.cfg.StopReportWait)
+	defer t.Stop()
+	select {
+	case <-reported:
+	case <-t.C:
+		ls.log.Warn("jobs did not report in time; closing anyway")
+	}
+	ls.sess.Close(session.CloseNormal, "worker stopping")
+}
+
+func kindName(k wire.JobKind) string {
+	if k == wire.JobKindBuild {
+		return "build"
+	}
+	return "flake"
+}
