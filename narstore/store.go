@@ -24,6 +24,8 @@ type Store interface {
 	// verify refusing the sums) nothing is visible. verify, if not nil,
 	// sees the object's sums before it is committed.
 	Put(ctx context.Context, nar io.Reader, verify func(Object) error) (Object, error)
+	// Create starts an upload of an already-compressed object.
+	Create(ctx context.Context) (Upload, error)
 	// Open returns the compressed object and its size.
 	Open(ctx context.Context, key string) (io.ReadCloser, int64, error)
 	// Delete removes an object. Readers that opened it may finish.

@@ -42,6 +42,7 @@ func (s *Server) mountBinaryCache(mux *http.ServeMux) {
 	mux.HandleFunc("GET /cache/{cache}/nix-cache-info", bc.serveCacheInfo)
 	mux.HandleFunc("GET /cache/{cache}/{file}", bc.serveNarinfo)
 	mux.HandleFunc("GET /cache/{cache}/nar/{file}", bc.serveNar)
+	mux.HandleFunc("GET /cache/{cache}/proto", bc.serveSession)
 }
 
 // open resolves the cache named in the URL and checks the caller may read

@@ -18,6 +18,7 @@ type workerConn struct {
 	mu           sync.Mutex
 	sess         *session.ServerSession // nil while the handshake runs
 	reauth       *session.ServerAuth
+	kickReason   string // set by disconnect before the session was split
 	grant        Grant
 	capabilities wire.GradientCapabilities
 	workerCaps   *wire.WorkerCapabilities

@@ -67,17 +67,23 @@ func (s *Server) serveSession(log *slog.Logger, conn *workerConn, c *session.Con
 	conn.capabilities = est.Capabilities
 	pending := conn.reauthPending
 	conn.reauthPending = false
+	kicked := conn.kickReason
 	conn.mu.Unlock()
 	s.metrics.handshakes.Inc("accepted")
 	log.Info("worker connected", "version", est.Version, "authorized", est.AuthorizedPeers,
 		"failed", len(est.FailedPeers), "capabilities", capabilityNames(est.Capabilities))
-	if pending {
+	if kicked != "" {
+		// Disconnected (e.g. deactivated) while its InitAck was on the way.
+		go sess.Close(session.ClosePolicy, kicked)
+	} else if pending {
 		s.Reauth(workerID)
 	}
 
-	reason := s.dispatch(ctx, log, conn, sess, reauth)
+	cache := newCacheConn(s, log, sess.Send, workerCacheScope{db: s.db, conn: conn}, false)
+	reason := s.dispatch(ctx, log, conn, sess, reauth, cache)
 	sess.Close(session.CloseNormal, reason)
 	<-sess.Done()
+	cache.close() // after the session, so no transfer waits on its writer
 	if r := sess.Reason(); r != "" {
 		reason = r
 	}
@@ -112,7 +118,7 @@ func (s *Server) handshakeFailed(log *slog.Logger, c *session.Conn, auth *connAu
 
 // dispatch handles the messages of an established session until it ends,
 // and says why it ended.
-func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerConn, sess *session.ServerSession, reauth *session.ServerAuth) string {
+func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerConn, sess *session.ServerSession, reauth *session.ServerAuth, cache *cacheConn) string {
 	for {
 		m, err := sess.Recv(ctx)
 		if err != nil {
@@ -132,6 +138,13 @@ func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerCon
 			continue
 		}
 		if handled {
+			continue
+		}
+		if isCacheMessage(m) {
+			cache.handle(m)
+			if _, ok := m.(*wire.UploadChunk); ok {
+				sess.Reader.Release() // the chunk is on disk: reuse its frame
+			}
 			continue
 		}
 		switch m := m.(type) {

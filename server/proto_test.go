@@ -43,7 +43,7 @@ func (l *lockedBuffer) String() string {
 // testEnv is a real server on loopback over a real database, with one team,
 // one project subscribed to one cache, and a second project without a cache.
 type testEnv struct {
-	t        *testing.T
+	t        testing.TB
 	db       *storage.DB
 	srv      *Server
 	url      string
@@ -56,7 +56,7 @@ type testEnv struct {
 	tokens   []string // every token handed out, to search the logs for
 }
 
-func newEnv(t *testing.T, db *storage.DB, cfg Config) *testEnv {
+func newEnv(t testing.TB, db *storage.DB, cfg Config) *testEnv {
 	t.Helper()
 	ctx := t.Context()
 	logs := &lockedBuffer{}
@@ -172,7 +172,7 @@ func (w *testWorker) recv(t *testing.T) wire.ServerMessage {
 	return m
 }
 
-func newWorkerID(t *testing.T) string {
+func newWorkerID(t testing.TB) string {
 	t.Helper()
 	return storage.NewID()
 }

@@ -12,6 +12,7 @@ import (
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/storage"
 )
 
@@ -51,6 +52,17 @@ type Config struct {
 	// NarStore holds the caches' compressed NARs. Nil serves narinfos
 	// but answers 503 for NAR downloads and uploads.
 	NarStore narstore.Store
+	// DisableAnonymousCache requires a cache API key on every read-only
+	// cache session, public caches included
+	// (proto.anonymousCache.enable = false).
+	DisableAnonymousCache bool
+	// AnonymousCacheSessionsPerIP caps anonymous cache sessions per client
+	// IP (proto.anonymousCache.maxConnectionsPerIp, 32).
+	AnonymousCacheSessionsPerIP int
+	// CacheSessionIdleTimeout closes a cache session that had no NAR
+	// transfer for this long (120 s).
+	CacheSessionIdleTimeout time.Duration
+
 	// narinfoHook, if set, rewrites every signed narinfo (tests tamper
 	// with it to check that Nix refuses a bad signature).
 	narinfoHook func([]byte) []byte
@@ -68,6 +80,12 @@ func (c *Config) defaults() {
 	}
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = 256
+	}
+	if c.AnonymousCacheSessionsPerIP <= 0 {
+		c.AnonymousCacheSessionsPerIP = 32
+	}
+	if c.CacheSessionIdleTimeout <= 0 {
+		c.CacheSessionIdleTimeout = 120 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -98,6 +116,9 @@ type Server struct {
 	dialer    *dialer // nil without a dial key
 	accepting atomic.Bool
 	slots     chan struct{} // connection limiter: one token per session
+	// anonymousCache caps anonymous read-only cache sessions per IP.
+	anonymousCache *limit.PerIP
+	uploadLeases   *uploadLeases
 
 	// ctx ends every session at once on Close (SIGTERM).
 	ctx    context.Context
@@ -116,8 +137,11 @@ func New(db *storage.DB, cfg Config) *Server {
 		live:    newLiveSessions(),
 		offline: newOfflineReasons(),
 		slots:   make(chan struct{}, cfg.MaxConnections),
-		ctx:     ctx,
-		cancel:  cancel,
+
+		anonymousCache: limit.NewPerIP(cfg.AnonymousCacheSessionsPerIP),
+		uploadLeases:   newUploadLeases(),
+		ctx:            ctx,
+		cancel:         cancel,
 	}
 	s.metrics = newServerMetrics(s)
 	s.accepting.Store(true)

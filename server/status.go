@@ -127,11 +127,15 @@ func (s *Server) disconnect(workerID, reason string) {
 	}
 	conn.mu.Lock()
 	sess := conn.sess
+	if sess == nil {
+		// Admitted, not yet split: serveSession closes it right after.
+		conn.kickReason = reason
+	}
 	conn.mu.Unlock()
+	s.log.Info("closing worker session", "worker", workerID, "reason", reason)
 	if sess == nil {
 		return
 	}
-	s.log.Info("closing worker session", "worker", workerID, "reason", reason)
 	// Close waits for the worker's close frame; the caller need not.
 	go sess.Close(session.ClosePolicy, reason)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/wire"
 )
 
@@ -184,18 +185,12 @@ func (a *WorkerAuth) RequestReauth(s *WorkerSession, tokens map[string]string) e
 	return s.Send(&wire.ReauthRequest{})
 }
 
-// Answer builds the AuthResponse for a challenge: one token per challenged
-// peer held, unknown peers omitted.
+// Answer builds the AuthResponse for a challenge: the explicit token of
+// each challenged peer, else the `*` token; other peers are left out.
 func (a *WorkerAuth) Answer(ch *wire.AuthChallenge) *wire.AuthResponse {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	tokens := []wire.Pair[string, string]{}
-	for _, p := range ch.Peers {
-		if t, ok := a.tokens[p]; ok {
-			tokens = append(tokens, wire.Pair[string, string]{First: p, Second: t})
-		}
-	}
-	return &wire.AuthResponse{Tokens: tokens}
+	return &wire.AuthResponse{Tokens: handshake.AnswerChallenge(ch.Peers, a.tokens)}
 }
 
 // Apply records an AuthUpdate.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/wire"
 )
 
@@ -16,7 +17,7 @@ import (
 const PeerTokenLength = 64
 
 // WildcardPeer answers every challenged peer not listed explicitly.
-const WildcardPeer = "*"
+const WildcardPeer = handshake.WildcardPeer
 
 // ParsePeers reads `peer_id:token` lines: blank lines and # comments are
 // ignored, each line is split at the first colon and trimmed; lines with an
@@ -86,18 +87,7 @@ func samePeers(a, b map[string]string) bool {
 	return true
 }
 
-// answerChallenge is the AuthResponse to a mid-session AuthChallenge: the
-// explicit token of each challenged peer, else the `*` token.
+// answerChallenge is the AuthResponse to a mid-session AuthChallenge.
 func answerChallenge(tokens map[string]string, ch *wire.AuthChallenge) *wire.AuthResponse {
-	resp := &wire.AuthResponse{Tokens: []wire.Pair[string, string]{}}
-	for _, p := range ch.Peers {
-		t, ok := tokens[p]
-		if !ok {
-			t, ok = tokens[WildcardPeer]
-		}
-		if ok {
-			resp.Tokens = append(resp.Tokens, wire.Pair[string, string]{First: p, Second: t})
-		}
-	}
-	return resp
+	return &wire.AuthResponse{Tokens: handshake.AnswerChallenge(ch.Peers, tokens)}
 }

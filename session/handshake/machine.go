@@ -220,16 +220,9 @@ func (m *Machine) onInit(msg wire.Message) Step {
 	return Step{Action: AskChallenge, WorkerID: m.workerID}
 }
 
-// answer picks a token for every challenged peer the worker holds; peers it
-// holds no token for are left out.
+// answer picks the tokens for a challenge (see AnswerChallenge).
 func (m *Machine) answer(peers []string) []wire.Pair[string, string] {
-	tokens := make([]wire.Pair[string, string], 0, len(peers))
-	for _, p := range peers {
-		if t, ok := m.held[p]; ok {
-			tokens = append(tokens, wire.Pair[string, string]{First: p, Second: t})
-		}
-	}
-	return tokens
+	return AnswerChallenge(peers, m.held)
 }
 
 // unexpected handles a worker role's wrong message: a Reject or Error from

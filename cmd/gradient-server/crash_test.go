@@ -1,0 +1,451 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"gradient.dev/gradient/nixbase32"
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
+)
+
+// Crash safety of the binary cache (CACHE.md §4): an upload interrupted by
+// SIGKILL leaves no visible object, start-up removes the staging file, and
+// after the restart the same upload succeeds and is served byte-exact.
+// The server is the real binary, a child process on an SQLite data dir.
+func TestUploadSurvivesServerKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the server binary")
+	}
+	const adminToken = "crash-test-admin-token"
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "gradient-server")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dataDir, narDir := filepath.Join(tmp, "data"), filepath.Join(tmp, "nar")
+	tokenFile := filepath.Join(tmp, "admin.token")
+	if err := os.WriteFile(tokenFile, []byte(adminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := func() *childServer {
+		return startChild(t, bin, "--listen", "127.0.0.1:0", "--database", dataDir,
+			"--nar-dir", narDir, "--admin-token-file", tokenFile, "--log-format", "json", "--log-level", "debug")
+	}
+
+	srv := start()
+	admin := adminClient{t: t, token: adminToken}
+	admin.base = srv.base
+	admin.must(201, "POST", "/api/v1/teams", map[string]any{"name": "ops"}, nil)
+	admin.must(201, "POST", "/api/v1/projects", map[string]any{"team": "ops", "name": "web", "repository": "https://example.invalid/web.git"}, nil)
+	admin.must(201, "POST", "/api/v1/caches", map[string]any{"name": "main", "public": true}, nil)
+	admin.must(0, "PUT", "/api/v1/projects/"+url.PathEscape("ops/web")+"/caches/main", nil, nil)
+	var cred struct {
+		WorkerID string `json:"worker_id"`
+		PeerID   string `json:"peer_id"`
+		Token    string `json:"token"`
+	}
+	admin.must(201, "POST", "/api/v1/registrations", map[string]any{"peer_kind": "project", "peer": "ops/web"}, &cred)
+	tokens := map[string]string{cred.PeerID: cred.Token}
+
+	// A few MiB of incompressible NAR: many bulk chunks.
+	nar := make([]byte, 3<<20+4321)
+	rand.Read(nar)
+	up := compressForUpload(t, nar)
+	var pathHash [20]byte
+	rand.Read(pathHash[:])
+	path := storage.StoreDir + "/" + nixbase32.Encode(pathHash[:]) + "-crash"
+	hash, err := storage.StorePathHash(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimPrefix(up.meta.FileHash, "sha256:")
+	finalObject := filepath.Join(narDir, "nars", key[:2], key[2:]+".nar.zst")
+	nChunks := (len(up.zst) + session.BulkChunkSize - 1) / session.BulkChunkSize
+	if nChunks < 4 {
+		t.Fatalf("only %d chunks; the NAR is too small to interrupt", nChunks)
+	}
+
+	// First attempt: half the chunks, then SIGKILL once they are on disk.
+	w := dialWorker(t, srv.ws, cred.WorkerID, tokens)
+	sendMsg(t, w, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: path}, Size: up.meta.NarSize})
+	if grant := awaitGrantOf(t, w, 1); !isPassthrough(grant) {
+		t.Fatalf("first upload granted %T, want Passthrough", grant)
+	}
+	sent := (nChunks / 2) * session.BulkChunkSize
+	for off := 0; off < sent; off += session.BulkChunkSize {
+		sendMsg(t, w, &wire.UploadChunk{RequestID: 1, Data: up.zst[off : off+session.BulkChunkSize], Offset: uint64(off)})
+	}
+	staging := waitForStaging(t, srv, narDir, int64(sent))
+	srv.kill()
+	w.Close(session.CloseNormal, "server killed")
+
+	if _, err := os.Stat(staging); err != nil {
+		t.Fatalf("the staging file should survive SIGKILL (else the test proves nothing): %v", err)
+	}
+	assertNoObject(t, finalObject, narDir, "the interrupted upload")
+
+	// Restart on the same data and NAR dir.
+	srv = start()
+	admin.base = srv.base
+	if _, err := os.Stat(staging); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("staging file %s after restart: %v, want it removed at start-up", staging, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(narDir, "nars", ".put-*.tmp")); len(left) > 0 {
+		t.Fatalf("staging files left after restart: %v", left)
+	}
+	assertNoObject(t, finalObject, narDir, "the interrupted upload")
+	if code, body := httpGet(t, srv.base+"/cache/main/"+hash+".narinfo"); code != http.StatusNotFound {
+		t.Fatalf("narinfo after the crash: %d %s, want 404", code, body)
+	}
+	if code, _ := httpGet(t, srv.base+"/cache/main/nar/"+key+".nar.zst"); code != http.StatusNotFound {
+		t.Fatalf("NAR after the crash: %d, want 404", code)
+	}
+	var paths []json.RawMessage
+	admin.must(200, "GET", "/api/v1/caches/main/paths", nil, &paths)
+	if len(paths) != 0 {
+		t.Fatalf("cache paths after the crash: %s", paths)
+	}
+
+	// Second attempt, a new session: the whole upload commits.
+	w = dialWorker(t, srv.ws, cred.WorkerID, tokens)
+	sendMsg(t, w, &wire.UploadRequest{JobID: "job", RequestID: 2, Object: &wire.UploadNar{StorePath: path}, Size: up.meta.NarSize})
+	if grant := awaitGrantOf(t, w, 2); !isPassthrough(grant) {
+		t.Fatalf("second upload granted %T, want Passthrough", grant)
+	}
+	for off := 0; off < len(up.zst); off += session.BulkChunkSize {
+		end := min(off+session.BulkChunkSize, len(up.zst))
+		sendMsg(t, w, &wire.UploadChunk{RequestID: 2, Data: up.zst[off:end], Offset: uint64(off)})
+	}
+	sendMsg(t, w, &wire.UploadChunk{RequestID: 2, Offset: uint64(len(up.zst)), IsFinal: true})
+	meta := up.meta
+	sendMsg(t, w, &wire.UploadFinished{RequestID: 2, Metadata: &meta})
+	committed := recvMsg[*wire.UploadCommitted](t, w)
+	if _, ok := committed.Outcome.(*wire.UploadOk); !ok || committed.RequestID != 2 {
+		t.Fatalf("second upload: request %d, outcome %#v, want UploadOk", committed.RequestID, committed.Outcome)
+	}
+
+	code, narinfo := httpGet(t, srv.base+"/cache/main/"+hash+".narinfo")
+	if code != http.StatusOK {
+		t.Fatalf("narinfo after the upload: %d %s", code, narinfo)
+	}
+	for _, line := range []string{"StorePath: " + path, "URL: nar/" + key + ".nar.zst", "FileHash: " + up.meta.FileHash,
+		fmt.Sprintf("FileSize: %d", len(up.zst)), "NarHash: " + up.meta.NarHash, fmt.Sprintf("NarSize: %d", len(nar))} {
+		if !strings.Contains(string(narinfo), line+"\n") {
+			t.Fatalf("narinfo lacks %q:\n%s", line, narinfo)
+		}
+	}
+	code, body := httpGet(t, srv.base+"/cache/main/nar/"+key+".nar.zst")
+	if code != http.StatusOK || !bytes.Equal(body, up.zst) {
+		t.Fatalf("NAR over HTTP: %d, %d bytes, want the uploaded %d", code, len(body), len(up.zst))
+	}
+	if stored, err := os.ReadFile(finalObject); err != nil || !bytes.Equal(stored, up.zst) {
+		t.Fatalf("stored object %s: %d bytes, %v", finalObject, len(stored), err)
+	}
+	admin.must(200, "GET", "/api/v1/caches/main/paths", nil, &paths)
+	if len(paths) != 1 {
+		t.Fatalf("cache paths after the upload: %s", paths)
+	}
+}
+
+// childServer is a gradient-server process.
+type childServer struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	base   string // http://127.0.0.1:PORT
+	ws     string // ws://127.0.0.1:PORT/proto
+	log    *lineLog
+	exited chan struct{}
+}
+
+// startChild runs the binary and waits for its "listening" log line, which
+// carries the bound address (it listens on port 0).
+func startChild(t *testing.T, bin string, args ...string) *childServer {
+	t.Helper()
+	log := &lineLog{listening: make(chan string, 1)}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "CI=true")
+	cmd.Stdout, cmd.Stderr = io.Discard, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &childServer{t: t, cmd: cmd, log: log, exited: make(chan struct{})}
+	go func() { cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() {
+		c.kill()
+		if t.Failed() {
+			t.Logf("server (pid %d) log:\n%s", cmd.Process.Pid, log.String())
+		}
+	})
+	select {
+	case addr := <-log.listening:
+		c.base, c.ws = "http://"+addr, "ws://"+addr+"/proto"
+	case <-c.exited:
+		t.Fatalf("gradient-server exited before listening: %v\n%s", cmd.ProcessState, log.String())
+	case <-t.Context().Done():
+		t.Fatal("test ended before the server listened")
+	}
+	return c
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (c *childServer) kill() {
+	c.cmd.Process.Kill()
+	<-c.exited
+}
+
+// lineLog keeps the child's stderr and reports the listening address.
+type lineLog struct {
+	mu        sync.Mutex
+	buf       bytes.Buffer
+	partial   []byte
+	listening chan string
+	announced bool
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := l.partial[:i]
+		var rec struct {
+			Msg     string `json:"msg"`
+			Address string `json:"address"`
+		}
+		if !l.announced && json.Unmarshal(line, &rec) == nil && rec.Msg == "gradient-server listening" && rec.Address != "" {
+			l.announced = true
+			l.listening <- rec.Address
+		}
+		l.partial = l.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (l *lineLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// waitForStaging waits until the one staging file in the NAR dir holds
+// want bytes, i.e. the server wrote every chunk sent. It polls the
+// filesystem (there is no event to wait on) but asserts nothing on time:
+// the test's deadline bounds it.
+func waitForStaging(t *testing.T, srv *childServer, narDir string, want int64) string {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		assertNoObject(t, "", narDir, "the upload in progress") // nothing visible before the commit
+		names, _ := filepath.Glob(filepath.Join(narDir, "nars", ".put-*.tmp"))
+		if len(names) > 1 {
+			t.Fatalf("several staging files: %v", names)
+		}
+		if len(names) == 1 {
+			if st, err := os.Stat(names[0]); err == nil && st.Size() >= want {
+				return names[0]
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-srv.exited:
+			t.Fatalf("server exited while waiting for the staging file")
+		case <-t.Context().Done():
+			t.Fatal("test ended while waiting for the staging file")
+		}
+	}
+}
+
+// assertNoObject: no object file under its name (final; "" skips), and no
+// other object either.
+func assertNoObject(t *testing.T, final, narDir, what string) {
+	t.Helper()
+	if _, err := os.Stat(final); final != "" && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("object %s after %s: %v, want none", final, what, err)
+	}
+	filepath.WalkDir(filepath.Join(narDir, "nars"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".nar.zst") {
+			t.Fatalf("object %s is visible; %s never committed", p, what)
+		}
+		return nil
+	})
+}
+
+type upload struct {
+	zst  []byte
+	meta wire.NarUploadMetadata
+}
+
+// compressForUpload compresses nar as a worker relays it, with the sums
+// the server verifies.
+func compressForUpload(t *testing.T, nar []byte) upload {
+	t.Helper()
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zst := enc.EncodeAll(nar, nil)
+	fileSum, narSum := sha256.Sum256(zst), sha256.Sum256(nar)
+	return upload{zst: zst, meta: wire.NarUploadMetadata{
+		FileHash: "sha256:" + nixbase32.Encode(fileSum[:]), FileSize: uint64(len(zst)),
+		NarHash: "sha256:" + nixbase32.Encode(narSum[:]), NarSize: uint64(len(nar)), References: []string{},
+	}}
+}
+
+// dialWorker connects a worker built from the session layer.
+func dialWorker(t *testing.T, wsURL, workerID string, tokens map[string]string) *session.WorkerSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	quiet := slog.New(slog.DiscardHandler)
+	tr, err := session.Dial(ctx, wsURL, session.DialOptions{Logger: quiet})
+	if err != nil {
+		t.Fatalf("dial %s: %v", wsURL, err)
+	}
+	c := session.NewConn(tr, session.ConnOptions{Logger: quiet})
+	est, err := session.RunPeer(ctx, c, session.PeerConfig{WorkerID: workerID,
+		Capabilities: wire.GradientCapabilities{Build: true}, Tokens: tokens})
+	if err != nil {
+		tr.Close(session.CloseNormal, "")
+		t.Fatalf("handshake: %v", err)
+	}
+	sess := session.SplitWorker(c, est, session.Options{Logger: quiet})
+	t.Cleanup(func() { sess.Close(session.CloseNormal, "test over") })
+	return sess
+}
+
+func sendMsg(t *testing.T, sess *session.WorkerSession, m wire.ClientMessage) {
+	t.Helper()
+	if err := sess.Send(m); err != nil {
+		t.Fatalf("send %s: %v", m.WireName(), err)
+	}
+}
+
+// recvMsg returns the next message of type T, skipping others.
+func recvMsg[T wire.ServerMessage](t *testing.T, sess *session.WorkerSession) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for {
+		m, err := sess.Recv(ctx)
+		if err != nil {
+			var zero T
+			t.Fatalf("recv, waiting for %T: %v", zero, err)
+		}
+		if v, ok := m.(T); ok {
+			return v
+		}
+	}
+}
+
+// awaitGrantOf returns the grant of request id; an UploadCommitted first
+// fails the test.
+func awaitGrantOf(t *testing.T, sess *session.WorkerSession, id uint64) wire.GrantTarget {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for {
+		m, err := sess.Recv(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the grant of %d: %v", id, err)
+		}
+		switch m := m.(type) {
+		case *wire.UploadGrant:
+			if m.RequestID == id {
+				return m.Target
+			}
+		case *wire.UploadCommitted:
+			if m.RequestID == id {
+				t.Fatalf("upload %d answered %#v before a grant", id, m.Outcome)
+			}
+		}
+	}
+}
+
+func isPassthrough(g wire.GrantTarget) bool {
+	_, ok := g.(*wire.GrantPassthrough)
+	return ok
+}
+
+func httpGet(t *testing.T, u string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
+}
+
+// adminClient calls the admin API with the admin token.
+type adminClient struct {
+	t     *testing.T
+	base  string
+	token string
+}
+
+// must requires status want (0: any 2xx) and decodes the body into out.
+func (a adminClient) must(want int, method, path string, body, out any) {
+	a.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(a.t.Context(), method, a.base+path, rd)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if (want == 0 && resp.StatusCode/100 != 2) || (want != 0 && resp.StatusCode != want) {
+		a.t.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, raw, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			a.t.Fatalf("%s %s: %v in %s", method, path, err, raw)
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
+)
+
+// Sizes of WIRE.md §9 and the per-connection bounds of CACHE.md §2-3.
+const (
+	// safeInflightMessageSize caps every answer of the cache handlers and
+	// every message of a read-only cache session.
+	safeInflightMessageSize = 2 << 20
+	// cacheQueryMaxPaths is the most paths one CacheQuery may name.
+	cacheQueryMaxPaths = 1000
+	// cacheQueryBudget is how long a query may take before CacheError.
+	cacheQueryBudget = 45 * time.Second
+	// narServesPerConn bounds the NAR streams of one connection
+	// (nar.maxConcurrentServes), so one slow object cannot starve others
+	// but a worker cannot open unbounded reads either.
+	narServesPerConn = 8
+	// cacheQueriesPerConn bounds a connection's concurrent queries.
+	cacheQueriesPerConn = 4
+)
+
+// cacheScope is which caches a connection may read and write. A worker may
+// read and write only the caches of its authorized projects and the caches
+// it is a cache peer of; a read-only cache session reads its one cache.
+type cacheScope interface {
+	readable(ctx context.Context) ([]storage.Cache, error)
+	writable(ctx context.Context) ([]storage.Cache, error)
+}
+
+// workerCacheScope derives the scope from the session's grant on every
+// request, so a reauth that adds a project takes effect at once.
+type workerCacheScope struct {
+	db   *storage.DB
+	conn *workerConn
+}
+
+func (w workerCacheScope) readable(ctx context.Context) ([]storage.Cache, error) {
+	w.conn.mu.Lock()
+	projects, caches := slices.Clone(w.conn.grant.Projects), slices.Clone(w.conn.grant.Caches)
+	w.conn.mu.Unlock()
+	var out []storage.Cache
+	seen := map[string]bool{}
+	add := func(c storage.Cache) {
+		if !seen[c.ID] {
+			seen[c.ID] = true
+			out = append(out, c)
+		}
+	}
+	for _, p := range projects {
+		cs, err := w.db.ProjectCaches(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cs {
+			add(c)
+		}
+	}
+	for _, id := range caches {
+		c, err := w.db.Cache(ctx, id)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue // deleted since the grant
+		}
+		if err != nil {
+			return nil, err
+		}
+		add(c)
+	}
+	return out, nil
+}
+
+// writable is the same set: the jobs that would narrow an upload to one
+// project's caches are not tracked yet, so an upload goes into every
+// cache the worker may write.
+func (w workerCacheScope) writable(ctx context.Context) ([]storage.Cache, error) {
+	return w.readable(ctx)
+}
+
+// oneCacheScope is a read-only cache session's scope.
+type oneCacheScope struct{ cache storage.Cache }
+
+func (o oneCacheScope) readable(context.Context) ([]storage.Cache, error) {
+	return []storage.Cache{o.cache}, nil
+}
+func (o oneCacheScope) writable(context.Context) ([]storage.Cache, error) { return nil, nil }
+
+// cacheConn answers the cache and NAR messages of one connection (a
+// worker session or a read-only cache session). Work that touches the
+// database or storage runs on its own goroutines, so the dispatch loop
+// keeps reading control messages.
+type cacheConn struct {
+	s     *Server
+	log   *slog.Logger
+	send  func(wire.ServerMessage) error
+	scope cacheScope
+	// readOnly: a cache session, where unknown paths of a NarRequest are
+	// skipped instead of answered NarUnavailable.
+	readOnly bool
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	tasks   sync.WaitGroup
+	serves  chan struct{}
+	queries chan struct{}
+	// transfers counts NAR streams in flight; lastTransfer is when one
+	// last ended (unix nanos). A cache session's idle rule reads both.
+	transfers    atomic.Int64
+	lastTransfer atomic.Int64
+	uploads      *uploads
+}
+
+func newCacheConn(s *Server, log *slog.Logger, send func(wire.ServerMessage) error, scope cacheScope, readOnly bool) *cacheConn {
+	ctx, cancel := context.WithCancel(s.ctx)
+	c := &cacheConn{
+		s: s, log: log, send: send, scope: scope, readOnly: readOnly,
+		ctx: ctx, cancel: cancel,
+		serves:  make(chan struct{}, narServesPerConn),
+		queries: make(chan struct{}, cacheQueriesPerConn),
+	}
+	c.lastTransfer.Store(time.Now().UnixNano())
+	c.uploads = newUploads(c)
+	return c
+}
+
+// handle takes one cache message. An UploadChunk's payload has been
+// written when it returns, so the caller may release the frame.
+func (c *cacheConn) handle(m wire.ClientMessage) {
+	switch m := m.(type) {
+	case *wire.CacheQuery:
+		c.goQuery(m)
+	case *wire.NarRequest:
+		for _, p := range m.Paths {
+			c.goServe(m.JobID, p, nil)
+		}
+	case *wire.NarRequestResume:
+		c.goServe(m.JobID, m.StorePath, m)
+	case *wire.UploadRequest:
+		c.uploads.request(m)
+	case *wire.UploadChunk:
+		c.uploads.chunk(m)
+	case *wire.UploadFinished:
+		c.uploads.finished(m)
+	case *wire.UploadCancel:
+		c.uploads.cancel(m.RequestID)
+	case *wire.EvalCachePull:
+		// No evaluation cache is kept (CACHE.md §6: Miss is always valid).
+		c.send(&wire.EvalCachePullResult{JobID: m.JobID, Outcome: &wire.EvalCacheMiss{}})
+	case *wire.QueryKnownDerivations:
+		c.goKnownDerivations(m)
+	}
+}
+
+// isCacheMessage reports whether handle takes m.
+func isCacheMessage(m wire.ClientMessage) bool {
+	switch m.(type) {
+	case *wire.CacheQuery, *wire.NarRequest, *wire.NarRequestResume,
+		*wire.UploadRequest, *wire.UploadChunk, *wire.UploadFinished, *wire.UploadCancel,
+		*wire.EvalCachePull, *wire.QueryKnownDerivations:
+		return true
+	}
+	return false
+}
+
+// spawn runs f on its own goroutine, tracked so close can wait for it.
+func (c *cacheConn) spawn(f func()) {
+	c.tasks.Add(1)
+	go func() {
+		defer c.tasks.Done()
+		f()
+	}()
+}
+
+// acquire takes a slot of sem unless the connection ends first.
+func (c *cacheConn) acquire(sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// close ends every transfer and upload of the connection and waits.
+func (c *cacheConn) close() {
+	c.cancel()
+	c.uploads.closeAll()
+	c.tasks.Wait()
+}
+
+// idleSince is when the connection last had a NAR transfer, or now while
+// one is in flight.
+func (c *cacheConn) idleSince() time.Time {
+	if c.transfers.Load() > 0 {
+		return time.Now()
+	}
+	return time.Unix(0, c.lastTransfer.Load())
+}

@@ -1,0 +1,291 @@
+package server
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/storagetest"
+	"gradient.dev/gradient/wire"
+)
+
+func TestCacheQueryModes(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{})
+		dep := testStorePath("dep")
+		e.putPath(t, e.cache.ID, dep, randomNar(1000))
+		have := e.putPath(t, e.cache.ID, testStorePath("have"), randomNar(5000), dep)
+		missing := testStorePath("missing")
+		w := e.projectWorker()
+		paths := []string{have.StorePath, missing, "/nix/store/short-hash"}
+
+		send(t, w.sess, &wire.CacheQuery{QueryID: "n", Paths: paths, Mode: wire.QueryNormal})
+		st := recvAs[*wire.CacheStatus](t, w.sess)
+		if st.QueryID != "n" || len(st.Cached) != 1 || st.Cached[0].Path != have.StorePath || !st.Cached[0].Cached ||
+			*st.Cached[0].FileSize != uint64(have.FileSize) || *st.Cached[0].NarSize != uint64(have.NarSize) ||
+			st.Cached[0].NarHash != nil || st.Cached[0].References != nil {
+			t.Fatalf("Normal: %+v", st)
+		}
+
+		send(t, w.sess, &wire.CacheQuery{QueryID: "p", Paths: paths, Mode: wire.QueryPull})
+		st = recvAs[*wire.CacheStatus](t, w.sess)
+		if st.QueryID != "p" || len(st.Cached) != 3 || st.Cached[1].Cached || st.Cached[2].Cached {
+			t.Fatalf("Pull: %+v", st)
+		}
+		got := st.Cached[0]
+		if !got.Cached || *got.NarHash != have.NarHash || *got.FileHash != have.FileHash || *got.FileSize != uint64(have.FileSize) ||
+			!slices.Equal(*got.References, []string{dep}) || got.URL != nil || len(*got.Signatures) != 1 {
+			t.Fatalf("Pull entry: %+v", got)
+		}
+		// The signature is the cache key's over the narinfo fingerprint.
+		name, sig, _ := strings.Cut((*got.Signatures)[0], ":")
+		raw, _ := base64.StdEncoding.DecodeString(sig)
+		key, err := db.CacheSigningKey(t.Context(), e.cache.ID)
+		if err != nil || name != key.Name || !ed25519.Verify(key.Private.Public().(ed25519.PublicKey), narinfoFingerprint(have), raw) {
+			t.Fatalf("signature %q does not verify (%v)", (*got.Signatures)[0], err)
+		}
+
+		send(t, w.sess, &wire.CacheQuery{QueryID: "u", Paths: paths[:2], Mode: wire.QueryPush})
+		st = recvAs[*wire.CacheStatus](t, w.sess)
+		if len(st.Cached) != 2 || !st.Cached[0].Cached || st.Cached[1].Cached || st.Cached[0].FileSize != nil {
+			t.Fatalf("Push: %+v", st)
+		}
+
+		many := make([]string, cacheQueryMaxPaths+1)
+		for i := range many {
+			many[i] = missing
+		}
+		send(t, w.sess, &wire.CacheQuery{QueryID: "big", Paths: many, Mode: wire.QueryNormal})
+		if ce := recvAs[*wire.CacheError](t, w.sess); ce.QueryID != "big" || !strings.Contains(ce.Message, "at most 1000 paths") {
+			t.Fatalf("oversized query: %+v", ce)
+		}
+
+		// Known derivations are the .drv paths of the readable caches.
+		drv := testStorePath("x.drv")
+		e.putPath(t, e.cache.ID, drv, randomNar(100))
+		send(t, w.sess, &wire.QueryKnownDerivations{QueryID: "k", DrvPaths: []string{drv, testStorePath("y.drv")}})
+		if kd := recvAs[*wire.KnownDerivations](t, w.sess); kd.QueryID != "k" || !slices.Equal(kd.Known, []string{drv}) {
+			t.Fatalf("known derivations: %+v", kd)
+		}
+		send(t, w.sess, &wire.EvalCachePull{JobID: "j", Fingerprint: "f"})
+		if r := recvAs[*wire.EvalCachePullResult](t, w.sess); r.JobID != "j" {
+			t.Fatalf("eval cache: %+v", r)
+		} else if _, miss := r.Outcome.(*wire.EvalCacheMiss); !miss {
+			t.Fatalf("eval cache: %+v", r.Outcome)
+		}
+	})
+}
+
+// A worker reads and writes only the caches it is authorized for: its
+// projects' caches and the caches it is a cache peer of.
+func TestCacheAccessRule(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{})
+		other, err := db.CreateCache(t.Context(), storage.NewCache{Name: "other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret := e.putPath(t, other.ID, testStorePath("secret"), randomNar(2000))
+		mine := e.putPath(t, e.cache.ID, testStorePath("mine"), randomNar(2000))
+
+		w := e.projectWorker()
+		send(t, w.sess, &wire.CacheQuery{QueryID: "q", Paths: []string{secret.StorePath, mine.StorePath}, Mode: wire.QueryPull})
+		st := recvAs[*wire.CacheStatus](t, w.sess)
+		if len(st.Cached) != 2 || st.Cached[0].Cached || !st.Cached[1].Cached {
+			t.Fatalf("project worker sees %+v", st)
+		}
+		send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{secret.StorePath}})
+		if u := recvAs[*wire.NarUnavailable](t, w.sess); u.StorePath != secret.StorePath {
+			t.Fatalf("%+v", u)
+		}
+
+		// A cache peer of "other" reads it, not "main", and its uploads
+		// land in "other" only.
+		peer := e.cachePeerWorker(other)
+		send(t, peer.sess, &wire.CacheQuery{QueryID: "q", Paths: []string{secret.StorePath, mine.StorePath}, Mode: wire.QueryNormal})
+		st = recvAs[*wire.CacheStatus](t, peer.sess)
+		if len(st.Cached) != 1 || st.Cached[0].Path != secret.StorePath {
+			t.Fatalf("cache peer sees %+v", st)
+		}
+		path := testStorePath("out")
+		if _, out := uploadNar(t, peer.sess, 1, path, compressNar(t, randomNar(3000))); !isOk(out) {
+			t.Fatalf("upload: %+v", out)
+		}
+		hash, _ := storage.StorePathHash(path)
+		if _, err := db.CachePath(t.Context(), other.ID, hash); err != nil {
+			t.Fatalf("not in the peer's cache: %v", err)
+		}
+		if _, err := db.CachePath(t.Context(), e.cache.ID, hash); err == nil {
+			t.Fatal("the upload reached a cache the peer may not write")
+		}
+	})
+}
+
+func isOk(o wire.UploadOutcome) bool { _, ok := o.(*wire.UploadOk); return ok }
+
+func TestNarPullAndResume(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{})
+		big := e.putPath(t, e.cache.ID, testStorePath("big"), randomNar(3<<20)) // incompressible: 3 MiB object
+		small := e.putPath(t, e.cache.ID, testStorePath("small"), randomNar(100))
+		want := func(p storage.CachePath) []byte {
+			obj, _, err := e.store.Open(t.Context(), p.ObjectKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer obj.Close()
+			b, _ := io.ReadAll(obj)
+			return b
+		}
+		w := e.projectWorker()
+		send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{small.StorePath}})
+		got, h := pullStream(t, w.sess, nil)
+		if h.TotalBytes != uint64(small.FileSize) || !bytes.Equal(got, want(small)) {
+			t.Fatalf("small: %d bytes, header %+v", len(got), h)
+		}
+
+		// Take the first chunk of the big one, then drop the connection.
+		send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{big.StorePath}})
+		h = recvAs[*wire.NarStreamHeader](t, w.sess)
+		first := recvAs[*wire.NarPush](t, w.sess)
+		if first.Offset != 0 || first.IsFinal || len(first.Data) != 512<<10 {
+			t.Fatalf("first chunk: offset %d, %d bytes, final %v", first.Offset, len(first.Data), first.IsFinal)
+		}
+		prefix := bytes.Clone(first.Data)
+		w.sess.Close(1000, "drop")
+
+		w2 := e.projectWorker()
+		send(t, w2.sess, &wire.NarRequestResume{JobID: "j", StorePath: big.StorePath, ReceivedBytes: uint64(len(prefix)), StreamToken: h.StreamToken})
+		h2 := recvAs[*wire.NarStreamHeader](t, w2.sess)
+		next := recvAs[*wire.NarPush](t, w2.sess)
+		if h2.StreamToken != h.StreamToken || next.Offset != uint64(len(prefix)) {
+			t.Fatalf("resume restarted at %d (token %q, was %q)", next.Offset, h2.StreamToken, h.StreamToken)
+		}
+		got = append(prefix, next.Data...)
+		for !next.IsFinal {
+			next = recvAs[*wire.NarPush](t, w2.sess)
+			got = append(got[:next.Offset], next.Data...)
+		}
+		if !bytes.Equal(got, want(big)) {
+			t.Fatal("resumed download differs from the object")
+		}
+
+		// A stale token restarts from 0.
+		send(t, w2.sess, &wire.NarRequestResume{JobID: "j", StorePath: big.StorePath, ReceivedBytes: 1000, StreamToken: "stale"})
+		recvAs[*wire.NarStreamHeader](t, w2.sess)
+		if p := recvAs[*wire.NarPush](t, w2.sess); p.Offset != 0 {
+			t.Fatalf("stale token resumed at %d", p.Offset)
+		}
+	})
+}
+
+func TestUploadThenServedOverHTTP(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{})
+		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		dep := testStorePath("dep")
+		path := testStorePath("out")
+		nar := randomNar(1<<20 + 12345)
+		c := compressNar(t, nar, dep) // a full-path reference
+		w := e.projectWorker()
+		grant, out := uploadNar(t, w.sess, 7, path, c)
+		if _, pass := grant.(*wire.GrantPassthrough); !pass || !isOk(out) {
+			t.Fatalf("grant %+v, outcome %+v", grant, out)
+		}
+		// Once stored, a second request is skipped.
+		if grant, out := uploadNar(t, w.sess, 8, path, c); !isOk(out) {
+			t.Fatalf("second upload: %+v %+v", grant, out)
+		} else if _, skip := grant.(*wire.GrantSkip); !skip {
+			t.Fatalf("second upload granted %+v, want Skip", grant)
+		}
+
+		hash, _ := storage.StorePathHash(path)
+		resp, err := http.Get(e.httpURL() + "/cache/main/" + hash + ".narinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		narinfo, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range []string{"StorePath: " + path, "FileHash: " + c.meta.FileHash, "NarHash: " + c.meta.NarHash,
+			"References: " + strings.TrimPrefix(dep, "/nix/store/")} {
+			if !strings.Contains(string(narinfo), line) {
+				t.Fatalf("narinfo (%d) lacks %q:\n%s", resp.StatusCode, line, narinfo)
+			}
+		}
+		key := strings.TrimPrefix(strings.Fields(c.meta.FileHash)[0], "sha256:")
+		resp, err = http.Get(e.httpURL() + "/cache/main/nar/" + key + ".nar.zst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Equal(body, c.zst) {
+			t.Fatalf("NAR over HTTP: %d, %d bytes, want the uploaded %d", resp.StatusCode, len(body), len(c.zst))
+		}
+	})
+}
+
+func TestUploadRejectsCorruption(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{})
+		w := e.projectWorker()
+		for i, corrupt := range []func(c *compressed){
+			func(c *compressed) { c.zst[len(c.zst)/2] ^= 0xff },                               // a flipped byte in a chunk
+			func(c *compressed) { c.meta.NarHash = compressNar(t, []byte("x")).meta.NarHash }, // wrong NAR hash
+			func(c *compressed) { c.meta.FileSize++ },                                         // wrong length
+		} {
+			c := compressNar(t, randomNar(700<<10))
+			corrupt(&c)
+			path := testStorePath("bad")
+			_, out := uploadNar(t, w.sess, uint64(i+1), path, c)
+			if _, rejected := out.(*wire.UploadRejected); !rejected {
+				t.Fatalf("case %d: outcome %+v, want Rejected", i, out)
+			}
+			hash, _ := storage.StorePathHash(path)
+			if _, err := db.CachePath(t.Context(), e.cache.ID, hash); err == nil {
+				t.Fatalf("case %d: the path was recorded", i)
+			}
+		}
+		if keys, err := e.store.Keys(); err != nil || len(keys) != 0 {
+			t.Fatalf("objects stored: %v %v", keys, err)
+		}
+	})
+}
+
+func TestConcurrentUploadsOfOnePath(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{})
+		path := testStorePath("same")
+		nar := randomNar(2 << 20)
+		var wg sync.WaitGroup
+		for i := range 3 {
+			w := e.projectWorker()
+			wg.Go(func() {
+				// Each worker compresses on its own; the objects would
+				// be equal anyway, but only one upload may store.
+				if _, out := uploadNar(t, w.sess, uint64(i+1), path, compressNar(t, nar)); !isOk(out) {
+					t.Errorf("worker %d: %+v", i, out)
+				}
+			})
+		}
+		wg.Wait()
+		if keys, err := e.store.Keys(); err != nil || len(keys) != 1 {
+			t.Fatalf("objects: %v %v", keys, err)
+		}
+	})
+}

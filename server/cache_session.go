@@ -1,0 +1,171 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
+)
+
+// The read-only cache session at GET /cache/{cache}/proto (CACHE.md §8):
+// the /proto framing for one cache. Access is decided on the upgrade
+// request: a public cache needs nothing (unless anonymous access is
+// disabled), a private one a cache API key. Then version agreement,
+// InitConnection → InitAck without peers, and only CacheQuery (Normal,
+// Pull) and NarRequest; anything else is answered Reject 403 and the
+// session goes on.
+
+func (bc *binaryCache) serveSession(w http.ResponseWriter, r *http.Request) {
+	s := bc.s
+	cache, err := s.db.CacheByName(r.Context(), r.PathValue("cache"))
+	if errors.Is(err, storage.ErrNotFound) {
+		http.Error(w, "no such cache", http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		bc.internal(w, r, err)
+		return
+	}
+	// A presented key is checked even on a public cache, and makes the
+	// session keyed: only sessions without one count as anonymous.
+	token, hasKey := cacheKeyFromRequest(r)
+	anonymous := !hasKey
+	if hasKey {
+		allowed, err := bc.keys.allows(r.Context(), cache.ID, token)
+		if err != nil {
+			bc.internal(w, r, err)
+			return
+		}
+		if !allowed {
+			http.Error(w, "this cache API key does not grant reading the cache", http.StatusUnauthorized)
+			return
+		}
+	} else if !cache.Public || s.cfg.DisableAnonymousCache {
+		http.Error(w, "this cache needs a cache API key: Authorization: Bearer GRAD…", http.StatusUnauthorized)
+		return
+	}
+	// Every session counts against MaxConnections; refusing beats queueing.
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		s.metrics.refused.Inc("connection limit")
+		http.Error(w, "too many connections", http.StatusServiceUnavailable)
+		return
+	}
+	defer func() { <-s.slots }()
+	if anonymous {
+		release, ok := s.anonymousCache.TryAcquire(clientIP(r))
+		if !ok {
+			s.metrics.refused.Inc("anonymous cache sessions per IP")
+			http.Error(w, "too many anonymous cache sessions from this address", http.StatusServiceUnavailable)
+			return
+		}
+		defer release()
+	}
+	t, err := session.Accept(w, r)
+	if err != nil {
+		s.log.Warn("websocket upgrade failed", "remote", r.RemoteAddr, "error", err)
+		return
+	}
+	s.wg.Add(1)
+	defer s.wg.Done()
+	defer t.Close(session.CloseNormal, "")
+	log := s.log.With("remote", r.RemoteAddr, "cache", cache.Name, "anonymous", anonymous)
+	s.runCacheSession(log, t, cache)
+}
+
+// clientIP is the address part of the request's remote address.
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func (s *Server) runCacheSession(log *slog.Logger, t session.Transport, cache storage.Cache) {
+	c := session.NewConn(t, session.ConnOptions{Logger: log})
+	est, err := session.RunCache(s.ctx, c, s.cfg.HandshakeTimeout)
+	if err != nil {
+		log.Info("cache session handshake failed", "error", err)
+		return
+	}
+	sess := session.SplitServer(c, est, session.Options{Logger: log})
+	var oversize atomic.Int64
+	sess.Reader.Observe(func(_ wire.ClientMessage, size int) {
+		if size > safeInflightMessageSize {
+			oversize.Store(int64(size))
+		}
+	})
+	cc := newCacheConn(s, log, sess.Send, oneCacheScope{cache: cache}, true)
+	log.Info("cache session started", "version", est.Version)
+	go s.closeIdleCacheSession(sess, cc)
+	reason := s.dispatchCacheSession(sess, cc, &oversize)
+	sess.Close(session.CloseNormal, reason)
+	<-sess.Done()
+	cc.close()
+	if r := sess.Reason(); r != "" {
+		reason = r
+	}
+	log.Info("cache session ended", "reason", reason)
+}
+
+// dispatchCacheSession serves the session's messages until it ends.
+func (s *Server) dispatchCacheSession(sess *session.ServerSession, cc *cacheConn, oversize *atomic.Int64) string {
+	for {
+		m, err := sess.Recv(s.ctx)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return "server stopping"
+			}
+			return "connection lost: " + err.Error()
+		}
+		if n := oversize.Load(); n > 0 {
+			msg := fmt.Sprintf("a message on a cache session is limited to %d bytes, got %d", safeInflightMessageSize, n)
+			sess.Send(&wire.ServerError{Code: 400, Message: msg})
+			return msg
+		}
+		switch m := m.(type) {
+		case *wire.CacheQuery:
+			if m.Mode != wire.QueryNormal && m.Mode != wire.QueryPull {
+				sess.Send(&wire.ServerReject{Code: 403, Reason: "Push not allowed on a read-only cache session"})
+				continue
+			}
+			cc.handle(m)
+		case *wire.NarRequest:
+			cc.handle(m)
+		case *wire.UploadChunk, *wire.LogChunk:
+			// Bulk frames from the client are ignored (CACHE.md §8).
+		default:
+			sess.Send(&wire.ServerReject{Code: 403, Reason: m.WireName() + " not allowed on a read-only cache session"})
+		}
+	}
+}
+
+// closeIdleCacheSession closes the session once it had no NAR transfer
+// for the idle timeout (never while one is in flight).
+func (s *Server) closeIdleCacheSession(sess *session.ServerSession, cc *cacheConn) {
+	idle := s.cfg.CacheSessionIdleTimeout
+	timer := time.NewTimer(idle)
+	defer timer.Stop()
+	for {
+		select {
+		case <-sess.Done():
+			return
+		case <-timer.C:
+		}
+		if wait := idle - time.Since(cc.idleSince()); wait > 0 {
+			timer.Reset(wait)
+			continue
+		}
+		sess.Close(session.CloseNormal, "idle: no NAR transfer")
+		return
+	}
+}

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/storagetest"
+	"gradient.dev/gradient/wire"
+)
+
+func dialCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustCacheSession(t *testing.T, e *cacheProtoEnv, cache, auth string) *session.WorkerSession {
+	t.Helper()
+	s, err := dialCacheSession(dialCtx(t), e.url, cache, auth)
+	if err != nil {
+		t.Fatalf("cache session: %v", err)
+	}
+	t.Cleanup(func() { s.Close(session.CloseNormal, "test over") })
+	return s
+}
+
+func TestCacheSessionAccess(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{})
+		p := e.putPath(t, e.cache.ID, testStorePath("p"), randomNar(4000)) // "main" is private
+		pub, err := db.CreateCache(t.Context(), storage.NewCache{Name: "pub", Public: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := e.putPath(t, pub.ID, testStorePath("q"), randomNar(4000))
+
+		// Public: no credentials. Scope: this cache only.
+		s := mustCacheSession(t, e, "pub", "")
+		send(t, s, &wire.CacheQuery{QueryID: "1", Paths: []string{q.StorePath, p.StorePath}, Mode: wire.QueryPull})
+		st := recvAs[*wire.CacheStatus](t, s)
+		if len(st.Cached) != 2 || !st.Cached[0].Cached || st.Cached[1].Cached {
+			t.Fatalf("%+v", st)
+		}
+		// Paths not in this cache are skipped silently.
+		send(t, s, &wire.NarRequest{Paths: []string{p.StorePath, q.StorePath}})
+		if got, h := pullStream(t, s, nil); h.StorePath != q.StorePath || int64(len(got)) != q.FileSize {
+			t.Fatalf("pulled %s, %d bytes", h.StorePath, len(got))
+		}
+		// Push and everything else: Reject 403, and the session goes on.
+		send(t, s, &wire.CacheQuery{QueryID: "2", Paths: []string{q.StorePath}, Mode: wire.QueryPush})
+		if r := recvAs[*wire.ServerReject](t, s); r.Code != 403 || !strings.Contains(r.Reason, "Push") {
+			t.Fatalf("%+v", r)
+		}
+		send(t, s, &wire.UploadRequest{RequestID: 1, Object: &wire.UploadNar{StorePath: q.StorePath}, Size: 1})
+		if r := recvAs[*wire.ServerReject](t, s); r.Code != 403 || !strings.Contains(r.Reason, "UploadRequest") {
+			t.Fatalf("%+v", r)
+		}
+		send(t, s, &wire.CacheQuery{QueryID: "3", Paths: []string{q.StorePath}, Mode: wire.QueryNormal})
+		if st := recvAs[*wire.CacheStatus](t, s); st.QueryID != "3" || len(st.Cached) != 1 {
+			t.Fatalf("%+v", st)
+		}
+
+		// Private: no key or a wrong one → 401 on the upgrade.
+		for _, auth := range []string{"", "Bearer GRADnope"} {
+			if _, err := dialCacheSession(dialCtx(t), e.url, "main", auth); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+				t.Fatalf("private cache with %q: %v", auth, err)
+			}
+		}
+		_, key, err := db.CreateCacheKey(t.Context(), e.cache.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, auth := range []string{"Bearer " + key, key} {
+			s := mustCacheSession(t, e, "main", auth)
+			send(t, s, &wire.CacheQuery{QueryID: "k", Paths: []string{p.StorePath}, Mode: wire.QueryNormal})
+			if st := recvAs[*wire.CacheStatus](t, s); len(st.Cached) != 1 {
+				t.Fatalf("with key: %+v", st)
+			}
+		}
+		if _, err := dialCacheSession(dialCtx(t), e.url, "nope", ""); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
+			t.Fatalf("unknown cache: %v", err)
+		}
+	})
+}
+
+func TestCacheSessionLimits(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{AnonymousCacheSessionsPerIP: 2})
+		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		_, key, err := db.CreateCacheKey(t.Context(), e.cache.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Per-IP cap on anonymous sessions; keyed sessions are not capped.
+		a := mustCacheSession(t, e, "main", "")
+		b := mustCacheSession(t, e, "main", "")
+		if _, err := dialCacheSession(dialCtx(t), e.url, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+			t.Fatalf("third anonymous session: %v", err)
+		}
+		mustCacheSession(t, e, "main", "Bearer "+key)
+
+		a.Close(session.CloseNormal, "done")
+		ctx := dialCtx(t)
+		// Oversize message: Error 400, then closed.
+		paths := make([]string, 1000)
+		for i := range paths {
+			paths[i] = "/nix/store/" + strings.Repeat("a", 3000)
+		}
+		send(t, b, &wire.CacheQuery{QueryID: "big", Paths: paths, Mode: wire.QueryNormal})
+		m, err := b.Recv(ctx)
+		if se, ok := m.(*wire.ServerError); err != nil || !ok || se.Code != 400 || !strings.Contains(se.Message, "limited to") {
+			t.Fatalf("oversize: %+v %v", m, err)
+		}
+		if _, err := b.Recv(ctx); !errors.Is(err, session.ErrClosed) {
+			t.Fatalf("after oversize: %v", err)
+		}
+		// Permits came back: anonymous sessions open again.
+		waitFor(t, "per-IP permits released", func() bool { return e.srv.anonymousCache.Tracked() == 0 })
+		mustCacheSession(t, e, "main", "")
+	})
+}
+
+func TestCacheSessionAnonymousDisabled(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{DisableAnonymousCache: true})
+		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dialCacheSession(dialCtx(t), e.url, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			t.Fatalf("anonymous with anonymous access off: %v", err)
+		}
+	})
+}
+
+func TestCacheSessionCountsAgainstMaxConnections(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{MaxConnections: 1})
+		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		mustCacheSession(t, e, "main", "")
+		if _, err := dialCacheSession(dialCtx(t), e.url, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+			t.Fatalf("over MaxConnections: %v", err)
+		}
+	})
+}
+
+func TestCacheSessionIdleClose(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{CacheSessionIdleTimeout: 50 * time.Millisecond})
+		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		s := mustCacheSession(t, e, "main", "")
+		if _, err := s.Recv(dialCtx(t)); !errors.Is(err, session.ErrClosed) {
+			t.Fatalf("idle session: %v", err)
+		}
+		waitFor(t, "idle close logged", func() bool { return strings.Contains(e.logs.String(), "idle: no NAR transfer") })
+	})
+}
