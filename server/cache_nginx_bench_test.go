@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -81,11 +82,13 @@ http {
 	}
 	cmd := exec.Command(bin, "-p", dir, "-c", confPath, "-g", "daemon off;")
 	cmd.Stderr = os.Stderr
+	// Its own process group, so the cleanup ends the workers too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		cmd.Process.Kill()
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
 	})
 	url := "http://" + addr
@@ -100,20 +103,6 @@ http {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return &nginxMirror{url: url}
-}
-
-// get fetches url completely and returns the body size.
-func get(b *testing.B, c *http.Client, url string, buf []byte) int64 {
-	resp, err := c.Get(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 {
-		b.Fatalf("GET %s: %d, %v", url, resp.StatusCode, err)
-	}
-	return n
 }
 
 func fetch(b *testing.B, url string) []byte {
@@ -145,27 +134,84 @@ func benchCache(b *testing.B) (ourNar, ourInfo, nginxNar, nginxInfo string) {
 	return ourNar, ourInfo, mirror.url + narPath, mirror.url + infoPath
 }
 
+// The load generator runs in a child process (this test binary again,
+// see TestBenchClientProcess), so the server under test does not share its
+// Go runtime and CPU with the client while nginx runs in its own process.
+// The child fetches the two URLs alternately, n times each, and prints the
+// summed seconds of each and the body size.
+func runBenchClient(b *testing.B, ours, theirs string, n int) (oursSec, theirsSec float64, size int64, oursLat, theirsLat []time.Duration) {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchClientProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "GRADIENT_BENCH_CLIENT=1",
+		"GRADIENT_BENCH_OURS="+ours, "GRADIENT_BENCH_THEIRS="+theirs, fmt.Sprintf("GRADIENT_BENCH_N=%d", n))
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("bench client: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		var o, t int64
+		if _, err := fmt.Sscanf(line, "lat %d %d", &o, &t); err == nil {
+			oursLat = append(oursLat, time.Duration(o))
+			theirsLat = append(theirsLat, time.Duration(t))
+			continue
+		}
+		fmt.Sscanf(line, "total %g %g %d", &oursSec, &theirsSec, &size)
+	}
+	if size == 0 {
+		b.Fatalf("bench client printed no totals:\n%s", out)
+	}
+	return
+}
+
+// TestBenchClientProcess is the child of runBenchClient; it does nothing
+// in a normal test run.
+func TestBenchClientProcess(t *testing.T) {
+	if os.Getenv("GRADIENT_BENCH_CLIENT") == "" {
+		t.Skip("only runs as the benchmarks' client process")
+	}
+	var n int
+	fmt.Sscan(os.Getenv("GRADIENT_BENCH_N"), &n)
+	ours, theirs := os.Getenv("GRADIENT_BENCH_OURS"), os.Getenv("GRADIENT_BENCH_THEIRS")
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+	buf := make([]byte, 256<<10)
+	fetchOnce := func(url string) (time.Duration, int64) {
+		start := time.Now()
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+		}
+		return time.Since(start), n
+	}
+	fetchOnce(ours) // warm both connections
+	fetchOnce(theirs)
+	var oursSum, theirsSum time.Duration
+	var size int64
+	for range n {
+		d1, sz := fetchOnce(ours)
+		d2, _ := fetchOnce(theirs)
+		oursSum += d1
+		theirsSum += d2
+		size = sz
+		fmt.Printf("lat %d %d\n", d1, d2)
+	}
+	fmt.Printf("total %g %g %d\n", oursSum.Seconds(), theirsSum.Seconds(), size)
+}
+
 // BenchmarkNarDownloadVsNginx reports both throughputs and ours/nginx
 // (goal ≥ 0.9). Each iteration downloads the NAR once from each.
 func BenchmarkNarDownloadVsNginx(b *testing.B) {
 	ourURL, _, nginxURL, _ := benchCache(b)
-	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
-	buf := make([]byte, 256<<10)
-	var ours, theirs time.Duration
-	var size int64
-	b.ReportAllocs()
-	for b.Loop() {
-		start := time.Now()
-		size = get(b, c, ourURL, buf)
-		mid := time.Now()
-		get(b, c, nginxURL, buf)
-		ours += mid.Sub(start)
-		theirs += time.Since(mid)
-	}
-	n := float64(b.N) * float64(size) / (1 << 20)
-	b.ReportMetric(n/ours.Seconds(), "ours-MiB/s")
-	b.ReportMetric(n/theirs.Seconds(), "nginx-MiB/s")
-	b.ReportMetric(theirs.Seconds()/ours.Seconds(), "ours/nginx")
+	b.ResetTimer()
+	oursSec, theirsSec, size, _, _ := runBenchClient(b, ourURL, nginxURL, b.N)
+	mib := float64(b.N) * float64(size) / (1 << 20)
+	b.ReportMetric(mib/oursSec, "ours-MiB/s")
+	b.ReportMetric(mib/theirsSec, "nginx-MiB/s")
+	b.ReportMetric(theirsSec/oursSec, "ours/nginx")
 }
 
 // BenchmarkNarinfoVsNginx reports the median narinfo latency of both and
@@ -173,20 +219,8 @@ func BenchmarkNarDownloadVsNginx(b *testing.B) {
 // interleaved.
 func BenchmarkNarinfoVsNginx(b *testing.B) {
 	_, ourURL, _, nginxURL := benchCache(b)
-	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
-	buf := make([]byte, 4<<10)
-	var ours, theirs []time.Duration
-	b.ReportAllocs()
-	for b.Loop() {
-		for range 64 {
-			start := time.Now()
-			get(b, c, ourURL, buf)
-			mid := time.Now()
-			get(b, c, nginxURL, buf)
-			ours = append(ours, mid.Sub(start))
-			theirs = append(theirs, time.Since(mid))
-		}
-	}
+	b.ResetTimer()
+	_, _, _, ours, theirs := runBenchClient(b, ourURL, nginxURL, 64*b.N)
 	p50 := func(d []time.Duration) time.Duration {
 		slices.Sort(d)
 		return d[len(d)/2]

@@ -144,7 +144,7 @@ func (db *DB) CachePath(ctx context.Context, cacheID, storeHash string) (CachePa
 
 // CachePathByObject returns a path of a cache whose NAR is the object key.
 func (db *DB) CachePathByObject(ctx context.Context, cacheID, objectKey string) (CachePath, error) {
-	p, err := scanCachePath(db.sql.QueryRowContext(ctx,
+	p, err := scanCachePath(db.hotRow(ctx,
 		`SELECT `+cachePathColumns+` FROM cache_paths WHERE cache_id = $1 AND object_key = $2
 		 ORDER BY store_hash LIMIT 1`, cacheID, objectKey))
 	if errors.Is(err, sql.ErrNoRows) {
