@@ -1,3 +1,11 @@
 // Package nix runs the real Nix (2.8 and later) for fetching flakes,
 // evaluating derivations, building, and reading and writing NARs.
+//
+// A *Nix value fixes the store (--store), NIX_CONFIG and environment for
+// every call; each call takes a context and interrupts Nix when it ends.
+// Files: config.go (runner, System, SystemFeatures), store.go (path info,
+// validity, NAR dump, binary-cache copies), fetch.go (FetchFlake),
+// eval.go + walker.nix (wildcard discovery, Instantiate), derivation.go
+// (parsed .drv files, DrvClosure), build.go (Build and failure
+// classification), errors.go (typed errors).
 package nix

@@ -1,0 +1,151 @@
+package nix
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// experimentalFeatures is passed to every `nix` call: in Nix 2.8 the new CLI
+// and flakes are experimental and refuse to run without it.
+const experimentalFeatures = "nix-command flakes"
+
+// Nix runs the Nix command-line tools against one store with one
+// configuration. The zero value uses the default store, the PATH and the
+// ambient configuration.
+type Nix struct {
+	// Store is passed as --store (e.g. a chroot store directory); empty means
+	// the default store (local, or the daemon when not root).
+	Store string
+	// Config lines are joined into NIX_CONFIG for every call.
+	Config []string
+	// Env is added to the process environment (KEY=VALUE), after os.Environ.
+	Env []string
+	// BinDir holds nix, nix-store and git; empty looks them up in PATH.
+	BinDir string
+	// WorkDir holds temporary clones; empty means os.TempDir().
+	WorkDir string
+	// Logger receives what is being run; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (n *Nix) logger() *slog.Logger {
+	if n.Logger != nil {
+		return n.Logger
+	}
+	return slog.Default()
+}
+
+func (n *Nix) program(name string) string {
+	if n.BinDir != "" {
+		return filepath.Join(n.BinDir, name)
+	}
+	return name
+}
+
+// command prepares a Nix tool invocation with the store, features and
+// environment of n. Flags go after the arguments: Nix parses them anywhere.
+func (n *Nix) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	switch name {
+	case "nix":
+		args = append(args, "--extra-experimental-features", experimentalFeatures)
+		fallthrough
+	case "nix-store", "nix-instantiate":
+		if n.Store != "" {
+			args = append(args, "--store", n.Store)
+		}
+	}
+	cmd := exec.CommandContext(ctx, n.program(name), args...)
+	cmd.Env = n.environ()
+	// Interrupt rather than kill: Nix then stops its builders and releases
+	// locks; the kill after WaitDelay covers a hung process.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
+}
+
+func (n *Nix) environ() []string {
+	env := append(os.Environ(), n.Env...)
+	if len(n.Config) > 0 {
+		env = append(env, "NIX_CONFIG="+strings.Join(n.Config, "\n"))
+	}
+	return env
+}
+
+// output runs a tool and returns its stdout; a failure carries stderr.
+func (n *Nix) output(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := n.command(ctx, name, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	n.logger().Debug("nix: ran", "cmd", cmd.Args, "took", time.Since(start), "err", err)
+	if err != nil {
+		return stdout.Bytes(), commandError(ctx, cmd, err, stderr.String())
+	}
+	return stdout.Bytes(), nil
+}
+
+// outputJSON runs a tool and decodes its stdout into v.
+func (n *Nix) outputJSON(ctx context.Context, v any, name string, args ...string) error {
+	out, err := n.output(ctx, name, args...)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		return fmt.Errorf("nix: decoding output of %s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+// configSetting is one entry of `nix show-config --json` (2.8 spelling;
+// newer Nix calls it `nix config show`).
+type configSetting struct {
+	Value json.RawMessage `json:"value"`
+}
+
+func (n *Nix) showConfig(ctx context.Context) (map[string]configSetting, error) {
+	var settings map[string]configSetting
+	err := n.outputJSON(ctx, &settings, "nix", "show-config", "--json")
+	return settings, err
+}
+
+// System returns the platform this Nix builds for natively (e.g.
+// "x86_64-linux") and the extra platforms it can also build.
+func (n *Nix) System(ctx context.Context) (system string, extraPlatforms []string, err error) {
+	settings, err := n.showConfig(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := json.Unmarshal(settings["system"].Value, &system); err != nil {
+		return "", nil, fmt.Errorf("nix: reading setting system: %w", err)
+	}
+	if raw := settings["extra-platforms"].Value; raw != nil {
+		if err := json.Unmarshal(raw, &extraPlatforms); err != nil {
+			return "", nil, fmt.Errorf("nix: reading setting extra-platforms: %w", err)
+		}
+	}
+	return system, extraPlatforms, nil
+}
+
+// SystemFeatures returns the `system-features` setting (e.g. kvm,
+// big-parallel): what derivations may require in requiredSystemFeatures.
+func (n *Nix) SystemFeatures(ctx context.Context) ([]string, error) {
+	settings, err := n.showConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var features []string
+	if err := json.Unmarshal(settings["system-features"].Value, &features); err != nil {
+		return nil, fmt.Errorf("nix: reading setting system-features: %w", err)
+	}
+	return features, nil
+}

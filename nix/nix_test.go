@@ -1,0 +1,277 @@
+package nix
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testSystemAttrs = "packages.x86_64-linux."
+
+func TestFetchEvaluateAndWalk(t *testing.T) {
+	n := newTestNix(t)
+	ctx := testContext(t)
+	ref, fetched := fetchedTestFlake(t, n)
+	if len(fetched.InputPaths) != 0 {
+		t.Errorf("a flake without inputs has input paths %v", fetched.InputPaths)
+	}
+	if valid, err := n.ValidPaths(ctx, fetched.SourcePath); err != nil || len(valid) != 1 {
+		t.Fatalf("fetched source %s not valid: %v %v", fetched.SourcePath, valid, err)
+	}
+
+	eval, err := n.Attributes(ctx, ref, []string{
+		"packages.x86_64-linux.*, checks.#.hello",
+		"packages.x86_64-linux.missing",
+		"!packages.x86_64-linux.sleepy",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attrs []string
+	for _, d := range eval.Derivations {
+		attrs = append(attrs, d.Attr)
+		if !strings.HasSuffix(d.DrvPath, ".drv") {
+			t.Errorf("%s: drvPath %q", d.Attr, d.DrvPath)
+		}
+	}
+	want := []string{"checks.x86_64-linux.hello", "packages.x86_64-linux.broken", "packages.x86_64-linux.greet", "packages.x86_64-linux.hello", "packages.x86_64-linux.kvm"}
+	if !slices.Equal(attrs, want) {
+		t.Errorf("matched %v, want %v", attrs, want)
+	}
+	if msg := eval.AttrErrors["packages.x86_64-linux.bad"]; !strings.Contains(msg, "bad attribute") || len(eval.AttrErrors) != 1 {
+		t.Errorf("attribute errors %v, want bad's throw message", eval.AttrErrors)
+	}
+	if len(eval.Unmatched) != 1 || !strings.Contains(eval.Unmatched[0], "'packages.x86_64-linux.missing' matched no derivations") {
+		t.Errorf("unmatched %v", eval.Unmatched)
+	}
+
+	greetDrv, err := n.Instantiate(ctx, ref, testSystemAttrs+"greet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	helloDrv, _ := n.Instantiate(ctx, ref, testSystemAttrs+"hello")
+	greet, err := n.Derivation(ctx, greetDrv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := greet.InputDrvs[helloDrv]; !ok || greet.System != "x86_64-linux" || greet.OutputPaths()["out"] == "" {
+		t.Errorf("greet derivation: %+v", greet)
+	}
+	drvs, sources, err := n.DrvClosure(ctx, greetDrv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{greetDrv, helloDrv}; !slices.Equal(drvs, sortedCopy(want)) || len(sources) != 0 {
+		t.Errorf("closure %v + %v, want %v", drvs, sources, want)
+	}
+
+	if _, err := n.Instantiate(ctx, ref, testSystemAttrs+"bad"); err == nil || !strings.Contains(err.Error(), "bad attribute") {
+		t.Errorf("instantiating a throwing attribute: %v", err)
+	}
+}
+
+func sortedCopy(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+func TestDerivationAttributes(t *testing.T) {
+	n := newTestNix(t)
+	ctx := testContext(t)
+	ref := testRepoRef(t)
+	drvPath, err := n.Instantiate(ctx, ref, testSystemAttrs+"kvm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := n.Derivation(ctx, drvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.RequiredSystemFeatures(); !slices.Equal(got, []string{"kvm", "big-parallel"}) {
+		t.Errorf("features %v", got)
+	}
+	if d.TimeoutSecs() != 7 || d.MaxSilentSecs() != 5 || !d.PreferLocalBuild() || d.AllowSubstitutes() || d.Pname() != "kvm-test" || d.IsFixedOutput() {
+		t.Errorf("timeout %d maxSilent %d preferLocal %v allowSubst %v pname %q fixed %v",
+			d.TimeoutSecs(), d.MaxSilentSecs(), d.PreferLocalBuild(), d.AllowSubstitutes(), d.Pname(), d.IsFixedOutput())
+	}
+}
+
+// testRepoRef is the test flake as a git+file reference (no fetch step).
+func testRepoRef(t *testing.T) string {
+	dir, commit := newTestRepo(t)
+	return "git+file://" + dir + "?rev=" + commit
+}
+
+func TestBuildSuccessAndNAR(t *testing.T) {
+	n := newTestNix(t)
+	ctx := testContext(t)
+	ref := testRepoRef(t)
+	greetDrv, err := n.Instantiate(ctx, ref, testSystemAttrs+"greet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	outputs, err := n.Build(ctx, greetDrv, BuildOptions{LogWriter: &log, Timeout: 30 * time.Second, Cores: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := outputs["out"]
+	if len(outputs) != 1 || out == "" {
+		t.Fatalf("outputs %v", outputs)
+	}
+	if !strings.Contains(log.String(), "building hello") || !strings.Contains(log.String(), "greeting") {
+		t.Errorf("build log lacks builder output:\n%s", log.String())
+	}
+
+	infos, err := n.PathInfo(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := infos[0]
+	if info.Path != out || info.Deriver != greetDrv || len(info.References) != 1 || !strings.HasSuffix(info.References[0], "-hello-1.0") {
+		t.Errorf("path info %+v", info)
+	}
+	var nar bytes.Buffer
+	if err := n.DumpPath(ctx, out, &nar); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(nar.Bytes())
+	if got := "sha256-" + base64.StdEncoding.EncodeToString(sum[:]); got != info.NarHash || int64(nar.Len()) != info.NarSize {
+		t.Errorf("dumped NAR hash %s size %d, path-info says %s %d", got, nar.Len(), info.NarHash, info.NarSize)
+	}
+	// nix-store --dump reads the filesystem path (chroot stores unmapped).
+	legacy, err := n.output(ctx, "nix-store", "--dump", filepath.Join(n.Store, out))
+	if err != nil || !bytes.Equal(legacy, nar.Bytes()) {
+		t.Errorf("nix store dump-path and nix-store --dump differ (%v)", err)
+	}
+
+	if drvInfo, err := n.PathInfo(ctx, greetDrv); err != nil || drvInfo[0].Path != greetDrv || len(drvInfo[0].References) != 1 {
+		t.Errorf("path info of the .drv itself: %+v %v", drvInfo, err)
+	}
+
+	missing := "/nix/store/00000000000000000000000000000000-nothing"
+	if got, err := n.MissingPaths(ctx, out, missing); err != nil || !slices.Equal(got, []string{missing}) {
+		t.Errorf("missing paths %v %v", got, err)
+	}
+	if _, err := n.PathInfo(ctx, missing); err == nil {
+		t.Error("path info of an invalid path succeeded")
+	}
+
+	// The output moves to another store through a file:// binary cache.
+	cache := "file://" + t.TempDir()
+	if err := n.CopyTo(ctx, cache, out, greetDrv); err != nil {
+		t.Fatal(err)
+	}
+	other := newTestNix(t)
+	if err := other.CopyFrom(ctx, cache, nil, out, greetDrv); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := other.ValidPaths(ctx, out, info.References[0], greetDrv); err != nil || len(got) != 3 {
+		t.Errorf("after CopyFrom valid %v %v", got, err)
+	}
+}
+
+func TestBuildFailures(t *testing.T) {
+	n := newTestNix(t)
+	ctx := testContext(t)
+	ref := testRepoRef(t)
+	drv := func(attr string) string {
+		p, err := n.Instantiate(ctx, ref, testSystemAttrs+attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	broken, sleepy := drv("broken"), drv("sleepy")
+
+	t.Run("permanent", func(t *testing.T) {
+		_, err := n.Build(ctx, broken, BuildOptions{})
+		var perm *PermanentError
+		if !errors.As(err, &perm) || !strings.Contains(perm.LogTail, "oops-this-fails") || !strings.Contains(perm.Message, "exit code 3") {
+			t.Fatalf("got %#v", err)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		_, err := n.Build(ctx, sleepy, BuildOptions{Timeout: time.Second})
+		var timeout *TimeoutError
+		if !errors.As(err, &timeout) || timeout.Silence || !strings.Contains(timeout.LogTail, "sleeping") {
+			t.Fatalf("got %#v", err)
+		}
+	})
+	t.Run("max-silent", func(t *testing.T) {
+		_, err := n.Build(ctx, sleepy, BuildOptions{MaxSilent: time.Second})
+		var timeout *TimeoutError
+		if !errors.As(err, &timeout) || !timeout.Silence {
+			t.Fatalf("got %#v", err)
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(500*time.Millisecond, cancel)
+		start := time.Now()
+		_, err := n.Build(cctx, sleepy, BuildOptions{})
+		if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v", err)
+		}
+		if took := time.Since(start); took > 15*time.Second {
+			t.Errorf("cancel took %v", took)
+		}
+	})
+	t.Run("inputs unavailable", func(t *testing.T) {
+		missing := "/nix/store/00000000000000000000000000000000-missing.drv"
+		_, err := n.Build(ctx, missing, BuildOptions{})
+		var unavailable *InputsUnavailableError
+		if !errors.As(err, &unavailable) || !slices.Equal(unavailable.MissingPaths, []string{missing}) {
+			t.Fatalf("got %#v", err)
+		}
+	})
+}
+
+func TestSystemAndFeatures(t *testing.T) {
+	n := newTestNix(t)
+	ctx := testContext(t)
+	system, extra, err := n.System(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := exec.Command("uname", "-m").Output(); !strings.HasPrefix(system, strings.TrimSpace(string(want))) {
+		t.Errorf("system %q extra %v on %s", system, extra, want)
+	}
+	features, err := n.SystemFeatures(ctx)
+	if err != nil || !slices.Contains(features, "big-parallel") {
+		t.Errorf("features %v %v", features, err)
+	}
+}
+
+func TestParseWildcards(t *testing.T) {
+	patterns, exclusions, err := parseWildcards([]string{`packages.*.*, checks."a.b".#`, `!packages.x."y.z"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(patterns) != 2 || len(patterns[0].segments) != 2 || patterns[0].explicit {
+		t.Errorf("patterns %+v", patterns)
+	}
+	if s := patterns[1].segments[1]; s.Kind != "name" || s.Name != "a.b" {
+		t.Errorf("quoted segment %+v", s)
+	}
+	if !slices.Equal(exclusions, []string{`packages.x."y.z"`}) {
+		t.Errorf("exclusions %v", exclusions)
+	}
+	if p, _, _ := parseWildcards(nil); len(p) != 1 || p[0].text != DefaultWildcard {
+		t.Errorf("default %+v", p)
+	}
+	for _, bad := range []string{"foo.*", "packages..x", "!packages.*"} {
+		if _, _, err := parseWildcards([]string{bad}); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
