@@ -191,9 +191,17 @@ func TestBenchClientProcess(t *testing.T) {
 	fetchOnce(theirs)
 	var oursSum, theirsSum time.Duration
 	var size int64
-	for range n {
-		d1, sz := fetchOnce(ours)
-		d2, _ := fetchOnce(theirs)
+	for i := range n {
+		// Alternate who goes first, so neither always follows the other.
+		var d1, d2 time.Duration
+		var sz int64
+		if i%2 == 0 {
+			d1, sz = fetchOnce(ours)
+			d2, _ = fetchOnce(theirs)
+		} else {
+			d2, _ = fetchOnce(theirs)
+			d1, sz = fetchOnce(ours)
+		}
 		oursSum += d1
 		theirsSum += d2
 		size = sz
