@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 )
@@ -42,6 +43,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := newLogger(opts, stderr)
 	slog.SetDefault(log)
+	if len(opts.SystemFeatures) == 0 {
+		opts.SystemFeatures = detectSystemFeatures(ctx, &nix.Nix{Logger: log}, log)
+	}
 	cfg, err := workerConfig(opts, log)
 	if err != nil {
 		return err
@@ -51,6 +55,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	return w.Run(ctx)
+}
+
+// detectSystemFeatures reads the system features the local Nix is
+// configured with (WORKER.md: the default when --system-features is not
+// given). Without a working Nix the worker advertises none, and says why.
+func detectSystemFeatures(ctx context.Context, n *nix.Nix, log *slog.Logger) []string {
+	features, err := n.SystemFeatures(ctx)
+	if err != nil {
+		log.Warn("cannot read system features from nix; advertising none (set --system-features)", "error", err)
+		return nil
+	}
+	return features
 }
 
 // workerConfig turns options into the worker's configuration: the worker
