@@ -2,8 +2,8 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
+	"gradient.dev/gradient/internal/envflag"
 	"io"
 	"log/slog"
 	"os"
@@ -13,7 +13,7 @@ import (
 )
 
 // errUsage marks a configuration error already explained on stderr.
-var errUsage = errors.New("usage error")
+var errUsage = envflag.ErrUsage
 
 // options is the server's configuration after flags and environment.
 type options struct {
@@ -29,22 +29,24 @@ type options struct {
 }
 
 // setting is one flag, the environment variable that sets it when the
-// flag is absent, and its default.
-type setting struct {
-	flag, env, def, usage string
+// flag is absent, its default and its help.
+type setting = envflag.Setting
+
+func newSetting(flag, env, def, usage string) setting {
+	return setting{Flag: flag, Env: env, Default: def, Usage: usage}
 }
 
 var (
-	listenSetting    = setting{"listen", "GRADIENT_LISTEN", "127.0.0.1:3000", "address to listen on"}
-	databaseSetting  = setting{"database", "GRADIENT_DATABASE", "./gradient-data", "a postgres:// URL, or a data directory for embedded SQLite"}
-	tokenSetting     = setting{"admin-token", "GRADIENT_ADMIN_TOKEN", "", "admin API token (prefer the file: flags show in ps)"}
-	tokenFileSetting = setting{"admin-token-file", "GRADIENT_ADMIN_TOKEN_FILE", "", "file holding the admin API token"}
-	dialKeySetting   = setting{"dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the tokens of workers the server dials; without it, registrations with a URL are refused"}
-	narDirSetting    = setting{"nar-dir", "GRADIENT_NAR_DIR", "", "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data"}
-	heartbeatSetting = setting{"heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables"}
-	maxConnSetting   = setting{"max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once"}
-	logLevelSetting  = setting{"log-level", "GRADIENT_LOG_LEVEL", "info", "debug, info, warn or error"}
-	logFormatSetting = setting{"log-format", "GRADIENT_LOG_FORMAT", "text", "text or json"}
+	listenSetting    = newSetting("listen", "GRADIENT_LISTEN", "127.0.0.1:3000", "address to listen on")
+	databaseSetting  = newSetting("database", "GRADIENT_DATABASE", "./gradient-data", "a postgres:// URL, or a data directory for embedded SQLite")
+	tokenSetting     = newSetting("admin-token", "GRADIENT_ADMIN_TOKEN", "", "admin API token (prefer the file: flags show in ps)")
+	tokenFileSetting = newSetting("admin-token-file", "GRADIENT_ADMIN_TOKEN_FILE", "", "file holding the admin API token")
+	dialKeySetting   = newSetting("dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the tokens of workers the server dials; without it, registrations with a URL are refused")
+	narDirSetting    = newSetting("nar-dir", "GRADIENT_NAR_DIR", "", "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data")
+	heartbeatSetting = newSetting("heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables")
+	maxConnSetting   = newSetting("max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once")
+	logLevelSetting  = newSetting("log-level", "GRADIENT_LOG_LEVEL", "info", "debug, info, warn or error")
+	logFormatSetting = newSetting("log-format", "GRADIENT_LOG_FORMAT", "text", "text or json")
 )
 
 var allSettings = []setting{listenSetting, databaseSetting, tokenSetting, tokenFileSetting,
@@ -62,37 +64,12 @@ Flags:
 `
 
 // parseOptions reads flags, then the environment for every flag not given.
-// Values are strings first so flag and environment share one parser.
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
-	fs := flag.NewFlagSet("gradient-server", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	raw := map[string]*string{}
-	for _, s := range allSettings {
-		raw[s.flag] = fs.String(s.flag, "", "")
+	vals, err := envflag.Parse("gradient-server", args, allSettings, getenv, stderr, printUsage)
+	if err != nil {
+		return options{}, err
 	}
-	fs.Usage = func() { printUsage(stderr) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return options{}, err
-		}
-		return options{}, errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gradient-server: unexpected argument %q\n", fs.Arg(0))
-		return options{}, errUsage
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	value := func(s setting) string {
-		if given[s.flag] {
-			return *raw[s.flag]
-		}
-		if v := getenv(s.env); v != "" {
-			return v
-		}
-		return s.def
-	}
-	opts, err := buildOptions(value, given, getenv)
+	opts, err := buildOptions(vals, getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "gradient-server: %v\n", err)
 		return options{}, errUsage
@@ -100,24 +77,25 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	return opts, nil
 }
 
-func buildOptions(value func(setting) string, given map[string]bool, getenv func(string) string) (options, error) {
+func buildOptions(vals *envflag.Values, getenv func(string) string) (options, error) {
+	value := vals.Get
 	opts := options{Listen: value(listenSetting), Database: value(databaseSetting),
 		DialKeyFile: value(dialKeySetting), NarDir: value(narDirSetting), LogFormat: value(logFormatSetting)}
 	var err error
-	if opts.AdminToken, err = adminToken(given, value, getenv); err != nil {
+	if opts.AdminToken, err = adminToken(vals, getenv); err != nil {
 		return options{}, err
 	}
 	if opts.HeartbeatTimeout, err = parseSeconds(value(heartbeatSetting)); err != nil {
-		return options{}, fmt.Errorf("--%s: %w", heartbeatSetting.flag, err)
+		return options{}, fmt.Errorf("--%s: %w", heartbeatSetting.Flag, err)
 	}
 	if opts.MaxConnections, err = strconv.Atoi(value(maxConnSetting)); err != nil || opts.MaxConnections < 1 {
-		return options{}, fmt.Errorf("--%s %q: want a positive number", maxConnSetting.flag, value(maxConnSetting))
+		return options{}, fmt.Errorf("--%s %q: want a positive number", maxConnSetting.Flag, value(maxConnSetting))
 	}
 	if err := opts.LogLevel.UnmarshalText([]byte(value(logLevelSetting))); err != nil {
-		return options{}, fmt.Errorf("--%s %q: want debug, info, warn or error", logLevelSetting.flag, value(logLevelSetting))
+		return options{}, fmt.Errorf("--%s %q: want debug, info, warn or error", logLevelSetting.Flag, value(logLevelSetting))
 	}
 	if opts.LogFormat != "text" && opts.LogFormat != "json" {
-		return options{}, fmt.Errorf("--%s %q: want text or json", logFormatSetting.flag, opts.LogFormat)
+		return options{}, fmt.Errorf("--%s %q: want text or json", logFormatSetting.Flag, opts.LogFormat)
 	}
 	if opts.Listen == "" || opts.Database == "" {
 		return options{}, errors.New("--listen and --database may not be empty")
@@ -127,20 +105,20 @@ func buildOptions(value func(setting) string, given map[string]bool, getenv func
 
 // adminToken picks the token from the flags, else from the environment;
 // a token and a token file at the same level are ambiguous.
-func adminToken(given map[string]bool, value func(setting) string, getenv func(string) string) (string, error) {
+func adminToken(vals *envflag.Values, getenv func(string) string) (string, error) {
 	var token, file string
 	switch {
-	case given[tokenSetting.flag] || given[tokenFileSetting.flag]:
-		if given[tokenSetting.flag] && given[tokenFileSetting.flag] {
+	case vals.Given(tokenSetting) || vals.Given(tokenFileSetting):
+		if vals.Given(tokenSetting) && vals.Given(tokenFileSetting) {
 			return "", errors.New("give --admin-token or --admin-token-file, not both")
 		}
-		if given[tokenSetting.flag] {
-			token = value(tokenSetting)
+		if vals.Given(tokenSetting) {
+			token = vals.Get(tokenSetting)
 		} else {
-			file = value(tokenFileSetting)
+			file = vals.Get(tokenFileSetting)
 		}
 	default:
-		token, file = getenv(tokenSetting.env), getenv(tokenFileSetting.env)
+		token, file = getenv(tokenSetting.Env), getenv(tokenFileSetting.Env)
 		if token != "" && file != "" {
 			return "", errors.New("set GRADIENT_ADMIN_TOKEN or GRADIENT_ADMIN_TOKEN_FILE, not both")
 		}
@@ -171,14 +149,4 @@ func parseSeconds(s string) (time.Duration, error) {
 	return d, nil
 }
 
-func printUsage(w io.Writer) {
-	fmt.Fprint(w, usageIntroduction)
-	for _, s := range allSettings {
-		fmt.Fprintf(w, "  --%s (env %s)\n", s.flag, s.env)
-		line := "        " + s.usage
-		if d := s.def; d != "" {
-			line += " (default " + d + ")"
-		}
-		fmt.Fprintln(w, line)
-	}
-}
+func printUsage(w io.Writer) { envflag.PrintUsage(w, usageIntroduction, allSettings) }

@@ -124,8 +124,8 @@ func TestHelpNamesEveryEnvironmentVariable(t *testing.T) {
 		t.Fatalf("-h: %v", err)
 	}
 	for _, s := range allSettings {
-		if !strings.Contains(stderr.String(), "--"+s.flag+" (env "+s.env+")") {
-			t.Errorf("help lacks --%s / %s:\n%s", s.flag, s.env, stderr.String())
+		if !strings.Contains(stderr.String(), "--"+s.Flag+" (env "+s.Env+")") {
+			t.Errorf("help lacks --%s / %s:\n%s", s.Flag, s.Env, stderr.String())
 		}
 	}
 	if strings.Contains(stderr.String(), "do-not-print") {

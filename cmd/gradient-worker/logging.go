@@ -3,13 +3,11 @@ package main
 import (
 	"io"
 	"log/slog"
+
+	"gradient.dev/gradient/internal/envflag"
 )
 
 // newLogger is the process's structured logger on stderr.
 func newLogger(opts options, stderr io.Writer) *slog.Logger {
-	h := &slog.HandlerOptions{Level: opts.LogLevel}
-	if opts.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(stderr, h))
-	}
-	return slog.New(slog.NewTextHandler(stderr, h))
+	return envflag.NewLogger(opts.LogLevel, opts.LogFormat, stderr)
 }

@@ -2,8 +2,8 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
+	"gradient.dev/gradient/internal/envflag"
 	"io"
 	"log/slog"
 	"net"
@@ -12,7 +12,7 @@ import (
 )
 
 // errUsage marks a configuration error already explained on stderr.
-var errUsage = errors.New("usage error")
+var errUsage = envflag.ErrUsage
 
 // options is the worker's configuration after flags and environment.
 type options struct {
@@ -41,39 +41,37 @@ type options struct {
 
 // setting is one flag; its environment variable is GRADIENT_WORKER_ plus
 // the flag name upper-cased (WORKER.md §2.1).
-type setting struct {
-	flag, def, usage string
-}
+type setting = envflag.Setting
 
-func (s setting) env() string {
-	return "GRADIENT_WORKER_" + strings.ToUpper(strings.ReplaceAll(s.flag, "-", "_"))
+func workerSetting(flag, def, usage string) setting {
+	return setting{Flag: flag, Env: "GRADIENT_WORKER_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")), Default: def, Usage: usage}
 }
 
 var (
-	serverURLSetting     = setting{"server-url", "", "ws(s)://host/proto URL of the server to dial (required unless discoverable)"}
-	peersSetting         = setting{"peers", "", "inline peers list, peer_id:token lines (prefer the file: flags show in ps)"}
-	peersFileSetting     = setting{"peers-file", "", "peers file (peer_id:token lines), watched for changes; wins over --peers"}
-	baseDirSetting       = setting{"base-dir", "/var/lib/gradient-worker", "state directory (worker-id)"}
-	idSetting            = setting{"id", "", "fixed worker UUID, overriding <base-dir>/worker-id"}
-	zoneSetting          = setting{"zone", "", "cluster placement label"}
-	endpointSetting      = setting{"endpoint", "", "address listed in cluster rosters"}
-	fetchSetting         = setting{"capabilities-fetch", "false", "advertise the fetch capability"}
-	evalSetting          = setting{"capabilities-eval", "false", "advertise the eval capability"}
-	buildSetting         = setting{"capabilities-build", "false", "advertise the build capability"}
-	archSetting          = setting{"system-architectures", "", "comma list of Nix systems built for (default: the host system)"}
-	featuresSetting      = setting{"system-features", "", "comma list of Nix system features"}
-	cpuScoreSetting      = setting{"system-cpu-core-score", "0", "relative single-core speed; 0 measures it at start"}
-	maxBuildsSetting     = setting{"build-max-concurrent", "1", "build job slots"}
-	maxEvalsSetting      = setting{"eval-max-concurrent", "1", "flake job slots"}
-	discoverableSetting  = setting{"discoverable", "false", "accept server-dialed connections on --listen-addr:--port"}
-	listenAddrSetting    = setting{"listen-addr", "127.0.0.1", "address for server-dialed connections"}
-	portSetting          = setting{"port", "3100", "port for server-dialed connections"}
-	tlsCertSetting       = setting{"tls-cert-file", "", "TLS certificate of the listener"}
-	tlsKeySetting        = setting{"tls-key-file", "", "TLS key of the listener"}
-	insecureSetting      = setting{"insecure-listen", "false", "serve the listener without TLS (local and test setups only)"}
-	acceptedTokenSetting = setting{"accepted-server-tokens-file", "", "peer_id:hash lines a dialing server's tokens must match; without it every server is accepted"}
-	logLevelSetting      = setting{"log-level", "info", "debug, info, warn or error"}
-	logFormatSetting     = setting{"log-format", "text", "text or json"}
+	serverURLSetting     = workerSetting("server-url", "", "ws(s)://host/proto URL of the server to dial (required unless discoverable)")
+	peersSetting         = workerSetting("peers", "", "inline peers list, peer_id:token lines (prefer the file: flags show in ps)")
+	peersFileSetting     = workerSetting("peers-file", "", "peers file (peer_id:token lines), watched for changes; wins over --peers")
+	baseDirSetting       = workerSetting("base-dir", "/var/lib/gradient-worker", "state directory (worker-id)")
+	idSetting            = workerSetting("id", "", "fixed worker UUID, overriding <base-dir>/worker-id")
+	zoneSetting          = workerSetting("zone", "", "cluster placement label")
+	endpointSetting      = workerSetting("endpoint", "", "address listed in cluster rosters")
+	fetchSetting         = workerSetting("capabilities-fetch", "false", "advertise the fetch capability")
+	evalSetting          = workerSetting("capabilities-eval", "false", "advertise the eval capability")
+	buildSetting         = workerSetting("capabilities-build", "false", "advertise the build capability")
+	archSetting          = workerSetting("system-architectures", "", "comma list of Nix systems built for (default: the host system)")
+	featuresSetting      = workerSetting("system-features", "", "comma list of Nix system features")
+	cpuScoreSetting      = workerSetting("system-cpu-core-score", "0", "relative single-core speed; 0 measures it at start")
+	maxBuildsSetting     = workerSetting("build-max-concurrent", "1", "build job slots")
+	maxEvalsSetting      = workerSetting("eval-max-concurrent", "1", "flake job slots")
+	discoverableSetting  = workerSetting("discoverable", "false", "accept server-dialed connections on --listen-addr:--port")
+	listenAddrSetting    = workerSetting("listen-addr", "127.0.0.1", "address for server-dialed connections")
+	portSetting          = workerSetting("port", "3100", "port for server-dialed connections")
+	tlsCertSetting       = workerSetting("tls-cert-file", "", "TLS certificate of the listener")
+	tlsKeySetting        = workerSetting("tls-key-file", "", "TLS key of the listener")
+	insecureSetting      = workerSetting("insecure-listen", "false", "serve the listener without TLS (local and test setups only)")
+	acceptedTokenSetting = workerSetting("accepted-server-tokens-file", "", "peer_id:hash lines a dialing server's tokens must match; without it every server is accepted")
+	logLevelSetting      = workerSetting("log-level", "info", "debug, info, warn or error")
+	logFormatSetting     = workerSetting("log-format", "text", "text or json")
 )
 
 var allSettings = []setting{serverURLSetting, peersSetting, peersFileSetting, baseDirSetting, idSetting,
@@ -93,35 +91,11 @@ Flags:
 
 // parseOptions reads flags, then the environment for every flag not given.
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
-	fs := flag.NewFlagSet("gradient-worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	raw := map[string]*string{}
-	for _, s := range allSettings {
-		raw[s.flag] = fs.String(s.flag, "", "")
+	vals, err := envflag.Parse("gradient-worker", args, allSettings, getenv, stderr, printUsage)
+	if err != nil {
+		return options{}, err
 	}
-	fs.Usage = func() { printUsage(stderr) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return options{}, err
-		}
-		return options{}, errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gradient-worker: unexpected argument %q\n", fs.Arg(0))
-		return options{}, errUsage
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	value := func(s setting) string {
-		if given[s.flag] {
-			return *raw[s.flag]
-		}
-		if v := getenv(s.env()); v != "" {
-			return v
-		}
-		return s.def
-	}
-	opts, err := buildOptions(value)
+	opts, err := buildOptions(vals.Get)
 	if err != nil {
 		fmt.Fprintf(stderr, "gradient-worker: %v\n", err)
 		return options{}, errUsage
@@ -141,14 +115,14 @@ func buildOptions(value func(setting) string) (options, error) {
 	boolean := func(s setting, dst *bool) {
 		v, err := strconv.ParseBool(value(s))
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--%s %q: want true or false", s.flag, value(s)))
+			errs = append(errs, fmt.Errorf("--%s %q: want true or false", s.Flag, value(s)))
 		}
 		*dst = v
 	}
 	count := func(s setting, dst *int) {
 		v, err := strconv.Atoi(value(s))
 		if err != nil || v < 0 {
-			errs = append(errs, fmt.Errorf("--%s %q: want a number ≥ 0", s.flag, value(s)))
+			errs = append(errs, fmt.Errorf("--%s %q: want a number ≥ 0", s.Flag, value(s)))
 		}
 		*dst = v
 	}
@@ -167,10 +141,10 @@ func buildOptions(value func(setting) string) (options, error) {
 	count(portSetting, &port)
 	opts.CPUCoreScore = uint32(score)
 	if err := opts.LogLevel.UnmarshalText([]byte(value(logLevelSetting))); err != nil {
-		errs = append(errs, fmt.Errorf("--%s %q: want debug, info, warn or error", logLevelSetting.flag, value(logLevelSetting)))
+		errs = append(errs, fmt.Errorf("--%s %q: want debug, info, warn or error", logLevelSetting.Flag, value(logLevelSetting)))
 	}
 	if opts.LogFormat != "text" && opts.LogFormat != "json" {
-		errs = append(errs, fmt.Errorf("--%s %q: want text or json", logFormatSetting.flag, opts.LogFormat))
+		errs = append(errs, fmt.Errorf("--%s %q: want text or json", logFormatSetting.Flag, opts.LogFormat))
 	}
 	if opts.BaseDir == "" && opts.ID == "" {
 		errs = append(errs, errors.New("--base-dir may not be empty without --id"))
@@ -200,14 +174,4 @@ func commaList(s string) []string {
 	return out
 }
 
-func printUsage(w io.Writer) {
-	fmt.Fprint(w, usageIntroduction)
-	for _, s := range allSettings {
-		fmt.Fprintf(w, "  --%s (env %s)\n", s.flag, s.env())
-		line := "        " + s.usage
-		if d := s.def; d != "" {
-			line += " (default " + d + ")"
-		}
-		fmt.Fprintln(w, line)
-	}
-}
+func printUsage(w io.Writer) { envflag.PrintUsage(w, usageIntroduction, allSettings) }
