@@ -1,0 +1,485 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/nixbase32"
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/wire"
+)
+
+// The worker's side of the binary-cache protocol (CACHE.md §2, §4):
+// CacheQuery in all three modes and NAR uploads through UploadRequest.
+// The session loop feeds every ServerMessage to HandleMessage, which
+// consumes the replies of requests this client has outstanding; the
+// client sends through the narrow send function (WorkerSession.Send).
+
+// Sizes and times of WIRE.md §9 used by the cache client.
+const (
+	// CacheQueryMaxPaths is the most paths one CacheQuery names.
+	CacheQueryMaxPaths = 1000
+	// CacheQueryWindow is how many queries of one batch are in flight.
+	CacheQueryWindow = 4
+	// CacheQueryTimeout is how long the worker waits for CacheStatus or
+	// CacheError.
+	CacheQueryTimeout = 75 * time.Second
+	// uploadAttempts is the most UploadRequests for one path (Retry).
+	uploadAttempts = 3
+	// uploadMemoryBytes: compressed NARs up to this size stay in memory,
+	// larger ones are spooled to a temporary file.
+	uploadMemoryBytes = 8 << 20
+)
+
+// ErrCacheQueryTimeout is returned when no reply came in QueryTimeout.
+var ErrCacheQueryTimeout = errors.New("cache query: no reply in time")
+
+// ErrUploadRejected marks an upload the server rejected (or one that kept
+// failing with Retry): the job normally fails as Transient.
+var ErrUploadRejected = errors.New("upload rejected")
+
+// CacheQueryError is a CacheError reply: the cache state is unknown. It
+// must never be read as "not cached"; the caller retries.
+type CacheQueryError struct {
+	QueryID string
+	Message string
+}
+
+func (e *CacheQueryError) Error() string {
+	return "cache query " + e.QueryID + " failed: " + e.Message
+}
+
+// UploadMeta is what the local store knows of an uploaded path.
+type UploadMeta struct {
+	// References are the store paths the NAR refers to (full paths or
+	// base names; the server accepts both).
+	References []string
+	// Deriver and CA are optional ("" for none).
+	Deriver string
+	CA      string
+}
+
+// CacheClient runs cache queries and NAR uploads over one worker session.
+// It is safe for concurrent use.
+type CacheClient struct {
+	send func(wire.ClientMessage) error
+
+	// QueryTimeout bounds the wait for one query's reply (0 means
+	// CacheQueryTimeout). Set it before the first use.
+	QueryTimeout time.Duration
+	// TempDir holds spooled compressed NARs ("" means os.TempDir()).
+	TempDir string
+
+	queryPrefix string
+	querySeq    atomic.Uint64
+	requestSeq  atomic.Uint64
+
+	mu      sync.Mutex
+	queries map[string]chan wire.ServerMessage
+	uploads map[uint64]chan wire.ServerMessage
+}
+
+// NewCacheClient returns a client that sends through send, normally
+// (*session.WorkerSession).Send.
+func NewCacheClient(send func(wire.ClientMessage) error) *CacheClient {
+	var b [8]byte
+	rand.Read(b[:])
+	return &CacheClient{
+		send:        send,
+		queryPrefix: hex.EncodeToString(b[:]),
+		queries:     map[string]chan wire.ServerMessage{},
+		uploads:     map[uint64]chan wire.ServerMessage{},
+	}
+}
+
+// HandleMessage delivers a reply to the request waiting for it and
+// reports whether it did. Messages of other kinds, and replies nobody
+// waits for any more (a query that timed out, a cancelled upload), are
+// left to the caller. It never blocks.
+func (c *CacheClient) HandleMessage(m wire.ServerMessage) bool {
+	var ch chan wire.ServerMessage
+	c.mu.Lock()
+	switch m := m.(type) {
+	case *wire.CacheStatus:
+		ch = c.queries[m.QueryID]
+	case *wire.CacheError:
+		ch = c.queries[m.QueryID]
+	case *wire.UploadGrant:
+		ch = c.uploads[m.RequestID]
+	case *wire.UploadCommitted:
+		ch = c.uploads[m.RequestID]
+	}
+	c.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	select {
+	case ch <- m:
+	default:
+		// A request gets at most a grant and a commit; a full channel
+		// means a misbehaving server. Drop, but still consume.
+	}
+	return true
+}
+
+func (c *CacheClient) queryTimeout() time.Duration {
+	if c.QueryTimeout > 0 {
+		return c.QueryTimeout
+	}
+	return CacheQueryTimeout
+}
+
+// Query asks which of paths the caches hold (CACHE.md §2). Paths are
+// split into queries of at most CacheQueryMaxPaths, at most
+// CacheQueryWindow in flight; the replies' entries are concatenated in
+// the order of the queries. A CacheError fails the whole call with a
+// *CacheQueryError, a missing reply with ErrCacheQueryTimeout.
+func (c *CacheClient) Query(ctx context.Context, jobID string, paths []string, mode wire.QueryMode) ([]wire.CachedPath, error) {
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	n := (len(paths) + CacheQueryMaxPaths - 1) / CacheQueryMaxPaths
+	results := make([][]wire.CachedPath, n)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		firstErr error
+	)
+	window := make(chan struct{}, CacheQueryWindow)
+	var wg sync.WaitGroup
+	for i := range n {
+		select {
+		case window <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		part := paths[i*CacheQueryMaxPaths : min((i+1)*CacheQueryMaxPaths, len(paths))]
+		wg.Go(func() {
+			defer func() { <-window }()
+			r, err := c.queryOne(ctx, jobID, part, mode)
+			if err != nil {
+				// The first failure wins over the cancellations it causes.
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				cancel()
+				return
+			}
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []wire.CachedPath
+	for _, r := range results {
+		out = append(out, r...)
+	}
+	return out, nil
+}
+
+func (c *CacheClient) queryOne(ctx context.Context, jobID string, paths []string, mode wire.QueryMode) ([]wire.CachedPath, error) {
+	id := fmt.Sprintf("%s-%d", c.queryPrefix, c.querySeq.Add(1))
+	ch := make(chan wire.ServerMessage, 1)
+	c.mu.Lock()
+	c.queries[id] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.queries, id)
+		c.mu.Unlock()
+	}()
+	if err := c.send(&wire.CacheQuery{JobID: jobID, QueryID: id, Paths: paths, Mode: mode, NarSizes: []*uint64{}}); err != nil {
+		return nil, fmt.Errorf("cache query: %w", err)
+	}
+	timer := time.NewTimer(c.queryTimeout())
+	defer timer.Stop()
+	select {
+	case m := <-ch:
+		switch m := m.(type) {
+		case *wire.CacheStatus:
+			return m.Cached, nil
+		case *wire.CacheError:
+			return nil, &CacheQueryError{QueryID: id, Message: m.Message}
+		}
+		return nil, fmt.Errorf("cache query %s: unexpected reply %s", id, m.WireName())
+	case <-timer.C:
+		return nil, fmt.Errorf("%w (query %s, %d paths)", ErrCacheQueryTimeout, id, len(paths))
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// packedNar is a compressed NAR ready to upload, with its metadata.
+type packedNar struct {
+	data io.ReaderAt
+	file *os.File // non-nil when spooled to disk
+	meta wire.NarUploadMetadata
+}
+
+func (p *packedNar) close() {
+	if p.file != nil {
+		p.file.Close()
+		os.Remove(p.file.Name())
+	}
+}
+
+// spool keeps written bytes in memory up to uploadMemoryBytes, then moves
+// them to a temporary file.
+type spool struct {
+	dir  string
+	buf  bytes.Buffer
+	file *os.File
+}
+
+func (s *spool) Write(p []byte) (int, error) {
+	if s.file == nil && s.buf.Len()+len(p) > uploadMemoryBytes {
+		f, err := os.CreateTemp(s.dir, "nar-upload-*.zst")
+		if err != nil {
+			return 0, err
+		}
+		s.file = f
+		if _, err := f.Write(s.buf.Bytes()); err != nil {
+			return 0, err
+		}
+		s.buf = bytes.Buffer{}
+	}
+	if s.file != nil {
+		return s.file.Write(p)
+	}
+	return s.buf.Write(p)
+}
+
+type hashCounter struct {
+	h hash.Hash
+	n uint64
+}
+
+func (h *hashCounter) Write(p []byte) (int, error) {
+	h.h.Write(p)
+	h.n += uint64(len(p))
+	return len(p), nil
+}
+
+func (h *hashCounter) text() string { return "sha256:" + nixbase32.Encode(h.h.Sum(nil)) }
+
+// pack compresses nar at NAR_ZSTD_LEVEL with one encoder goroutine (so a
+// resumed upload produces identical bytes), hashing and counting both the
+// NAR and the compressed bytes.
+func (c *CacheClient) pack(ctx context.Context, nar io.Reader, meta UploadMeta) (p *packedNar, err error) {
+	sp := &spool{dir: c.TempDir}
+	defer func() {
+		if err != nil && sp.file != nil {
+			sp.file.Close()
+			os.Remove(sp.file.Name())
+		}
+	}()
+	narSum, fileSum := &hashCounter{h: sha256.New()}, &hashCounter{h: sha256.New()}
+	enc, err := zstd.NewWriter(io.MultiWriter(sp, fileSum),
+		zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(narstore.ZstdLevel)),
+		zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := enc.ReadFrom(io.TeeReader(&ctxReader{ctx: ctx, r: nar}, narSum)); err != nil {
+		enc.Close()
+		return nil, fmt.Errorf("compressing the NAR: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("compressing the NAR: %w", err)
+	}
+	refs := meta.References
+	if refs == nil {
+		refs = []string{}
+	}
+	p = &packedNar{meta: wire.NarUploadMetadata{
+		FileHash: fileSum.text(), FileSize: fileSum.n,
+		NarHash: narSum.text(), NarSize: narSum.n, References: refs,
+	}}
+	if meta.Deriver != "" {
+		p.meta.Deriver = &meta.Deriver
+	}
+	if meta.CA != "" {
+		p.meta.CA = &meta.CA
+	}
+	if sp.file != nil {
+		p.file, p.data = sp.file, sp.file
+	} else {
+		p.data = bytes.NewReader(sp.buf.Bytes())
+	}
+	return p, nil
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (r *ctxReader) Read(p []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return r.r.Read(p)
+}
+
+// Upload compresses nar, the NAR serialisation of storePath, and uploads
+// it (CACHE.md §4): Skip grants end it at once, Passthrough grants relay
+// the compressed bytes from the resume offset. Retry outcomes start a new
+// request, at most three in all; Rejected fails with ErrUploadRejected
+// and the server's reason. Cancelling ctx sends UploadCancel.
+func (c *CacheClient) Upload(ctx context.Context, jobID, storePath string, nar io.Reader, meta UploadMeta) error {
+	p, err := c.pack(ctx, nar, meta)
+	if err != nil {
+		return fmt.Errorf("upload %s: %w", storePath, err)
+	}
+	defer p.close()
+	var last string
+	for range uploadAttempts {
+		retry, err := c.uploadOnce(ctx, jobID, storePath, p)
+		if err != nil {
+			return fmt.Errorf("upload %s: %w", storePath, err)
+		}
+		if retry == "" {
+			return nil
+		}
+		last = retry
+	}
+	return fmt.Errorf("upload %s: %w: %d attempts, last retry: %s", storePath, ErrUploadRejected, uploadAttempts, last)
+}
+
+// uploadOnce runs one request: nil error and "" when stored, the reason
+// of a Retry outcome, or an error.
+func (c *CacheClient) uploadOnce(ctx context.Context, jobID, storePath string, p *packedNar) (retry string, err error) {
+	id := c.requestSeq.Add(1)
+	ch := make(chan wire.ServerMessage, 4)
+	c.mu.Lock()
+	c.uploads[id] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.uploads, id)
+		c.mu.Unlock()
+	}()
+	// open: the server holds the request, so abandoning it needs a cancel.
+	open := false
+	defer func() {
+		if open && err != nil {
+			c.send(&wire.UploadCancel{RequestID: id})
+		}
+	}()
+	if err := c.send(&wire.UploadRequest{JobID: jobID, RequestID: id,
+		Object: &wire.UploadNar{StorePath: storePath}, Size: p.meta.NarSize}); err != nil {
+		return "", err
+	}
+	open = true
+	outcome := func(m *wire.UploadCommitted) (string, error) {
+		open = false
+		switch o := m.Outcome.(type) {
+		case *wire.UploadOk:
+			return "", nil
+		case *wire.UploadRetry:
+			return o.Reason, nil
+		case *wire.UploadRejected:
+			return "", fmt.Errorf("%w: %s", ErrUploadRejected, o.Reason)
+		}
+		return "", fmt.Errorf("unknown upload outcome %T", m.Outcome)
+	}
+	var m wire.ServerMessage
+	select {
+	case m = <-ch:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	var grant *wire.UploadGrant
+	switch m := m.(type) {
+	case *wire.UploadCommitted:
+		return outcome(m) // Retry/Rejected before any grant
+	case *wire.UploadGrant:
+		grant = m
+	default:
+		return "", fmt.Errorf("unexpected reply %s", m.WireName())
+	}
+	var from uint64
+	switch t := grant.Target.(type) {
+	case *wire.GrantSkip:
+		open = false
+		return "", nil
+	case *wire.GrantPassthrough:
+		from = t.ResumeOffset
+	default:
+		return "", fmt.Errorf("unsupported upload grant %T", grant.Target)
+	}
+	if from > p.meta.FileSize {
+		return "", fmt.Errorf("resume offset %d beyond the %d compressed bytes", from, p.meta.FileSize)
+	}
+	if done, err := c.relay(ctx, id, p, from, ch); done != nil || err != nil {
+		if err != nil {
+			return "", err
+		}
+		return outcome(done)
+	}
+	if err := c.send(&wire.UploadFinished{RequestID: id, Metadata: &p.meta}); err != nil {
+		return "", err
+	}
+	for {
+		select {
+		case m := <-ch:
+			if m, ok := m.(*wire.UploadCommitted); ok {
+				return outcome(m)
+			}
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+// relay sends the compressed bytes from offset from as UploadChunk frames
+// and the empty final frame. An UploadCommitted arriving meanwhile (the
+// server gave up) stops it and is returned.
+func (c *CacheClient) relay(ctx context.Context, id uint64, p *packedNar, from uint64, ch chan wire.ServerMessage) (*wire.UploadCommitted, error) {
+	buf := make([]byte, session.BulkChunkSize)
+	for off := from; off < p.meta.FileSize; {
+		select {
+		case m := <-ch:
+			if m, ok := m.(*wire.UploadCommitted); ok {
+				return m, nil
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		default:
+		}
+		n := int(min(uint64(len(buf)), p.meta.FileSize-off))
+		if got, err := p.data.ReadAt(buf[:n], int64(off)); got < n {
+			return nil, fmt.Errorf("reading the compressed NAR: %w", err)
+		}
+		// Send encodes synchronously, so buf can be reused at once.
+		if err := c.send(&wire.UploadChunk{RequestID: id, Data: buf[:n], Offset: off}); err != nil {
+			return nil, err
+		}
+		off += uint64(n)
+	}
+	return nil, c.send(&wire.UploadChunk{RequestID: id, Data: []byte{}, Offset: p.meta.FileSize, IsFinal: true})
+}
