@@ -9,48 +9,12 @@ import (
 // when the grant already existed; a new grant should reauth the team's
 // connected workers so the project joins their sessions.
 func (db *DB) GrantTeam(ctx context.Context, projectID, teamID string) (added bool, err error) {
-	projectID, err = canonicalUUID("project ID", projectID)
-	if err != nil {
-		return false, err
-	}
-	teamID, err = canonicalUUID("team ID", teamID)
-	if err != nil {
-		return false, err
-	}
-	err = db.inTx(ctx, func(tx *sql.Tx) error {
-		if err := mustExist(ctx, tx, `SELECT 1 FROM projects WHERE id = $1`, projectID, "project %s"); err != nil {
-			return err
-		}
-		if err := mustExist(ctx, tx, `SELECT 1 FROM teams WHERE id = $1`, teamID, "team %s"); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx,
-			`INSERT INTO team_grants (project_id, team_id, created_at) VALUES ($1, $2, $3)
-			 ON CONFLICT (project_id, team_id) DO NOTHING`,
-			projectID, teamID, nowMillis())
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		added = n > 0
-		return err
-	})
-	return added, err
+	return db.addLink(ctx, grantLink, projectID, teamID)
 }
 
 // RevokeTeam withdraws a project's grant to a team; none is ErrNotFound.
 func (db *DB) RevokeTeam(ctx context.Context, projectID, teamID string) error {
-	projectID, err := canonicalUUID("project ID", projectID)
-	if err != nil {
-		return err
-	}
-	teamID, err = canonicalUUID("team ID", teamID)
-	if err != nil {
-		return err
-	}
-	res, err := db.sql.ExecContext(ctx,
-		`DELETE FROM team_grants WHERE project_id = $1 AND team_id = $2`, projectID, teamID)
-	return affectedOne(res, err, "grant of project %s to team %s", projectID, teamID)
+	return db.removeLink(ctx, grantLink, projectID, teamID)
 }
 
 // ProjectGrantedTeams returns the teams whose workers a project accepts, by name.

@@ -9,48 +9,12 @@ import (
 // signed into that cache. added is false when it already was subscribed;
 // a new subscription should reauth the project's workers.
 func (db *DB) SubscribeProject(ctx context.Context, projectID, cacheID string) (added bool, err error) {
-	projectID, err = canonicalUUID("project ID", projectID)
-	if err != nil {
-		return false, err
-	}
-	cacheID, err = canonicalUUID("cache ID", cacheID)
-	if err != nil {
-		return false, err
-	}
-	err = db.inTx(ctx, func(tx *sql.Tx) error {
-		if err := mustExist(ctx, tx, `SELECT 1 FROM projects WHERE id = $1`, projectID, "project %s"); err != nil {
-			return err
-		}
-		if err := mustExist(ctx, tx, `SELECT 1 FROM caches WHERE id = $1`, cacheID, "cache %s"); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx,
-			`INSERT INTO project_caches (project_id, cache_id, created_at) VALUES ($1, $2, $3)
-			 ON CONFLICT (project_id, cache_id) DO NOTHING`,
-			projectID, cacheID, nowMillis())
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		added = n > 0
-		return err
-	})
-	return added, err
+	return db.addLink(ctx, subscriptionLink, projectID, cacheID)
 }
 
 // UnsubscribeProject ends a subscription; none is ErrNotFound.
 func (db *DB) UnsubscribeProject(ctx context.Context, projectID, cacheID string) error {
-	projectID, err := canonicalUUID("project ID", projectID)
-	if err != nil {
-		return err
-	}
-	cacheID, err = canonicalUUID("cache ID", cacheID)
-	if err != nil {
-		return err
-	}
-	res, err := db.sql.ExecContext(ctx,
-		`DELETE FROM project_caches WHERE project_id = $1 AND cache_id = $2`, projectID, cacheID)
-	return affectedOne(res, err, "subscription of project %s to cache %s", projectID, cacheID)
+	return db.removeLink(ctx, subscriptionLink, projectID, cacheID)
 }
 
 // ProjectCaches returns the caches a project subscribes to, by name.
