@@ -35,6 +35,8 @@ type Nix struct {
 	WorkDir string
 	// Logger receives what is being run; nil means slog.Default().
 	Logger *slog.Logger
+
+	version versionCache // see Version
 }
 
 func (n *Nix) logger() *slog.Logger {
@@ -106,16 +108,43 @@ func (n *Nix) outputJSON(ctx context.Context, v any, name string, args ...string
 	return nil
 }
 
-// configSetting is one entry of `nix show-config --json` (2.8 spelling;
-// newer Nix calls it `nix config show`).
-type configSetting struct {
-	Value json.RawMessage `json:"value"`
+// showConfig returns the effective settings. Nix 2.20 renamed `nix
+// show-config` to `nix config show` (the old name later went away); both
+// print `name = value` lines, which parseConfig reads.
+func (n *Nix) showConfig(ctx context.Context) (map[string]string, error) {
+	v, err := n.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"show-config"}
+	if v.AtLeast(versionConfigShow.Major, versionConfigShow.Minor) {
+		args = []string{"config", "show"}
+	}
+	out, err := n.output(ctx, "nix", args...)
+	if err != nil {
+		return nil, err
+	}
+	return parseConfig(out), nil
 }
 
-func (n *Nix) showConfig(ctx context.Context) (map[string]configSetting, error) {
-	var settings map[string]configSetting
-	err := n.outputJSON(ctx, &settings, "nix", "show-config", "--json")
-	return settings, err
+// parseConfig reads `name = value` lines (lists are space-separated in the
+// value); other lines, such as warnings, are skipped.
+func parseConfig(out []byte) map[string]string {
+	settings := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, value, ok := strings.Cut(line, " = ")
+		if !ok {
+			// An empty value prints as "name = " or, trimmed, "name =".
+			name, ok = strings.CutSuffix(strings.TrimRight(line, " "), " =")
+			value = ""
+		}
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, " \t") {
+			continue
+		}
+		settings[name] = strings.TrimSpace(value)
+	}
+	return settings
 }
 
 // System returns the platform this Nix builds for natively (e.g.
@@ -125,15 +154,11 @@ func (n *Nix) System(ctx context.Context) (system string, extraPlatforms []strin
 	if err != nil {
 		return "", nil, err
 	}
-	if err := json.Unmarshal(settings["system"].Value, &system); err != nil {
-		return "", nil, fmt.Errorf("nix: reading setting system: %w", err)
+	system, ok := settings["system"]
+	if !ok || system == "" {
+		return "", nil, fmt.Errorf("nix: the configuration has no system setting")
 	}
-	if raw := settings["extra-platforms"].Value; raw != nil {
-		if err := json.Unmarshal(raw, &extraPlatforms); err != nil {
-			return "", nil, fmt.Errorf("nix: reading setting extra-platforms: %w", err)
-		}
-	}
-	return system, extraPlatforms, nil
+	return system, strings.Fields(settings["extra-platforms"]), nil
 }
 
 // SystemFeatures returns the `system-features` setting (e.g. kvm,
@@ -143,9 +168,9 @@ func (n *Nix) SystemFeatures(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var features []string
-	if err := json.Unmarshal(settings["system-features"].Value, &features); err != nil {
-		return nil, fmt.Errorf("nix: reading setting system-features: %w", err)
+	features, ok := settings["system-features"]
+	if !ok {
+		return nil, fmt.Errorf("nix: the configuration has no system-features setting")
 	}
-	return features, nil
+	return strings.Fields(features), nil
 }

@@ -11,7 +11,7 @@ import (
 // PathInfo is the store's metadata of one valid path (`nix path-info --json`).
 type PathInfo struct {
 	Path             string   `json:"path"`
-	NarHash          string   `json:"narHash"` // SRI form in 2.8: sha256-<base64>
+	NarHash          string   `json:"narHash"` // as Nix printed it (2.8: SRI sha256-<base64>); see NarHashNix32
 	NarSize          int64    `json:"narSize"`
 	References       []string `json:"references"` // full store paths
 	Deriver          string   `json:"deriver,omitempty"`
@@ -49,11 +49,15 @@ func (n *Nix) queryPathInfo(ctx context.Context, paths []string) ([]PathInfo, er
 	n.logger().Debug("nix: path-info", "paths", len(paths))
 	byPath := map[string]PathInfo{}
 	err := forDrvsAndOthers(paths, func(extra, group []string) error {
-		// 2.8 prints an array; newer Nix an object keyed by path (not handled).
-		var infos []PathInfo
 		args := slices.Concat([]string{"path-info", "--json", "--sigs"}, extra, group)
-		if err := n.outputJSON(ctx, &infos, "nix", args...); err != nil {
+		out, err := n.output(ctx, "nix", args...)
+		if err != nil {
 			return err
+		}
+		// 2.8 prints an array, newer Nix an object keyed by path.
+		infos, err := parsePathInfoJSON(out)
+		if err != nil {
+			return fmt.Errorf("%w (nix %s)", err, strings.Join(args, " "))
 		}
 		for _, info := range infos {
 			byPath[info.Path] = info
@@ -76,14 +80,25 @@ func (n *Nix) queryPathInfo(ctx context.Context, paths []string) ([]PathInfo, er
 
 // ValidPaths returns which of paths the store has, in the order given.
 func (n *Nix) ValidPaths(ctx context.Context, paths ...string) ([]string, error) {
-	infos, err := n.queryPathInfo(ctx, paths)
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	// `nix-store --check-validity --print-invalid` names the invalid ones
+	// and succeeds; path-info refuses an invalid .drv outright.
+	out, err := n.output(ctx, "nix-store", append([]string{"--check-validity", "--print-invalid"}, paths...)...)
 	if err != nil {
 		return nil, err
 	}
+	invalid := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			invalid[line] = true
+		}
+	}
 	var valid []string
-	for _, info := range infos {
-		if info.IsValid() {
-			valid = append(valid, info.Path)
+	for _, p := range paths {
+		if !invalid[p] {
+			valid = append(valid, p)
 		}
 	}
 	return valid, nil
@@ -116,7 +131,12 @@ func (n *Nix) Closure(ctx context.Context, paths ...string) ([]string, error) {
 // DumpPath streams the NAR serialisation of a store path into w.
 func (n *Nix) DumpPath(ctx context.Context, path string, w io.Writer) error {
 	n.logger().Debug("nix: dump-path", "path", path)
-	cmd := n.command(ctx, "nix", "store", "dump-path", path)
+	args := []string{"store", "dump-path", path}
+	if strings.HasSuffix(path, ".drv") {
+		// Without it Nix 2.8 dumps the derivation's output instead.
+		args = append(args, "--derivation")
+	}
+	cmd := n.command(ctx, "nix", args...)
 	var stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = w, &stderr
 	if err := cmd.Run(); err != nil {

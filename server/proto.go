@@ -80,12 +80,19 @@ func (s *Server) serveSession(log *slog.Logger, conn *workerConn, c *session.Con
 	}
 
 	cache := newCacheConn(s, log, sess.Send, workerCacheScope{db: s.db, conn: conn}, false)
-	reason := s.dispatch(ctx, log, conn, sess, reauth, cache)
+	live := newLiveWorker(conn, est.Version, sess.Send)
+	if s.cfg.Jobs != nil {
+		s.cfg.Jobs.SessionStarted(live)
+	}
+	reason := s.dispatch(ctx, log, conn, sess, reauth, cache, live)
 	sess.Close(session.CloseNormal, reason)
 	<-sess.Done()
 	cache.close() // after the session, so no transfer waits on its writer
 	if r := sess.Reason(); r != "" {
 		reason = r
+	}
+	if s.cfg.Jobs != nil {
+		s.cfg.Jobs.SessionEnded(live, reason)
 	}
 	// The reason first, so whoever sees the worker gone also sees why.
 	s.offline.set(workerID, reason)
@@ -118,7 +125,7 @@ func (s *Server) handshakeFailed(log *slog.Logger, c *session.Conn, auth *connAu
 
 // dispatch handles the messages of an established session until it ends,
 // and says why it ended.
-func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerConn, sess *session.ServerSession, reauth *session.ServerAuth, cache *cacheConn) string {
+func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerConn, sess *session.ServerSession, reauth *session.ServerAuth, cache *cacheConn, live *LiveWorker) string {
 	for {
 		m, err := sess.Recv(ctx)
 		if err != nil {
@@ -163,13 +170,20 @@ func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerCon
 			conn.mu.Unlock()
 			log.Info("worker is draining: no more assignments")
 		case *wire.RequestJobList:
-			// The job queue arrives with the job loop; until then the list
-			// is one final, empty page.
-			sess.Send(&wire.JobListChunk{IsFinal: true})
-		case *wire.WorkerMetrics, *wire.RequestJob, *wire.RequestJobChunk:
-			// Liveness only, for now: any message resets the heartbeat.
+			if s.cfg.Jobs == nil {
+				// No job loop (a cache-only server): the list is one
+				// final, empty page.
+				sess.Send(&wire.JobListChunk{IsFinal: true})
+			}
+		case *wire.WorkerMetrics:
+			// Liveness: any message resets the heartbeat.
 		default:
-			log.Debug("ignoring message", "message", m.WireName())
+			if !isJobMessage(m) {
+				log.Debug("ignoring message", "message", m.WireName())
+			}
+		}
+		if s.cfg.Jobs != nil && isJobMessage(m) {
+			s.cfg.Jobs.HandleJobMessage(live, m)
 		}
 	}
 }

@@ -63,6 +63,10 @@ type Config struct {
 	// transfer for this long (120 s).
 	CacheSessionIdleTimeout time.Duration
 
+	// Jobs is the job loop behind worker sessions; nil answers job
+	// requests with nothing (a cache-only server).
+	Jobs JobLoop
+
 	// narinfoHook, if set, rewrites every signed narinfo (tests tamper
 	// with it to check that Nix refuses a bad signature).
 	narinfoHook func([]byte) []byte

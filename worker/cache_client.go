@@ -83,6 +83,9 @@ type CacheClient struct {
 	QueryTimeout time.Duration
 	// TempDir holds spooled compressed NARs ("" means os.TempDir()).
 	TempDir string
+	// PullIdleTimeout fails a NAR pull that received nothing for this
+	// long (0 means PullIdleTimeout).
+	PullIdleTimeout time.Duration
 
 	queryPrefix string
 	querySeq    atomic.Uint64
@@ -91,6 +94,9 @@ type CacheClient struct {
 	mu      sync.Mutex
 	queries map[string]chan wire.ServerMessage
 	uploads map[uint64]chan wire.ServerMessage
+	pulls   map[pullKey]*narPull
+	// pullProgress wakes pulls waiting for their streams.
+	pullProgress chan struct{}
 }
 
 // NewCacheClient returns a client that sends through send, normally
@@ -103,6 +109,10 @@ func NewCacheClient(send func(wire.ClientMessage) error) *CacheClient {
 		queryPrefix: hex.EncodeToString(b[:]),
 		queries:     map[string]chan wire.ServerMessage{},
 		uploads:     map[uint64]chan wire.ServerMessage{},
+		pulls:       map[pullKey]*narPull{},
+		// Buffered by one: a wake-up is never lost, and extra ones are
+		// dropped (waiters poll the pulls' state anyway).
+		pullProgress: make(chan struct{}, 1),
 	}
 }
 
@@ -111,9 +121,21 @@ func NewCacheClient(send func(wire.ClientMessage) error) *CacheClient {
 // waits for any more (a query that timed out, a cancelled upload), are
 // left to the caller. It never blocks.
 func (c *CacheClient) HandleMessage(m wire.ServerMessage) bool {
+	switch m := m.(type) {
+	case *wire.NarStreamHeader:
+		return c.handlePull(m.JobID, m.StorePath, m)
+	case *wire.NarPush:
+		return c.handlePull(m.JobID, m.StorePath, m)
+	case *wire.NarUnavailable:
+		return c.handlePull(m.JobID, m.StorePath, m)
+	case *wire.NarAbort:
+		return c.handlePull(m.JobID, m.StorePath, m)
+	}
 	var ch chan wire.ServerMessage
 	c.mu.Lock()
 	switch m := m.(type) {
+	case *wire.KnownDerivations:
+		ch = c.queries[m.QueryID]
 	case *wire.CacheStatus:
 		ch = c.queries[m.QueryID]
 	case *wire.CacheError:

@@ -36,6 +36,8 @@ type Config struct {
 
 	// Executor runs accepted jobs. Nil declines every assignment.
 	Executor Executor
+	// TempDir holds NARs in transit ("" means os.TempDir()).
+	TempDir string
 
 	// Server-dialed mode: ListenAddr serves the dialed handshake, over TLS
 	// with TLSCertFile/TLSKeyFile unless InsecureListen. ServerTokens

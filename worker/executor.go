@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"io"
 
 	"gradient.dev/gradient/wire"
 )
@@ -23,8 +24,21 @@ type Reporter interface {
 	Log(taskIndex uint32, data []byte) error
 	BuildProgress(p wire.BuildProgress) error
 	EvalProgress(p wire.EvalProgressState) error
-	// Send is for the job's other messages (cache queries, uploads).
+	// Send is for the job's other messages (EvalMessage, Credential
+	// requests).
 	Send(m wire.ClientMessage) error
+	// Cache is the session's binary-cache client (queries, pulls,
+	// uploads), valid for the job's lifetime.
+	Cache() Cache
+}
+
+// Cache is the server's binary cache as a job uses it; *CacheClient
+// implements it over the session.
+type Cache interface {
+	Query(ctx context.Context, jobID string, paths []string, mode wire.QueryMode) ([]wire.CachedPath, error)
+	Pull(ctx context.Context, jobID string, paths []string, dir string) (map[string]string, error)
+	Upload(ctx context.Context, jobID, storePath string, nar io.Reader, meta UploadMeta) error
+	KnownDerivations(ctx context.Context, jobID string, drvPaths []string) ([]string, error)
 }
 
 // Executor runs jobs; the loop turns its result into JobCompleted or

@@ -113,3 +113,5 @@ func (r *jobReporter) EvalProgress(p wire.EvalProgressState) error {
 }
 
 func (r *jobReporter) Send(m wire.ClientMessage) error { return r.ls.sess.Send(m) }
+
+func (r *jobReporter) Cache() Cache { return r.ls.cache }

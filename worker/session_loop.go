@@ -33,6 +33,8 @@ type liveSession struct {
 	sess *session.WorkerSession
 	auth *session.WorkerAuth
 	log  *slog.Logger
+	// cache runs the jobs' cache queries, pulls and uploads on this session.
+	cache *CacheClient
 
 	mu       sync.Mutex
 	jobs     map[string]*runningJob
@@ -42,7 +44,9 @@ type liveSession struct {
 }
 
 func newLiveSession(w *Worker, sess *session.WorkerSession, auth *session.WorkerAuth) *liveSession {
-	return &liveSession{w: w, sess: sess, auth: auth, jobs: map[string]*runningJob{},
+	cache := NewCacheClient(sess.Send)
+	cache.TempDir = w.cfg.TempDir
+	return &liveSession{w: w, sess: sess, auth: auth, jobs: map[string]*runningJob{}, cache: cache,
 		log: w.log.With("session_version", sess.Version())}
 }
 
@@ -148,6 +152,9 @@ func (ls *liveSession) dispatch(m wire.ServerMessage) {
 		// file's `*` entry answers peers not listed explicitly.
 		ls.log.Info("server challenged the session", "peers", ch.Peers)
 		ls.send(answerChallenge(ls.w.currentTokens(), ch))
+		return
+	}
+	if ls.cache.HandleMessage(m) {
 		return
 	}
 	handled, err := session.HandleAuth(ls.sess, ls.auth, m)

@@ -17,6 +17,7 @@ import (
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/worker/nixexec"
 )
 
 func main() {
@@ -43,13 +44,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := newLogger(opts, stderr)
 	slog.SetDefault(log)
+	nixStore := &nix.Nix{BinDir: opts.NixBin, Logger: log}
 	if len(opts.SystemFeatures) == 0 {
-		opts.SystemFeatures = detectSystemFeatures(ctx, &nix.Nix{Logger: log}, log)
+		opts.SystemFeatures = detectSystemFeatures(ctx, nixStore, log)
+	}
+	if len(opts.Architectures) == 0 {
+		opts.Architectures = detectArchitectures(ctx, nixStore, log)
 	}
 	cfg, err := workerConfig(opts, log)
 	if err != nil {
 		return err
 	}
+	cfg.Executor = &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, Logger: log}
 	w, err := worker.New(cfg)
 	if err != nil {
 		return err
@@ -69,6 +75,17 @@ func detectSystemFeatures(ctx context.Context, n *nix.Nix, log *slog.Logger) []s
 	return features
 }
 
+// detectArchitectures reads the systems the local Nix builds for (its
+// system and extra-platforms); without a working Nix the host system.
+func detectArchitectures(ctx context.Context, n *nix.Nix, log *slog.Logger) []string {
+	system, extra, err := n.System(ctx)
+	if err != nil {
+		log.Warn("cannot read the system from nix; advertising the host system (set --system-architectures)", "error", err)
+		return nil
+	}
+	return append([]string{system}, extra...)
+}
+
 // workerConfig turns options into the worker's configuration: the worker
 // ID (created on first start) and the accepted server tokens are read here.
 func workerConfig(opts options, log *slog.Logger) (worker.Config, error) {
@@ -85,9 +102,7 @@ func workerConfig(opts options, log *slog.Logger) (worker.Config, error) {
 		CPUCoreScore: opts.CPUCoreScore, Zone: opts.Zone, Endpoint: opts.Endpoint,
 		ListenAddr: opts.ListenAddr, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile,
 		InsecureListen: opts.InsecureListen,
-		// No executor yet: the Nix executor comes next; until then every
-		// assignment is declined, so no job is accepted and lost.
-		Logger: log,
+		Logger:         log,
 	}
 	if opts.AcceptedTokenFile != "" {
 		cfg.ServerTokens = worker.LoadServerTokens(opts.AcceptedTokenFile, id, log)

@@ -20,6 +20,8 @@ type options struct {
 	Peers             string // secrets: never logged
 	PeersFile         string
 	BaseDir           string
+	NixBin            string
+	BuildCores        int
 	ID                string
 	Zone, Endpoint    string
 	Fetch, Eval       bool
@@ -70,6 +72,8 @@ var (
 	tlsKeySetting        = workerSetting("tls-key-file", "", "TLS key of the listener")
 	insecureSetting      = workerSetting("insecure-listen", "false", "serve the listener without TLS (local and test setups only)")
 	acceptedTokenSetting = workerSetting("accepted-server-tokens-file", "", "peer_id:hash lines a dialing server's tokens must match; without it every server is accepted")
+	nixBinSetting        = workerSetting("nix-bin", "", "directory holding nix, nix-store and git (default: looked up in PATH)")
+	maxCoresSetting      = workerSetting("build-max-cores", "0", "cores per build passed to Nix (--cores); 0 uses Nix's setting")
 	logLevelSetting      = workerSetting("log-level", "info", "debug, info, warn or error")
 	logFormatSetting     = workerSetting("log-format", "text", "text or json")
 )
@@ -77,7 +81,8 @@ var (
 var allSettings = []setting{serverURLSetting, peersSetting, peersFileSetting, baseDirSetting, idSetting,
 	zoneSetting, endpointSetting, fetchSetting, evalSetting, buildSetting, archSetting, featuresSetting,
 	cpuScoreSetting, maxBuildsSetting, maxEvalsSetting, discoverableSetting, listenAddrSetting, portSetting,
-	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, logLevelSetting, logFormatSetting}
+	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, maxCoresSetting,
+	logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-worker [flags]
 
@@ -110,6 +115,7 @@ func buildOptions(value func(setting) string) (options, error) {
 		Architectures: commaList(value(archSetting)), SystemFeatures: commaList(value(featuresSetting)),
 		TLSCertFile: value(tlsCertSetting), TLSKeyFile: value(tlsKeySetting),
 		AcceptedTokenFile: value(acceptedTokenSetting), LogFormat: value(logFormatSetting),
+		NixBin: value(nixBinSetting),
 	}
 	var errs []error
 	boolean := func(s setting, dst *bool) {
@@ -133,6 +139,7 @@ func buildOptions(value func(setting) string) (options, error) {
 	boolean(insecureSetting, &opts.InsecureListen)
 	count(maxBuildsSetting, &opts.MaxBuilds)
 	count(maxEvalsSetting, &opts.MaxEvals)
+	count(maxCoresSetting, &opts.BuildCores)
 	if opts.MaxBuilds == 0 || opts.MaxEvals == 0 {
 		errs = append(errs, errors.New("--build-max-concurrent and --eval-max-concurrent must be at least 1 (disable a kind with its capability)"))
 	}

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"slices"
+	"sync/atomic"
+
+	"gradient.dev/gradient/wire"
+)
+
+// JobLoop is the job side of worker sessions (JOBS.md): it decides which
+// job a RequestJob gets and consumes the worker's reports. The server owns
+// the sessions, their authorization and the cache; the job loop owns jobs.
+// The durable scheduler implements it; tests plug in simpler ones.
+//
+// Calls for one session arrive in the session's message order from its
+// dispatch goroutine, so they must not block on the network; sends go
+// through LiveWorker.Send, which queues.
+type JobLoop interface {
+	// SessionStarted: w is live and may be offered and assigned jobs.
+	SessionStarted(w *LiveWorker)
+	// HandleJobMessage receives every job message of w: RequestJob,
+	// RequestJobList, RequestJobChunk, AssignJobResponse, JobUpdate,
+	// JobCompleted, JobFailed, LogChunk, BuildProgress, EvalProgress,
+	// EvalMessage, and WorkerCapabilities and ClientDraining after the
+	// server recorded them on w.
+	HandleJobMessage(w *LiveWorker, m wire.ClientMessage)
+	// SessionEnded: w is gone (disconnect, heartbeat timeout, server
+	// stop); its running jobs must be re-queued.
+	SessionEnded(w *LiveWorker, reason string)
+}
+
+// isJobMessage: messages the JobLoop receives.
+func isJobMessage(m wire.ClientMessage) bool {
+	switch m.(type) {
+	case *wire.RequestJob, *wire.RequestJobList, *wire.RequestJobChunk, *wire.AssignJobResponse,
+		*wire.JobUpdate, *wire.JobCompleted, *wire.JobFailed, *wire.LogChunk,
+		*wire.BuildProgress, *wire.EvalProgress, *wire.EvalMessage,
+		*wire.WorkerCapabilities, *wire.ClientDraining:
+		return true
+	}
+	return false
+}
+
+var liveWorkerSeq atomic.Uint64
+
+// LiveWorker is one established worker session as the job loop sees it.
+type LiveWorker struct {
+	// Session is unique per session for the process lifetime: a worker
+	// that reconnects is a new LiveWorker.
+	Session  uint64
+	WorkerID string
+	Version  uint16
+
+	conn *workerConn
+	send func(wire.ServerMessage) error
+}
+
+func newLiveWorker(conn *workerConn, version uint16, send func(wire.ServerMessage) error) *LiveWorker {
+	return &LiveWorker{Session: liveWorkerSeq.Add(1), WorkerID: conn.workerID, Version: version, conn: conn, send: send}
+}
+
+// NewTestLiveWorker makes a LiveWorker without a connection, for job
+// loops' unit tests: it sends through send and has the given state.
+func NewTestLiveWorker(workerID string, projects []string, caps wire.GradientCapabilities, send func(wire.ServerMessage) error) *LiveWorker {
+	conn := &workerConn{workerID: workerID, capabilities: caps, grant: Grant{Projects: projects}}
+	return newLiveWorker(conn, wire.NewestVersion, send)
+}
+
+// Send queues m on the session; it fails once the session is gone.
+func (w *LiveWorker) Send(m wire.ServerMessage) error { return w.send(m) }
+
+// Projects are the projects the session is authorized for, now.
+func (w *LiveWorker) Projects() []string { return w.conn.projects() }
+
+// Authorized reports whether the session may run jobs of project.
+func (w *LiveWorker) Authorized(project string) bool {
+	w.conn.mu.Lock()
+	defer w.conn.mu.Unlock()
+	return slices.Contains(w.conn.grant.Projects, project)
+}
+
+// Capabilities are the negotiated capabilities (fetch, eval, build).
+func (w *LiveWorker) Capabilities() wire.GradientCapabilities {
+	w.conn.mu.Lock()
+	defer w.conn.mu.Unlock()
+	return w.conn.capabilities
+}
+
+// WorkerCapabilities is the latest WorkerCapabilities, nil if none came:
+// such a worker never gets build jobs.
+func (w *LiveWorker) WorkerCapabilities() *wire.WorkerCapabilities {
+	w.conn.mu.Lock()
+	defer w.conn.mu.Unlock()
+	return w.conn.workerCaps
+}
+
+// Draining: the worker sent Draining; assign it nothing more.
+func (w *LiveWorker) Draining() bool {
+	w.conn.mu.Lock()
+	defer w.conn.mu.Unlock()
+	return w.conn.draining
+}

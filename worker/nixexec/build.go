@@ -1,0 +1,229 @@
+package nixexec
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+)
+
+// runBuilds builds a build job's specs in order (the reference server
+// sends one per job).
+func (j *job) runBuilds(ctx context.Context, spec *wire.BuildJob) error {
+	for i, b := range spec.Builds {
+		if err := j.build(ctx, uint32(i), b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// build runs one BuildSpec (WORKER.md §7.1).
+func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Building goes first: the server only allows Building → Failed.
+	if err := j.r.Update(&wire.JobUpdateBuilding{BuildID: spec.BuildID}); err != nil {
+		return err
+	}
+	log := j.log.With("build", spec.BuildID, "drv", spec.DrvPath)
+	if spec.Kind != wire.BuildSpecBuild {
+		// Substitute and Download need upstream caches and URLs; the
+		// server only hands them out where they are configured.
+		return worker.Fail(wire.FailurePermanent, fmt.Errorf("build kind %d of %s is not supported by this worker", spec.Kind, spec.DrvPath))
+	}
+
+	// The .drv and its closure (input .drv files, sources) first.
+	if _, err := j.ensure(ctx, []string{spec.DrvPath}); err != nil {
+		return err
+	}
+	drvs, err := j.e.Nix.Derivations(ctx, spec.DrvPath)
+	if err != nil {
+		return j.failed(ctx, fmt.Errorf("reading %s: %w", spec.DrvPath, err))
+	}
+	drv := drvs[spec.DrvPath]
+	outputs := drv.OutputPaths()
+	outPaths := sortedValues(outputs)
+
+	// Outputs already here: report them as substituted, still upload.
+	if len(outPaths) > 0 {
+		have, err := j.missing(ctx, outPaths)
+		if err != nil {
+			return err
+		}
+		if len(have) == 0 {
+			log.Info("outputs already valid locally")
+			if err := j.reportOutputs(ctx, spec.BuildID, outputs, true, nil); err != nil {
+				return err
+			}
+			return j.uploadOutputs(ctx, spec.BuildID, outPaths)
+		}
+	}
+
+	j.r.Update(wire.BuildStagePrefetch)
+	if err := j.prefetch(ctx, drv); err != nil {
+		j.r.Send(&wire.EvalMessage{JobID: j.id, Level: wire.EvalLevelError, Source: "build-prefetch", Message: errorText(err)})
+		return err
+	}
+
+	j.r.Update(wire.BuildStageBuild)
+	logs := &logForwarder{r: j.r, task: task}
+	opts := nix.BuildOptions{Cores: j.e.Cores, LogWriter: logs}
+	if spec.TimeoutSecs != nil {
+		opts.Timeout = time.Duration(*spec.TimeoutSecs) * time.Second
+	}
+	if spec.MaxSilentSecs != nil {
+		opts.MaxSilent = time.Duration(*spec.MaxSilentSecs) * time.Second
+	}
+	log.Info("building", "timeout", opts.Timeout, "max_silent", opts.MaxSilent)
+	start := time.Now()
+	built, err := j.e.Nix.Build(ctx, spec.DrvPath, opts)
+	logs.Flush()
+	if err != nil {
+		return j.failed(ctx, err)
+	}
+	took := time.Since(start)
+	log.Info("built", "took", took.Round(time.Millisecond), "outputs", len(built))
+	ms := uint64(took.Milliseconds())
+	if err := j.reportOutputs(ctx, spec.BuildID, built, false, &wire.BuildMetrics{BuildTimeMS: &ms}); err != nil {
+		return err
+	}
+	return j.uploadOutputs(ctx, spec.BuildID, sortedValues(built))
+}
+
+// failed classifies a Nix failure; a cancelled job's error stays the
+// cancellation (the loop reports it by its cause).
+func (j *job) failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return classify(err)
+}
+
+// prefetch makes the build's inputs valid locally (WORKER.md §7.3): the
+// .drv's input sources and the outputs it uses of each input derivation.
+func (j *job) prefetch(ctx context.Context, drv *nix.Derivation) error {
+	inputDrvs := make([]string, 0, len(drv.InputDrvs))
+	for in := range drv.InputDrvs {
+		inputDrvs = append(inputDrvs, in)
+	}
+	sort.Strings(inputDrvs)
+	wanted := append([]string{}, drv.InputSrcs...)
+	if len(inputDrvs) > 0 {
+		parsed, err := j.e.Nix.Derivations(ctx, inputDrvs...)
+		if err != nil {
+			return j.failed(ctx, fmt.Errorf("reading input derivations: %w", err))
+		}
+		for _, in := range inputDrvs {
+			outs := parsed[in].OutputPaths()
+			for _, name := range drv.InputDrvs[in] {
+				if p := outs[name]; p != "" {
+					wanted = append(wanted, p)
+				}
+			}
+		}
+	}
+	n, err := j.ensure(ctx, wanted)
+	if err == nil && n > 0 {
+		j.log.Info("prefetched inputs", "paths", n)
+	}
+	return err
+}
+
+// reportOutputs sends BuildOutput with each output's NAR hash and size.
+func (j *job) reportOutputs(ctx context.Context, buildID string, outputs map[string]string, substituted bool, metrics *wire.BuildMetrics) error {
+	names := make([]string, 0, len(outputs))
+	for name := range outputs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	paths := make([]string, len(names))
+	for i, name := range names {
+		paths[i] = outputs[name]
+	}
+	infos, err := j.e.Nix.PathInfo(ctx, paths...)
+	if err != nil {
+		return j.failed(ctx, worker.Fail(wire.FailureTransient, fmt.Errorf("path info of outputs: %w", err)))
+	}
+	report := &wire.JobUpdateBuildOutput{BuildID: buildID, Outputs: make([]wire.BuildOutput, len(names)), Metrics: metrics, Substituted: substituted}
+	for i, name := range names {
+		size := infos[i].NarSize
+		hash, err := infos[i].NarHashNix32()
+		if err != nil {
+			return worker.Fail(wire.FailureTransient, err)
+		}
+		report.Outputs[i] = wire.BuildOutput{Name: name, StorePath: paths[i], Hash: storeHash(paths[i]),
+			NarSize: &size, NarHash: &hash, Products: []wire.BuildProduct{}}
+	}
+	return j.r.Update(report)
+}
+
+func (j *job) uploadOutputs(ctx context.Context, buildID string, paths []string) error {
+	j.r.Update(wire.BuildStageUpload)
+	n, bytes, err := j.upload(ctx, paths)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		total := uint32(n)
+		j.r.BuildProgress(wire.BuildProgress{BuildID: buildID, Phase: wire.ProgressUpload, BytesDone: uint64(bytes), PathsDone: total, PathsTotal: &total})
+	}
+	return nil
+}
+
+// storeHash is the hash part of a store path.
+func storeHash(p string) string {
+	base := p[len(storeDir):]
+	if len(base) >= 32 {
+		return base[:32]
+	}
+	return base
+}
+
+func sortedValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// logForwarder sends a build's log as LogChunks of whole lines; the last
+// partial line goes out on Flush.
+type logForwarder struct {
+	r    worker.Reporter
+	task uint32
+	mu   sync.Mutex
+	buf  []byte
+}
+
+func (l *logForwarder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	if i := bytes.LastIndexByte(l.buf, '\n'); i >= 0 {
+		chunk := bytes.Clone(l.buf[:i+1])
+		l.buf = append(l.buf[:0], l.buf[i+1:]...)
+		// A lost session fails the job anyway; the build keeps going.
+		l.r.Log(l.task, chunk)
+	}
+	return len(p), nil
+}
+
+// Flush sends what is left of the log.
+func (l *logForwarder) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.r.Log(l.task, append(bytes.Clone(l.buf), '\n'))
+		l.buf = nil
+	}
+}

@@ -1,0 +1,115 @@
+// Package nixexec runs Gradient jobs with Nix: the worker.Executor that
+// fetches flakes, evaluates them into derivations and builds those, moving
+// every path through the server's binary cache (WORKER.md §6, §7).
+//
+// Nix sits behind the Store interface and the cache behind worker.Cache,
+// so the protocol logic is unit-tested without either; the integration
+// tests run real Nix against the real server.
+package nixexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+)
+
+// Store is what jobs need from Nix; *nix.Nix implements it.
+type Store interface {
+	FetchFlake(ctx context.Context, repoURL, commit string) (*nix.FetchedFlake, error)
+	Attributes(ctx context.Context, flakeRef string, wildcards []string) (*nix.Evaluation, error)
+	Derivations(ctx context.Context, drvPaths ...string) (map[string]*nix.Derivation, error)
+	PathInfo(ctx context.Context, paths ...string) ([]nix.PathInfo, error)
+	ValidPaths(ctx context.Context, paths ...string) ([]string, error)
+	DumpPath(ctx context.Context, path string, w io.Writer) error
+	ImportNARs(ctx context.Context, items []nix.NarImport) error
+	Build(ctx context.Context, drvPath string, opts nix.BuildOptions) (map[string]string, error)
+}
+
+var _ Store = (*nix.Nix)(nil)
+
+// Executor runs flake and build jobs with a Nix store.
+type Executor struct {
+	Nix Store
+	// TempDir holds pulled NARs until they are imported ("" = os.TempDir()).
+	TempDir string
+	// Cores is passed to builds as --cores (0 = Nix's setting).
+	Cores  int
+	Logger *slog.Logger
+}
+
+var _ worker.Executor = (*Executor)(nil)
+
+func (e *Executor) logger() *slog.Logger {
+	if e.Logger != nil {
+		return e.Logger
+	}
+	return slog.Default()
+}
+
+// Run runs one job until it ends or ctx is cancelled.
+func (e *Executor) Run(ctx context.Context, a worker.Assignment, r worker.Reporter) error {
+	j := &job{e: e, id: a.JobID, r: r, cache: r.Cache(), log: e.logger().With("job", a.JobID)}
+	switch spec := a.Job.(type) {
+	case *wire.FlakeJob:
+		return j.runFlake(ctx, spec)
+	case *wire.BuildJob:
+		return j.runBuilds(ctx, spec)
+	}
+	return worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown job type %T", a.Job))
+}
+
+// job is one running job's context.
+type job struct {
+	e     *Executor
+	id    string
+	r     worker.Reporter
+	cache worker.Cache
+	log   *slog.Logger
+}
+
+// tempDir is a directory for this job's NARs in transit, removed by the
+// returned function.
+func (j *job) tempDir() (string, func(), error) {
+	dir, err := os.MkdirTemp(j.e.TempDir, "gradient-job-")
+	if err != nil {
+		return "", nil, worker.Fail(wire.FailureTransient, fmt.Errorf("creating a temporary directory: %w", err))
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
+// classify turns a Nix failure into a job failure of the right kind.
+func classify(err error) error {
+	var (
+		timeout   *nix.TimeoutError
+		permanent *nix.PermanentError
+		missing   *nix.InputsUnavailableError
+		transient *nix.TransientError
+		je        *worker.JobError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &je):
+		return err
+	case errors.As(err, &timeout):
+		return worker.Fail(wire.FailureTimeout, err)
+	case errors.As(err, &missing):
+		return &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: missing.MissingPaths, Err: err}
+	case errors.As(err, &permanent):
+		return worker.Fail(wire.FailurePermanent, err)
+	case errors.As(err, &transient):
+		return worker.Fail(wire.FailureTransient, err)
+	}
+	var unavailable *worker.NarUnavailableError
+	if errors.As(err, &unavailable) {
+		return &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: unavailable.Paths, Err: err}
+	}
+	return err
+}

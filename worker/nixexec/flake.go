@@ -1,0 +1,293 @@
+package nixexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+)
+
+const (
+	// evalBatch is how many derivations one EvalResult carries; each
+	// batch's .drv files and sources are uploaded before it is sent
+	// (WORKER.md §6.3).
+	evalBatch = 50
+	// walkWave is how many .drv files are parsed per Nix call.
+	walkWave = 256
+)
+
+// runFlake runs a flake job's steps in order; the first failure ends it.
+func (j *job) runFlake(ctx context.Context, spec *wire.FlakeJob) error {
+	source := "" // the flake's source in the local store, once known
+	for _, step := range spec.Steps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var err error
+		switch step {
+		case wire.FlakeStepFetchFlake:
+			source, err = j.fetch(ctx, spec)
+		case wire.FlakeStepEvaluateFlake:
+			err = j.r.Update(&wire.JobUpdateEvaluatingFlake{})
+		case wire.FlakeStepEvaluateDerivations:
+			if source == "" {
+				source, err = j.localSource(ctx, spec.Source)
+				if err != nil {
+					break
+				}
+			}
+			err = j.evaluate(ctx, source, spec.Wildcards)
+		default:
+			err = worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown flake step %d", step))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fetch is the FetchFlake step (WORKER.md §6.1): the source and its locked
+// inputs into the store, uploaded, then FetchResult.
+func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
+	if err := j.r.Update(&wire.JobUpdateFetching{}); err != nil {
+		return "", err
+	}
+	var paths []string
+	source := ""
+	switch src := spec.Source.(type) {
+	case *wire.FlakeSourceRepository:
+		j.log.Info("fetching flake", "repository", src.URL, "commit", src.Commit)
+		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
+		}
+		source = fetched.SourcePath
+		paths = append([]string{source}, fetched.InputPaths...)
+	case *wire.FlakeSourceCached:
+		if _, err := j.ensure(ctx, []string{src.StorePath}); err != nil {
+			return "", err
+		}
+		source = src.StorePath
+		paths = []string{source}
+	default:
+		return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown flake source %T", spec.Source))
+	}
+	if _, _, err := j.upload(ctx, paths); err != nil {
+		return "", err
+	}
+	j.log.Info("flake fetched", "source", source, "inputs", len(paths)-1)
+	return source, j.r.Update(&wire.JobUpdateFetchResult{FlakeSource: &source})
+}
+
+// localSource brings the source of an evaluation without a fetch step
+// into the store: pulled from the cache, or fetched from the repository
+// (without uploading: the server did not ask for it).
+func (j *job) localSource(ctx context.Context, src wire.FlakeSource) (string, error) {
+	switch src := src.(type) {
+	case *wire.FlakeSourceCached:
+		_, err := j.ensure(ctx, []string{src.StorePath})
+		return src.StorePath, err
+	case *wire.FlakeSourceRepository:
+		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
+		}
+		return fetched.SourcePath, nil
+	}
+	return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown flake source %T", src))
+}
+
+// evaluate is the EvaluateDerivations step (WORKER.md §6.2, §6.3).
+func (j *job) evaluate(ctx context.Context, source string, wildcards []string) error {
+	if err := j.r.Update(&wire.JobUpdateEvaluatingDerivations{}); err != nil {
+		return err
+	}
+	flakeRef := "path:" + source
+	j.log.Info("evaluating flake", "flake", flakeRef, "wildcards", wildcards)
+	ev, err := j.e.Nix.Attributes(ctx, flakeRef, wildcards)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return worker.Fail(wire.FailurePermanent, fmt.Errorf("evaluating %s: %w", flakeRef, err))
+	}
+	attrs := make([]string, 0, len(ev.AttrErrors))
+	for attr := range ev.AttrErrors {
+		attrs = append(attrs, attr)
+	}
+	sort.Strings(attrs)
+	for _, attr := range attrs {
+		j.r.Send(&wire.EvalMessage{JobID: j.id, Level: wire.EvalLevelError, Source: "nix-eval:" + attr, Message: ev.AttrErrors[attr]})
+	}
+	w := &walk{j: j, visited: map[string]bool{}, uploaded: map[string]bool{}}
+	if err := w.run(ctx, ev.Derivations); err != nil {
+		return err
+	}
+	errs := slices.Clone(ev.Unmatched)
+	if errs == nil {
+		errs = []string{}
+	}
+	j.log.Info("evaluation done", "derivations", w.reported, "attribute_errors", len(attrs))
+	return j.r.Update(&wire.JobUpdateEvalResult{Derivations: w.batch, Warnings: []string{}, Errors: errs})
+}
+
+// walk is the breadth-first closure walk of an evaluation: it parses the
+// discovered .drv files and their inputs (not those the server already
+// knows), uploads them with their sources, and reports them in batches.
+type walk struct {
+	j        *job
+	visited  map[string]bool // queued or parsed
+	uploaded map[string]bool
+	batch    []wire.DiscoveredDerivation
+	reported int
+}
+
+func (w *walk) run(ctx context.Context, roots []nix.FoundDerivation) error {
+	attrOf := map[string]string{}
+	var queue []string
+	for _, r := range roots {
+		if _, dup := attrOf[r.DrvPath]; dup {
+			continue // two attributes of one derivation: the first names it
+		}
+		attrOf[r.DrvPath] = r.Attr
+		w.visited[r.DrvPath] = true
+		queue = append(queue, r.DrvPath)
+	}
+	for len(queue) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		wave := queue[:min(walkWave, len(queue))]
+		queue = queue[len(wave):]
+		drvs, err := w.j.e.Nix.Derivations(ctx, wave...)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return worker.Fail(wire.FailurePermanent, fmt.Errorf("reading derivations: %w", err))
+		}
+		var inputs []string
+		for _, p := range wave {
+			for in := range drvs[p].InputDrvs {
+				if !w.visited[in] {
+					w.visited[in] = true
+					inputs = append(inputs, in)
+				}
+			}
+		}
+		sort.Strings(inputs)
+		known, err := w.j.cache.KnownDerivations(ctx, w.j.id, inputs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			known = nil // a failed query counts as "none known"
+		}
+		for _, in := range inputs {
+			if !slices.Contains(known, in) {
+				queue = append(queue, in)
+			}
+		}
+		for _, p := range wave {
+			w.batch = append(w.batch, discovered(attrOf[p], drvs[p]))
+			if len(w.batch) == evalBatch {
+				if err := w.flush(ctx, false); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return w.flush(ctx, true)
+}
+
+// flush uploads the batch's .drv files and sources; unless final, it
+// also reports the batch (the final batch goes with the last EvalResult).
+func (w *walk) flush(ctx context.Context, final bool) error {
+	var paths []string
+	for _, d := range w.batch {
+		for _, p := range append([]string{d.DrvPath}, d.InputSources...) {
+			if !w.uploaded[p] {
+				w.uploaded[p] = true
+				paths = append(paths, p)
+			}
+		}
+	}
+	if _, _, err := w.j.upload(ctx, paths); err != nil {
+		return err
+	}
+	w.reported += len(w.batch)
+	if final {
+		return nil
+	}
+	batch := w.batch
+	w.batch = nil
+	return w.j.r.Update(&wire.JobUpdateEvalResult{Derivations: batch, Warnings: []string{}, Errors: []string{}})
+}
+
+// discovered describes a parsed derivation as the server wants it
+// (WORKER.md §6.3).
+func discovered(attr string, d *nix.Derivation) wire.DiscoveredDerivation {
+	outputs := []wire.DerivationOutput{}
+	for name, path := range d.OutputPaths() {
+		outputs = append(outputs, wire.DerivationOutput{Name: name, Path: path})
+	}
+	sort.Slice(outputs, func(a, b int) bool { return outputs[a].Name < outputs[b].Name })
+	deps := make([]string, 0, len(d.InputDrvs))
+	for in := range d.InputDrvs {
+		deps = append(deps, in)
+	}
+	sort.Strings(deps)
+	dd := wire.DiscoveredDerivation{
+		Attr:             attr,
+		DrvPath:          d.Path,
+		Outputs:          outputs,
+		Dependencies:     deps,
+		InputSources:     nonNil(slices.Sorted(slices.Values(d.InputSrcs))),
+		Architecture:     d.System,
+		RequiredFeatures: nonNil(d.RequiredSystemFeatures()),
+		PreferLocalBuild: d.PreferLocalBuild(),
+		IsFixedOutput:    d.IsFixedOutput(),
+		AllowSubstitutes: d.AllowSubstitutes(),
+	}
+	if v := d.TimeoutSecs(); v > 0 {
+		u := uint64(v)
+		dd.TimeoutSecs = &u
+	}
+	if v := d.MaxSilentSecs(); v > 0 {
+		u := uint64(v)
+		dd.MaxSilentSecs = &u
+	}
+	if p := d.Pname(); p != "" {
+		dd.Pname = &p
+	}
+	return dd
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// errorText is an error's message without Nix's trailing blank lines.
+func errorText(err error) string {
+	var je *worker.JobError
+	if errors.As(err, &je) {
+		err = je.Err
+	}
+	return strings.TrimSpace(err.Error())
+}

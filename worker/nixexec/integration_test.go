@@ -1,0 +1,452 @@
+package nixexec_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/storagetest"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/worker/nixexec"
+)
+
+func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
+
+// testFlake's derivations need nothing but /bin/sh (no nixpkgs, offline).
+const testFlake = `{
+  outputs = { self }: let
+    sys = "x86_64-linux";
+    mk = name: script: builtins.derivation {
+      inherit name; system = sys; builder = "/bin/sh"; args = [ "-c" script ];
+    };
+  in {
+    packages.${sys} = rec {
+      hello = mk "hello-1.0" "echo building hello; echo hello > $out";
+      greet = mk "greet" "echo greeting; read x < ${hello}; echo \"$x world\" > $out";
+      broken = mk "broken" "echo about to fail; echo oops-this-fails; exit 3";
+      sleepy = mk "sleepy" "echo sleeping; while true; do echo still sleeping; /bin/sleep 1; done";
+      silent = mk "silent" "echo one line then silence; /bin/sleep 60; echo done > $out";
+    };
+  };
+}
+`
+
+// scriptedLoop is a job loop that hands out the jobs a test queues, each
+// to the worker it names, and records every report.
+type scriptedLoop struct {
+	mu      sync.Mutex
+	workers map[string]*server.LiveWorker // by worker ID
+	wants   map[string]map[wire.JobKind]int
+	queue   []queued
+	reports chan report
+}
+
+type queued struct {
+	workerID string
+	job      *wire.AssignJob
+}
+
+type report struct {
+	workerID string
+	msg      wire.ClientMessage
+}
+
+func newScriptedLoop() *scriptedLoop {
+	return &scriptedLoop{workers: map[string]*server.LiveWorker{}, wants: map[string]map[wire.JobKind]int{}, reports: make(chan report, 4096)}
+}
+
+func (l *scriptedLoop) SessionStarted(w *server.LiveWorker) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.workers[w.WorkerID] = w
+	l.wants[w.WorkerID] = map[wire.JobKind]int{}
+}
+
+func (l *scriptedLoop) SessionEnded(w *server.LiveWorker, reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.workers[w.WorkerID] == w {
+		delete(l.workers, w.WorkerID)
+	}
+}
+
+func (l *scriptedLoop) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage) {
+	if rj, ok := m.(*wire.RequestJob); ok {
+		l.mu.Lock()
+		l.wants[w.WorkerID][rj.Kind]++
+		l.assignLocked()
+		l.mu.Unlock()
+		return
+	}
+	l.reports <- report{w.WorkerID, m}
+}
+
+// enqueue queues a job for workerID.
+func (l *scriptedLoop) enqueue(workerID string, job *wire.AssignJob) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.queue = append(l.queue, queued{workerID, job})
+	l.assignLocked()
+}
+
+func (l *scriptedLoop) assignLocked() {
+	l.queue = slices.DeleteFunc(l.queue, func(q queued) bool {
+		kind := wire.JobKindFlake
+		if _, ok := q.job.Job.(*wire.BuildJob); ok {
+			kind = wire.JobKindBuild
+		}
+		w := l.workers[q.workerID]
+		if w == nil || l.wants[q.workerID][kind] == 0 {
+			return false
+		}
+		l.wants[q.workerID][kind]--
+		w.Send(q.job)
+		return true
+	})
+}
+
+func (l *scriptedLoop) send(workerID string, m wire.ServerMessage) {
+	l.mu.Lock()
+	w := l.workers[workerID]
+	l.mu.Unlock()
+	w.Send(m)
+}
+
+// jobReports collects one job's reports until it completes or fails.
+type jobReports struct {
+	updates []wire.JobUpdateKind
+	logs    bytes.Buffer
+	evalMsg []*wire.EvalMessage
+	failed  *wire.JobFailed
+}
+
+func (r *jobReports) evalDerivations() []wire.DiscoveredDerivation {
+	var out []wire.DiscoveredDerivation
+	for _, u := range r.updates {
+		if e, ok := u.(*wire.JobUpdateEvalResult); ok {
+			out = append(out, e.Derivations...)
+		}
+	}
+	return out
+}
+
+func (l *scriptedLoop) wait(t *testing.T, jobID string, timeout time.Duration) *jobReports {
+	t.Helper()
+	out := &jobReports{}
+	deadline := time.After(timeout)
+	for {
+		select {
+		case <-deadline:
+			t.Fatalf("job %s did not end within %s; updates so far: %d", jobID, timeout, len(out.updates))
+		case r := <-l.reports:
+			switch m := r.msg.(type) {
+			case *wire.JobUpdate:
+				if m.JobID == jobID {
+					out.updates = append(out.updates, m.Update)
+				}
+			case *wire.LogChunk:
+				if m.JobID == jobID {
+					out.logs.Write(m.Data)
+				}
+			case *wire.EvalMessage:
+				if m.JobID == jobID {
+					out.evalMsg = append(out.evalMsg, m)
+				}
+			case *wire.JobCompleted:
+				if m.JobID == jobID {
+					return out
+				}
+			case *wire.JobFailed:
+				if m.JobID == jobID {
+					out.failed = m
+					return out
+				}
+			}
+		}
+	}
+}
+
+// newTestNix is a Nix with its own chroot store and configuration.
+func newTestNix(t *testing.T) *nix.Nix {
+	t.Helper()
+	for _, tool := range []string{"nix", "nix-store", "git"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is not installed: .ci/run must install it", tool)
+			}
+			t.Skipf("%s is not installed (.ci/run installs nix-bin and git)", tool)
+		}
+	}
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "etc"), 0o755)
+	return &nix.Nix{
+		Store: filepath.Join(dir, "store"),
+		Config: []string{
+			"experimental-features = nix-command flakes",
+			"substituters =",
+			"flake-registry =",
+			"sandbox = false",
+			"build-users-group =",
+			"sandbox-paths = /bin /lib /lib64 /usr",
+		},
+		Env: []string{
+			"NIX_CONF_DIR=" + filepath.Join(dir, "etc"),
+			"NIX_USER_CONF_FILES=",
+			"HOME=" + filepath.Join(dir, "home"),
+			"XDG_CACHE_HOME=" + filepath.Join(dir, "cache"),
+			"GIT_CONFIG_NOSYSTEM=1",
+		},
+		WorkDir: dir,
+		Logger:  slog.New(slog.DiscardHandler),
+	}
+}
+
+// newTestRepo commits testFlake into a fresh git repository.
+func newTestRepo(t *testing.T) (dir, commit string) {
+	t.Helper()
+	dir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "flake.nix"), []byte(testFlake), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=test", "-c", "user.email=test@example.com"}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "--quiet")
+	git("add", "flake.nix")
+	git("commit", "--quiet", "-m", "flake")
+	return dir, git("rev-parse", "HEAD")
+}
+
+type testWorld struct {
+	loop    *scriptedLoop
+	db      *storage.DB
+	url     string
+	project storage.Project
+}
+
+func startServer(t *testing.T) *testWorld {
+	t.Helper()
+	ctx := t.Context()
+	db, err := storage.Open(ctx, storagetest.SQLiteURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	store, err := narstore.OpenLocal(t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop := newScriptedLoop()
+	srv := server.New(db, server.Config{NarStore: store, Jobs: loop, Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { srv.Close(); hs.Close() })
+	team, err := db.CreateTeam(ctx, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := db.CreateCache(ctx, storage.NewCache{Name: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: "web", Repository: "https://example.invalid/web.git", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SubscribeProject(ctx, project.ID, cache.ID); err != nil {
+		t.Fatal(err)
+	}
+	return &testWorld{loop: loop, db: db, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto", project: project}
+}
+
+// startWorker runs a registered worker with its own Nix store.
+func (tw *testWorld) startWorker(t *testing.T, caps wire.GradientCapabilities) (string, *nix.Nix) {
+	t.Helper()
+	n := newTestNix(t)
+	id := storage.NewID()
+	_, token, err := tw.db.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: tw.project.ID}, id, storage.DefaultWorkerSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(worker.Config{
+		ServerURL: tw.url, WorkerID: id, Peers: tw.project.ID + ":" + token,
+		Capabilities: caps, CPUCoreScore: 1, Heartbeat: time.Hour,
+		BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Executor: &nixexec.Executor{Nix: n, TempDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)},
+		TempDir:  t.TempDir(),
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("worker did not stop")
+		}
+	})
+	return id, n
+}
+
+func buildJob(id string, drv wire.DiscoveredDerivation, timeout, maxSilent *uint64) *wire.AssignJob {
+	return &wire.AssignJob{JobID: id, AssignmentID: id + "-a1", Job: &wire.BuildJob{
+		Builds: []wire.BuildSpec{{BuildID: "build-" + id, DrvPath: drv.DrvPath, Kind: wire.BuildSpecBuild,
+			Outputs: []wire.DerivationOutput{}, TimeoutSecs: timeout, MaxSilentSecs: maxSilent}},
+		Requirement: wire.BuildRequirement{Architecture: drv.Architecture, RequiredFeatures: []string{}},
+	}}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestFlakeFetchEvaluateBuild runs the whole job path with real Nix and
+// the real server: one worker fetches and evaluates a flake and builds a
+// leaf; a second worker, with an empty store, builds a dependent from
+// what the first put into the cache; timeouts, failures and aborts end
+// as their kinds.
+func TestFlakeFetchEvaluateBuild(t *testing.T) {
+	tw := startServer(t)
+	all := wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}
+	first, _ := tw.startWorker(t, all)
+	second, secondNix := tw.startWorker(t, wire.GradientCapabilities{Build: true})
+	repo, commit := newTestRepo(t)
+
+	tw.loop.enqueue(first, &wire.AssignJob{JobID: "eval", AssignmentID: "eval-a1", Job: &wire.FlakeJob{
+		Steps:  []wire.FlakeStep{wire.FlakeStepFetchFlake, wire.FlakeStepEvaluateFlake, wire.FlakeStepEvaluateDerivations},
+		Source: &wire.FlakeSourceRepository{URL: repo, Commit: commit}, Wildcards: []string{"packages.x86_64-linux.*", "packages.x86_64-linux.missing"},
+		InputOverrides: []wire.FlakeInputOverride{},
+	}})
+	eval := tw.loop.wait(t, "eval", 3*time.Minute)
+	if eval.failed != nil {
+		t.Fatalf("evaluation failed: %s (%d)", eval.failed.Error, eval.failed.Kind)
+	}
+	var source string
+	for _, u := range eval.updates {
+		if fr, ok := u.(*wire.JobUpdateFetchResult); ok && fr.FlakeSource != nil {
+			source = *fr.FlakeSource
+		}
+	}
+	if !strings.HasPrefix(source, "/nix/store/") {
+		t.Fatalf("no FetchResult with the flake source; updates %v", eval.updates)
+	}
+	drvs := map[string]wire.DiscoveredDerivation{}
+	for _, d := range eval.evalDerivations() {
+		drvs[d.Attr] = d
+	}
+	for _, attr := range []string{"hello", "greet", "broken", "sleepy", "silent"} {
+		d, ok := drvs["packages.x86_64-linux."+attr]
+		if !ok || !strings.HasSuffix(d.DrvPath, ".drv") || d.Architecture != "x86_64-linux" || len(d.Outputs) != 1 {
+			t.Fatalf("derivation %s not reported properly: %+v", attr, d)
+		}
+	}
+	hello, greet := drvs["packages.x86_64-linux.hello"], drvs["packages.x86_64-linux.greet"]
+	if !slices.Equal(greet.Dependencies, []string{hello.DrvPath}) {
+		t.Errorf("greet's dependencies %v, want [%s]", greet.Dependencies, hello.DrvPath)
+	}
+	last := eval.updates[len(eval.updates)-1].(*wire.JobUpdateEvalResult)
+	if !slices.Equal(last.Errors, []string{"target 'packages.x86_64-linux.missing' matched no derivations in the flake"}) {
+		t.Errorf("final EvalResult errors %q", last.Errors)
+	}
+
+	// The leaf on the first worker.
+	tw.loop.enqueue(first, buildJob("hello", hello, nil, nil))
+	if r := tw.loop.wait(t, "hello", 2*time.Minute); r.failed != nil {
+		t.Fatalf("hello failed: %s", r.failed.Error)
+	} else if !strings.Contains(r.logs.String(), "building hello") {
+		t.Errorf("hello's log %q lacks the builder's output", r.logs.String())
+	}
+
+	// The dependent on the second worker: everything it needs comes from
+	// the cache (the .drv closure and hello's output).
+	tw.loop.enqueue(second, buildJob("greet", greet, nil, nil))
+	r := tw.loop.wait(t, "greet", 2*time.Minute)
+	if r.failed != nil {
+		t.Fatalf("greet failed on the second worker: %s (kind %d, missing %v)", r.failed.Error, r.failed.Kind, r.failed.MissingPaths)
+	}
+	if _, ok := r.updates[0].(*wire.JobUpdateBuilding); !ok {
+		t.Errorf("first update %T, want Building", r.updates[0])
+	}
+	var out *wire.JobUpdateBuildOutput
+	for _, u := range r.updates {
+		if o, ok := u.(*wire.JobUpdateBuildOutput); ok {
+			out = o
+		}
+	}
+	if out == nil || len(out.Outputs) != 1 || out.Outputs[0].StorePath != greet.Outputs[0].Path || out.Outputs[0].NarHash == nil {
+		t.Fatalf("BuildOutput %+v, want greet's output %s", out, greet.Outputs[0].Path)
+	}
+	content, err := os.ReadFile(filepath.Join(secondNix.Store, greet.Outputs[0].Path))
+	if err != nil || string(content) != "hello world\n" {
+		t.Errorf("greet's output on the second worker: %q, %v", content, err)
+	}
+
+	// Failures, on the first worker.
+	t.Run("failing builder", func(t *testing.T) {
+		tw.loop.enqueue(first, buildJob("broken", drvs["packages.x86_64-linux.broken"], nil, nil))
+		r := tw.loop.wait(t, "broken", time.Minute)
+		if r.failed == nil || r.failed.Kind != wire.FailurePermanent {
+			t.Fatalf("broken: %+v, want a Permanent failure", r.failed)
+		}
+		if !strings.Contains(r.logs.String(), "oops-this-fails") {
+			t.Errorf("the failing build's log %q was not delivered", r.logs.String())
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		tw.loop.enqueue(first, buildJob("sleepy", drvs["packages.x86_64-linux.sleepy"], ptr[uint64](2), nil))
+		r := tw.loop.wait(t, "sleepy", time.Minute)
+		if r.failed == nil || r.failed.Kind != wire.FailureTimeout {
+			t.Fatalf("sleepy past timeout_secs: %+v, want Timeout", r.failed)
+		}
+	})
+	t.Run("max silent", func(t *testing.T) {
+		tw.loop.enqueue(first, buildJob("silent", drvs["packages.x86_64-linux.silent"], nil, ptr[uint64](2)))
+		r := tw.loop.wait(t, "silent", time.Minute)
+		if r.failed == nil || r.failed.Kind != wire.FailureTimeout {
+			t.Fatalf("silent past max_silent_secs: %+v, want Timeout", r.failed)
+		}
+	})
+	t.Run("abort", func(t *testing.T) {
+		job := buildJob("sleepy-abort", drvs["packages.x86_64-linux.sleepy"], nil, nil)
+		tw.loop.enqueue(first, job)
+		// Wait for the builder to run, then abort.
+		deadline := time.After(time.Minute)
+		for running := false; !running; {
+			select {
+			case rep := <-tw.loop.reports:
+				if lc, ok := rep.msg.(*wire.LogChunk); ok && lc.JobID == "sleepy-abort" && bytes.Contains(lc.Data, []byte("still sleeping")) {
+					running = true
+				}
+			case <-deadline:
+				t.Fatal("the build never started")
+			}
+		}
+		tw.loop.send(first, &wire.AbortJob{JobID: "sleepy-abort", Reason: "test"})
+		r := tw.loop.wait(t, "sleepy-abort", time.Minute)
+		if r.failed == nil || r.failed.Kind != wire.FailureAborted {
+			t.Fatalf("aborted build: %+v, want Aborted", r.failed)
+		}
+	})
+}

@@ -1,0 +1,278 @@
+package nixexec
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/nixbase32"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+)
+
+const (
+	// uploadParallel is how many paths of one job upload at once
+	// (WORKER.md §5).
+	uploadParallel = 4
+	// pullRounds caps closure expansion (WORKER.md §7.3).
+	pullRounds = 1024
+	storeDir   = "/nix/store/"
+)
+
+// upload puts paths into the server's cache: a Push query says which are
+// missing, and those are dumped from the store and uploaded, a few at a
+// time. The first failure cancels the rest and fails the job as
+// Transient: a later job must never miss a path this one reported.
+func (j *job) upload(ctx context.Context, paths []string) (uploaded int, bytes int64, err error) {
+	paths = slices.Compact(slices.Sorted(slices.Values(paths)))
+	if len(paths) == 0 {
+		return 0, 0, nil
+	}
+	start := time.Now()
+	missing := paths
+	if status, qerr := j.cache.Query(ctx, j.id, paths, wire.QueryPush); qerr == nil {
+		// On a failed query every path counts as uncached (WORKER.md §5).
+		cached := map[string]bool{}
+		for _, c := range status {
+			if c.Cached {
+				cached[c.Path] = true
+			}
+		}
+		missing = slices.DeleteFunc(slices.Clone(paths), func(p string) bool { return cached[p] })
+	} else if ctx.Err() != nil {
+		return 0, 0, ctx.Err()
+	} else {
+		j.log.Warn("push query failed; uploading every path", "paths", len(paths), "error", qerr)
+	}
+	if len(missing) == 0 {
+		return 0, 0, nil
+	}
+	infos, err := j.e.Nix.PathInfo(ctx, missing...)
+	if err != nil {
+		return 0, 0, worker.Fail(wire.FailureTransient, fmt.Errorf("path info for upload: %w", err))
+	}
+	j.log.Info("uploading paths", "paths", len(missing), "already_cached", len(paths)-len(missing))
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, uploadParallel)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for _, info := range infos {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := j.uploadOne(ctx, info); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				cancel(err)
+				return
+			}
+			mu.Lock()
+			uploaded++
+			bytes += info.NarSize
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return uploaded, bytes, worker.Fail(wire.FailureTransient, first)
+	}
+	if err := ctx.Err(); err != nil {
+		return uploaded, bytes, err
+	}
+	j.log.Info("uploaded paths", "paths", uploaded, "nar_bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
+	return uploaded, bytes, nil
+}
+
+// uploadOne streams one path's NAR from the store into an upload.
+func (j *job) uploadOne(ctx context.Context, info nix.PathInfo) error {
+	pr, pw := io.Pipe()
+	dumped := make(chan error, 1)
+	go func() {
+		err := j.e.Nix.DumpPath(ctx, info.Path, pw)
+		pw.CloseWithError(err)
+		dumped <- err
+	}()
+	err := j.cache.Upload(ctx, j.id, info.Path, pr, worker.UploadMeta{References: info.References, Deriver: info.Deriver, CA: info.CA})
+	pr.CloseWithError(errors.New("upload ended"))
+	if derr := <-dumped; err == nil && derr != nil {
+		err = fmt.Errorf("dumping %s: %w", info.Path, derr)
+	}
+	return err
+}
+
+// ensure makes paths and their runtime closures valid in the local store,
+// pulling what is missing from the server's cache (WORKER.md §7.3): each
+// round asks where the missing paths are, pulls them, and adds their
+// references that are missing too; everything is imported at the end (Nix
+// orders the import by references). A path the cache does not have fails
+// the job as InputsUnavailable naming it.
+func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error) {
+	want, err := j.missing(ctx, paths)
+	if err != nil || len(want) == 0 {
+		return 0, err
+	}
+	dir, cleanup, err := j.tempDir()
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	start := time.Now()
+	queried := map[string]bool{}
+	var imports []nix.NarImport
+	var compressed uint64
+	for round := 0; len(want) > 0; round++ {
+		if round == pullRounds {
+			return 0, worker.Fail(wire.FailureTransient, fmt.Errorf("closure of %d paths did not converge in %d rounds", len(paths), pullRounds))
+		}
+		for _, p := range want {
+			queried[p] = true
+		}
+		entries, err := j.cache.Query(ctx, j.id, want, wire.QueryPull)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, worker.Fail(wire.FailureTransient, fmt.Errorf("pull query: %w", err))
+		}
+		byPath := map[string]wire.CachedPath{}
+		for _, e := range entries {
+			byPath[e.Path] = e
+		}
+		var uncached []string
+		for _, p := range want {
+			if e, ok := byPath[p]; !ok || !e.Cached || e.NarHash == nil {
+				uncached = append(uncached, p)
+			}
+		}
+		if len(uncached) > 0 {
+			return 0, &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: uncached,
+				Err: fmt.Errorf("not in the cache: %s", strings.Join(uncached, ", "))}
+		}
+		files, err := j.cache.Pull(ctx, j.id, want, dir)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, classifyPull(err)
+		}
+		var next []string
+		for _, p := range want {
+			e := byPath[p]
+			if err := verifyFile(files[p], e.FileHash); err != nil {
+				return 0, &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: []string{p}, Err: fmt.Errorf("pulled %s: %w", p, err)}
+			}
+			item := nix.NarImport{StorePath: p, NarHash: *e.NarHash, NarZst: files[p]}
+			if e.NarSize != nil {
+				item.NarSize = int64(*e.NarSize)
+			}
+			if e.FileSize != nil {
+				compressed += *e.FileSize
+			}
+			if e.Deriver != nil {
+				item.Deriver = fullPath(*e.Deriver)
+			}
+			if e.CA != nil {
+				item.CA = *e.CA
+			}
+			if e.References != nil {
+				for _, ref := range *e.References {
+					ref = fullPath(ref)
+					item.References = append(item.References, ref)
+					if !queried[ref] {
+						queried[ref] = true
+						next = append(next, ref)
+					}
+				}
+			}
+			imports = append(imports, item)
+		}
+		if want, err = j.missing(ctx, next); err != nil {
+			return 0, err
+		}
+	}
+	j.log.Info("importing pulled paths", "paths", len(imports), "compressed_bytes", compressed)
+	if err := j.e.Nix.ImportNARs(ctx, imports); err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return 0, worker.Fail(wire.FailureTransient, fmt.Errorf("importing pulled paths: %w", err))
+	}
+	j.log.Info("pulled paths", "paths", len(imports), "took", time.Since(start).Round(time.Millisecond))
+	return len(imports), nil
+}
+
+// missing returns which of paths the local store lacks.
+func (j *job) missing(ctx context.Context, paths []string) ([]string, error) {
+	paths = slices.Compact(slices.Sorted(slices.Values(paths)))
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	valid, err := j.e.Nix.ValidPaths(ctx, paths...)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, worker.Fail(wire.FailureTransient, fmt.Errorf("checking the local store: %w", err))
+	}
+	return slices.DeleteFunc(paths, func(p string) bool { return slices.Contains(valid, p) }), nil
+}
+
+func classifyPull(err error) error {
+	var unavailable *worker.NarUnavailableError
+	if errors.As(err, &unavailable) {
+		return &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: unavailable.Paths, Err: err}
+	}
+	return worker.Fail(wire.FailureTransient, err)
+}
+
+// verifyFile checks a pulled object against the cache's file hash.
+func verifyFile(file string, want *string) error {
+	if want == nil {
+		return nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return err
+	}
+	got := "sha256:" + nixbase32.Encode(h.Sum(nil))
+	if got != *want {
+		return fmt.Errorf("file hash %s, the cache says %s", got, *want)
+	}
+	return nil
+}
+
+// fullPath accepts a store path or its base name.
+func fullPath(p string) string {
+	if p == "" || strings.HasPrefix(p, "/") {
+		return p
+	}
+	return storeDir + path.Base(p)
+}
