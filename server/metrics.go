@@ -10,7 +10,10 @@ type serverMetrics struct {
 }
 
 func newServerMetrics(s *Server) *serverMetrics {
-	r := metrics.NewRegistry()
+	r := s.cfg.Metrics
+	if r == nil {
+		r = metrics.NewRegistry()
+	}
 	m := &serverMetrics{
 		registry:   r,
 		handshakes: r.NewCounter("gradient_server_handshakes_total", "Worker handshakes by outcome.", "outcome"),

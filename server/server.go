@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/session"
@@ -66,6 +67,13 @@ type Config struct {
 	// Jobs is the job loop behind worker sessions; nil answers job
 	// requests with nothing (a cache-only server).
 	Jobs JobLoop
+	// Metrics is the registry /metrics serves (shared with the job
+	// loop); nil makes a new one.
+	Metrics *metrics.Registry
+	// PollInterval is how often each project's branch head is polled to
+	// start evaluations (poller.go); 0 disables polling. It needs Jobs to
+	// implement EvaluationControl.
+	PollInterval time.Duration
 
 	// narinfoHook, if set, rewrites every signed narinfo (tests tamper
 	// with it to check that Nix refuses a bad signature).
@@ -157,8 +165,12 @@ func New(db *storage.DB, cfg Config) *Server {
 			s.dialer.run(ctx)
 		}()
 	}
+	s.startPoller()
 	return s
 }
+
+// Metrics is the registry /metrics serves; the job loop adds its series.
+func (s *Server) Metrics() *metrics.Registry { return s.metrics.registry }
 
 // Handler serves /proto, /healthz, /metrics and the admin API.
 func (s *Server) Handler() http.Handler {

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/server"
@@ -180,63 +180,6 @@ func (l *scriptedLoop) wait(t *testing.T, jobID string, timeout time.Duration) *
 	}
 }
 
-// newTestNix is a Nix with its own chroot store and configuration.
-func newTestNix(t *testing.T) *nix.Nix {
-	t.Helper()
-	for _, tool := range []string{"nix", "nix-store", "git"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is not installed: .ci/run must install it", tool)
-			}
-			t.Skipf("%s is not installed (.ci/run installs nix-bin and git)", tool)
-		}
-	}
-	dir := t.TempDir()
-	os.MkdirAll(filepath.Join(dir, "etc"), 0o755)
-	return &nix.Nix{
-		Store: filepath.Join(dir, "store"),
-		Config: []string{
-			"experimental-features = nix-command flakes",
-			"substituters =",
-			"flake-registry =",
-			"sandbox = false",
-			"build-users-group =",
-			"sandbox-paths = /bin /lib /lib64 /usr",
-		},
-		Env: []string{
-			"NIX_CONF_DIR=" + filepath.Join(dir, "etc"),
-			"NIX_USER_CONF_FILES=",
-			"HOME=" + filepath.Join(dir, "home"),
-			"XDG_CACHE_HOME=" + filepath.Join(dir, "cache"),
-			"GIT_CONFIG_NOSYSTEM=1",
-		},
-		WorkDir: dir,
-		Logger:  slog.New(slog.DiscardHandler),
-	}
-}
-
-// newTestRepo commits testFlake into a fresh git repository.
-func newTestRepo(t *testing.T) (dir, commit string) {
-	t.Helper()
-	dir = t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "flake.nix"), []byte(testFlake), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git := func(args ...string) string {
-		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=test", "-c", "user.email=test@example.com"}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v: %s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	git("init", "--quiet")
-	git("add", "flake.nix")
-	git("commit", "--quiet", "-m", "flake")
-	return dir, git("rev-parse", "HEAD")
-}
-
 type testWorld struct {
 	loop    *scriptedLoop
 	db      *storage.DB
@@ -281,7 +224,7 @@ func startServer(t *testing.T) *testWorld {
 // startWorker runs a registered worker with its own Nix store.
 func (tw *testWorld) startWorker(t *testing.T, caps wire.GradientCapabilities) (string, *nix.Nix) {
 	t.Helper()
-	n := newTestNix(t)
+	n := nixtest.New(t)
 	id := storage.NewID()
 	_, token, err := tw.db.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: tw.project.ID}, id, storage.DefaultWorkerSettings())
 	if err != nil {
@@ -332,7 +275,7 @@ func TestFlakeFetchEvaluateBuild(t *testing.T) {
 	all := wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}
 	first, _ := tw.startWorker(t, all)
 	second, secondNix := tw.startWorker(t, wire.GradientCapabilities{Build: true})
-	repo, commit := newTestRepo(t)
+	repo, commit := nixtest.Repo(t, map[string]string{"flake.nix": testFlake})
 
 	tw.loop.enqueue(first, &wire.AssignJob{JobID: "eval", AssignmentID: "eval-a1", Job: &wire.FlakeJob{
 		Steps:  []wire.FlakeStep{wire.FlakeStepFetchFlake, wire.FlakeStepEvaluateFlake, wire.FlakeStepEvaluateDerivations},
