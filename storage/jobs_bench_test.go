@@ -1,0 +1,132 @@
+package storage
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"gradient.dev/gradient/storage/internal/testdb"
+)
+
+// BenchmarkClaimCompleteBuild measures one ClaimJob + CompleteBuild (the
+// hot loop of the scheduler) on independent builds of one evaluation:
+// serially, and from parallel goroutines (throughput of the whole pool).
+func BenchmarkClaimCompleteBuild(b *testing.B) {
+	engines := []struct {
+		name string
+		url  func(b *testing.B) string
+	}{
+		{"sqlite", func(b *testing.B) string { return "sqlite://" + filepath.Join(b.TempDir(), "gradient.db") }},
+		{"postgres", func(b *testing.B) string { return testdb.PostgresURLOrSkip(b) }},
+	}
+	for _, e := range engines {
+		for _, parallel := range []bool{false, true} {
+			name := e.name + "/serial"
+			if parallel {
+				name = e.name + "/parallel"
+			}
+			b.Run(name, func(b *testing.B) {
+				db, err := Open(b.Context(), e.url(b))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer db.Close()
+				jobs := benchBuildJobs(b, db, b.N)
+				worker := NewID()
+				outputs := []BuildOutputInfo{{Name: "out", StorePath: "/nix/store/x-out", NarSize: 1, NarHash: "sha256:x"}}
+				b.ReportAllocs()
+				b.ResetTimer()
+				if !parallel {
+					for _, job := range jobs {
+						a, err := db.ClaimJob(b.Context(), job, worker)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if _, err := db.CompleteBuild(b.Context(), a, outputs); err != nil {
+							b.Fatal(err)
+						}
+					}
+					return
+				}
+				queue := make(chan string, len(jobs))
+				for _, j := range jobs {
+					queue <- j
+				}
+				close(queue)
+				b.SetParallelism(4)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						job := <-queue
+						a, err := db.ClaimJob(b.Context(), job, worker)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if _, err := db.CompleteBuild(b.Context(), a, outputs); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				if ev, err := db.Evaluation(b.Context(), benchEvalOf(b, db, jobs)); err != nil || ev.Status != EvaluationSucceeded {
+					b.Fatalf("evaluation after the run: %+v, %v", ev, err)
+				}
+			})
+		}
+	}
+}
+
+// benchBuildJobs makes an evaluation with n independent builds and returns
+// their pending jobs.
+func benchBuildJobs(b *testing.B, db *DB, n int) []string {
+	b.Helper()
+	ctx := b.Context()
+	team, err := db.CreateTeam(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	project, err := db.CreateProject(ctx, NewProject{TeamID: team.ID, Name: "p", Repository: "r", Branch: "main"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := db.CreateEvaluation(ctx, NewEvaluation{ProjectID: project.ID, RepositoryURL: "r", Commit: "c"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pending, err := db.PendingJobs(ctx)
+	if err != nil || len(pending) != 1 {
+		b.Fatalf("PendingJobs = %d, %v", len(pending), err)
+	}
+	a, err := db.ClaimJob(ctx, pending[0].JobID, NewID())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for start := 0; start < n; start += 1000 {
+		var batch []DiscoveredBuild
+		for i := start; i < min(start+1000, n); i++ {
+			batch = append(batch, DiscoveredBuild{
+				Attr: fmt.Sprintf("packages.x86_64-linux.p%d", i), DrvPath: fmt.Sprintf("/nix/store/%08d-p.drv", i),
+				Outputs:      []BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%08d-p", i)}},
+				Architecture: "x86_64-linux",
+			})
+		}
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ready, err := db.CompleteFlakeJob(ctx, a)
+	if err != nil || len(ready) != n {
+		b.Fatalf("CompleteFlakeJob = %d jobs, %v", len(ready), err)
+	}
+	return ready
+}
+
+func benchEvalOf(b *testing.B, db *DB, jobs []string) string {
+	b.Helper()
+	list, err := db.ListEvaluations(b.Context(), "", 1)
+	if err != nil || len(list) != 1 {
+		b.Fatalf("ListEvaluations = %+v, %v", list, err)
+	}
+	return list[0].ID
+}

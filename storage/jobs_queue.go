@@ -1,0 +1,853 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Assignment outcomes recorded by the queue itself.
+const (
+	OutcomeCompleted      = "completed"
+	OutcomeDeclined       = "declined"
+	OutcomeWorkerLost     = "worker lost"
+	OutcomeServerRestart  = "server restarted"
+	OutcomeCancelled      = "cancelled"
+	outcomeFailedPrefix   = "failed: "
+	dependencyFailedError = "dependency failed: "
+)
+
+// ClaimJob hands a pending job to a worker by opening an assignment, and
+// returns the assignment's ID. A job that is not pending, or already has
+// an open assignment, is ErrConflict; an unknown job ErrNotFound. The job
+// becomes assigned; a build job's build becomes building, a flake job's
+// evaluation fetching. The attempt counts until it is released.
+func (db *DB) ClaimJob(ctx context.Context, jobID, workerID string) (string, error) {
+	jobID, err := canonicalUUID("job ID", jobID)
+	if err != nil {
+		return "", err
+	}
+	workerID, err = canonicalUUID("worker ID", workerID)
+	if err != nil {
+		return "", err
+	}
+	assignmentID := NewID()
+	if db.engine == EnginePostgres {
+		if err := db.claimJobPG(ctx, jobID, workerID, assignmentID); err != nil {
+			return "", err
+		}
+		return assignmentID, nil
+	}
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+		var kind JobKind
+		if err := db.lazyCommit(ctx, tx); err != nil {
+			return err
+		}
+		var buildID sql.NullString
+		var evalID string
+		err := db.txRow(ctx, tx,
+			`UPDATE jobs SET status = 'assigned', attempts = attempts + 1
+			 WHERE id = $1 AND status = 'pending' RETURNING kind, build_id, evaluation_id`,
+			jobID).Scan(&kind, &buildID, &evalID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return db.jobMissing(ctx, tx, jobID, "is not pending")
+		}
+		if err != nil {
+			return err
+		}
+		now := nowMillis()
+		_, err = db.txExec(ctx, tx,
+			`INSERT INTO job_assignments (id, job_id, worker_id, opened_at) VALUES ($1, $2, $3, $4)`,
+			assignmentID, jobID, workerID, now)
+		if constraintOf(err) == uniqueViolation {
+			return conflict("job %s already has an open assignment", jobID)
+		}
+		if err != nil {
+			return err
+		}
+		if kind == JobBuild {
+			_, err = db.txExec(ctx, tx,
+				`UPDATE builds SET status = 'building', attempts = attempts + 1, worker_id = $2,
+				 started_at = $3, finished_at = NULL WHERE id = $1`,
+				buildID.String, workerID, now)
+		} else {
+			_, err = db.txExec(ctx, tx,
+				`UPDATE evaluations SET status = 'fetching', attempts = attempts + 1,
+				 started_at = COALESCE(started_at, $2) WHERE id = $1`,
+				evalID, now)
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return assignmentID, nil
+}
+
+// jobMissing is the error for a job a statement did not find in the state
+// it wanted: ErrNotFound when the job does not exist, else ErrConflict.
+func (db *DB) jobMissing(ctx context.Context, tx *sql.Tx, jobID, why string) error {
+	ok, err := exists(ctx, tx, `SELECT 1 FROM jobs WHERE id = $1`, jobID)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return notFound("job %s", jobID)
+	}
+	return conflict("job %s %s", jobID, why)
+}
+
+// closeAssignment closes an open assignment and returns its job. A closed
+// assignment is ErrConflict, an unknown one ErrNotFound.
+func (db *DB) closeAssignment(ctx context.Context, tx *sql.Tx, assignmentID, outcome string) (string, error) {
+	var jobID string
+	err := db.txRow(ctx, tx,
+		`UPDATE job_assignments SET closed_at = $2, outcome = $3
+		 WHERE id = $1 AND closed_at IS NULL RETURNING job_id`,
+		assignmentID, nowMillis(), outcome).Scan(&jobID)
+	if errors.Is(err, sql.ErrNoRows) {
+		ok, err := exists(ctx, tx, `SELECT 1 FROM job_assignments WHERE id = $1`, assignmentID)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return "", notFound("assignment %s", assignmentID)
+		}
+		return "", conflict("assignment %s is closed", assignmentID)
+	}
+	return jobID, err
+}
+
+// requeue makes an assigned job pending again; its build becomes queued,
+// or its evaluation queued. uncount takes back the attempt the claim
+// counted. readyAt, when set, moves the job to the back of the queue.
+// failure, when set, is recorded as the last failure. A job that is not
+// assigned (cancelled meanwhile) is left alone.
+func (db *DB) requeue(ctx context.Context, tx *sql.Tx, jobID string, uncount bool, readyAt *int64, failure *jobFailure) (kind JobKind, attempts int, changed bool, err error) {
+	back := 0
+	if uncount {
+		back = 1
+	}
+	var buildID sql.NullString
+	var evalID string
+	err = db.txRow(ctx, tx,
+		`UPDATE jobs SET status = 'pending', attempts = CASE WHEN attempts >= $2 THEN attempts - $2 ELSE 0 END,
+		 ready_at = COALESCE($3, ready_at)
+		 WHERE id = $1 AND status = 'assigned' RETURNING kind, build_id, evaluation_id, attempts`,
+		jobID, back, readyAt).Scan(&kind, &buildID, &evalID, &attempts)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, false, nil
+	}
+	if err != nil {
+		return "", 0, false, err
+	}
+	var failureKind, message any
+	if failure != nil {
+		failureKind, message = string(failure.kind), failure.message
+	}
+	if kind == JobBuild {
+		_, err = db.txExec(ctx, tx,
+			`UPDATE builds SET status = 'queued', attempts = CASE WHEN attempts >= $2 THEN attempts - $2 ELSE 0 END,
+			 failure_kind = COALESCE($3, failure_kind), error = COALESCE($4, error)
+			 WHERE id = $1 AND status = 'building'`,
+			buildID.String, back, failureKind, message)
+	} else {
+		_, err = db.txExec(ctx, tx,
+			`UPDATE evaluations SET status = 'queued', attempts = CASE WHEN attempts >= $2 THEN attempts - $2 ELSE 0 END,
+			 error = COALESCE($3, error)
+			 WHERE id = $1 AND status IN ('fetching', 'evaluating')`,
+			evalID, back, message)
+	}
+	return kind, attempts, true, err
+}
+
+type jobFailure struct {
+	kind    FailureKind
+	message string
+}
+
+// ReleaseAssignment closes an open assignment whose job did not run to an
+// end (declined, worker lost, aborted) and returns the job to the pending
+// pool, keeping its place (ready_at); the attempt does not count. Its build
+// becomes queued again, its evaluation queued. An assignment closed
+// already is left as it is, without error.
+func (db *DB) ReleaseAssignment(ctx context.Context, assignmentID, outcome string) error {
+	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
+	if err != nil {
+		return err
+	}
+	return db.jobTx(ctx, func(tx *sql.Tx) error {
+		jobID, err := db.closeAssignment(ctx, tx, assignmentID, outcome)
+		if err := db.lazyCommit(ctx, tx); err != nil {
+			return err
+		}
+		if errors.Is(err, ErrConflict) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, _, _, err = db.requeue(ctx, tx, jobID, true, nil, nil)
+		return err
+	})
+}
+
+// ReleaseWorkerAssignments releases every open assignment of a lost
+// worker like ReleaseAssignment, and returns the jobs made pending again.
+func (db *DB) ReleaseWorkerAssignments(ctx context.Context, workerID string) ([]string, error) {
+	workerID, err := canonicalUUID("worker ID", workerID)
+	if err != nil {
+		return nil, err
+	}
+	var released []string
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+		released = nil
+		if err := db.lazyCommit(ctx, tx); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx,
+			`UPDATE job_assignments SET closed_at = $2, outcome = $3
+			 WHERE worker_id = $1 AND closed_at IS NULL RETURNING job_id`,
+			workerID, nowMillis(), OutcomeWorkerLost)
+		jobs, err := collect(rows, err, func(r *sql.Rows) (string, error) {
+			var id string
+			return id, r.Scan(&id)
+		})
+		if err != nil {
+			return err
+		}
+		for _, jobID := range jobs {
+			_, _, changed, err := db.requeue(ctx, tx, jobID, true, nil, nil)
+			if err != nil {
+				return err
+			}
+			if changed {
+				released = append(released, jobID)
+			}
+		}
+		return nil
+	})
+	return released, err
+}
+
+// RecoverInterruptedWork runs at server start, before any session: it
+// closes every open assignment ("server restarted"), makes every assigned
+// job pending again without counting its attempt, every building build
+// queued and every fetching or evaluating evaluation queued. It returns
+// how many assignments it closed; running it again changes nothing.
+func (db *DB) RecoverInterruptedWork(ctx context.Context) (int, error) {
+	var released int
+	err := db.jobTx(ctx, func(tx *sql.Tx) error {
+		now := nowMillis()
+		res, err := tx.ExecContext(ctx,
+			`UPDATE job_assignments SET closed_at = $1, outcome = $2 WHERE closed_at IS NULL`,
+			now, OutcomeServerRestart)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		released = int(n)
+		for _, q := range []string{
+			`UPDATE jobs SET status = 'pending', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
+			 WHERE status = 'assigned'`,
+			`UPDATE builds SET status = 'queued', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
+			 WHERE status = 'building'`,
+			`UPDATE evaluations SET status = 'queued', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
+			 WHERE status IN ('fetching', 'evaluating')`,
+		} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return released, err
+}
+
+// SetEvaluationStatus records a fetching → evaluating step a worker
+// reported. Only an evaluation whose flake job runs (fetching or
+// evaluating) may change; any other is ErrConflict.
+func (db *DB) SetEvaluationStatus(ctx context.Context, evalID string, status EvaluationStatus) error {
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return err
+	}
+	if status != EvaluationFetching && status != EvaluationEvaluating {
+		return invalid("evaluation status %q cannot be reported by a worker", status)
+	}
+	res, err := db.sql.ExecContext(ctx,
+		`UPDATE evaluations SET status = $2 WHERE id = $1 AND status IN ('fetching', 'evaluating')`,
+		evalID, string(status))
+	if err := affectedOne(res, err, "running evaluation %s", evalID); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			if ok, qerr := exists(ctx, db.sql, `SELECT 1 FROM evaluations WHERE id = $1`, evalID); qerr == nil && ok {
+				return conflict("evaluation %s is not running", evalID)
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// SetFlakeSource records the fetched source store path of an evaluation.
+func (db *DB) SetFlakeSource(ctx context.Context, evalID, storePath string) error {
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return err
+	}
+	res, err := db.sql.ExecContext(ctx,
+		`UPDATE evaluations SET flake_source = $2 WHERE id = $1`, evalID, storePath)
+	return affectedOne(res, err, "evaluation %s", evalID)
+}
+
+// AddDiscoveredDerivations stores a batch of derivations an evaluation
+// reported, as waiting builds with their dependency edges. Batches may
+// come in any order and may repeat: a derivation already stored keeps its
+// row, except that a non-empty attr fills an empty one. Only an evaluation
+// whose flake job runs accepts derivations (else ErrConflict).
+func (db *DB) AddDiscoveredDerivations(ctx context.Context, evalID string, drvs []DiscoveredBuild) error {
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		args  []any
+		drv   string
+		edges []string
+	}
+	var list []*row
+	byPath := map[string]*row{}
+	now := nowMillis()
+	for _, d := range drvs {
+		if strings.TrimSpace(d.DrvPath) == "" {
+			return invalid("discovered derivation without a drv path")
+		}
+		if r, dup := byPath[d.DrvPath]; dup {
+			if r.args[3] == "" && d.Attr != "" {
+				r.args[3] = d.Attr
+			}
+			r.edges = append(r.edges, d.Dependencies...)
+			continue
+		}
+		features, err := stringsJSON(d.RequiredFeatures)
+		if err != nil {
+			return err
+		}
+		outputs := d.Outputs
+		if outputs == nil {
+			outputs = []BuildOutputPath{}
+		}
+		outputsText, err := jsonText(outputs)
+		if err != nil {
+			return err
+		}
+		timeout, err := uintArg("timeout_secs", d.TimeoutSecs)
+		if err != nil {
+			return err
+		}
+		silent, err := uintArg("max_silent_secs", d.MaxSilentSecs)
+		if err != nil {
+			return err
+		}
+		r := &row{
+			drv:   d.DrvPath,
+			edges: append([]string{}, d.Dependencies...),
+			args: []any{NewID(), evalID, d.DrvPath, d.Attr, d.Architecture, features, outputsText,
+				timeout, silent, d.IsFixedOutput, d.PreferLocalBuild, now},
+		}
+		byPath[d.DrvPath] = r
+		list = append(list, r)
+	}
+	return db.jobTx(ctx, func(tx *sql.Tx) error {
+		var status EvaluationStatus
+		err := tx.QueryRowContext(ctx,
+			`SELECT status FROM evaluations WHERE id = $1`+db.forUpdate(), evalID).Scan(&status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("evaluation %s", evalID)
+		}
+		if err != nil {
+			return err
+		}
+		if status != EvaluationFetching && status != EvaluationEvaluating {
+			return conflict("evaluation %s is %s, not evaluating", evalID, status)
+		}
+		const perRow = 12
+		for start := 0; start < len(list); start += 100 {
+			chunk := list[start:min(start+100, len(list))]
+			var sb strings.Builder
+			sb.WriteString(`INSERT INTO builds (id, evaluation_id, drv_path, attr, architecture, required_features,
+				outputs, timeout_secs, max_silent_secs, is_fixed_output, prefer_local_build, created_at,
+				status, attempts) VALUES `)
+			args := make([]any, 0, len(chunk)*perRow)
+			for i, r := range chunk {
+				if i > 0 {
+					sb.WriteString(", ")
+				}
+				sb.WriteString("(")
+				for j := range perRow {
+					fmt.Fprintf(&sb, "$%d, ", i*perRow+j+1)
+				}
+				sb.WriteString("'waiting', 0)")
+				args = append(args, r.args...)
+			}
+			sb.WriteString(` ON CONFLICT (evaluation_id, drv_path) DO UPDATE SET attr = excluded.attr
+				WHERE builds.attr = '' AND excluded.attr <> ''`)
+			if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+				return err
+			}
+		}
+		var edges [][2]string
+		seen := map[[2]string]bool{}
+		for _, r := range list {
+			for _, dep := range r.edges {
+				e := [2]string{r.drv, dep}
+				if dep == "" || dep == r.drv || seen[e] {
+					continue
+				}
+				seen[e] = true
+				edges = append(edges, e)
+			}
+		}
+		for start := 0; start < len(edges); start += 300 {
+			chunk := edges[start:min(start+300, len(edges))]
+			var sb strings.Builder
+			sb.WriteString(`INSERT INTO build_edges (evaluation_id, drv_path, dependency_drv_path) VALUES `)
+			args := []any{evalID}
+			for i, e := range chunk {
+				if i > 0 {
+					sb.WriteString(", ")
+				}
+				fmt.Fprintf(&sb, "($1, $%d, $%d)", 2*i+2, 2*i+3)
+				args = append(args, e[0], e[1])
+			}
+			sb.WriteString(` ON CONFLICT DO NOTHING`)
+			if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// finishJob marks an assigned job done (or failed) and returns it.
+type jobRef struct {
+	kind      JobKind
+	evalID    string
+	projectID string
+	buildID   string
+	attempts  int
+}
+
+func (db *DB) endJob(ctx context.Context, tx *sql.Tx, jobID string, status JobStatus) (jobRef, error) {
+	var j jobRef
+	var buildID sql.NullString
+	err := db.txRow(ctx, tx,
+		`UPDATE jobs SET status = $2 WHERE id = $1 AND status = 'assigned'
+		 RETURNING kind, evaluation_id, project_id, build_id, attempts`,
+		jobID, string(status)).Scan(&j.kind, &j.evalID, &j.projectID, &buildID, &j.attempts)
+	if errors.Is(err, sql.ErrNoRows) {
+		return j, db.jobMissing(ctx, tx, jobID, "is not assigned")
+	}
+	j.buildID = buildID.String
+	return j, err
+}
+
+// readyCondition: the build (the UPDATE's row) has no dependency among
+// the evaluation's builds that is not succeeded.
+const readyCondition = `NOT EXISTS (SELECT 1 FROM build_edges e
+	JOIN builds d ON d.evaluation_id = e.evaluation_id AND d.drv_path = e.dependency_drv_path
+	WHERE e.evaluation_id = builds.evaluation_id AND e.drv_path = builds.drv_path AND d.status <> 'succeeded')`
+
+// CompleteFlakeJob ends a flake job's assignment successfully and returns
+// the build jobs it made pending: the evaluation moves to building, and
+// every waiting build whose dependencies are all built is queued. An
+// evaluation without builds succeeds at once. An assignment that is not
+// open is ErrConflict.
+func (db *DB) CompleteFlakeJob(ctx context.Context, assignmentID string) ([]string, error) {
+	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
+	if err != nil {
+		return nil, err
+	}
+	var ready []string
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+		ready = nil
+		if err := db.lazyCommit(ctx, tx); err != nil {
+			return err
+		}
+		jobID, err := db.closeAssignment(ctx, tx, assignmentID, OutcomeCompleted)
+		if err != nil {
+			return err
+		}
+		job, err := db.endJob(ctx, tx, jobID, JobDone)
+		if err != nil {
+			return err
+		}
+		if job.kind != JobFlake {
+			return invalid("assignment %s is of a build job", assignmentID)
+		}
+		if _, err := db.txExec(ctx, tx,
+			`UPDATE evaluations SET status = 'building', error = NULL
+			 WHERE id = $1 AND status IN ('queued', 'fetching', 'evaluating')`, job.evalID); err != nil {
+			return err
+		}
+		rows, err := db.txQuery(ctx, tx,
+			`UPDATE builds SET status = 'queued' WHERE evaluation_id = $1 AND status = 'waiting' AND `+readyCondition+
+				` RETURNING id`, job.evalID)
+		builds, err := collect(rows, err, scanString)
+		if err != nil {
+			return err
+		}
+		if ready, err = db.insertBuildJobs(ctx, tx, job, builds); err != nil {
+			return err
+		}
+		if len(ready) == 0 {
+			return db.finishEvaluationIfDone(ctx, tx, job.evalID)
+		}
+		return nil
+	})
+	return ready, err
+}
+
+func scanString(r *sql.Rows) (string, error) {
+	var s string
+	return s, r.Scan(&s)
+}
+
+// CompleteBuild ends a build job's assignment successfully: the build
+// succeeded with outputs, its dependents whose dependencies are now all
+// built become queued, and the jobs made pending are returned. When every
+// build of the evaluation has ended, the evaluation succeeds, or fails if
+// any build failed. An assignment that is not open is ErrConflict.
+func (db *DB) CompleteBuild(ctx context.Context, assignmentID string, outputs []BuildOutputInfo) ([]string, error) {
+	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
+	if err != nil {
+		return nil, err
+	}
+	if outputs == nil {
+		outputs = []BuildOutputInfo{}
+	}
+	info, err := jsonText(outputs)
+	if err != nil {
+		return nil, err
+	}
+	if db.engine == EnginePostgres {
+		return db.completeBuildPG(ctx, assignmentID, info)
+	}
+	var ready []string
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+		ready = nil
+		if err := db.lazyCommit(ctx, tx); err != nil {
+			return err
+		}
+		jobID, err := db.closeAssignment(ctx, tx, assignmentID, OutcomeCompleted)
+		if err != nil {
+			return err
+		}
+		job, err := db.endJob(ctx, tx, jobID, JobDone)
+		if err != nil {
+			return err
+		}
+		if job.kind != JobBuild {
+			return invalid("assignment %s is of a flake job", assignmentID)
+		}
+		var drv string
+		err = db.txRow(ctx, tx,
+			`UPDATE builds SET status = 'succeeded', output_info = $2, finished_at = $3,
+			 failure_kind = NULL, error = NULL WHERE id = $1 RETURNING drv_path`,
+			job.buildID, info, nowMillis()).Scan(&drv)
+		if err != nil {
+			return err
+		}
+		builds, err := db.readyDependents(ctx, tx, job.evalID, drv)
+		if err != nil {
+			return err
+		}
+		if ready, err = db.insertBuildJobs(ctx, tx, job, builds); err != nil {
+			return err
+		}
+		if len(ready) == 0 {
+			return db.finishEvaluationIfDone(ctx, tx, job.evalID)
+		}
+		return nil
+	})
+	return ready, err
+}
+
+// readyDependents queues the waiting dependents of a build that just
+// succeeded whose dependencies are now all built. On PostgreSQL the
+// dependents are locked first (in ID order), so of two builds completing
+// at once the later one sees the earlier one succeeded.
+func (db *DB) readyDependents(ctx context.Context, tx *sql.Tx, evalID, drv string) ([]string, error) {
+	rows, err := db.txQuery(ctx, tx,
+		`SELECT id FROM builds WHERE evaluation_id = $1 AND status = 'waiting' AND drv_path IN
+		 (SELECT drv_path FROM build_edges WHERE evaluation_id = $1 AND dependency_drv_path = $2)
+		 ORDER BY id`+db.forUpdate(), evalID, drv)
+	waiting, err := collect(rows, err, scanString)
+	if err != nil || len(waiting) == 0 {
+		return nil, err
+	}
+	rows, err = db.txQuery(ctx, tx,
+		`UPDATE builds SET status = 'queued' WHERE evaluation_id = $1 AND status = 'waiting' AND drv_path IN
+		 (SELECT drv_path FROM build_edges WHERE evaluation_id = $1 AND dependency_drv_path = $2)
+		 AND `+readyCondition+` RETURNING id`, evalID, drv)
+	return collect(rows, err, scanString)
+}
+
+// insertBuildJobs adds a pending build job per queued build.
+func (db *DB) insertBuildJobs(ctx context.Context, tx *sql.Tx, job jobRef, builds []string) ([]string, error) {
+	if len(builds) == 0 {
+		return nil, nil
+	}
+	now := nowMillis()
+	ids := make([]string, len(builds))
+	for i := range ids {
+		ids[i] = NewID()
+	}
+	if len(builds) == 1 {
+		_, err := db.txExec(ctx, tx,
+			`INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at)
+			 VALUES ($1, 'build', $2, $3, $4, 'pending', $5, 0, $5)`,
+			ids[0], job.evalID, builds[0], job.projectID, now)
+		return ids, err
+	}
+	for start := 0; start < len(builds); start += 200 {
+		end := min(start+200, len(builds))
+		var sb strings.Builder
+		sb.WriteString(`INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at) VALUES `)
+		args := []any{job.evalID, job.projectID, now}
+		for i := start; i < end; i++ {
+			if i > start {
+				sb.WriteString(", ")
+			}
+			n := len(args)
+			fmt.Fprintf(&sb, "($%d, 'build', $1, $%d, $2, 'pending', $3, 0, $3)", n+1, n+2)
+			args = append(args, ids[i], builds[i])
+		}
+		if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// finishEvaluationIfDone ends a building evaluation whose builds have all
+// ended: succeeded, or failed when any build failed. On PostgreSQL the
+// evaluation row is locked first, so that of two last builds completing
+// at once the later one sees the other's result (the UPDATE after the lock
+// reads a fresh snapshot).
+func (db *DB) finishEvaluationIfDone(ctx context.Context, tx *sql.Tx, evalID string) error {
+	if db.engine == EnginePostgres {
+		var one int
+		if err := db.txRow(ctx, tx, `SELECT 1 FROM evaluations WHERE id = $1 FOR UPDATE`, evalID).Scan(&one); err != nil {
+			return err
+		}
+	}
+	_, err := db.txExec(ctx, tx,
+		`UPDATE evaluations SET finished_at = $2,
+		   status = CASE WHEN `+anyBuildFailed+` THEN 'failed' ELSE 'succeeded' END,
+		   error = CASE WHEN `+anyBuildFailed+` THEN COALESCE(error, 'builds failed') ELSE error END
+		 WHERE id = $1 AND status = 'building' AND NOT EXISTS (SELECT 1 FROM builds
+		   WHERE evaluation_id = $1 AND status IN ('waiting', 'queued', 'building'))`,
+		evalID, nowMillis())
+	return err
+}
+
+const anyBuildFailed = `EXISTS (SELECT 1 FROM builds WHERE evaluation_id = $1 AND status IN ('failed', 'dependency_failed'))`
+
+// retryable tells the failure kinds that may succeed on another try.
+func (k FailureKind) retryable() bool {
+	return k == FailureTransient || k == FailureInputsUnavailable || k == FailureSubstituteUnavailable
+}
+
+// FailJob ends an assignment whose job failed, for flake and build jobs:
+//
+//   - Aborted and Canceled release the job back to pending; the attempt
+//     does not count and nothing fails.
+//   - Transient, InputsUnavailable and SubstituteUnavailable re-queue the
+//     job (at the back of the queue) while fewer than maxAttempts attempts
+//     counted, and fail it permanently after that.
+//   - Permanent, Timeout and CorruptEvalCache fail it at once.
+//
+// A build that fails for good makes every transitive dependent in its
+// evaluation dependency_failed, and the evaluation ends when nothing is
+// left to build. A flake job that fails for good fails its evaluation
+// with message. It returns the jobs made pending (none so far: failures
+// ready nothing) for symmetry with CompleteBuild. An assignment that is not
+// open (e.g. closed by CancelEvaluation) is ErrConflict.
+func (db *DB) FailJob(ctx context.Context, assignmentID string, kind FailureKind, message string, maxAttempts int) (FailOutcome, []string, error) {
+	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
+	if err != nil {
+		return FailOutcome{}, nil, err
+	}
+	if !kind.Valid() {
+		return FailOutcome{}, nil, invalid("unknown failure kind %q", kind)
+	}
+	maxAttempts = max(maxAttempts, 1)
+	var out FailOutcome
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+		out = FailOutcome{}
+		if err := db.lazyCommit(ctx, tx); err != nil {
+			return err
+		}
+		jobID, err := db.closeAssignment(ctx, tx, assignmentID, outcomeFailedPrefix+string(kind))
+		if err != nil {
+			return err
+		}
+		var attempts int
+		var status JobStatus
+		if err := db.txRow(ctx, tx, `SELECT status, attempts FROM jobs WHERE id = $1`, jobID).Scan(&status, &attempts); err != nil {
+			return err
+		}
+		if status != JobAssigned {
+			return conflict("job %s is %s, not assigned", jobID, status)
+		}
+		failure := &jobFailure{kind: kind, message: message}
+		requeue := kind == FailureAborted || kind == FailureCanceled
+		if requeue {
+			failure = nil // not a failure of the job
+		} else if kind.retryable() && attempts < maxAttempts {
+			requeue = true
+		}
+		if requeue {
+			var readyAt *int64
+			if failure != nil {
+				now := nowMillis()
+				readyAt = &now
+			}
+			_, out.Attempts, _, err = db.requeue(ctx, tx, jobID, failure == nil, readyAt, failure)
+			out.Requeued = true
+		} else {
+			out.Failed = true
+			err = db.failJob(ctx, tx, jobID, kind, message)
+		}
+		if err != nil {
+			return err
+		}
+		return db.readOutcome(ctx, tx, jobID, &out)
+	})
+	return out, nil, err
+}
+
+// failJob fails an assigned job for good and cascades the failure.
+func (db *DB) failJob(ctx context.Context, tx *sql.Tx, jobID string, kind FailureKind, message string) error {
+	job, err := db.endJob(ctx, tx, jobID, JobFailed)
+	if err != nil {
+		return err
+	}
+	now := nowMillis()
+	if job.kind == JobFlake {
+		if _, err := tx.ExecContext(ctx,
+			`UPDATE evaluations SET status = 'failed', error = $2, finished_at = $3 WHERE id = $1`,
+			job.evalID, message, now); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx,
+			`UPDATE builds SET status = 'cancelled', error = 'evaluation failed', finished_at = $2
+			 WHERE evaluation_id = $1 AND status IN ('waiting', 'queued')`, job.evalID, now)
+		return err
+	}
+	var drv string
+	if err := tx.QueryRowContext(ctx,
+		`UPDATE builds SET status = 'failed', failure_kind = $2, error = $3, finished_at = $4
+		 WHERE id = $1 RETURNING drv_path`, job.buildID, string(kind), message, now).Scan(&drv); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx,
+		`WITH RECURSIVE dependents (drv_path) AS (
+		   SELECT drv_path FROM build_edges WHERE evaluation_id = $1 AND dependency_drv_path = $2
+		   UNION
+		   SELECT e.drv_path FROM build_edges e JOIN dependents d ON e.dependency_drv_path = d.drv_path
+		   WHERE e.evaluation_id = $1
+		 )
+		 UPDATE builds SET status = 'dependency_failed', error = $3, finished_at = $4
+		 WHERE evaluation_id = $1 AND status IN ('waiting', 'queued')
+		   AND drv_path IN (SELECT drv_path FROM dependents)`,
+		job.evalID, drv, dependencyFailedError+drv, now); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx,
+		`UPDATE jobs SET status = 'cancelled' WHERE evaluation_id = $1 AND status = 'pending'
+		 AND build_id IN (SELECT id FROM builds WHERE evaluation_id = $1 AND status = 'dependency_failed')`,
+		job.evalID); err != nil {
+		return err
+	}
+	return db.finishEvaluationIfDone(ctx, tx, job.evalID)
+}
+
+// readOutcome fills the statuses a FailOutcome reports.
+func (db *DB) readOutcome(ctx context.Context, tx *sql.Tx, jobID string, out *FailOutcome) error {
+	var build sql.NullString
+	err := tx.QueryRowContext(ctx,
+		`SELECT j.attempts, e.status, b.status FROM jobs j
+		 JOIN evaluations e ON e.id = j.evaluation_id
+		 LEFT JOIN builds b ON b.id = j.build_id WHERE j.id = $1`, jobID).
+		Scan(&out.Attempts, &out.EvaluationStatus, &build)
+	out.BuildStatus = BuildStatus(build.String)
+	return err
+}
+
+// CancelEvaluation cancels an evaluation: its unfinished jobs and builds
+// are cancelled, and its open assignments closed ("cancelled") and
+// returned, so the server can send AbortJob for each. Cancelling a
+// cancelled evaluation changes nothing; a finished one is ErrConflict.
+func (db *DB) CancelEvaluation(ctx context.Context, evalID string) ([]OpenAssignment, error) {
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return nil, err
+	}
+	var open []OpenAssignment
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+		open = nil
+		var status EvaluationStatus
+		err := tx.QueryRowContext(ctx,
+			`SELECT status FROM evaluations WHERE id = $1`+db.forUpdate(), evalID).Scan(&status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("evaluation %s", evalID)
+		}
+		if err != nil {
+			return err
+		}
+		switch status {
+		case EvaluationCancelled:
+			return nil
+		case EvaluationSucceeded, EvaluationFailed:
+			return conflict("evaluation %s has %s", evalID, status)
+		}
+		now := nowMillis()
+		rows, err := tx.QueryContext(ctx,
+			`UPDATE job_assignments SET closed_at = $2, outcome = $3
+			 WHERE closed_at IS NULL AND job_id IN (SELECT id FROM jobs WHERE evaluation_id = $1)
+			 RETURNING id, job_id, worker_id, opened_at`, evalID, now, OutcomeCancelled)
+		open, err = collect(rows, err, func(r *sql.Rows) (OpenAssignment, error) {
+			var a OpenAssignment
+			var opened int64
+			err := r.Scan(&a.AssignmentID, &a.JobID, &a.WorkerID, &opened)
+			a.OpenedAt = fromMillis(opened)
+			return a, err
+		})
+		if err != nil {
+			return err
+		}
+		for _, q := range []string{
+			`UPDATE jobs SET status = 'cancelled' WHERE evaluation_id = $1 AND status IN ('pending', 'assigned')`,
+			`UPDATE builds SET status = 'cancelled', finished_at = $2
+			 WHERE evaluation_id = $1 AND status IN ('waiting', 'queued', 'building')`,
+			`UPDATE evaluations SET status = 'cancelled', finished_at = $2 WHERE id = $1`,
+		} {
+			args := []any{evalID, now}
+			if !strings.Contains(q, "$2") {
+				args = args[:1]
+			}
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return open, err
+}

@@ -1,0 +1,119 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// jobTx runs fn in a transaction like inTx, retrying it when PostgreSQL
+// aborted it as a deadlock victim or a serialization failure: queue
+// transactions touch several rows of an evaluation and may meet in any
+// order.
+func (db *DB) jobTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	var err error
+	for range 5 {
+		err = db.inTx(ctx, fn)
+		if !retryableTxError(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func retryableTxError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40P01" || pgErr.Code == "40001"
+	}
+	return false
+}
+
+// stmt returns the statement for query prepared once on db, bound to tx.
+// database/sql keeps the per-connection preparations, so a hot query is
+// parsed once per connection instead of once per call (SQLite parses
+// every unprepared statement anew). Only for constant query strings.
+func (db *DB) stmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	db.stmtMu.Lock()
+	st, ok := db.stmts[query]
+	if !ok {
+		var err error
+		st, err = db.sql.PrepareContext(ctx, query)
+		if err != nil {
+			db.stmtMu.Unlock()
+			return nil, err
+		}
+		if db.stmts == nil {
+			db.stmts = map[string]*sql.Stmt{}
+		}
+		db.stmts[query] = st
+	}
+	db.stmtMu.Unlock()
+	return tx.StmtContext(ctx, st), nil
+}
+
+func (db *DB) txExec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+	st, err := db.stmt(ctx, tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (db *DB) txQuery(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
+	st, err := db.stmt(ctx, tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// txRow is a row scanner carrying a preparation error.
+type txRow struct {
+	row *sql.Row
+	err error
+}
+
+func (r txRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.row.Scan(dest...)
+}
+
+func (db *DB) txRow(ctx context.Context, tx *sql.Tx, query string, args ...any) txRow {
+	st, err := db.stmt(ctx, tx, query)
+	if err != nil {
+		return txRow{err: err}
+	}
+	return txRow{row: st.QueryRowContext(ctx, args...)}
+}
+
+// lazyCommit lets a PostgreSQL transaction commit without waiting for its
+// WAL flush (synchronous_commit off, for this transaction only). Used for
+// the hot state changes of running work (claim, complete, fail, release):
+// a crash may lose the last few of them, but the WAL keeps transactions
+// in order, so what survives is a consistent earlier state, and
+// RecoverInterruptedWork turns its open assignments back into pending
+// jobs. Creating evaluations (the queued work itself) and cancelling them
+// stay synchronous. SQLite runs with synchronous=NORMAL in WAL mode, which
+// already trades the same durability for speed.
+func (db *DB) lazyCommit(ctx context.Context, tx *sql.Tx) error {
+	if db.engine != EnginePostgres {
+		return nil
+	}
+	_, err := db.txExec(ctx, tx, `SELECT set_config('synchronous_commit', 'off', true)`)
+	return err
+}
+
+// forUpdate is the row-locking suffix of a SELECT: PostgreSQL needs it to
+// serialise concurrent completions in one evaluation; SQLite transactions
+// hold the database write lock (BEGIN IMMEDIATE) and have no such clause.
+func (db *DB) forUpdate() string {
+	if db.engine == EnginePostgres {
+		return ` FOR UPDATE`
+	}
+	return ``
+}
