@@ -165,7 +165,6 @@ func New(db *storage.DB, cfg Config) *Server {
 			s.dialer.run(ctx)
 		}()
 	}
-	s.startPoller()
 	return s
 }
 
