@@ -11,10 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
 )
 
@@ -65,7 +67,17 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	if err != nil {
 		return err
 	}
+	// The job loop recovers what a previous run left open before the
+	// first worker session can report anything.
+	registry := metrics.NewRegistry()
+	sched := scheduler.New(db, scheduler.Config{Logger: log, Metrics: registry})
+	if err := sched.Start(ctx); err != nil {
+		return fmt.Errorf("job loop: %w", err)
+	}
+	defer sched.Close()
 	srv := server.New(db, server.Config{
+		Jobs:             sched,
+		Metrics:          registry,
 		NarStore:         nars,
 		HeartbeatTimeout: heartbeat,
 		MaxConnections:   opts.MaxConnections,

@@ -1,0 +1,275 @@
+package scheduler_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/internal/nixtest"
+	"gradient.dev/gradient/metrics"
+	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/scheduler"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/storagetest"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/worker/nixexec"
+)
+
+func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
+
+// e2eFlake: packages form a three-level DAG with three parallel builds;
+// checks fail, time out or run until cancelled.
+const e2eFlake = `{
+  outputs = { self }: let
+    system = "x86_64-linux";
+    step = name: script: extra: builtins.derivation ({
+      inherit name system; builder = "/bin/sh"; args = [ "-c" script ];
+    } // extra);
+    line = dep: "read v < ${dep}; ";
+  in rec {
+    packages.${system} = rec {
+      greeting = step "greeting" "echo building greeting; echo hello > $out" {};
+      left = step "left" "echo building left; ${line greeting} echo \"$v left\" > $out" {};
+      middle = step "middle" "echo building middle; ${line greeting} echo \"$v middle\" > $out" {};
+      right = step "right" "echo building right; ${line greeting} echo \"$v right\" > $out" {};
+      report = step "report" "${line left} a=$v; ${line middle} b=$v; ${line right} echo \"$a|$b|$v\" > $out" {};
+    };
+    checks.${system} = rec {
+      broken = step "broken" "echo about to fail; exit 1" {};
+      after = step "after" "${line broken} echo never > $out" {};
+      sleepy = step "sleepy" "while true; do echo still here; /bin/sleep 1; done" { timeout = 2; };
+      slow = step "slow" "while true; do echo working; /bin/sleep 1; done" {};
+    };
+  };
+}
+`
+
+type world struct {
+	t       *testing.T
+	db      *storage.DB
+	sched   *scheduler.Scheduler
+	url     string
+	httpURL string
+	project storage.Project
+	cache   storage.Cache
+	repo    string
+	commit  string
+}
+
+func newWorld(t *testing.T, dbURL string, workers int) *world {
+	t.Helper()
+	ctx := t.Context()
+	db, err := storage.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	store, err := narstore.OpenLocal(t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := metrics.NewRegistry()
+	quiet := slog.New(slog.DiscardHandler)
+	sched := scheduler.New(db, scheduler.Config{Metrics: reg, Logger: quiet, Tick: 200 * time.Millisecond})
+	if err := sched.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(db, server.Config{NarStore: store, Jobs: sched, Metrics: reg, Logger: quiet})
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { srv.Close(); hs.Close(); sched.Close() })
+
+	w := &world{t: t, db: db, sched: sched, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto", httpURL: hs.URL}
+	team, err := db.CreateTeam(ctx, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.cache, err = db.CreateCache(ctx, storage.NewCache{Name: "main", Public: true}); err != nil {
+		t.Fatal(err)
+	}
+	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": e2eFlake})
+	if w.project, err = db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: "demo", Repository: w.repo, Branch: "master"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SubscribeProject(ctx, w.project.ID, w.cache.ID); err != nil {
+		t.Fatal(err)
+	}
+	for range workers {
+		w.startWorker()
+	}
+	return w
+}
+
+func (w *world) startWorker() string {
+	t := w.t
+	id := storage.NewID()
+	_, token, err := w.db.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: w.project.ID}, id, storage.DefaultWorkerSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	wk, err := worker.New(worker.Config{
+		ServerURL: w.url, WorkerID: id, Peers: w.project.ID + ":" + token,
+		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
+		Heartbeat: 2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Executor: &nixexec.Executor{Nix: nixtest.New(t), TempDir: t.TempDir(), Logger: quiet},
+		TempDir:  t.TempDir(), Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("worker did not stop")
+		}
+	})
+	return id
+}
+
+func (w *world) evaluate(wildcards ...string) storage.Evaluation {
+	w.t.Helper()
+	ev, err := w.sched.StartEvaluation(w.t.Context(), storage.NewEvaluation{ProjectID: w.project.ID, RepositoryURL: w.repo, Commit: w.commit, Wildcards: wildcards})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return ev
+}
+
+// waitFor polls the evaluation until cond holds.
+func (w *world) waitFor(id, what string, timeout time.Duration, cond func(storage.Evaluation, []storage.Build) bool) (storage.Evaluation, []storage.Build) {
+	w.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ev, err := w.db.Evaluation(w.t.Context(), id)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		builds, err := w.db.EvaluationBuilds(w.t.Context(), id)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if cond(ev, builds) {
+			return ev, builds
+		}
+		if time.Now().After(deadline) {
+			var states []string
+			for _, b := range builds {
+				states = append(states, b.Attr+"="+string(b.Status))
+			}
+			w.t.Fatalf("evaluation %s: %s did not happen within %s (status %s, error %q, builds %v)", id, what, timeout, ev.Status, ev.Error, states)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (w *world) waitDone(id string) (storage.Evaluation, []storage.Build) {
+	return w.waitFor(id, "the end", 3*time.Minute, func(ev storage.Evaluation, _ []storage.Build) bool { return ev.Status.Terminal() })
+}
+
+func byAttr(builds []storage.Build) map[string]storage.Build {
+	m := map[string]storage.Build{}
+	for _, b := range builds {
+		m[b.Attr[strings.LastIndex(b.Attr, ".")+1:]] = b
+	}
+	return m
+}
+
+// TestExampleFlakeOnThreeWorkers: a commit is fetched, evaluated and
+// built by three workers in dependency order; the outputs are in the
+// cache, signed, and a real Nix fetches them.
+func TestExampleFlakeOnThreeWorkers(t *testing.T) {
+	w := newWorld(t, storagetest.SQLiteURL(t), 3)
+	ev, builds := w.waitDone(w.evaluate("packages.x86_64-linux.*").ID)
+	if ev.Status != storage.EvaluationSucceeded {
+		log, _ := w.db.EvaluationLog(t.Context(), ev.ID)
+		t.Fatalf("evaluation %s: %s (%s)\nlog:\n%s", ev.Status, ev.Error, ev.FlakeSource, log)
+	}
+	b := byAttr(builds)
+	workers := map[string]bool{}
+	for _, name := range []string{"greeting", "left", "middle", "right", "report"} {
+		build, ok := b[name]
+		if !ok || build.Status != storage.BuildSucceeded || len(build.OutputInfo) != 1 {
+			t.Fatalf("build %s: %+v", name, build)
+		}
+		workers[build.WorkerID] = true
+	}
+	// The DAG: nothing started before its inputs finished.
+	for _, mid := range []string{"left", "middle", "right"} {
+		if b[mid].StartedAt.Before(b["greeting"].FinishedAt) {
+			t.Errorf("%s started %s before greeting finished %s", mid, b[mid].StartedAt, b["greeting"].FinishedAt)
+		}
+		if b["report"].StartedAt.Before(b[mid].FinishedAt) {
+			t.Errorf("report started before %s finished", mid)
+		}
+	}
+	if len(workers) < 2 {
+		t.Errorf("every build ran on one worker (%v); three idle workers should share the parallel builds", workers)
+	}
+	log, err := w.db.BuildLog(t.Context(), b["left"].ID)
+	if err != nil || !strings.Contains(string(log), "building left") {
+		t.Errorf("left's stored log %q, %v", log, err)
+	}
+
+	// A real Nix fetches report (and its closure) from the HTTP cache with
+	// the cache's key trusted and signatures checked.
+	client := nixtest.New(t)
+	out := b["report"].OutputInfo[0].StorePath
+	if err := client.CopyFrom(t.Context(), w.httpURL+"/cache/main", []string{w.cache.PublicKey()}, out); err != nil {
+		t.Fatalf("nix copy from the cache: %v", err)
+	}
+	content, err := os.ReadFile(filepath.Join(client.Store, out))
+	if err != nil || string(content) != "hello left|hello middle|hello right\n" {
+		t.Errorf("report's output %q, %v", content, err)
+	}
+}
+
+// TestFailuresTimeoutsAndCancel: a failing derivation fails its
+// dependent without building it; a build past its timeout ends timed
+// out; cancelling an evaluation aborts its running build.
+func TestFailuresTimeoutsAndCancel(t *testing.T) {
+	w := newWorld(t, storagetest.SQLiteURL(t), 2)
+
+	ev, builds := w.waitDone(w.evaluate("checks.x86_64-linux.broken", "checks.x86_64-linux.after").ID)
+	b := byAttr(builds)
+	if ev.Status != storage.EvaluationFailed || b["broken"].Status != storage.BuildFailed || b["broken"].FailureKind != storage.FailurePermanent {
+		t.Fatalf("evaluation %s, broken %s/%s, want failed and a permanent build failure", ev.Status, b["broken"].Status, b["broken"].FailureKind)
+	}
+	if b["after"].Status != storage.BuildDependencyFailed || !b["after"].StartedAt.IsZero() || b["after"].WorkerID != "" {
+		t.Errorf("after: %s, started %v on %q; want dependency failed and never built", b["after"].Status, b["after"].StartedAt, b["after"].WorkerID)
+	}
+
+	ev, builds = w.waitDone(w.evaluate("checks.x86_64-linux.sleepy").ID)
+	if s := byAttr(builds)["sleepy"]; s.StatusText() != "timed out" || ev.Status != storage.EvaluationFailed {
+		t.Errorf("sleepy: %s (%s), evaluation %s; want timed out", s.StatusText(), s.Error, ev.Status)
+	}
+
+	slow := w.evaluate("checks.x86_64-linux.slow")
+	w.waitFor(slow.ID, "slow building", 2*time.Minute, func(_ storage.Evaluation, builds []storage.Build) bool {
+		return len(builds) == 1 && builds[0].Status == storage.BuildBuilding
+	})
+	time.Sleep(500 * time.Millisecond) // let the builder run
+	if err := w.sched.CancelEvaluation(t.Context(), slow.ID); err != nil {
+		t.Fatal(err)
+	}
+	ev, builds = w.waitDone(slow.ID)
+	if ev.Status != storage.EvaluationCancelled || builds[0].Status != storage.BuildCancelled {
+		t.Errorf("cancelled evaluation %s, build %s", ev.Status, builds[0].Status)
+	}
+	// The worker that ran it is free again: a new evaluation completes.
+	ev, _ = w.waitDone(w.evaluate("packages.x86_64-linux.greeting").ID)
+	if ev.Status != storage.EvaluationSucceeded {
+		t.Errorf("evaluation after the cancel: %s (%s)", ev.Status, ev.Error)
+	}
+}

@@ -1,0 +1,55 @@
+package scheduler
+
+import (
+	"slices"
+
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
+)
+
+// eligibility is a snapshot of what one worker may run (JOBS.md §6),
+// taken once per pick so the session's locks are not taken per job.
+type eligibility struct {
+	projects    []string
+	caps        wire.GradientCapabilities
+	hasHostCaps bool
+	arches      []string
+	features    []string
+	draining    bool
+}
+
+func newEligibility(w *server.LiveWorker) eligibility {
+	e := eligibility{projects: w.Projects(), caps: w.Capabilities(), draining: w.Draining()}
+	if hc := w.WorkerCapabilities(); hc != nil {
+		e.hasHostCaps = true
+		e.arches, e.features = hc.Architectures, hc.SystemFeatures
+	}
+	return e
+}
+
+// may reports whether the worker may take job as a job of kind.
+func (e eligibility) may(job *storage.PendingJob, kind wire.JobKind) bool {
+	if e.draining || !slices.Contains(e.projects, job.ProjectID) {
+		return false
+	}
+	switch job.Kind {
+	case storage.JobFlake:
+		// One job carries fetch and both evaluation steps.
+		return kind == wire.JobKindFlake && e.caps.Fetch && e.caps.Eval
+	case storage.JobBuild:
+		if kind != wire.JobKindBuild || !e.caps.Build || !e.hasHostCaps {
+			return false
+		}
+		if job.Architecture != "builtin" && !slices.Contains(e.arches, job.Architecture) {
+			return false
+		}
+		for _, f := range job.RequiredFeatures {
+			if !slices.Contains(e.features, f) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}

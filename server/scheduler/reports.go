@@ -1,0 +1,251 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
+)
+
+// assignResponse handles AssignJobResponse: a declined job goes back to
+// the queue for another worker (JOBS.md §5.3).
+func (s *Scheduler) assignResponse(ctx context.Context, w *server.LiveWorker, m *wire.AssignJobResponse) {
+	if m.Accepted {
+		return
+	}
+	a := s.owned(w, m.JobID, "")
+	if a == nil {
+		return
+	}
+	reason := ""
+	if m.Reason != nil {
+		reason = *m.Reason
+	}
+	s.log.Info("worker declined job", "job", m.JobID, "worker", w.WorkerID, "reason", reason)
+	s.forget(a)
+	if err := s.db.ReleaseAssignment(ctx, a.id, storage.OutcomeDeclined); err != nil {
+		s.log.Warn("re-queueing a declined job failed", "job", m.JobID, "error", err)
+		return
+	}
+	s.addPending(ctx, []string{m.JobID})
+	s.serveIdle()
+}
+
+// forget drops a finished assignment from the running set.
+func (s *Scheduler) forget(a *assignment) {
+	s.mu.Lock()
+	if s.running[a.job.JobID] == a {
+		delete(s.running, a.job.JobID)
+	}
+	s.mu.Unlock()
+}
+
+// update applies a JobUpdate of an owned job.
+func (s *Scheduler) update(ctx context.Context, a *assignment, u wire.JobUpdateKind) {
+	var err error
+	switch u := u.(type) {
+	case *wire.JobUpdateFetchResult:
+		if u.FlakeSource != nil {
+			err = s.db.SetFlakeSource(ctx, a.job.EvaluationID, *u.FlakeSource)
+		}
+	case *wire.JobUpdateEvaluatingFlake, *wire.JobUpdateEvaluatingDerivations:
+		err = s.db.SetEvaluationStatus(ctx, a.job.EvaluationID, storage.EvaluationEvaluating)
+	case *wire.JobUpdateEvalResult:
+		err = s.evalResult(ctx, a, u)
+	case *wire.JobUpdateBuildOutput:
+		outputs := make([]storage.BuildOutputInfo, 0, len(u.Outputs))
+		for _, o := range u.Outputs {
+			info := storage.BuildOutputInfo{Name: o.Name, StorePath: o.StorePath}
+			if o.NarSize != nil && *o.NarSize > 0 {
+				info.NarSize = uint64(*o.NarSize)
+			}
+			if o.NarHash != nil {
+				info.NarHash = *o.NarHash
+			}
+			outputs = append(outputs, info)
+		}
+		s.mu.Lock()
+		a.outputs = outputs
+		s.mu.Unlock()
+	}
+	if err != nil {
+		s.log.Warn("applying a job update failed", "job", a.job.JobID, "update", describeUpdate(u), "error", err)
+	}
+}
+
+// evalResult records a batch of discovered derivations; the evaluation's
+// errors and warnings go to its log.
+func (s *Scheduler) evalResult(ctx context.Context, a *assignment, r *wire.JobUpdateEvalResult) error {
+	if len(r.Derivations) > 0 {
+		builds := make([]storage.DiscoveredBuild, len(r.Derivations))
+		for i, d := range r.Derivations {
+			outputs := make([]storage.BuildOutputPath, len(d.Outputs))
+			for k, o := range d.Outputs {
+				outputs[k] = storage.BuildOutputPath{Name: o.Name, Path: o.Path}
+			}
+			builds[i] = storage.DiscoveredBuild{
+				Attr: d.Attr, DrvPath: d.DrvPath, Outputs: outputs, Dependencies: d.Dependencies,
+				Architecture: d.Architecture, RequiredFeatures: d.RequiredFeatures,
+				TimeoutSecs: d.TimeoutSecs, MaxSilentSecs: d.MaxSilentSecs,
+				IsFixedOutput: d.IsFixedOutput, PreferLocalBuild: d.PreferLocalBuild,
+			}
+		}
+		if err := s.db.AddDiscoveredDerivations(ctx, a.job.EvaluationID, builds); err != nil {
+			return err
+		}
+	}
+	var text []byte
+	for _, e := range r.Errors {
+		text = append(text, "[error] evaluation: "+e+"\n"...)
+	}
+	for _, w := range r.Warnings {
+		text = append(text, "[warning] evaluation: "+w+"\n"...)
+	}
+	if len(text) > 0 {
+		return s.db.AppendJobLog(ctx, a.job.JobID, text)
+	}
+	return nil
+}
+
+// completed handles JobCompleted: the evaluation's builds or the build's
+// dependents become ready.
+func (s *Scheduler) completed(ctx context.Context, a *assignment) {
+	s.forget(a)
+	var ready []string
+	var err error
+	if a.job.Kind == storage.JobFlake {
+		ready, err = s.db.CompleteFlakeJob(ctx, a.id)
+	} else {
+		s.mu.Lock()
+		outputs := a.outputs
+		s.mu.Unlock()
+		ready, err = s.db.CompleteBuild(ctx, a.id, outputs)
+	}
+	if err != nil {
+		s.log.Warn("recording a completed job failed", "job", a.job.JobID, "error", err)
+		return
+	}
+	s.m.finished.Inc("completed")
+	s.log.Info("job completed", "job", a.job.JobID, "what", describe(a.job), "worker", a.workerID, "newly_ready", len(ready))
+	s.addPending(ctx, ready)
+	s.serveIdle()
+}
+
+// failed handles JobFailed by the kind's meaning (JOBS.md §10).
+func (s *Scheduler) failed(ctx context.Context, a *assignment, m *wire.JobFailed) {
+	s.forget(a)
+	kind := failureKind(m.Kind)
+	msg := m.Error
+	if len(m.MissingPaths) > 0 {
+		msg += " (missing: " + joinPaths(m.MissingPaths) + ")"
+	}
+	out, ready, err := s.db.FailJob(ctx, a.id, kind, msg, s.cfg.MaxAttempts)
+	if err != nil {
+		if !errors.Is(err, storage.ErrConflict) {
+			s.log.Warn("recording a failed job failed", "job", a.job.JobID, "error", err)
+		}
+		return
+	}
+	s.m.finished.Inc(string(kind))
+	s.log.Info("job failed", "job", a.job.JobID, "what", describe(a.job), "kind", kind, "error", m.Error,
+		"requeued", out.Requeued, "attempts", out.Attempts)
+	if out.Requeued {
+		ready = append(ready, a.job.JobID)
+	}
+	s.addPending(ctx, ready)
+	s.serveIdle()
+}
+
+func failureKind(k wire.BuildFailureKind) storage.FailureKind {
+	switch k {
+	case wire.FailureTransient:
+		return storage.FailureTransient
+	case wire.FailureTimeout:
+		return storage.FailureTimeout
+	case wire.FailureSubstituteUnavailable:
+		return storage.FailureSubstituteUnavailable
+	case wire.FailureInputsUnavailable:
+		return storage.FailureInputsUnavailable
+	case wire.FailureCorruptEvalCache:
+		return storage.FailureCorruptEvalCache
+	case wire.FailureAborted:
+		return storage.FailureAborted
+	case wire.FailureCanceled:
+		return storage.FailureCanceled
+	}
+	return storage.FailurePermanent
+}
+
+func joinPaths(paths []string) string {
+	out := ""
+	for i, p := range paths {
+		if i == 5 {
+			return out + ", …"
+		}
+		if i > 0 {
+			out += ", "
+		}
+		out += p
+	}
+	return out
+}
+
+func describeUpdate(u wire.JobUpdateKind) string {
+	switch u.(type) {
+	case *wire.JobUpdateFetchResult:
+		return "FetchResult"
+	case *wire.JobUpdateEvalResult:
+		return "EvalResult"
+	case *wire.JobUpdateBuildOutput:
+		return "BuildOutput"
+	}
+	return "status"
+}
+
+// sendJobList answers RequestJobList with the pending jobs the worker may
+// run, in pages of at most 1000 candidates (JOBS.md §3.2).
+func (s *Scheduler) sendJobList(w *server.LiveWorker) {
+	s.mu.Lock()
+	e := newEligibility(w)
+	var candidates []wire.JobCandidate
+	for _, job := range s.queue {
+		if !e.may(job, wire.JobKindFlake) && !e.may(job, wire.JobKindBuild) {
+			continue
+		}
+		candidates = append(candidates, candidate(job))
+	}
+	s.mu.Unlock()
+	for {
+		n := min(len(candidates), jobListPage)
+		page := candidates[:n]
+		candidates = candidates[n:]
+		if page == nil {
+			page = []wire.JobCandidate{}
+		}
+		if err := w.Send(&wire.JobListChunk{Candidates: page, IsFinal: len(candidates) == 0}); err != nil || len(candidates) == 0 {
+			return
+		}
+	}
+}
+
+// jobListPage is the most candidates per JobListChunk; candidates are
+// small, so 1000 stay far below the 2 MiB message cap.
+const jobListPage = 1000
+
+func candidate(job *storage.PendingJob) wire.JobCandidate {
+	c := wire.JobCandidate{JobID: job.JobID, RequiredPaths: []wire.RequiredPath{}, DrvPaths: []string{}, OutputPaths: []string{}}
+	if job.Kind == storage.JobBuild {
+		c.DrvPaths = []string{job.DrvPath}
+		for _, o := range job.Outputs {
+			c.OutputPaths = append(c.OutputPaths, o.Path)
+		}
+		features := job.RequiredFeatures
+		if features == nil {
+			features = []string{}
+		}
+		c.Requirement = &wire.BuildRequirement{Architecture: job.Architecture, RequiredFeatures: features}
+	}
+	return c
+}

@@ -1,0 +1,558 @@
+// Package scheduler is the server's durable job loop (JOBS.md): it hands
+// the queued fetch/evaluate and build jobs of the database to the workers
+// that ask for work and may run them, and turns the workers' reports into
+// state changes of evaluations and builds.
+//
+// The queue lives in the database (storage): every claim, completion and
+// failure is one transaction there, so a restart loses at most the work in
+// flight, never a queued job. The scheduler keeps a copy of the pending
+// jobs in memory so that picking one costs no query, and re-reads the
+// database on every tick.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"gradient.dev/gradient/metrics"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
+)
+
+// Config tunes the job loop; zero values take the defaults of JOBS.md.
+type Config struct {
+	// MaxAttempts bounds the runs of a job failing with a retryable kind
+	// (build.maxAttempts, 3).
+	MaxAttempts int
+	// DefaultTimeoutSecs and DefaultMaxSilentSecs apply to derivations
+	// without their own timeout / maxSilent (build.defaultTimeoutSecs
+	// 14400, build.defaultMaxSilentSecs 3600). A resulting 0 means no
+	// limit.
+	DefaultTimeoutSecs   uint64
+	DefaultMaxSilentSecs uint64
+	// Tick is how often the queue is re-read from the database and idle
+	// workers are served again (5 s).
+	Tick   time.Duration
+	Logger *slog.Logger
+	// Metrics receives the job loop's series (normally the server's
+	// registry, Server.Metrics); nil keeps them private.
+	Metrics *metrics.Registry
+}
+
+func (c *Config) defaults() {
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 3
+	}
+	if c.DefaultTimeoutSecs == 0 {
+		c.DefaultTimeoutSecs = 14400
+	}
+	if c.DefaultMaxSilentSecs == 0 {
+		c.DefaultMaxSilentSecs = 3600
+	}
+	if c.Tick <= 0 {
+		c.Tick = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewRegistry()
+	}
+}
+
+// claimTries is how many candidates one request tries when claims lose
+// races (JOBS.md §5.2).
+const claimTries = 3
+
+// Scheduler implements server.JobLoop over the database's job queue.
+type Scheduler struct {
+	db  *storage.DB
+	cfg Config
+	log *slog.Logger
+	m   *loopMetrics
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	kick   chan struct{}
+
+	mu       sync.Mutex
+	pending  map[string]*storage.PendingJob // by job ID
+	queue    []*storage.PendingJob          // pending, oldest ready first
+	sorted   bool
+	sessions map[uint64]*workerState
+	running  map[string]*assignment // by job ID
+}
+
+// workerState is what the scheduler knows of one live session.
+type workerState struct {
+	w *server.LiveWorker
+	// idle: the worker asked for a job of the kind and got none yet. The
+	// server keeps no queue of requests, only this flag (JOBS.md §5.2).
+	idle  [2]bool
+	ended bool
+}
+
+// assignment is a job handed to a session.
+type assignment struct {
+	id       string
+	job      *storage.PendingJob
+	session  uint64
+	workerID string
+	since    time.Time
+	outputs  []storage.BuildOutputInfo
+}
+
+var _ server.JobLoop = (*Scheduler)(nil)
+
+// New returns a scheduler over db. Call Start before the server accepts
+// sessions.
+func New(db *storage.DB, cfg Config) *Scheduler {
+	cfg.defaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Scheduler{
+		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"), m: newLoopMetrics(cfg.Metrics),
+		ctx: ctx, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1),
+		pending: map[string]*storage.PendingJob{}, sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
+	}
+}
+
+// Start recovers the work a previous run left open (its assignments
+// closed, running builds and evaluations queued again), loads the queue
+// and starts the periodic pass. It must run before the first session.
+func (s *Scheduler) Start(ctx context.Context) error {
+	released, err := s.db.RecoverInterruptedWork(ctx)
+	if err != nil {
+		return err
+	}
+	if released > 0 {
+		s.log.Info("recovered interrupted work: re-queued jobs that were running", "jobs", released)
+	}
+	if err := s.reload(ctx); err != nil {
+		return err
+	}
+	go s.loop()
+	return nil
+}
+
+// Close stops the periodic pass.
+func (s *Scheduler) Close() {
+	s.cancel()
+	select {
+	case <-s.done:
+	default:
+		// Start never ran.
+	}
+}
+
+// Kick asks for a pass now: new evaluations, cancellations.
+func (s *Scheduler) Kick() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Scheduler) loop() {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		if err := s.reload(s.ctx); err != nil {
+			if s.ctx.Err() == nil {
+				s.log.Warn("reading the job queue failed", "error", err)
+			}
+			continue
+		}
+		s.serveIdle()
+	}
+}
+
+// reload replaces the in-memory queue with the database's pending jobs.
+func (s *Scheduler) reload(ctx context.Context) error {
+	jobs, err := s.db.PendingJobs(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending = make(map[string]*storage.PendingJob, len(jobs))
+	s.queue = s.queue[:0]
+	for i := range jobs {
+		j := &jobs[i]
+		if s.running[j.JobID] != nil {
+			continue // claimed in the meantime
+		}
+		s.pending[j.JobID] = j
+		s.queue = append(s.queue, j)
+	}
+	s.sorted = true // PendingJobs is ordered
+	s.m.pending.Set(float64(len(s.queue)))
+	return nil
+}
+
+// addPending puts jobs the database made pending into the queue.
+func (s *Scheduler) addPending(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	jobs, err := s.db.PendingJobsByID(ctx, ids)
+	if err != nil {
+		s.log.Warn("reading newly ready jobs failed; the next pass picks them up", "error", err)
+		return
+	}
+	s.mu.Lock()
+	for i := range jobs {
+		j := &jobs[i]
+		if s.pending[j.JobID] != nil || s.running[j.JobID] != nil {
+			continue
+		}
+		s.pending[j.JobID] = j
+		s.queue = append(s.queue, j)
+		s.sorted = false
+	}
+	s.m.pending.Set(float64(len(s.queue)))
+	s.mu.Unlock()
+}
+
+// SessionStarted implements server.JobLoop.
+func (s *Scheduler) SessionStarted(w *server.LiveWorker) {
+	s.mu.Lock()
+	s.sessions[w.Session] = &workerState{w: w}
+	s.m.sessions.Set(float64(len(s.sessions)))
+	s.mu.Unlock()
+}
+
+// SessionEnded implements server.JobLoop: the session's jobs go back to
+// the queue (the worker abandoned them with the session).
+func (s *Scheduler) SessionEnded(w *server.LiveWorker, reason string) {
+	s.mu.Lock()
+	if ws := s.sessions[w.Session]; ws != nil {
+		ws.ended = true
+	}
+	delete(s.sessions, w.Session)
+	s.m.sessions.Set(float64(len(s.sessions)))
+	var lost []*assignment
+	for _, a := range s.running {
+		if a.session == w.Session {
+			lost = append(lost, a)
+		}
+	}
+	for _, a := range lost {
+		delete(s.running, a.job.JobID)
+	}
+	s.mu.Unlock()
+	if len(lost) == 0 {
+		return
+	}
+	ctx := s.ctx
+	ids := make([]string, 0, len(lost))
+	for _, a := range lost {
+		if err := s.db.ReleaseAssignment(ctx, a.id, storage.OutcomeWorkerLost); err != nil {
+			s.log.Warn("re-queueing a lost worker's job failed", "job", a.job.JobID, "error", err)
+			continue
+		}
+		ids = append(ids, a.job.JobID)
+	}
+	s.log.Info("worker lost: its jobs are queued again", "worker", w.WorkerID, "jobs", len(ids), "reason", reason)
+	s.addPending(ctx, ids)
+	s.serveIdle()
+}
+
+// HandleJobMessage implements server.JobLoop.
+func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage) {
+	ctx := s.ctx
+	switch m := m.(type) {
+	case *wire.RequestJob:
+		s.setIdle(w, m.Kind, true)
+		s.serve(ctx, w)
+	case *wire.WorkerCapabilities, *wire.ClientDraining:
+		s.serve(ctx, w)
+	case *wire.RequestJobList:
+		s.sendJobList(w)
+	case *wire.RequestJobChunk:
+		// Scores are optional (JOBS.md §17): dispatch is FIFO.
+	case *wire.AssignJobResponse:
+		s.assignResponse(ctx, w, m)
+	case *wire.JobUpdate:
+		if a := s.owned(w, m.JobID, m.AssignmentID); a != nil {
+			s.update(ctx, a, m.Update)
+		}
+	case *wire.LogChunk:
+		if a := s.owned(w, m.JobID, ""); a != nil {
+			if err := s.db.AppendJobLog(ctx, m.JobID, m.Data); err != nil {
+				s.log.Warn("storing a log chunk failed", "job", m.JobID, "error", err)
+			}
+		}
+	case *wire.EvalMessage:
+		if a := s.owned(w, m.JobID, ""); a != nil {
+			line := "[" + evalLevel(m.Level) + "] " + m.Source + ": " + m.Message + "\n"
+			if err := s.db.AppendJobLog(ctx, m.JobID, []byte(line)); err != nil {
+				s.log.Warn("storing an evaluation message failed", "job", m.JobID, "error", err)
+			}
+		}
+	case *wire.JobCompleted:
+		if a := s.owned(w, m.JobID, m.AssignmentID); a != nil {
+			s.completed(ctx, a)
+		}
+	case *wire.JobFailed:
+		if a := s.owned(w, m.JobID, m.AssignmentID); a != nil {
+			s.failed(ctx, a, m)
+		}
+	case *wire.BuildProgress, *wire.EvalProgress:
+		// Progress is for live views; nothing to keep.
+	}
+}
+
+func (s *Scheduler) setIdle(w *server.LiveWorker, kind wire.JobKind, idle bool) {
+	if int(kind) >= 2 {
+		return
+	}
+	s.mu.Lock()
+	if ws := s.sessions[w.Session]; ws != nil {
+		ws.idle[kind] = idle
+	}
+	s.mu.Unlock()
+}
+
+// owned returns the assignment of jobID if this session holds it (and,
+// when assignmentID is given, under that ID). Reports for anything else
+// are dropped (JOBS.md §17.6).
+func (s *Scheduler) owned(w *server.LiveWorker, jobID, assignmentID string) *assignment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.running[jobID]
+	if a == nil || a.session != w.Session || (assignmentID != "" && a.id != assignmentID) {
+		s.m.dropped.Inc()
+		return nil
+	}
+	return a
+}
+
+// serveIdle offers work to every session with an idle slot.
+func (s *Scheduler) serveIdle() {
+	s.mu.Lock()
+	var idle []*server.LiveWorker
+	for _, ws := range s.sessions {
+		if ws.idle[0] || ws.idle[1] {
+			idle = append(idle, ws.w)
+		}
+	}
+	s.mu.Unlock()
+	// Oldest sessions first, so assignment order is stable.
+	slices.SortFunc(idle, func(a, b *server.LiveWorker) int { return int(a.Session - b.Session) })
+	for _, w := range idle {
+		s.serve(s.ctx, w)
+	}
+}
+
+// serve assigns a job of every idle kind of w, if one is eligible.
+func (s *Scheduler) serve(ctx context.Context, w *server.LiveWorker) {
+	for _, kind := range []wire.JobKind{wire.JobKindFlake, wire.JobKindBuild} {
+		s.serveKind(ctx, w, kind)
+	}
+}
+
+func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wire.JobKind) {
+	for range claimTries {
+		job := s.take(w, kind)
+		if job == nil {
+			return
+		}
+		start := time.Now()
+		id, err := s.db.ClaimJob(ctx, job.JobID, w.WorkerID)
+		if err != nil {
+			s.mu.Lock()
+			if ws := s.sessions[w.Session]; ws != nil && !ws.ended {
+				ws.idle[kind] = true
+			}
+			if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+				// Keep the job; the next pass retries.
+				s.pending[job.JobID] = job
+				s.queue = append(s.queue, job)
+				s.sorted = false
+				s.mu.Unlock()
+				s.log.Warn("claiming a job failed", "job", job.JobID, "error", err)
+				return
+			}
+			s.mu.Unlock()
+			continue // lost a race: the job is gone, try the next one
+		}
+		a := &assignment{id: id, job: job, session: w.Session, workerID: w.WorkerID, since: time.Now()}
+		s.mu.Lock()
+		ws := s.sessions[w.Session]
+		if ws == nil || ws.ended {
+			s.mu.Unlock()
+			// The session ended while claiming: give the job back.
+			s.db.ReleaseAssignment(ctx, id, storage.OutcomeWorkerLost)
+			s.addPending(ctx, []string{job.JobID})
+			return
+		}
+		s.running[job.JobID] = a
+		s.mu.Unlock()
+		s.m.assigned.Inc()
+		s.m.claimSeconds.Observe(time.Since(start).Seconds())
+		s.m.readyToAssign.Observe(time.Since(job.ReadyAt).Seconds())
+		s.log.Info("assigned job", "job", job.JobID, "kind", job.Kind, "worker", w.WorkerID, "assignment", id, "what", describe(job))
+		if err := w.Send(s.assignJob(job, id)); err != nil {
+			// The session is going; SessionEnded re-queues the job.
+			s.log.Debug("sending AssignJob failed", "job", job.JobID, "error", err)
+		}
+		return
+	}
+}
+
+// take removes from the queue the first job of kind w may run, and
+// clears w's idle flag for the kind.
+func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) *storage.PendingJob {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ws := s.sessions[w.Session]
+	if ws == nil || ws.ended || !ws.idle[kind] || w.Draining() {
+		return nil
+	}
+	if !s.sorted {
+		slices.SortStableFunc(s.queue, func(a, b *storage.PendingJob) int {
+			if c := a.ReadyAt.Compare(b.ReadyAt); c != 0 {
+				return c
+			}
+			if a.JobID < b.JobID {
+				return -1
+			}
+			if a.JobID > b.JobID {
+				return 1
+			}
+			return 0
+		})
+		s.sorted = true
+	}
+	e := newEligibility(w)
+	for i, job := range s.queue {
+		if !e.may(job, kind) {
+			continue
+		}
+		s.queue = slices.Delete(s.queue, i, i+1)
+		delete(s.pending, job.JobID)
+		ws.idle[kind] = false
+		s.m.pending.Set(float64(len(s.queue)))
+		return job
+	}
+	return nil
+}
+
+// assignJob is the AssignJob of a claimed job.
+func (s *Scheduler) assignJob(job *storage.PendingJob, assignmentID string) *wire.AssignJob {
+	if job.Kind == storage.JobFlake {
+		wildcards := job.Wildcards
+		if wildcards == nil {
+			wildcards = []string{}
+		}
+		return &wire.AssignJob{JobID: job.JobID, AssignmentID: assignmentID, Job: &wire.FlakeJob{
+			Steps:          []wire.FlakeStep{wire.FlakeStepFetchFlake, wire.FlakeStepEvaluateFlake, wire.FlakeStepEvaluateDerivations},
+			Source:         &wire.FlakeSourceRepository{URL: job.RepositoryURL, Commit: job.Commit},
+			Wildcards:      wildcards,
+			InputOverrides: []wire.FlakeInputOverride{},
+		}}
+	}
+	features := job.RequiredFeatures
+	if features == nil {
+		features = []string{}
+	}
+	return &wire.AssignJob{JobID: job.JobID, AssignmentID: assignmentID, Job: &wire.BuildJob{
+		Builds: []wire.BuildSpec{{
+			BuildID: job.BuildID, DrvPath: job.DrvPath, Kind: wire.BuildSpecBuild, IsFixedOutput: job.IsFixedOutput,
+			Outputs:     []wire.DerivationOutput{},
+			TimeoutSecs: limit(job.TimeoutSecs, s.cfg.DefaultTimeoutSecs), MaxSilentSecs: limit(job.MaxSilentSecs, s.cfg.DefaultMaxSilentSecs),
+		}},
+		Requirement: wire.BuildRequirement{Architecture: job.Architecture, RequiredFeatures: features},
+	}}
+}
+
+// limit is a derivation's own limit, else the default; 0 is no limit.
+func limit(own *uint64, def uint64) *uint64 {
+	v := def
+	if own != nil {
+		v = *own
+	}
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
+
+func describe(job *storage.PendingJob) string {
+	if job.Kind == storage.JobFlake {
+		return job.RepositoryURL + "@" + job.Commit
+	}
+	if job.Attr != "" {
+		return job.Attr
+	}
+	return job.DrvPath
+}
+
+func evalLevel(l wire.EvalMessageLevel) string {
+	switch l {
+	case wire.EvalLevelError:
+		return "error"
+	case wire.EvalLevelWarning:
+		return "warning"
+	}
+	return "notice"
+}
+
+// StartEvaluation queues an evaluation of a project's flake at a commit
+// and hands its flake job to an idle worker at once.
+func (s *Scheduler) StartEvaluation(ctx context.Context, in storage.NewEvaluation) (storage.Evaluation, error) {
+	ev, err := s.db.CreateEvaluation(ctx, in)
+	if err != nil {
+		return ev, err
+	}
+	s.log.Info("evaluation queued", "evaluation", ev.ID, "project", ev.ProjectID, "repository", ev.RepositoryURL, "commit", ev.Commit)
+	if err := s.reload(ctx); err != nil {
+		s.log.Warn("reading the job queue failed; the next pass picks the evaluation up", "error", err)
+	}
+	s.serveIdle()
+	return ev, nil
+}
+
+// CancelEvaluation cancels an evaluation: its queued jobs are dropped and
+// the workers running its jobs get AbortJob.
+func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
+	open, err := s.db.CancelEvaluation(ctx, evalID)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	type abort struct {
+		w     *server.LiveWorker
+		jobID string
+	}
+	var aborts []abort
+	for _, o := range open {
+		a := s.running[o.JobID]
+		if a == nil || a.id != o.AssignmentID {
+			continue
+		}
+		delete(s.running, o.JobID)
+		if ws := s.sessions[a.session]; ws != nil {
+			aborts = append(aborts, abort{ws.w, o.JobID})
+		}
+	}
+	s.mu.Unlock()
+	for _, ab := range aborts {
+		ab.w.Send(&wire.AbortJob{JobID: ab.jobID, Reason: "evaluation cancelled"})
+	}
+	s.log.Info("evaluation cancelled", "evaluation", evalID, "aborted_jobs", len(aborts))
+	return s.reload(ctx)
+}
