@@ -220,3 +220,40 @@ func dialCacheSession(ctx context.Context, baseWS, cache, authorization string) 
 	}
 	return session.SplitWorker(c, est, session.Options{Logger: quiet}), nil
 }
+
+// buildDerivation records drv as built by an evaluation of projectID,
+// through the job queue as the scheduler would.
+// It returns the output path.
+func buildDerivation(t *testing.T, db *storage.DB, projectID, drv string) string {
+	t.Helper()
+	ctx := t.Context()
+	ev, err := db.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: projectID, RepositoryURL: "https://example.invalid/x.git", Commit: "c0ffee"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func() string {
+		t.Helper()
+		jobs, err := db.PendingJobs(ctx)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("pending jobs %+v, %v", jobs, err)
+		}
+		id, err := db.ClaimJob(ctx, jobs[0].JobID, storage.NewID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	flake := claim()
+	out := testStorePath("x-out")
+	if err := db.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{{Attr: "x", DrvPath: drv, Architecture: "x86_64-linux",
+		Outputs: []storage.BuildOutputPath{{Name: "out", Path: out}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CompleteFlakeJob(ctx, flake); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CompleteBuild(ctx, claim(), []storage.BuildOutputInfo{{Name: "out", StorePath: out}}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -68,9 +68,20 @@ func TestCacheQueryModes(t *testing.T) {
 			t.Fatalf("oversized query: %+v", ce)
 		}
 
-		// Known derivations are the .drv paths of the readable caches.
+		// Known derivations are those some evaluation built; a .drv that
+		// is merely cached is not (its outputs may not exist yet).
 		drv := testStorePath("x.drv")
 		e.putPath(t, e.cache.ID, drv, randomNar(100))
+		send(t, w.sess, &wire.QueryKnownDerivations{QueryID: "k0", DrvPaths: []string{drv}})
+		if kd := recvAs[*wire.KnownDerivations](t, w.sess); kd.QueryID != "k0" || len(kd.Known) != 0 {
+			t.Fatalf("known derivations before a build: %+v", kd)
+		}
+		out := buildDerivation(t, e.db, e.project.ID, drv)
+		send(t, w.sess, &wire.QueryKnownDerivations{QueryID: "k1", DrvPaths: []string{drv}})
+		if kd := recvAs[*wire.KnownDerivations](t, w.sess); kd.QueryID != "k1" || len(kd.Known) != 0 {
+			t.Fatalf("known derivations with the output not cached: %+v", kd)
+		}
+		e.putPath(t, e.cache.ID, out, randomNar(100))
 		send(t, w.sess, &wire.QueryKnownDerivations{QueryID: "k", DrvPaths: []string{drv, testStorePath("y.drv")}})
 		if kd := recvAs[*wire.KnownDerivations](t, w.sess); kd.QueryID != "k" || !slices.Equal(kd.Known, []string{drv}) {
 			t.Fatalf("known derivations: %+v", kd)

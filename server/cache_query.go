@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"gradient.dev/gradient/storage"
@@ -199,18 +200,32 @@ func (c *cacheConn) goKnownDerivations(q *wire.QueryKnownDerivations) {
 				drvs = append(drvs, p)
 			}
 		}
-		caches, err := c.scope.readable(ctx)
+		// Known means built with every output in a cache this worker
+		// reads, not merely a cached .drv: a walk that stopped at a
+		// derivation still to be built would leave its dependents without
+		// their inputs.
+		built, err := c.s.db.BuiltDerivations(ctx, drvs)
+		var outputs []string
+		for _, paths := range built {
+			outputs = append(outputs, paths...)
+		}
+		var caches []storage.Cache
 		var found map[string][]storage.CachePath
 		if err == nil {
-			found, err = c.lookup(ctx, caches, drvs)
+			caches, err = c.scope.readable(ctx)
+		}
+		if err == nil {
+			found, err = c.lookup(ctx, caches, outputs)
 		}
 		if err != nil {
 			// "Nothing known" only costs a longer evaluation walk.
 			c.log.Warn("known derivations query failed", "query", q.QueryID, "error", err)
-		}
-		for _, p := range drvs {
-			if len(found[p]) > 0 {
-				known = append(known, p)
+		} else {
+			for _, drv := range drvs {
+				paths, ok := built[drv]
+				if ok && len(paths) > 0 && !slices.ContainsFunc(paths, func(p string) bool { return len(found[p]) == 0 }) {
+					known = append(known, drv)
+				}
 			}
 		}
 		c.send(&wire.KnownDerivations{QueryID: q.QueryID, Known: known})
