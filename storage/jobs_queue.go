@@ -636,7 +636,8 @@ func (db *DB) insertBuildJobs(ctx context.Context, tx *sql.Tx, job jobRef, build
 }
 
 // finishEvaluationIfDone ends a building evaluation whose builds have all
-// ended: succeeded, or failed when any build failed. On PostgreSQL the
+// ended: succeeded, or failed when any build failed or the evaluation
+// reported errors. On PostgreSQL the
 // evaluation row is locked first, so that of two last builds completing
 // at once the later one sees the other's result (the UPDATE after the lock
 // reads a fresh snapshot).
@@ -649,8 +650,9 @@ func (db *DB) finishEvaluationIfDone(ctx context.Context, tx *sql.Tx, evalID str
 	}
 	_, err := db.txExec(ctx, tx,
 		`UPDATE evaluations SET finished_at = $2,
-		   status = CASE WHEN `+anyBuildFailed+` THEN 'failed' ELSE 'succeeded' END,
-		   error = CASE WHEN `+anyBuildFailed+` THEN COALESCE(error, 'builds failed') ELSE error END
+		   status = CASE WHEN `+anyBuildFailed+` OR eval_errors IS NOT NULL THEN 'failed' ELSE 'succeeded' END,
+		   error = CASE WHEN `+anyBuildFailed+` THEN COALESCE(error, 'builds failed')
+		     WHEN eval_errors IS NOT NULL THEN COALESCE(error, eval_errors) ELSE error END
 		 WHERE id = $1 AND status = 'building' AND NOT EXISTS (SELECT 1 FROM builds
 		   WHERE evaluation_id = $1 AND status IN ('waiting', 'queued', 'building'))`,
 		evalID, nowMillis())

@@ -272,4 +272,11 @@ func TestFailuresTimeoutsAndCancel(t *testing.T) {
 	if ev.Status != storage.EvaluationSucceeded {
 		t.Errorf("evaluation after the cancel: %s (%s)", ev.Status, ev.Error)
 	}
+
+	// A target that matches nothing fails the evaluation, after building
+	// what the others found.
+	ev, builds = w.waitDone(w.evaluate("packages.x86_64-linux.greeting", "packages.x86_64-linux.nosuch").ID)
+	if ev.Status != storage.EvaluationFailed || !strings.Contains(ev.Error, "nosuch") || len(builds) != 1 || builds[0].Status != storage.BuildSucceeded {
+		t.Errorf("evaluation with an unmatched target: %s (%q), builds %+v", ev.Status, ev.Error, builds)
+	}
 }

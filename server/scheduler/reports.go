@@ -96,6 +96,9 @@ func (s *Scheduler) evalResult(ctx context.Context, a *assignment, r *wire.JobUp
 			return err
 		}
 	}
+	if err := s.db.AddEvaluationErrors(ctx, a.job.EvaluationID, r.Errors); err != nil {
+		return err
+	}
 	var text []byte
 	for _, e := range r.Errors {
 		text = append(text, "[error] evaluation: "+e+"\n"...)

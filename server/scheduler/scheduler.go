@@ -301,6 +301,13 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 			if err := s.db.AppendJobLog(ctx, m.JobID, []byte(line)); err != nil {
 				s.log.Warn("storing an evaluation message failed", "job", m.JobID, "error", err)
 			}
+			// An attribute that failed to evaluate fails the evaluation
+			// (after its builds); a build's messages only explain it.
+			if m.Level == wire.EvalLevelError && a.job.Kind == storage.JobFlake {
+				if err := s.db.AddEvaluationErrors(ctx, a.job.EvaluationID, []string{m.Source + ": " + m.Message}); err != nil {
+					s.log.Warn("recording an evaluation error failed", "job", m.JobID, "error", err)
+				}
+			}
 		}
 	case *wire.JobCompleted:
 		if a := s.owned(w, m.JobID, m.AssignmentID); a != nil {

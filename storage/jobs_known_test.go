@@ -1,0 +1,58 @@
+package storage
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// An evaluation that reported errors still builds what it found, then
+// ends failed with them, even when every build succeeded.
+func TestEvaluationErrorsFailTheEvaluation(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		a := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, NewID())
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, []DiscoveredBuild{discovered("ok", "packages.x.ok")}); err != nil {
+			t.Fatal(err)
+		}
+		for _, msg := range []string{"nix-eval:packages.x.bad: boom", "target 'y' matched no derivations in the flake"} {
+			if err := db.AddEvaluationErrors(ctx, e.ID, []string{msg}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ready, err := db.CompleteFlakeJob(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, job := range pendingOf(t, db, ready) {
+			buildOK(t, db, job, NewID())
+		}
+		got, err := db.Evaluation(ctx, e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != EvaluationFailed || !strings.Contains(got.Error, "boom") || !strings.Contains(got.Error, "matched no derivations") {
+			t.Fatalf("evaluation %s with error %q; want failed naming both errors", got.Status, got.Error)
+		}
+	})
+}
+
+// BuiltDerivations names the derivations some evaluation built, with
+// their outputs, and nothing else.
+func TestBuiltDerivations(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		e := newEvaluation(t, db)
+		ready := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", drvPath("a")))
+		buildOK(t, db, ready[drvPath("a")], NewID())
+		built, err := db.BuiltDerivations(t.Context(), []string{drvPath("a"), drvPath("b"), drvPath("zzz")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(built) != 1 || !slices.Equal(built[drvPath("a")], []string{outPath("a")}) {
+			t.Fatalf("built %v, want only a with its output", built)
+		}
+	})
+}
