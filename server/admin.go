@@ -98,6 +98,7 @@ func (a *adminAPI) routes(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /api/v1/projects/{project}/teams/{team}", a.grant)
 	mux.HandleFunc("DELETE /api/v1/projects/{project}/teams/{team}", a.revoke)
 	mux.HandleFunc("GET /api/v1/projects/{project}/workers", a.projectWorkers)
+	a.evaluationRoutes(mux) // evaluations and builds: admin_evaluations.go
 
 	mux.HandleFunc("POST /api/v1/caches", a.createCache)
 	mux.HandleFunc("GET /api/v1/caches", a.listCaches)

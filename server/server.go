@@ -165,6 +165,7 @@ func New(db *storage.DB, cfg Config) *Server {
 			s.dialer.run(ctx)
 		}()
 	}
+	s.startPoller()
 	return s
 }
 

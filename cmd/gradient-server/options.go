@@ -23,6 +23,7 @@ type options struct {
 	DialKeyFile      string
 	NarDir           string // empty: the SQLite data directory, or ./gradient-data
 	HeartbeatTimeout time.Duration
+	PollInterval     time.Duration // 0: no branch polling
 	MaxConnections   int
 	LogLevel         slog.Level
 	LogFormat        string
@@ -44,13 +45,14 @@ var (
 	dialKeySetting   = newSetting("dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the tokens of workers the server dials; without it, registrations with a URL are refused")
 	narDirSetting    = newSetting("nar-dir", "GRADIENT_NAR_DIR", "", "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data")
 	heartbeatSetting = newSetting("heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables")
+	pollSetting      = newSetting("poll-interval", "GRADIENT_POLL_INTERVAL", "60s", "poll each project's branch this often, starting an evaluation for a new head; 0 disables")
 	maxConnSetting   = newSetting("max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once")
 	logLevelSetting  = newSetting("log-level", "GRADIENT_LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormatSetting = newSetting("log-format", "GRADIENT_LOG_FORMAT", "text", "text or json")
 )
 
 var allSettings = []setting{listenSetting, databaseSetting, tokenSetting, tokenFileSetting,
-	dialKeySetting, narDirSetting, heartbeatSetting, maxConnSetting, logLevelSetting, logFormatSetting}
+	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, maxConnSetting, logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-server [flags]
 
@@ -87,6 +89,9 @@ func buildOptions(vals *envflag.Values, getenv func(string) string) (options, er
 	}
 	if opts.HeartbeatTimeout, err = parseSeconds(value(heartbeatSetting)); err != nil {
 		return options{}, fmt.Errorf("--%s: %w", heartbeatSetting.Flag, err)
+	}
+	if opts.PollInterval, err = parseSeconds(value(pollSetting)); err != nil {
+		return options{}, fmt.Errorf("--%s: %w", pollSetting.Flag, err)
 	}
 	if opts.MaxConnections, err = strconv.Atoi(value(maxConnSetting)); err != nil || opts.MaxConnections < 1 {
 		return options{}, fmt.Errorf("--%s %q: want a positive number", maxConnSetting.Flag, value(maxConnSetting))

@@ -23,7 +23,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{Listen: "127.0.0.1:3000", Database: "./gradient-data", HeartbeatTimeout: 120 * time.Second,
-		MaxConnections: 256, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		PollInterval: time.Minute, MaxConnections: 256, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -34,18 +34,19 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		"GRADIENT_LISTEN": "0.0.0.0:4000", "GRADIENT_DATABASE": "postgres://db/gradient",
 		"GRADIENT_HEARTBEAT_TIMEOUT": "30", "GRADIENT_MAX_CONNECTIONS": "10",
 		"GRADIENT_LOG_LEVEL": "debug", "GRADIENT_LOG_FORMAT": "json", "GRADIENT_ADMIN_TOKEN": "from-env",
+		"GRADIENT_POLL_INTERVAL": "5m",
 	})
 	opts, err := parseOptions(nil, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := options{Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
-		HeartbeatTimeout: 30 * time.Second, MaxConnections: 10, LogLevel: slog.LevelDebug, LogFormat: "json"}
+		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, MaxConnections: 10, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if opts != want {
 		t.Errorf("environment: got %+v, want %+v", opts, want)
 	}
 	opts, err = parseOptions([]string{"--listen", "127.0.0.1:5000", "--database=/data", "--heartbeat-timeout", "0",
-		"--max-connections", "3", "--log-level", "warn", "--log-format", "text", "--admin-token", "from-flag"}, env, io.Discard)
+		"--max-connections", "3", "--log-level", "warn", "--log-format", "text", "--admin-token", "from-flag", "--poll-interval", "0"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		AdminTokenHash:   adminHash,
 		DialKey:          dialKey,
 		Logger:           log,
+		PollInterval:     opts.PollInterval,
 	})
 
 	ln, err := net.Listen("tcp", opts.Listen)

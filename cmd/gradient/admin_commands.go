@@ -91,7 +91,7 @@ var adminCommands = map[string]adminCommand{
 
 // isAdminGroup reports whether word starts an admin command.
 func isAdminGroup(word string) bool {
-	return slices.Contains([]string{"team", "project", "cache", "worker", "server"}, word)
+	return slices.Contains([]string{"team", "project", "cache", "worker", "server", "eval", "build"}, word)
 }
 
 // adminCmd is the state one admin command runs with.

@@ -1,7 +1,7 @@
 // Command gradient is the Gradient operator tool: admin commands that talk
 // to gradient-server's admin API (teams, projects, caches, worker
-// registrations), the protocol debugger (`gradient wire ...`) and a
-// placeholder for the end-to-end demo (`gradient up`).
+// registrations), the protocol debugger (`gradient wire ...`) and the
+// quick start (`gradient up`, up.go).
 package main
 
 import (
@@ -23,7 +23,8 @@ import (
 const usage = `Usage: gradient [--server URL] [--token TOKEN] <command> [arguments]
 
 Commands:
-  up                       run the end-to-end demo (not built yet)
+  up [FLAKE]               run a server and local workers, build FLAKE
+                           (default: the example flake); see up -h
   wire decode --side client|server [--version N]
                            read hex frames from stdin, one per line;
                            print one JSON message per line
@@ -37,7 +38,7 @@ Commands:
 
 --version defaults to the newest supported protocol.
 
-` + adminUsage
+` + adminUsage + "\n" + evalUsage
 
 // Exit codes: 1 when some input line failed, 2 for a usage error.
 const (
@@ -70,7 +71,7 @@ func runWithEnv(args []string, getenv func(string) string, stdin io.Reader, stdo
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	case "team", "project", "cache", "worker", "server":
+	case "team", "project", "cache", "worker", "server", "eval", "build":
 		return runAdmin(context.Background(), adminSettings{}, args, getenv, stdout, stderr)
 	case "up":
 		return runUp(args[1:], stdout, stderr)
@@ -103,15 +104,6 @@ func runAdminWithLeadingFlags(args []string, getenv func(string) string, stdout,
 		return exitUsage
 	}
 	return runAdmin(context.Background(), settings, rest, getenv, stdout, stderr)
-}
-
-func runUp(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("up", stderr)
-	if code, ok := parse(fs, args); !ok {
-		return code
-	}
-	fmt.Fprintf(stdout, "gradient up: the end-to-end demo is not built yet; this build speaks protocol %s\n", wire.Supported)
-	return exitOK
 }
 
 func runWire(args []string, stdin io.Reader, stdout, stderr io.Writer) int {

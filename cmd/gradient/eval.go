@@ -1,0 +1,438 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Evaluations and builds: gradient eval … and gradient build …, thin
+// clients of the admin API's evaluation endpoints (server/admin_evaluations.go).
+
+const evalUsage = `Evaluation commands (talk to gradient-server's admin API):
+  eval start PROJECT [--commit SHA] [--wait] [--wait-interval 2s]
+                                   evaluate a commit (default: the branch head);
+                                   --wait follows it and exits 1 unless it succeeds
+  eval list PROJECT [--limit 20]   newest first
+  eval show EVAL_ID                status and its builds (worker, outputs, failures)
+  eval log EVAL_ID                 the evaluation's (flake job's) log
+  eval cancel EVAL_ID              stop it; workers running its jobs get AbortJob
+  build show BUILD_ID
+  build log BUILD_ID
+
+They take the admin commands' --server, --token, --token-file and --json.
+`
+
+func init() {
+	for name, cmd := range map[string]adminCommand{
+		"eval":        evalHelp,
+		"eval start":  evalStart,
+		"eval list":   evalList,
+		"eval show":   evalShow,
+		"eval log":    evalLog,
+		"eval cancel": evalCancel,
+		"build":       evalHelp,
+		"build show":  buildShow,
+		"build log":   buildLog,
+	} {
+		adminCommands[name] = cmd
+	}
+}
+
+// evalHelp answers "gradient eval" or "gradient build" without a known
+// subcommand.
+func evalHelp(c *adminCmd, args []string) int {
+	if len(args) == 0 || isHelp(args[0]) || args[0] == "help" {
+		fmt.Fprint(c.stdout, evalUsage)
+		return exitOK
+	}
+	fmt.Fprintf(c.stderr, "gradient: unknown command %q\n\n%s", c.name+" "+args[0], evalUsage)
+	return exitUsage
+}
+
+// The admin API's evaluation and build answers, as far as the CLI prints them.
+
+type evaluationInfo struct {
+	ID          string      `json:"id"`
+	ProjectID   string      `json:"project_id"`
+	Project     string      `json:"project"`
+	Repository  string      `json:"repository"`
+	Commit      string      `json:"commit"`
+	Wildcards   []string    `json:"wildcards"`
+	Status      string      `json:"status"`
+	Terminal    bool        `json:"terminal"`
+	Error       string      `json:"error"`
+	Attempts    int         `json:"attempts"`
+	CreatedAt   time.Time   `json:"created_at"`
+	StartedAt   time.Time   `json:"started_at"`
+	FinishedAt  time.Time   `json:"finished_at"`
+	DurationMS  int64       `json:"duration_ms"`
+	FlakeSource string      `json:"flake_source"`
+	Builds      []buildInfo `json:"builds"`
+}
+
+func (e evaluationInfo) project() string {
+	if e.Project != "" {
+		return e.Project
+	}
+	return e.ProjectID
+}
+
+type buildOutputInfo struct {
+	Name    string `json:"name"`
+	Path    string `json:"path"`
+	NarSize uint64 `json:"nar_size"`
+}
+
+type buildInfo struct {
+	ID           string            `json:"id"`
+	EvaluationID string            `json:"evaluation_id"`
+	Attr         string            `json:"attr"`
+	DrvPath      string            `json:"drv_path"`
+	Architecture string            `json:"architecture"`
+	Status       string            `json:"status"`
+	StatusText   string            `json:"status_text"`
+	DurationMS   int64             `json:"duration_ms"`
+	WorkerID     string            `json:"worker_id"`
+	Outputs      []buildOutputInfo `json:"outputs"`
+	FailureKind  string            `json:"failure_kind"`
+	Error        string            `json:"error"`
+	Attempts     int               `json:"attempts"`
+	CreatedAt    time.Time         `json:"created_at"`
+	StartedAt    time.Time         `json:"started_at"`
+	FinishedAt   time.Time         `json:"finished_at"`
+}
+
+// name is the build's attribute, or for a dependency its derivation's
+// name marked "(dep)".
+func (b buildInfo) name() string {
+	if b.Attr != "" {
+		return b.Attr
+	}
+	return "(dep) " + evalDrvName(b.DrvPath)
+}
+
+// outputPaths are the build's output paths, comma-separated.
+func (b buildInfo) outputPaths() string {
+	var paths []string
+	for _, o := range b.Outputs {
+		if o.Path != "" {
+			paths = append(paths, o.Path)
+		}
+	}
+	return listOrDash(paths)
+}
+
+// failure is "Kind: error" on one line, "" without a failure.
+func (b buildInfo) failure() string {
+	msg := evalOneLine(b.Error)
+	switch {
+	case b.FailureKind != "" && msg != "":
+		return b.FailureKind + ": " + msg
+	case b.FailureKind != "":
+		return b.FailureKind
+	}
+	return msg
+}
+
+func (b buildInfo) statusText() string {
+	if b.StatusText != "" {
+		return b.StatusText
+	}
+	return strings.ReplaceAll(b.Status, "_", " ")
+}
+
+func evaluationsPath(project string) string {
+	return "/api/v1/projects/" + seg(project) + "/evaluations"
+}
+
+func evalStart(c *adminCmd, args []string) int {
+	fs := c.flags()
+	commit := fs.String("commit", "", "full commit hash to evaluate (default: the head of the project's branch)")
+	wait := fs.Bool("wait", false, "follow the evaluation until it ends; exit 1 unless it succeeded")
+	interval := fs.Duration("wait-interval", 2*time.Second, "how often --wait asks the server")
+	pos, code, ok := c.parse(fs, args, "PROJECT")
+	if !ok {
+		return code
+	}
+	if *interval <= 0 {
+		fmt.Fprintf(c.stderr, "gradient %s: --wait-interval must be positive\n", c.name)
+		return exitUsage
+	}
+	body := map[string]any{}
+	if *commit != "" {
+		body["commit"] = *commit
+	}
+	var ev evaluationInfo
+	raw, ok := c.call("POST", evaluationsPath(pos[0]), body, &ev)
+	if !ok {
+		return exitFail
+	}
+	if !*wait {
+		if c.settings.json {
+			return c.printJSON(raw)
+		}
+		fmt.Fprintf(c.stdout, "Started evaluation %s of %s at %s\n", ev.ID, ev.project(), ev.Commit)
+		fmt.Fprintf(c.stdout, "Follow it: gradient eval show %s\n", ev.ID)
+		return exitOK
+	}
+	if !c.settings.json {
+		fmt.Fprintf(c.stdout, "Started evaluation %s of %s at %s\n", ev.ID, ev.project(), ev.Commit)
+	}
+	return c.waitEvaluation(ev.ID, ev.Status, *interval)
+}
+
+// waitEvaluation polls the evaluation until it ends, telling status
+// changes on stderr, then shows it; exit 1 unless it succeeded.
+func (c *adminCmd) waitEvaluation(id, status string, interval time.Duration) int {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			fmt.Fprintf(c.stderr, "gradient %s: %v\n", c.name, c.ctx.Err())
+			return exitFail
+		case <-t.C:
+		}
+		var ev evaluationInfo
+		raw, ok := c.call("GET", "/api/v1/evaluations/"+seg(id), nil, &ev)
+		if !ok {
+			return exitFail
+		}
+		if ev.Status != status {
+			status = ev.Status
+			fmt.Fprintf(c.stderr, "%s evaluation %s: %s\n", time.Now().Format("15:04:05"), id, status)
+		}
+		if !ev.Terminal {
+			continue
+		}
+		if c.settings.json {
+			c.printJSON(raw)
+		} else {
+			printEvaluation(c.stdout, ev)
+		}
+		if ev.Status != "succeeded" {
+			return exitFail
+		}
+		return exitOK
+	}
+}
+
+func evalList(c *adminCmd, args []string) int {
+	fs := c.flags()
+	limit := fs.Int("limit", 20, "show at most this many (up to 1000)")
+	pos, code, ok := c.parse(fs, args, "PROJECT")
+	if !ok {
+		return code
+	}
+	var evals []evaluationInfo
+	raw, ok := c.call("GET", evaluationsPath(pos[0])+"?limit="+url.QueryEscape(strconv.Itoa(*limit)), nil, &evals)
+	if !ok {
+		return exitFail
+	}
+	if c.settings.json {
+		return c.printJSON(raw)
+	}
+	rows := make([][]string, 0, len(evals))
+	for _, e := range evals {
+		rows = append(rows, []string{e.ID, e.Status, evalShortCommit(e.Commit), when(e.CreatedAt),
+			evalDuration(e.DurationMS, e.StartedAt), orDash(evalClip(evalOneLine(e.Error), 60))})
+	}
+	table(c.stdout, []string{"EVALUATION", "STATUS", "COMMIT", "CREATED", "DURATION", "ERROR"}, rows)
+	return exitOK
+}
+
+func evalShow(c *adminCmd, args []string) int {
+	pos, code, ok := c.parse(c.flags(), args, "EVAL_ID")
+	if !ok {
+		return code
+	}
+	var ev evaluationInfo
+	raw, ok := c.call("GET", "/api/v1/evaluations/"+seg(pos[0]), nil, &ev)
+	if !ok {
+		return exitFail
+	}
+	if c.settings.json {
+		return c.printJSON(raw)
+	}
+	printEvaluation(c.stdout, ev)
+	return exitOK
+}
+
+// printEvaluation shows an evaluation and a table of its builds.
+func printEvaluation(w io.Writer, ev evaluationInfo) {
+	fields(w,
+		"evaluation", ev.ID,
+		"project", ev.project(),
+		"repository", ev.Repository,
+		"commit", ev.Commit,
+		"wildcards", listOrDash(ev.Wildcards),
+		"status", ev.Status,
+		"created", when(ev.CreatedAt),
+		"started", when(ev.StartedAt),
+		"finished", when(ev.FinishedAt),
+		"duration", evalDuration(ev.DurationMS, ev.StartedAt),
+		"attempts", strconv.Itoa(ev.Attempts),
+		"error", orDash(evalOneLine(ev.Error)),
+		"builds", buildSummary(ev.Builds))
+	if len(ev.Builds) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	rows := make([][]string, 0, len(ev.Builds))
+	for _, b := range ev.Builds {
+		rows = append(rows, []string{b.ID, b.name(), b.statusText(), evalDuration(b.DurationMS, b.StartedAt),
+			orDash(b.WorkerID), b.outputPaths(), orDash(evalClip(b.failure(), 80))})
+	}
+	table(w, []string{"BUILD", "ATTR", "STATUS", "DURATION", "WORKER", "OUTPUT", "FAILURE"}, rows)
+}
+
+// buildSummary counts builds by status: "3 (2 succeeded, 1 failed)".
+func buildSummary(builds []buildInfo) string {
+	if len(builds) == 0 {
+		return "none"
+	}
+	var order []string
+	counts := map[string]int{}
+	for _, b := range builds {
+		s := b.statusText()
+		if counts[s] == 0 {
+			order = append(order, s)
+		}
+		counts[s]++
+	}
+	parts := make([]string, 0, len(order))
+	for _, s := range order {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+	}
+	return fmt.Sprintf("%d (%s)", len(builds), strings.Join(parts, ", "))
+}
+
+func evalCancel(c *adminCmd, args []string) int {
+	pos, code, ok := c.parse(c.flags(), args, "EVAL_ID")
+	if !ok {
+		return code
+	}
+	var ev evaluationInfo
+	raw, ok := c.call("POST", "/api/v1/evaluations/"+seg(pos[0])+"/cancel", nil, &ev)
+	if !ok {
+		return exitFail
+	}
+	if c.settings.json {
+		return c.printJSON(raw)
+	}
+	fmt.Fprintf(c.stdout, "Evaluation %s is %s\n", ev.ID, ev.Status)
+	return exitOK
+}
+
+func evalLog(c *adminCmd, args []string) int {
+	pos, code, ok := c.parse(c.flags(), args, "EVAL_ID")
+	if !ok {
+		return code
+	}
+	return c.copyLog("/api/v1/evaluations/" + seg(pos[0]) + "/log")
+}
+
+func buildShow(c *adminCmd, args []string) int {
+	pos, code, ok := c.parse(c.flags(), args, "BUILD_ID")
+	if !ok {
+		return code
+	}
+	var b buildInfo
+	raw, ok := c.call("GET", "/api/v1/builds/"+seg(pos[0]), nil, &b)
+	if !ok {
+		return exitFail
+	}
+	if c.settings.json {
+		return c.printJSON(raw)
+	}
+	outputs := make([]string, 0, len(b.Outputs))
+	for _, o := range b.Outputs {
+		outputs = append(outputs, o.Name+"="+orDash(o.Path))
+	}
+	fields(c.stdout,
+		"build", b.ID,
+		"evaluation", b.EvaluationID,
+		"attr", orDash(b.Attr),
+		"derivation", b.DrvPath,
+		"architecture", orDash(b.Architecture),
+		"status", b.statusText(),
+		"worker", orDash(b.WorkerID),
+		"attempts", strconv.Itoa(b.Attempts),
+		"created", when(b.CreatedAt),
+		"started", when(b.StartedAt),
+		"finished", when(b.FinishedAt),
+		"duration", evalDuration(b.DurationMS, b.StartedAt),
+		"outputs", listOrDash(outputs),
+		"failure kind", orDash(b.FailureKind),
+		"error", orDash(evalOneLine(b.Error)))
+	return exitOK
+}
+
+func buildLog(c *adminCmd, args []string) int {
+	pos, code, ok := c.parse(c.flags(), args, "BUILD_ID")
+	if !ok {
+		return code
+	}
+	return c.copyLog("/api/v1/builds/" + seg(pos[0]) + "/log")
+}
+
+// copyLog writes a text/plain log to stdout as it arrives.
+func (c *adminCmd) copyLog(path string) int {
+	if err := c.api.copyText(c.ctx, path, c.stdout); err != nil {
+		fmt.Fprintf(c.stderr, "gradient %s: %v\n", c.name, err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// evalDuration shows milliseconds as 400ms, 12.3s or 1m23s; "-" before
+// the start.
+func evalDuration(ms int64, started time.Time) string {
+	if started.IsZero() {
+		return "-"
+	}
+	d := time.Duration(max(ms, 0)) * time.Millisecond
+	switch {
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	}
+	return d.Round(time.Second).String()
+}
+
+func evalShortCommit(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return orDash(sha)
+}
+
+// evalDrvName is a derivation path without the store directory, hash and
+// .drv: /nix/store/abc…-hello-2.12.drv → hello-2.12.
+func evalDrvName(drv string) string {
+	base := strings.TrimSuffix(path.Base(drv), ".drv")
+	if _, name, ok := strings.Cut(base, "-"); ok && name != "" {
+		return name
+	}
+	return base
+}
+
+// evalOneLine joins the lines of a message so it fits a table cell.
+func evalOneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// evalClip shortens s to at most n runes, marking the cut.
+func evalClip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,524 @@
+package main
+
+// gradient up: the quick start. One process runs an embedded server
+// (SQLite and a NAR store in a data directory), the durable scheduler and
+// N local workers that connect to it over loopback through the real
+// protocol, evaluates one flake through fetch → eval → build, shows the
+// progress and prints a summary table.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"gradient.dev/gradient/metrics"
+	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/scheduler"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/worker/nixexec"
+)
+
+const upUsage = `Usage: gradient up [flags] [FLAKE]
+
+Runs a server, local workers and one evaluation of FLAKE (a local git
+directory or a git URL; default: the example flake shipped with Gradient),
+building packages.<system>.* and printing a summary. Exits 0 when every
+build succeeded.
+
+Flags:
+`
+
+// upOptions are the flags of gradient up.
+type upOptions struct {
+	flake   string
+	workers int
+	dataDir string
+	listen  string
+	store   string
+	serve   bool
+	timeout time.Duration
+	verbose bool
+	poll    time.Duration
+}
+
+// upTeam, upCache: the names gradient up gives what it creates.
+const (
+	upTeam  = "up"
+	upCache = "up"
+)
+
+func runUp(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runUpContext(ctx, args, stdout, stderr)
+}
+
+// parseUp parses flags and at most one FLAKE, which may come before or
+// after the flags.
+func parseUp(args []string, stderr io.Writer) (upOptions, int, bool) {
+	o := upOptions{poll: 500 * time.Millisecond}
+	fs := newFlagSet("up", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), upUsage)
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&o.workers, "workers", 2, "number of local workers")
+	fs.StringVar(&o.dataDir, "data-dir", "", "directory for the database, NARs and the example flake (default $XDG_DATA_HOME/gradient-up or ~/.local/share/gradient-up)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "address the server listens on")
+	fs.StringVar(&o.store, "store", "", "build in a chroot Nix store in this directory instead of the default store")
+	fs.BoolVar(&o.serve, "serve", false, "keep the server running afterwards and print the cache URL and public key")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
+	fs.BoolVar(&o.verbose, "verbose", false, "log the embedded server and workers at info level")
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return o, exitOK, false
+			}
+			return o, exitUsage, false
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	switch {
+	case len(positional) > 1:
+		fmt.Fprintf(stderr, "gradient up: one FLAKE at most, got %q\n", positional)
+		return o, exitUsage, false
+	case len(positional) == 1:
+		o.flake = positional[0]
+	}
+	if o.workers < 1 {
+		fmt.Fprintln(stderr, "gradient up: --workers must be at least 1")
+		return o, exitUsage, false
+	}
+	if o.timeout <= 0 {
+		fmt.Fprintln(stderr, "gradient up: --timeout must be positive")
+		return o, exitUsage, false
+	}
+	return o, exitOK, true
+}
+
+func upDefaultDataDir() (string, error) {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "gradient-up"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no --data-dir and no home directory: %w", err)
+	}
+	return filepath.Join(home, ".local", "share", "gradient-up"), nil
+}
+
+// upSyncWriter serializes the writes of the embedded components' loggers
+// and the progress lines.
+type upSyncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *upSyncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func runUpContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, code, ok := parseUp(args, stderr)
+	if !ok {
+		return code
+	}
+	errw := &upSyncWriter{w: stderr}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(errw, "gradient up: "+format+"\n", a...)
+		return exitFail
+	}
+	for _, tool := range []string{"nix", "nix-store", "git"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fail("%s is not installed; on Debian or Ubuntu: sudo apt-get install nix-bin git (scripts/up does it)", tool)
+		}
+	}
+	if o.dataDir == "" {
+		d, err := upDefaultDataDir()
+		if err != nil {
+			return fail("%v", err)
+		}
+		o.dataDir = d
+	}
+	dataDir, err := filepath.Abs(o.dataDir)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fail("data directory: %v", err)
+	}
+
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelInfo
+	}
+	logger := slog.New(upQuietLoopback{slog.NewTextHandler(errw, &slog.HandlerOptions{Level: level})})
+	// Components without a logger of their own (storage.Open) use the
+	// default; restore it, and the log package it redirects, afterwards.
+	prevDefault, prevOut, prevFlags := slog.Default(), log.Writer(), log.Flags()
+	slog.SetDefault(logger)
+	defer func() {
+		slog.SetDefault(prevDefault)
+		log.SetOutput(prevOut)
+		log.SetFlags(prevFlags)
+	}()
+
+	runCtx, cancelRun := context.WithTimeout(ctx, o.timeout)
+	defer cancelRun()
+
+	u := &upRun{opts: o, dataDir: dataDir, log: logger, stdout: stdout, stderr: errw, start: time.Now()}
+	defer u.close()
+	if err := u.setUp(runCtx); err != nil {
+		if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+			return fail("timed out after %s (--timeout) while starting: %v", o.timeout, err)
+		}
+		return fail("%v", err)
+	}
+	code = u.evaluate(runCtx)
+	if o.serve && ctx.Err() == nil {
+		u.serve(ctx)
+	}
+	return code
+}
+
+// upQuietLoopback drops the warning about dialing without TLS: the workers
+// of gradient up dial the server over loopback on purpose.
+type upQuietLoopback struct{ slog.Handler }
+
+func (q upQuietLoopback) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && r.Message == "dialing without TLS" {
+		return nil
+	}
+	return q.Handler.Handle(ctx, r)
+}
+
+func (q upQuietLoopback) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return upQuietLoopback{q.Handler.WithAttrs(attrs)}
+}
+
+func (q upQuietLoopback) WithGroup(name string) slog.Handler {
+	return upQuietLoopback{q.Handler.WithGroup(name)}
+}
+
+// upLevelFloor passes records at min or above.
+type upLevelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (l upLevelFloor) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= l.min && l.Handler.Enabled(ctx, level)
+}
+
+func (l upLevelFloor) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return upLevelFloor{l.Handler.WithAttrs(attrs), l.min}
+}
+
+func (l upLevelFloor) WithGroup(name string) slog.Handler {
+	return upLevelFloor{l.Handler.WithGroup(name), l.min}
+}
+
+// upRun is one gradient up: what it started, in the order close stops it.
+type upRun struct {
+	opts    upOptions
+	dataDir string
+	log     *slog.Logger
+	stdout  io.Writer
+	stderr  *upSyncWriter
+	start   time.Time
+
+	db      *storage.DB
+	sched   *scheduler.Scheduler
+	srv     *server.Server
+	httpSrv *http.Server
+	addr    string
+	cache   storage.Cache
+	project storage.Project
+	system  string
+
+	repoURL, commit string
+	workerNames     map[string]string // worker ID → worker-N
+
+	stopWorkers context.CancelFunc
+	workersDone sync.WaitGroup
+}
+
+func (u *upRun) progress(format string, a ...any) {
+	fmt.Fprintf(u.stderr, "[%6.1fs] %s\n", time.Since(u.start).Seconds(), fmt.Sprintf(format, a...))
+}
+
+func (u *upRun) setUp(ctx context.Context) error {
+	// The flake first: a bad FLAKE should fail before anything starts.
+	flakeLabel, err := u.resolveFlake(ctx)
+	if err != nil {
+		return err
+	}
+	u.progress("flake %s at commit %s", flakeLabel, upShortID(u.commit))
+
+	n, err := u.nix()
+	if err != nil {
+		return err
+	}
+	system, extra, err := n.System(ctx)
+	if err != nil {
+		return fmt.Errorf("asking nix for its system: %w", err)
+	}
+	u.system = system
+	features, err := n.SystemFeatures(ctx)
+	if err != nil {
+		return fmt.Errorf("asking nix for its system features: %w", err)
+	}
+
+	u.db, err = storage.Open(ctx, filepath.Join(u.dataDir, "db"))
+	if err != nil {
+		return err
+	}
+	nars, err := narstore.OpenLocal(filepath.Join(u.dataDir, "nars"), u.log)
+	if err != nil {
+		return err
+	}
+	if err := u.prepareDatabase(ctx, flakeLabel); err != nil {
+		return err
+	}
+
+	reg := metrics.NewRegistry()
+	u.sched = scheduler.New(u.db, scheduler.Config{Logger: u.log, Metrics: reg, Tick: time.Second})
+	if err := u.sched.Start(ctx); err != nil {
+		return fmt.Errorf("starting the scheduler: %w", err)
+	}
+	u.srv = server.New(u.db, server.Config{NarStore: nars, Jobs: u.sched, Metrics: reg, Logger: u.log})
+	ln, err := net.Listen("tcp", u.opts.listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", u.opts.listen, err)
+	}
+	u.addr = ln.Addr().String()
+	u.httpSrv = &http.Server{Handler: u.srv.Handler(), ErrorLog: slog.NewLogLogger(u.log.Handler(), slog.LevelWarn)}
+	go u.httpSrv.Serve(ln)
+	u.progress("server listening on http://%s (data in %s)", u.addr, u.dataDir)
+
+	return u.startWorkers(ctx, n, append([]string{system}, extra...), features)
+}
+
+// prepareDatabase makes the team, cache and project (reusing them from an
+// earlier run), cancels evaluations an interrupted run left open, and
+// drops old worker registrations.
+func (u *upRun) prepareDatabase(ctx context.Context, flakeLabel string) error {
+	team, err := u.db.TeamByName(ctx, upTeam)
+	if errors.Is(err, storage.ErrNotFound) {
+		team, err = u.db.CreateTeam(ctx, upTeam)
+	}
+	if err != nil {
+		return fmt.Errorf("team: %w", err)
+	}
+	u.cache, err = u.db.CacheByName(ctx, upCache)
+	if errors.Is(err, storage.ErrNotFound) {
+		u.cache, err = u.db.CreateCache(ctx, storage.NewCache{Name: upCache, Public: true})
+	}
+	if err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	name := upProjectName(flakeLabel)
+	u.project, err = u.db.ProjectByName(ctx, team.ID, name)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		u.project, err = u.db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: name, Repository: u.repoURL, Branch: "main"})
+	case err == nil && u.project.Repository != u.repoURL:
+		err = u.db.UpdateProjectSource(ctx, u.project.ID, u.repoURL, u.project.Branch)
+	}
+	if err != nil {
+		return fmt.Errorf("project: %w", err)
+	}
+	if _, err := u.db.SubscribeProject(ctx, u.project.ID, u.cache.ID); err != nil {
+		return fmt.Errorf("subscribing the project to the cache: %w", err)
+	}
+
+	projects, err := u.db.ListProjects(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range projects {
+		evals, err := u.db.ListEvaluations(ctx, p.ID, 1000)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evals {
+			if !ev.Status.Terminal() {
+				if _, err := u.db.CancelEvaluation(ctx, ev.ID); err != nil {
+					return fmt.Errorf("cancelling evaluation %s of an earlier run: %w", ev.ID, err)
+				}
+			}
+		}
+	}
+	peer := storage.Peer{Kind: storage.PeerProject, ID: u.project.ID}
+	regs, err := u.db.ListPeerRegistrations(ctx, peer)
+	if err != nil {
+		return err
+	}
+	for _, r := range regs {
+		if err := u.db.DeleteRegistration(ctx, peer, r.WorkerID); err != nil {
+			return fmt.Errorf("dropping an earlier run's worker: %w", err)
+		}
+	}
+	return nil
+}
+
+// nix is the Nix the workers run: the default store, or a chroot store
+// in --store configured to work offline without build users.
+func (u *upRun) nix() (*nix.Nix, error) {
+	nixDir := filepath.Join(u.dataDir, "nix")
+	// Nix's own failure warnings repeat what the summary says; --verbose
+	// shows them with the commands it runs.
+	nixLog := u.log
+	if !u.opts.verbose {
+		nixLog = slog.New(upLevelFloor{u.log.Handler(), slog.LevelError})
+	}
+	n := &nix.Nix{WorkDir: filepath.Join(nixDir, "work"), Logger: nixLog}
+	if err := os.MkdirAll(n.WorkDir, 0o700); err != nil {
+		return nil, err
+	}
+	n.Config = []string{
+		"experimental-features = nix-command flakes",
+		"flake-registry =", // offline: no global registry download
+	}
+	if u.opts.store == "" {
+		if os.Geteuid() == 0 {
+			if _, err := user.LookupGroup("nixbld"); err != nil {
+				n.Config = append(n.Config, "build-users-group =")
+			}
+		}
+		return n, nil
+	}
+	store, err := filepath.Abs(u.opts.store)
+	if err != nil {
+		return nil, err
+	}
+	n.Store = store
+	n.Config = append(n.Config,
+		"substituters =",
+		"sandbox = false",
+		"build-users-group =",
+		"sandbox-paths = /bin /lib /lib64 /usr",
+	)
+	for _, d := range []string{"etc", "home", "cache"} {
+		if err := os.MkdirAll(filepath.Join(nixDir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	n.Env = []string{
+		"NIX_CONF_DIR=" + filepath.Join(nixDir, "etc"),
+		"NIX_USER_CONF_FILES=",
+		"HOME=" + filepath.Join(nixDir, "home"),
+		"XDG_CACHE_HOME=" + filepath.Join(nixDir, "cache"),
+		"GIT_CONFIG_NOSYSTEM=1",
+	}
+	return n, nil
+}
+
+func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []string) error {
+	wctx, cancel := context.WithCancel(context.Background())
+	u.stopWorkers = cancel
+	u.workerNames = map[string]string{}
+	score := worker.CPUCoreScore()
+	url := "ws://" + u.addr + "/proto"
+	for i := 1; i <= u.opts.workers; i++ {
+		id := storage.NewID()
+		name := fmt.Sprintf("worker-%d", i)
+		_, token, err := u.db.CreateRegistration(ctx, storage.Peer{Kind: storage.PeerProject, ID: u.project.ID}, id, storage.DefaultWorkerSettings())
+		if err != nil {
+			return fmt.Errorf("registering %s: %w", name, err)
+		}
+		tmp := filepath.Join(u.dataDir, "tmp", name)
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			return err
+		}
+		wlog := u.log.With("worker", name)
+		w, err := worker.New(worker.Config{
+			ServerURL: url, WorkerID: id, Peers: u.project.ID + ":" + token,
+			Capabilities:   wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+			Architectures:  archs,
+			SystemFeatures: features,
+			CPUCoreScore:   score,
+			BackoffInitial: 100 * time.Millisecond, BackoffMax: 2 * time.Second,
+			Executor: &nixexec.Executor{Nix: n, TempDir: tmp, Logger: wlog},
+			TempDir:  tmp,
+			Logger:   wlog,
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		u.workerNames[id] = name
+		u.workersDone.Add(1)
+		go func() {
+			defer u.workersDone.Done()
+			if err := w.Run(wctx); err != nil && wctx.Err() == nil {
+				u.log.Error("worker stopped", "worker", name, "error", err)
+			}
+		}()
+	}
+	u.progress("started %d workers for %s", u.opts.workers, strings.Join(archs, ", "))
+	return nil
+}
+
+// serve keeps the server up until ctx ends (Ctrl-C).
+func (u *upRun) serve(ctx context.Context) {
+	cacheURL := "http://" + u.addr + "/cache/" + u.cache.Name
+	fmt.Fprintf(u.stdout, "\nserving the binary cache until interrupted (Ctrl-C):\n")
+	fmt.Fprintf(u.stdout, "  cache URL:  %s\n", cacheURL)
+	fmt.Fprintf(u.stdout, "  public key: %s\n", u.cache.PublicKey())
+	fmt.Fprintf(u.stdout, "  use it:     nix --extra-experimental-features nix-command copy --from '%s' --option trusted-public-keys '%s' OUTPUT-PATH\n", cacheURL, u.cache.PublicKey())
+	<-ctx.Done()
+	fmt.Fprintln(u.stderr, "gradient up: stopping")
+}
+
+// close stops what setUp started, workers first so their sessions end
+// cleanly.
+func (u *upRun) close() {
+	if u.stopWorkers != nil {
+		u.stopWorkers()
+		done := make(chan struct{})
+		go func() { u.workersDone.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			fmt.Fprintln(u.stderr, "gradient up: workers did not stop within 20s")
+		}
+	}
+	if u.srv != nil {
+		u.srv.Close()
+	}
+	if u.httpSrv != nil {
+		u.httpSrv.Close()
+	}
+	if u.sched != nil {
+		u.sched.Close()
+	}
+	if u.db != nil {
+		u.db.Close()
+	}
+}

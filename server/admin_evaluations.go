@@ -1,0 +1,323 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"gradient.dev/gradient/storage"
+)
+
+// Evaluations and builds in the admin API (mounted by routes in admin.go):
+//
+//	POST   /api/v1/projects/{project}/evaluations       {commit?} → 201 evaluation; without a
+//	                                                     commit, the head of the project's branch
+//	GET    /api/v1/projects/{project}/evaluations       ?limit=N (default 50, at most 1000), newest first
+//	GET    /api/v1/evaluations/{id}                     with its builds
+//	GET    /api/v1/evaluations/{id}/log                 the flake job's log, text/plain
+//	POST   /api/v1/evaluations/{id}/cancel              AbortJob to the workers running its jobs
+//	GET    /api/v1/builds/{id}
+//	GET    /api/v1/builds/{id}/log                      text/plain
+//
+// Starting and cancelling need a job loop that implements
+// EvaluationControl (503 otherwise). A branch head that cannot be read
+// is 502 (repository unreachable) or 400 (no such branch).
+
+const (
+	defaultEvaluationLimit = 50
+	maxEvaluationLimit     = 1000
+)
+
+// evaluationRoutes mounts the evaluation and build endpoints.
+func (a *adminAPI) evaluationRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /api/v1/projects/{project}/evaluations", a.startEvaluation)
+	mux.HandleFunc("GET /api/v1/projects/{project}/evaluations", a.listEvaluations)
+	mux.HandleFunc("GET /api/v1/evaluations/{id}", a.showEvaluation)
+	mux.HandleFunc("GET /api/v1/evaluations/{id}/log", a.evaluationLog)
+	mux.HandleFunc("POST /api/v1/evaluations/{id}/cancel", a.cancelEvaluation)
+	mux.HandleFunc("GET /api/v1/builds/{id}", a.showBuild)
+	mux.HandleFunc("GET /api/v1/builds/{id}/log", a.buildLog)
+}
+
+// evaluationView is an evaluation; Builds are filled by show only.
+type evaluationView struct {
+	ID         string    `json:"id"`
+	ProjectID  string    `json:"project_id"`
+	Project    string    `json:"project"` // TEAM/PROJECT
+	Repository string    `json:"repository"`
+	Commit     string    `json:"commit"`
+	Wildcards  []string  `json:"wildcards"`
+	Status     string    `json:"status"`
+	Terminal   bool      `json:"terminal"`
+	Error      string    `json:"error,omitempty"`
+	Attempts   int       `json:"attempts"`
+	CreatedAt  time.Time `json:"created_at"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// DurationMS is how long it ran (so far, while running); 0 before.
+	DurationMS  int64       `json:"duration_ms"`
+	FlakeSource string      `json:"flake_source,omitempty"`
+	Builds      []buildView `json:"builds,omitempty"`
+}
+
+func viewEvaluation(e storage.Evaluation, project string) evaluationView {
+	return evaluationView{
+		ID: e.ID, ProjectID: e.ProjectID, Project: project, Repository: e.RepositoryURL,
+		Commit: e.Commit, Wildcards: listOf(e.Wildcards), Status: string(e.Status), Terminal: e.Status.Terminal(),
+		Error: e.Error, Attempts: e.Attempts, CreatedAt: e.CreatedAt, StartedAt: e.StartedAt,
+		FinishedAt: e.FinishedAt, DurationMS: e.Duration().Milliseconds(), FlakeSource: e.FlakeSource,
+	}
+}
+
+// buildOutputView is an output of a build: the path the worker reported
+// once built, before that the path the derivation names ("" for a
+// content-addressed output not built yet).
+type buildOutputView struct {
+	Name    string `json:"name"`
+	Path    string `json:"path"`
+	NarSize uint64 `json:"nar_size,omitempty"`
+}
+
+type buildView struct {
+	ID           string `json:"id"`
+	EvaluationID string `json:"evaluation_id"`
+	Attr         string `json:"attr"` // "" for a dependency
+	DrvPath      string `json:"drv_path"`
+	Architecture string `json:"architecture"`
+	Status       string `json:"status"`
+	// StatusText is the status for people ("timed out", "dependency failed").
+	StatusText  string            `json:"status_text"`
+	DurationMS  int64             `json:"duration_ms"`
+	WorkerID    string            `json:"worker_id,omitempty"` // of the latest run
+	Outputs     []buildOutputView `json:"outputs"`
+	FailureKind string            `json:"failure_kind,omitempty"`
+	Error       string            `json:"error,omitempty"`
+	Attempts    int               `json:"attempts"`
+	CreatedAt   time.Time         `json:"created_at"`
+	StartedAt   time.Time         `json:"started_at,omitzero"`
+	FinishedAt  time.Time         `json:"finished_at,omitzero"`
+}
+
+func viewBuild(b storage.Build) buildView {
+	v := buildView{
+		ID: b.ID, EvaluationID: b.EvaluationID, Attr: b.Attr, DrvPath: b.DrvPath, Architecture: b.Architecture,
+		Status: string(b.Status), StatusText: b.StatusText(), DurationMS: b.Duration().Milliseconds(),
+		WorkerID: b.WorkerID, FailureKind: string(b.FailureKind), Error: b.Error, Attempts: b.Attempts,
+		CreatedAt: b.CreatedAt, StartedAt: b.StartedAt, FinishedAt: b.FinishedAt,
+		Outputs: []buildOutputView{},
+	}
+	built := make(map[string]storage.BuildOutputInfo, len(b.OutputInfo))
+	for _, o := range b.OutputInfo {
+		built[o.Name] = o
+	}
+	for _, o := range b.Outputs {
+		out := buildOutputView{Name: o.Name, Path: o.Path}
+		if info, ok := built[o.Name]; ok {
+			out.Path, out.NarSize = info.StorePath, info.NarSize
+			delete(built, o.Name)
+		}
+		v.Outputs = append(v.Outputs, out)
+	}
+	for _, info := range b.OutputInfo { // reported outputs the derivation did not name
+		if _, ok := built[info.Name]; ok {
+			v.Outputs = append(v.Outputs, buildOutputView{Name: info.Name, Path: info.StorePath, NarSize: info.NarSize})
+		}
+	}
+	return v
+}
+
+// control is the job loop's EvaluationControl; without one it answers 503.
+func (a *adminAPI) control(w http.ResponseWriter) (EvaluationControl, bool) {
+	ctl, ok := a.s.evaluationControl()
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, "no job loop: this server cannot start or cancel evaluations")
+	}
+	return ctl, ok
+}
+
+func (a *adminAPI) startEvaluation(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var in struct {
+		Commit string `json:"commit"`
+	}
+	// The body is optional: none starts the branch head.
+	body := bufio.NewReader(r.Body)
+	if _, err := body.Peek(1); err == nil {
+		r.Body = readCloser{body, r.Body}
+		if err := decodeBody(w, r, &in); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+	}
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	ctl, ok := a.control(w)
+	if !ok {
+		return
+	}
+	commit := strings.TrimSpace(in.Commit)
+	if commit != "" {
+		if !isCommitHash(commit) {
+			a.fail(w, r, invalidf("commit %q: give the full 40-character (or 64 for SHA-256) hex hash", commit))
+			return
+		}
+		commit = strings.ToLower(commit)
+	} else {
+		commit, err = lsRemote(ctx, p.Repository, p.Branch)
+		if err != nil {
+			status := http.StatusBadGateway
+			if errors.Is(err, errBranchMissing) {
+				status = http.StatusBadRequest
+			}
+			a.s.log.Warn("admin: cannot resolve the branch head", "project_id", p.ID, "branch", p.Branch, "error", err)
+			writeError(w, status, "cannot resolve the head of branch "+strconv.Quote(p.Branch)+
+				" (give a commit instead): "+err.Error())
+			return
+		}
+	}
+	ev, err := ctl.StartEvaluation(ctx, newEvaluationOf(p, commit))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	name := a.projectName(ctx, p)
+	a.s.log.Info("admin: evaluation started", "project", name, "commit", commit, "evaluation", ev.ID)
+	writeJSON(w, http.StatusCreated, viewEvaluation(ev, name))
+}
+
+// readCloser reads through a peeked buffer and closes the original body.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+func (a *adminAPI) listEvaluations(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	limit := defaultEvaluationLimit
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxEvaluationLimit {
+			a.fail(w, r, invalidf("limit %q: want a number from 1 to %d", s, maxEvaluationLimit))
+			return
+		}
+		limit = n
+	}
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	evals, err := a.s.db.ListEvaluations(ctx, p.ID, limit)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	name := a.projectName(ctx, p)
+	views := make([]evaluationView, 0, len(evals))
+	for _, e := range evals {
+		views = append(views, viewEvaluation(e, name))
+	}
+	writeJSON(w, http.StatusOK, views)
+}
+
+func (a *adminAPI) showEvaluation(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	e, err := a.s.db.Evaluation(ctx, r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	builds, err := a.s.db.EvaluationBuilds(ctx, e.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	v := viewEvaluation(e, a.projectNameByID(ctx, e.ProjectID))
+	v.Builds = make([]buildView, 0, len(builds))
+	for _, b := range builds {
+		v.Builds = append(v.Builds, viewBuild(b))
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (a *adminAPI) cancelEvaluation(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	e, err := a.s.db.Evaluation(ctx, r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	ctl, ok := a.control(w)
+	if !ok {
+		return
+	}
+	if err := ctl.CancelEvaluation(ctx, e.ID); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if e, err = a.s.db.Evaluation(ctx, e.ID); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.s.log.Info("admin: evaluation cancelled", "evaluation", e.ID, "status", e.Status)
+	writeJSON(w, http.StatusOK, viewEvaluation(e, a.projectNameByID(ctx, e.ProjectID)))
+}
+
+func (a *adminAPI) showBuild(w http.ResponseWriter, r *http.Request) {
+	b, err := a.s.db.Build(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewBuild(b))
+}
+
+func (a *adminAPI) buildLog(w http.ResponseWriter, r *http.Request) {
+	log, err := a.s.db.BuildLog(r.Context(), r.PathValue("id"))
+	a.writeLog(w, r, log, err)
+}
+
+func (a *adminAPI) evaluationLog(w http.ResponseWriter, r *http.Request) {
+	log, err := a.s.db.EvaluationLog(r.Context(), r.PathValue("id"))
+	a.writeLog(w, r, log, err)
+}
+
+// writeLog answers a job log as text/plain (errors stay JSON).
+func (a *adminAPI) writeLog(w http.ResponseWriter, r *http.Request, log []byte, err error) {
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(log)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(log)
+}
+
+// projectName is p as TEAM/PROJECT (its ID if the team cannot be read).
+func (a *adminAPI) projectName(ctx context.Context, p storage.Project) string {
+	t, err := a.s.db.Team(ctx, p.TeamID)
+	if err != nil {
+		return p.ID
+	}
+	return t.Name + "/" + p.Name
+}
+
+// projectNameByID is projectName of the project with id ("" if deleted).
+func (a *adminAPI) projectNameByID(ctx context.Context, id string) string {
+	p, err := a.s.db.Project(ctx, id)
+	if err != nil {
+		return ""
+	}
+	return a.projectName(ctx, p)
+}

@@ -1,0 +1,258 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gradient.dev/gradient/storage"
+)
+
+// text sends an authorized GET and returns status, Content-Type and body
+// (the log endpoints answer text/plain, which call refuses).
+func (e *adminEnv) text(path string) (int, string, string) {
+	e.t.Helper()
+	req, err := http.NewRequestWithContext(e.t.Context(), "GET", e.base+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(raw)
+}
+
+// runEvaluation plays a worker in storage: the flake job of evalID
+// reports a top-level build "hello" and a dependency "lib"; lib builds,
+// hello fails permanently after logging.
+func runEvaluation(t *testing.T, db *storage.DB, evalID, worker string) (hello, lib storage.Build) {
+	t.Helper()
+	ctx := t.Context()
+	jobs, err := db.PendingJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flake string
+	for _, j := range jobs {
+		if j.Kind == storage.JobFlake && j.EvaluationID == evalID {
+			flake = j.JobID
+		}
+	}
+	if flake == "" {
+		t.Fatalf("no flake job for %s", evalID)
+	}
+	a, err := db.ClaimJob(ctx, flake, worker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AppendJobLog(ctx, flake, []byte("evaluating packages.x86_64-linux.*\n")); err != nil {
+		t.Fatal(err)
+	}
+	drv := func(n string) string { return "/nix/store/" + strings.Repeat("a", 32) + "-" + n + ".drv" }
+	out := func(n string) string { return "/nix/store/" + strings.Repeat("b", 32) + "-" + n }
+	err = db.AddDiscoveredDerivations(ctx, evalID, []storage.DiscoveredBuild{
+		{Attr: "packages.x86_64-linux.hello", DrvPath: drv("hello"), Architecture: "x86_64-linux",
+			Outputs: []storage.BuildOutputPath{{Name: "out", Path: out("hello")}}, Dependencies: []string{drv("lib")}},
+		{DrvPath: drv("lib"), Architecture: "x86_64-linux", Outputs: []storage.BuildOutputPath{{Name: "out", Path: out("lib")}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, err := db.CompleteFlakeJob(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(ids []string) storage.PendingJob {
+		t.Helper()
+		jobs, err := db.PendingJobsByID(ctx, ids)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("ready jobs %v: %v", jobs, err)
+		}
+		return jobs[0]
+	}
+	libJob := step(ready)
+	a, err = db.ClaimJob(ctx, libJob.JobID, worker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ready, err = db.CompleteBuild(ctx, a, []storage.BuildOutputInfo{{Name: "out", StorePath: out("lib"), NarSize: 42}}); err != nil {
+		t.Fatal(err)
+	}
+	helloJob := step(ready)
+	if a, err = db.ClaimJob(ctx, helloJob.JobID, worker); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AppendJobLog(ctx, helloJob.JobID, []byte("building hello\nerror: boom\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.FailJob(ctx, a, storage.FailurePermanent, "builder failed with exit code 1", 3); err != nil {
+		t.Fatal(err)
+	}
+	if hello, err = db.Build(ctx, helloJob.BuildID); err != nil {
+		t.Fatal(err)
+	}
+	if lib, err = db.Build(ctx, libJob.BuildID); err != nil {
+		t.Fatal(err)
+	}
+	return hello, lib
+}
+
+func TestAdminEvaluations(t *testing.T) {
+	t.Parallel()
+	e, fake := newEvalEnv(t, Config{})
+	repo := newGitRepo(t)
+	head := repo.commit("first")
+	p := newProjectAt(t, e.db, "ops", "web", repo.dir, "main")
+	path := projectPath("ops/web") + "/evaluations"
+
+	// Without a commit (and without a body): the branch head.
+	var ev evaluationView
+	e.must(201, "POST", path, nil, &ev)
+	if ev.Commit != head || ev.Project != "ops/web" || ev.ProjectID != p.ID || ev.Status != "queued" ||
+		ev.Terminal || strings.Join(ev.Wildcards, ",") != "packages.x86_64-linux.*" || ev.Repository != repo.dir {
+		t.Fatalf("started %+v", ev)
+	}
+	if !strings.Contains(e.logs.String(), "admin: evaluation started") {
+		t.Fatal("no log line for the started evaluation")
+	}
+	// An empty JSON object is the same; a given commit is taken as is.
+	var byEmpty, byCommit evaluationView
+	e.must(201, "POST", path, map[string]any{}, &byEmpty)
+	other := strings.Repeat("AB", 20)
+	e.must(201, "POST", projectPath(p.ID)+"/evaluations", map[string]any{"commit": other}, &byCommit)
+	if byEmpty.Commit != head || byCommit.Commit != strings.ToLower(other) {
+		t.Fatalf("commits %s, %s", byEmpty.Commit, byCommit.Commit)
+	}
+	e.fails(400, "full 40-character", "POST", path, map[string]any{"commit": "abc123"})
+	e.fails(400, "unknown field", "POST", path, map[string]any{"sha": head})
+	e.fails(404, "does not exist", "POST", projectPath("ops/nope")+"/evaluations", nil)
+	if n := fake.startedCount(); n != 3 {
+		t.Fatalf("%d evaluations started, want 3", n)
+	}
+
+	// List: newest first, with a limit.
+	var list []evaluationView
+	e.must(200, "GET", path, nil, &list)
+	if len(list) != 3 || list[0].ID != byCommit.ID || list[2].ID != ev.ID {
+		t.Fatalf("list %+v", list)
+	}
+	e.must(200, "GET", path+"?limit=1", nil, &list)
+	if len(list) != 1 || list[0].ID != byCommit.ID {
+		t.Fatalf("limit=1: %+v", list)
+	}
+	e.fails(400, "limit", "GET", path+"?limit=0", nil)
+	e.fails(400, "limit", "GET", path+"?limit=x", nil)
+
+	// Show: the evaluation with its builds.
+	worker := storage.NewID()
+	hello, lib := runEvaluation(t, e.db, ev.ID, worker)
+	var shown evaluationView
+	e.must(200, "GET", "/api/v1/evaluations/"+ev.ID, nil, &shown)
+	if shown.Status != "failed" || !shown.Terminal || shown.FinishedAt.IsZero() || len(shown.Builds) != 2 {
+		t.Fatalf("shown %+v", shown)
+	}
+	hv, lv := shown.Builds[0], shown.Builds[1] // entry points first
+	if hv.ID != hello.ID || hv.Attr != "packages.x86_64-linux.hello" || hv.Status != "failed" ||
+		hv.StatusText != "failed" || hv.FailureKind != "Permanent" || hv.Error != "builder failed with exit code 1" ||
+		hv.WorkerID != worker || hv.DrvPath != hello.DrvPath || len(hv.Outputs) != 1 || hv.Outputs[0].Name != "out" {
+		t.Fatalf("hello build %+v", hv)
+	}
+	if lv.ID != lib.ID || lv.Attr != "" || lv.Status != "succeeded" || lv.FailureKind != "" ||
+		len(lv.Outputs) != 1 || lv.Outputs[0].Path != lib.OutputInfo[0].StorePath || lv.Outputs[0].NarSize != 42 {
+		t.Fatalf("lib build %+v", lv)
+	}
+	var bv buildView
+	e.must(200, "GET", "/api/v1/builds/"+hello.ID, nil, &bv)
+	if bv.ID != hello.ID || bv.EvaluationID != ev.ID || bv.FailureKind != "Permanent" {
+		t.Fatalf("build %+v", bv)
+	}
+
+	// Logs are text/plain; errors stay JSON.
+	status, ctype, body := e.text("/api/v1/builds/" + hello.ID + "/log")
+	if status != 200 || !strings.HasPrefix(ctype, "text/plain") || body != "building hello\nerror: boom\n" {
+		t.Fatalf("build log: %d %q %q", status, ctype, body)
+	}
+	status, _, body = e.text("/api/v1/builds/" + lib.ID + "/log")
+	if status != 200 || body != "" {
+		t.Fatalf("empty build log: %d %q", status, body)
+	}
+	status, _, body = e.text("/api/v1/evaluations/" + ev.ID + "/log")
+	if status != 200 || body != "evaluating packages.x86_64-linux.*\n" {
+		t.Fatalf("evaluation log: %d %q", status, body)
+	}
+	status, ctype, body = e.text("/api/v1/builds/" + storage.NewID() + "/log")
+	var eb errorBody
+	if status != 404 || ctype != "application/json" || json.Unmarshal([]byte(body), &eb) != nil || !strings.Contains(eb.Error, "build") {
+		t.Fatalf("unknown build log: %d %q %q", status, ctype, body)
+	}
+	e.fails(404, "not found", "GET", "/api/v1/builds/"+storage.NewID(), nil)
+	e.fails(400, "UUID", "GET", "/api/v1/builds/nope", nil)
+	e.fails(404, "not found", "GET", "/api/v1/evaluations/"+storage.NewID(), nil)
+	e.fails(400, "UUID", "GET", "/api/v1/evaluations/nope", nil)
+
+	// Cancel: a queued evaluation is cancelled (twice is fine); a finished
+	// one is a conflict.
+	var cancelled evaluationView
+	e.must(200, "POST", "/api/v1/evaluations/"+byEmpty.ID+"/cancel", nil, &cancelled)
+	if cancelled.Status != "cancelled" || !cancelled.Terminal || cancelled.Project != "ops/web" {
+		t.Fatalf("cancelled %+v", cancelled)
+	}
+	e.must(200, "POST", "/api/v1/evaluations/"+byEmpty.ID+"/cancel", nil, &cancelled)
+	e.fails(409, "has failed", "POST", "/api/v1/evaluations/"+ev.ID+"/cancel", nil)
+	e.fails(404, "not found", "POST", "/api/v1/evaluations/"+storage.NewID()+"/cancel", nil)
+	fake.mu.Lock()
+	if len(fake.cancelled) != 3 || fake.cancelled[0] != byEmpty.ID { // the unknown one never reaches it
+		t.Errorf("cancel calls %v", fake.cancelled)
+	}
+	fake.mu.Unlock()
+}
+
+func TestAdminEvaluationBranchHeadErrors(t *testing.T) {
+	t.Parallel()
+	e, fake := newEvalEnv(t, Config{})
+	repo := newGitRepo(t)
+	repo.commit("first")
+	newProjectAt(t, e.db, "ops", "nobranch", repo.dir, "release")
+	newProjectAt(t, e.db, "ops", "gone", filepath.Join(t.TempDir(), "gone.git"), "main")
+
+	e.fails(400, `cannot resolve the head of branch "release"`, "POST", projectPath("ops/nobranch")+"/evaluations", nil)
+	e.fails(502, `cannot resolve the head of branch "main"`, "POST", projectPath("ops/gone")+"/evaluations", nil)
+	// A commit needs no branch head.
+	e.must(201, "POST", projectPath("ops/gone")+"/evaluations", map[string]any{"commit": strings.Repeat("c", 40)}, nil)
+	if n := fake.startedCount(); n != 1 {
+		t.Fatalf("%d evaluations started, want 1", n)
+	}
+}
+
+func TestAdminEvaluationsWithoutJobLoop(t *testing.T) {
+	t.Parallel()
+	e := newAdminEnvWith(t, Config{AdminTokenHash: sha256Hex(testAdminToken)})
+	p := newProjectAt(t, e.db, "ops", "web", "https://example.invalid/web.git", "main")
+	ev, err := e.db.CreateEvaluation(t.Context(), newEvaluationOf(p, strings.Repeat("d", 40)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fails(503, "no job loop", "POST", projectPath("ops/web")+"/evaluations", map[string]any{"commit": strings.Repeat("d", 40)})
+	e.fails(503, "no job loop", "POST", "/api/v1/evaluations/"+ev.ID+"/cancel", nil)
+	// Reading needs no job loop.
+	var list []evaluationView
+	e.must(200, "GET", projectPath("ops/web")+"/evaluations", nil, &list)
+	if len(list) != 1 || list[0].ID != ev.ID {
+		t.Fatalf("list %+v", list)
+	}
+	var shown evaluationView
+	e.must(200, "GET", "/api/v1/evaluations/"+ev.ID, nil, &shown)
+	if shown.Status != "queued" || shown.Builds != nil {
+		t.Fatalf("shown %+v", shown)
+	}
+}

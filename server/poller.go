@@ -1,0 +1,279 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"gradient.dev/gradient/storage"
+)
+
+// The branch poller: every Config.PollInterval it asks each project's
+// repository for the head of the project's branch (git ls-remote) and
+// starts an evaluation when the head differs from the commit of the
+// project's latest evaluation (or the project has none). It needs a job
+// loop that implements EvaluationControl; failures to reach a repository
+// are logged at warn and retried on the next round, never fatal.
+
+// EvaluationControl starts and cancels evaluations. The scheduler
+// implements it besides JobLoop; the admin API and the branch poller use
+// it through Config.Jobs, so the server does not import the scheduler.
+type EvaluationControl interface {
+	// StartEvaluation queues an evaluation (and its flake job).
+	StartEvaluation(ctx context.Context, in storage.NewEvaluation) (storage.Evaluation, error)
+	// CancelEvaluation cancels an evaluation and sends AbortJob to the
+	// workers running its jobs. A finished evaluation is ErrConflict.
+	CancelEvaluation(ctx context.Context, evalID string) error
+}
+
+// DefaultWildcards are the attributes a new evaluation builds when the
+// project does not choose its own (WORKER.md §6.2).
+var DefaultWildcards = []string{"packages.x86_64-linux.*"}
+
+// lsRemoteTimeout bounds one git ls-remote (below the CLI's 30 s request
+// timeout, since the API resolves a branch head while the client waits).
+const lsRemoteTimeout = 20 * time.Second
+
+// pollConcurrency is how many repositories one poll round asks at once.
+const pollConcurrency = 8
+
+// evaluationControl is the job loop's EvaluationControl, if it has one.
+func (s *Server) evaluationControl() (EvaluationControl, bool) {
+	ctl, ok := s.cfg.Jobs.(EvaluationControl)
+	return ctl, ok && ctl != nil
+}
+
+// startPoller starts the branch poller when Config.PollInterval is set.
+func (s *Server) startPoller() {
+	if s.cfg.PollInterval <= 0 {
+		return
+	}
+	if _, ok := s.evaluationControl(); !ok {
+		// A cache-only server (no job loop) has nothing to poll for.
+		level := slog.LevelInfo
+		if s.cfg.Jobs != nil {
+			level = slog.LevelWarn
+		}
+		s.log.Log(s.ctx, level, "branch polling disabled: the job loop cannot start evaluations", "poll_interval", s.cfg.PollInterval)
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.runPoller(s.ctx, s.cfg.PollInterval)
+	}()
+}
+
+// runPoller polls at once, then every interval until ctx ends. A round
+// that outlasts the interval delays the next one (ticks are dropped).
+func (s *Server) runPoller(ctx context.Context, interval time.Duration) {
+	s.log.Info("branch poller started", "interval", interval)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		s.pollBranches(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pollBranches runs one poll round over every project and returns the
+// evaluations it started.
+func (s *Server) pollBranches(ctx context.Context) []storage.Evaluation {
+	ctl, ok := s.evaluationControl()
+	if !ok {
+		return nil
+	}
+	projects, err := s.db.ListProjects(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("branch poll: listing projects failed", "error", err)
+		}
+		return nil
+	}
+	names := s.projectNames(ctx, projects)
+	var (
+		mu      sync.Mutex
+		started []storage.Evaluation
+		wg      sync.WaitGroup
+		slots   = make(chan struct{}, pollConcurrency)
+	)
+	for _, p := range projects {
+		if p.Repository == "" || p.Branch == "" {
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return started
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if ev, ok := s.pollProject(ctx, ctl, p, names[p.ID]); ok {
+				mu.Lock()
+				started = append(started, ev)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return started
+}
+
+// pollProject starts an evaluation of p's branch head if it is new.
+func (s *Server) pollProject(ctx context.Context, ctl EvaluationControl, p storage.Project, name string) (storage.Evaluation, bool) {
+	head, err := lsRemote(ctx, p.Repository, p.Branch)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("branch poll: cannot read the branch head", "project", name, "project_id", p.ID,
+				"repository", redactURL(p.Repository), "branch", p.Branch, "error", err)
+		}
+		return storage.Evaluation{}, false
+	}
+	latest, err := s.db.LatestEvaluation(ctx, p.ID)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn("branch poll: reading the latest evaluation failed", "project", name, "error", err)
+		}
+		return storage.Evaluation{}, false
+	case strings.EqualFold(latest.Commit, head):
+		return storage.Evaluation{}, false
+	}
+	ev, err := ctl.StartEvaluation(ctx, newEvaluationOf(p, head))
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("branch poll: starting an evaluation failed", "project", name, "commit", head, "error", err)
+		}
+		return storage.Evaluation{}, false
+	}
+	s.log.Info("branch poll: evaluation started", "project", name, "branch", p.Branch,
+		"commit", head, "evaluation", ev.ID)
+	return ev, true
+}
+
+// projectNames maps project IDs to TEAM/PROJECT for log lines (the ID
+// when the teams cannot be read).
+func (s *Server) projectNames(ctx context.Context, projects []storage.Project) map[string]string {
+	teams := map[string]string{}
+	if list, err := s.db.ListTeams(ctx); err == nil {
+		for _, t := range list {
+			teams[t.ID] = t.Name
+		}
+	}
+	names := make(map[string]string, len(projects))
+	for _, p := range projects {
+		if team, ok := teams[p.TeamID]; ok {
+			names[p.ID] = team + "/" + p.Name
+		} else {
+			names[p.ID] = p.ID
+		}
+	}
+	return names
+}
+
+// newEvaluationOf is the evaluation of p at commit, with the project's
+// wildcards (the default ones: projects do not store their own yet).
+func newEvaluationOf(p storage.Project, commit string) storage.NewEvaluation {
+	return storage.NewEvaluation{
+		ProjectID: p.ID, RepositoryURL: p.Repository, Commit: commit,
+		Wildcards: append([]string(nil), DefaultWildcards...),
+	}
+}
+
+// errBranchMissing: the repository answered but has no such branch.
+var errBranchMissing = errors.New("no such branch")
+
+// lsRemote returns the commit at the head of branch in repository, with
+// `git ls-remote` (bounded by lsRemoteTimeout, never prompting for
+// credentials). A repository without the branch is errBranchMissing.
+func lsRemote(ctx context.Context, repository, branch string) (string, error) {
+	remote := gitRemote(repository)
+	if remote == "" || strings.HasPrefix(remote, "-") {
+		return "", fmt.Errorf("repository %q is not a git URL", redactURL(repository))
+	}
+	if branch == "" || strings.HasPrefix(branch, "-") || strings.ContainsAny(branch, " \t\n*?[\\") {
+		return "", fmt.Errorf("branch %q is not a valid branch name", branch)
+	}
+	ref := "refs/heads/" + branch
+	ctx, cancel := context.WithTimeout(ctx, lsRemoteTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", "ls-remote", remote, ref)
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GCM_INTERACTIVE=never")
+	if os.Getenv("GIT_SSH_COMMAND") == "" {
+		cmd.Env = append(cmd.Env, "GIT_SSH_COMMAND=ssh -o BatchMode=yes")
+	}
+	cmd.WaitDelay = time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("git ls-remote %s: no answer within %s", redactURL(repository), lsRemoteTimeout)
+		}
+		msg := strings.TrimSpace(stderr.String())
+		msg = strings.ReplaceAll(msg, remote, redactURL(remote))
+		if len(msg) > 500 {
+			msg = msg[:500] + "…"
+		}
+		if msg == "" {
+			msg = err.Error()
+		}
+		return "", fmt.Errorf("git ls-remote %s: %s", redactURL(repository), msg)
+	}
+	for line := range strings.Lines(stdout.String()) {
+		sha, name, ok := strings.Cut(strings.TrimSpace(line), "\t")
+		if ok && name == ref && isCommitHash(sha) {
+			return strings.ToLower(sha), nil
+		}
+	}
+	return "", fmt.Errorf("%w %q in %s", errBranchMissing, branch, redactURL(repository))
+}
+
+// gitRemote turns a flake-style URL (git+https://…) into what git takes.
+func gitRemote(repository string) string {
+	r := strings.TrimSpace(repository)
+	return strings.TrimPrefix(r, "git+")
+}
+
+// redactURL hides credentials in a repository URL for messages and logs:
+// a password, and over HTTP(S) the user too (often a token).
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	switch strings.TrimPrefix(u.Scheme, "git+") {
+	case "http", "https":
+		u.User = url.User("xxxxx")
+		return u.String()
+	}
+	return u.Redacted()
+}
+
+// isCommitHash: a full SHA-1 or SHA-256 commit hash in hex.
+func isCommitHash(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
