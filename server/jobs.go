@@ -60,9 +60,10 @@ func newLiveWorker(conn *workerConn, version uint16, send func(wire.ServerMessag
 }
 
 // NewTestLiveWorker makes a LiveWorker without a connection, for job
-// loops' unit tests: it sends through send and has the given state.
-func NewTestLiveWorker(workerID string, projects []string, caps wire.GradientCapabilities, send func(wire.ServerMessage) error) *LiveWorker {
-	conn := &workerConn{workerID: workerID, capabilities: caps, grant: Grant{Projects: projects}}
+// loops' unit tests: it sends through send and has the given state
+// (host may be nil: no WorkerCapabilities sent).
+func NewTestLiveWorker(workerID string, projects []string, caps wire.GradientCapabilities, host *wire.WorkerCapabilities, send func(wire.ServerMessage) error) *LiveWorker {
+	conn := &workerConn{workerID: workerID, capabilities: caps, grant: Grant{Projects: projects}, workerCaps: host}
 	return newLiveWorker(conn, wire.NewestVersion, send)
 }
 

@@ -37,8 +37,12 @@ type Config struct {
 	DefaultMaxSilentSecs uint64
 	// Tick is how often the queue is re-read from the database and idle
 	// workers are served again (5 s).
-	Tick   time.Duration
-	Logger *slog.Logger
+	Tick time.Duration
+	// RetryBackoff delays the retry of a job that failed with a retryable
+	// kind, doubling with each counted attempt (build.retryBackoffSecs,
+	// 30 s). Negative retries at once.
+	RetryBackoff time.Duration
+	Logger       *slog.Logger
 	// Metrics receives the job loop's series (normally the server's
 	// registry, Server.Metrics); nil keeps them private.
 	Metrics *metrics.Registry
@@ -56,6 +60,9 @@ func (c *Config) defaults() {
 	}
 	if c.Tick <= 0 {
 		c.Tick = 5 * time.Second
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -445,8 +452,9 @@ func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) *storage.Pendi
 		s.sorted = true
 	}
 	e := newEligibility(w)
+	now := time.Now()
 	for i, job := range s.queue {
-		if !e.may(job, kind) {
+		if !e.may(job, kind) || s.backingOff(job, now) {
 			continue
 		}
 		s.queue = slices.Delete(s.queue, i, i+1)
@@ -456,6 +464,15 @@ func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) *storage.Pendi
 		return job
 	}
 	return nil
+}
+
+// backingOff: job failed before and waits before its retry.
+func (s *Scheduler) backingOff(job *storage.PendingJob, now time.Time) bool {
+	if job.Attempts == 0 || s.cfg.RetryBackoff < 0 {
+		return false
+	}
+	wait := s.cfg.RetryBackoff << min(job.Attempts-1, 10)
+	return now.Sub(job.ReadyAt) < wait
 }
 
 // assignJob is the AssignJob of a claimed job.

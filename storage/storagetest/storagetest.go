@@ -41,3 +41,7 @@ func SQLiteURL(t *testing.T) string { return testdb.SQLiteURL(t) }
 // Main runs the tests and drops this run's PostgreSQL database afterwards;
 // call it from TestMain.
 func Main(m *testing.M) int { return testdb.Main(m) }
+
+// PostgresURL is a new, empty PostgreSQL schema for the test, dropped
+// when it ends; other processes (a server under test) may open it too.
+func PostgresURL(t *testing.T) string { return testdb.PostgresURL(t) }

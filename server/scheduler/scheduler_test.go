@@ -1,0 +1,304 @@
+package scheduler_test
+
+import (
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/scheduler"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/storagetest"
+	"gradient.dev/gradient/wire"
+)
+
+// Unit tests of the job loop with protocol-level test workers (no
+// sockets, no Nix) over a real database.
+
+type loopEnv struct {
+	t       *testing.T
+	db      *storage.DB
+	sched   *scheduler.Scheduler
+	project string
+}
+
+func newLoopEnv(t *testing.T, dbURL string, cfg scheduler.Config) *loopEnv {
+	t.Helper()
+	ctx := t.Context()
+	db, err := storage.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	team, err := db.CreateTeam(ctx, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := db.CreateCache(ctx, storage.NewCache{Name: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: "p", Repository: "https://example.invalid/p.git", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SubscribeProject(ctx, project.ID, cache.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = time.Hour // passes only when a test asks
+	}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	sched := scheduler.New(db, cfg)
+	if err := sched.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sched.Close)
+	return &loopEnv{t: t, db: db, sched: sched, project: project.ID}
+}
+
+// testWorker is a session as the job loop sees it, with what it was sent.
+type testWorker struct {
+	env  *loopEnv
+	live *server.LiveWorker
+	sent chan wire.ServerMessage
+}
+
+var (
+	allCaps = wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}
+	x86     = &wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, SystemFeatures: []string{}}
+)
+
+func (e *loopEnv) worker(projects []string, caps wire.GradientCapabilities, host *wire.WorkerCapabilities) *testWorker {
+	w := &testWorker{env: e, sent: make(chan wire.ServerMessage, 4096)}
+	w.live = server.NewTestLiveWorker(storage.NewID(), projects, caps, host, func(m wire.ServerMessage) error {
+		w.sent <- m
+		return nil
+	})
+	e.sched.SessionStarted(w.live)
+	return w
+}
+
+func (w *testWorker) send(m wire.ClientMessage) { w.env.sched.HandleJobMessage(w.live, m) }
+
+// assigned is the next AssignJob sent to w, or nil if none is waiting.
+func (w *testWorker) assigned() *wire.AssignJob {
+	for {
+		select {
+		case m := <-w.sent:
+			if a, ok := m.(*wire.AssignJob); ok {
+				return a
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+func (w *testWorker) mustAssigned(what string) *wire.AssignJob {
+	w.env.t.Helper()
+	a := w.assigned()
+	if a == nil {
+		w.env.t.Fatalf("%s: no AssignJob", what)
+	}
+	return a
+}
+
+func drv(name string) string {
+	return "/nix/store/" + fmt.Sprintf("%032d", len(name)) + "-" + name + ".drv"
+}
+
+// evaluate runs an evaluation's flake job on a fetch/eval test worker
+// that reports derivations, so that their builds become runnable.
+func (e *loopEnv) evaluate(derivations ...wire.DiscoveredDerivation) storage.Evaluation {
+	e.t.Helper()
+	ev, err := e.sched.StartEvaluation(e.t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "https://example.invalid/p.git", Commit: "abc"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	evaluator := e.worker([]string{e.project}, wire.GradientCapabilities{Fetch: true, Eval: true}, nil)
+	evaluator.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	a := evaluator.mustAssigned("flake job")
+	evaluator.send(&wire.JobUpdate{JobID: a.JobID, AssignmentID: a.AssignmentID, Update: &wire.JobUpdateEvalResult{Derivations: derivations, Warnings: []string{}, Errors: []string{}}})
+	evaluator.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+	e.sched.SessionEnded(evaluator.live, "done")
+	return ev
+}
+
+func leaf(name string) wire.DiscoveredDerivation {
+	return wire.DiscoveredDerivation{Attr: "packages.x86_64-linux." + name, DrvPath: drv(name), Architecture: "x86_64-linux",
+		Outputs:      []wire.DerivationOutput{{Name: "out", Path: "/nix/store/" + fmt.Sprintf("%032d", len(name)+1) + "-" + name}},
+		Dependencies: []string{}, InputSources: []string{}, RequiredFeatures: []string{}}
+}
+
+func (e *loopEnv) build(evalID string) storage.Build {
+	e.t.Helper()
+	builds, err := e.db.EvaluationBuilds(e.t.Context(), evalID)
+	if err != nil || len(builds) != 1 {
+		e.t.Fatalf("builds %+v, %v", builds, err)
+	}
+	return builds[0]
+}
+
+func TestDispatchEligibility(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	kvm := leaf("kvm-test")
+	kvm.RequiredFeatures = []string{"kvm"}
+	e.evaluate(kvm)
+
+	refused := map[string]*testWorker{
+		"another architecture": e.worker([]string{e.project}, allCaps, &wire.WorkerCapabilities{Architectures: []string{"aarch64-linux"}, SystemFeatures: []string{"kvm"}}),
+		"missing feature":      e.worker([]string{e.project}, allCaps, x86),
+		"not authorized":       e.worker([]string{storage.NewID()}, allCaps, &wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, SystemFeatures: []string{"kvm"}}),
+		"no capabilities sent": e.worker([]string{e.project}, allCaps, nil),
+		"no build capability":  e.worker([]string{e.project}, wire.GradientCapabilities{Fetch: true, Eval: true}, &wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, SystemFeatures: []string{"kvm"}}),
+	}
+	for why, w := range refused {
+		w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+		if a := w.assigned(); a != nil {
+			t.Errorf("worker with %s got %s", why, a.JobID)
+		}
+	}
+	fit := e.worker([]string{e.project}, allCaps, &wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, SystemFeatures: []string{"kvm", "big-parallel"}})
+	fit.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	a := fit.mustAssigned("eligible worker")
+	spec := a.Job.(*wire.BuildJob).Builds[0]
+	if spec.DrvPath != kvm.DrvPath || spec.TimeoutSecs == nil || *spec.TimeoutSecs != 14400 || spec.MaxSilentSecs == nil || *spec.MaxSilentSecs != 3600 {
+		t.Errorf("BuildSpec %+v: want the drv with the default limits", spec)
+	}
+}
+
+func TestOwnLimitsAndZeroMeansNone(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	d := leaf("limited")
+	seven, zero := uint64(7), uint64(0)
+	d.TimeoutSecs, d.MaxSilentSecs = &seven, &zero
+	e.evaluate(d)
+	w := e.worker([]string{e.project}, allCaps, x86)
+	w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	spec := w.mustAssigned("build").Job.(*wire.BuildJob).Builds[0]
+	if spec.TimeoutSecs == nil || *spec.TimeoutSecs != 7 || spec.MaxSilentSecs != nil {
+		t.Errorf("limits %v/%v, want 7 and none", spec.TimeoutSecs, spec.MaxSilentSecs)
+	}
+}
+
+func TestDeclinedJobGoesToAnotherWorker(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	e.evaluate(leaf("one"))
+	first := e.worker([]string{e.project}, allCaps, x86)
+	first.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	a := first.mustAssigned("first worker")
+	second := e.worker([]string{e.project}, allCaps, x86)
+	second.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	if second.assigned() != nil {
+		t.Fatal("a claimed job was assigned twice")
+	}
+	reason := "at capacity (1/1)"
+	first.send(&wire.AssignJobResponse{JobID: a.JobID, Accepted: false, Reason: &reason})
+	b := second.mustAssigned("second worker after the decline")
+	if b.JobID != a.JobID || b.AssignmentID == a.AssignmentID {
+		t.Errorf("re-assignment %s/%s, want job %s under a fresh assignment", b.JobID, b.AssignmentID, a.JobID)
+	}
+}
+
+func TestReportsOfOtherSessionsAreDropped(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	ev := e.evaluate(leaf("one"))
+	owner := e.worker([]string{e.project}, allCaps, x86)
+	owner.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	a := owner.mustAssigned("owner")
+	intruder := e.worker([]string{e.project}, allCaps, x86)
+	intruder.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+	owner.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: "not-the-assignment"})
+	if b := e.build(ev.ID); b.Status != storage.BuildBuilding {
+		t.Fatalf("build %s after foreign reports, want still building", b.Status)
+	}
+	owner.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+	if b := e.build(ev.ID); b.Status != storage.BuildSucceeded {
+		t.Fatalf("build %s after the owner's report", b.Status)
+	}
+}
+
+func TestLostSessionRequeuesItsJobs(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	ev := e.evaluate(leaf("one"))
+	lost := e.worker([]string{e.project}, allCaps, x86)
+	lost.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	a := lost.mustAssigned("first worker")
+	idle := e.worker([]string{e.project}, allCaps, x86)
+	idle.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	e.sched.SessionEnded(lost.live, "connection lost")
+	b := idle.mustAssigned("idle worker after the loss")
+	if b.JobID != a.JobID {
+		t.Fatalf("got %s, want the lost job %s", b.JobID, a.JobID)
+	}
+	idle.send(&wire.JobCompleted{JobID: b.JobID, AssignmentID: b.AssignmentID})
+	if got := e.build(ev.ID); got.Status != storage.BuildSucceeded || got.Attempts != 1 {
+		t.Errorf("build %s after %d attempts; a lost worker's attempt must not count", got.Status, got.Attempts)
+	}
+}
+
+func TestTransientFailuresRetryWithBackoffThenFail(t *testing.T) {
+	fail := func(w *testWorker, a *wire.AssignJob) {
+		w.send(&wire.JobFailed{JobID: a.JobID, AssignmentID: a.AssignmentID, Kind: wire.FailureTransient, Error: "daemon went away", MissingPaths: []string{}})
+	}
+	t.Run("backoff holds the retry", func(t *testing.T) {
+		e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{RetryBackoff: time.Hour})
+		e.evaluate(leaf("flaky"))
+		w := e.worker([]string{e.project}, allCaps, x86)
+		w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+		fail(w, w.mustAssigned("first run"))
+		w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+		if a := w.assigned(); a != nil {
+			t.Fatalf("retried at once despite a one-hour backoff: %s", a.JobID)
+		}
+	})
+	t.Run("retried, then failed for good", func(t *testing.T) {
+		e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{RetryBackoff: -1, MaxAttempts: 3})
+		ev := e.evaluate(leaf("flaky"))
+		w := e.worker([]string{e.project}, allCaps, x86)
+		for run := 1; run <= 3; run++ {
+			w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+			fail(w, w.mustAssigned(fmt.Sprintf("run %d", run)))
+		}
+		w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+		if a := w.assigned(); a != nil {
+			t.Errorf("a fourth run after three transient failures")
+		}
+		if b := e.build(ev.ID); b.Status != storage.BuildFailed || b.FailureKind != storage.FailureTransient {
+			t.Errorf("build %s/%s, want failed (transient)", b.Status, b.FailureKind)
+		}
+	})
+}
+
+func TestJobListIsPaged(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	var drvs []wire.DiscoveredDerivation
+	for i := range 1500 {
+		d := leaf(fmt.Sprintf("d%d", i))
+		d.DrvPath = "/nix/store/" + fmt.Sprintf("%032d", i) + "-d.drv"
+		drvs = append(drvs, d)
+	}
+	e.evaluate(drvs...)
+	w := e.worker([]string{e.project}, allCaps, x86)
+	w.send(&wire.RequestJobList{})
+	var pages []*wire.JobListChunk
+	for len(w.sent) > 0 {
+		if c, ok := (<-w.sent).(*wire.JobListChunk); ok {
+			pages = append(pages, c)
+		}
+	}
+	if len(pages) != 2 || len(pages[0].Candidates) != 1000 || pages[0].IsFinal || len(pages[1].Candidates) != 500 || !pages[1].IsFinal {
+		t.Fatalf("pages: %d", len(pages))
+	}
+	if c := pages[0].Candidates[0]; len(c.DrvPaths) != 1 || c.Requirement == nil || c.Requirement.Architecture != "x86_64-linux" {
+		t.Errorf("candidate %+v", c)
+	}
+	// A worker that may run nothing gets one empty, final page.
+	other := e.worker([]string{storage.NewID()}, allCaps, x86)
+	other.send(&wire.RequestJobList{})
+	if c, ok := (<-other.sent).(*wire.JobListChunk); !ok || len(c.Candidates) != 0 || !c.IsFinal {
+		t.Errorf("job list of an unauthorized worker: %+v", c)
+	}
+}
