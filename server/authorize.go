@@ -107,6 +107,18 @@ type Grant struct {
 	// Proxies whose pool the worker joined.
 	Proxies   []string
 	Abilities Abilities
+	// ProjectAbilities is what the worker may do per project (the
+	// registration's enable_fetch / enable_eval / enable_build, or its
+	// team's): a job of a project needs the abilities of that project.
+	ProjectAbilities map[string]Abilities
+}
+
+// allow records abilities for project.
+func (g *Grant) allow(project string, a Abilities) {
+	if g.ProjectAbilities == nil {
+		g.ProjectAbilities = map[string]Abilities{}
+	}
+	g.ProjectAbilities[project] = g.ProjectAbilities[project].union(a)
 }
 
 // Rejected reports whether the decision rejects the session.
@@ -187,6 +199,7 @@ func grant(rec *WorkerRecord, check func(peerID, hash string) (ok bool, reason s
 			}
 			g.Projects = append(g.Projects, reg.PeerID)
 			g.Abilities = g.Abilities.union(reg.Abilities)
+			g.allow(reg.PeerID, reg.Abilities)
 		case PeerCache:
 			g.Caches = append(g.Caches, reg.PeerID)
 		case PeerProxy:
@@ -204,6 +217,7 @@ func grant(rec *WorkerRecord, check func(peerID, hash string) (ok bool, reason s
 			for _, p := range team.Grants {
 				if p.HasCache && !slices.Contains(g.Projects, p.ProjectID) {
 					g.Projects = append(g.Projects, p.ProjectID)
+					g.allow(p.ProjectID, team.Abilities)
 					joined++
 				}
 			}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"maps"
 	"slices"
 	"sync/atomic"
 
@@ -61,9 +62,15 @@ func newLiveWorker(conn *workerConn, version uint16, send func(wire.ServerMessag
 
 // NewTestLiveWorker makes a LiveWorker without a connection, for job
 // loops' unit tests: it sends through send and has the given state
-// (host may be nil: no WorkerCapabilities sent).
-func NewTestLiveWorker(workerID string, projects []string, caps wire.GradientCapabilities, host *wire.WorkerCapabilities, send func(wire.ServerMessage) error) *LiveWorker {
-	conn := &workerConn{workerID: workerID, capabilities: caps, grant: Grant{Projects: projects}, workerCaps: host}
+// (projects: what each authorized project allows; host may be nil: no
+// WorkerCapabilities sent).
+func NewTestLiveWorker(workerID string, projects map[string]Abilities, caps wire.GradientCapabilities, host *wire.WorkerCapabilities, send func(wire.ServerMessage) error) *LiveWorker {
+	g := Grant{}
+	for p, a := range projects {
+		g.Projects = append(g.Projects, p)
+		g.allow(p, a)
+	}
+	conn := &workerConn{workerID: workerID, capabilities: caps, grant: g, workerCaps: host}
 	return newLiveWorker(conn, wire.NewestVersion, send)
 }
 
@@ -78,6 +85,14 @@ func (w *LiveWorker) Authorized(project string) bool {
 	w.conn.mu.Lock()
 	defer w.conn.mu.Unlock()
 	return slices.Contains(w.conn.grant.Projects, project)
+}
+
+// ProjectAbilities are what the worker may do for each authorized
+// project (the registration's enable_fetch / enable_eval / enable_build).
+func (w *LiveWorker) ProjectAbilities() map[string]Abilities {
+	w.conn.mu.Lock()
+	defer w.conn.mu.Unlock()
+	return maps.Clone(w.conn.grant.ProjectAbilities)
 }
 
 // Capabilities are the negotiated capabilities (fetch, eval, build).

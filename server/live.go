@@ -55,6 +55,9 @@ func (c *workerConn) merge(g Grant) {
 		}
 	}
 	c.grant.Abilities = c.grant.Abilities.union(g.Abilities)
+	for p, a := range g.ProjectAbilities {
+		c.grant.allow(p, a)
+	}
 }
 
 // liveSessions is one connection per worker ID (connection.txt: a second

@@ -11,7 +11,7 @@ import (
 // eligibility is a snapshot of what one worker may run (JOBS.md §6),
 // taken once per pick so the session's locks are not taken per job.
 type eligibility struct {
-	projects    []string
+	projects    map[string]server.Abilities // what each authorized project allows
 	caps        wire.GradientCapabilities
 	hasHostCaps bool
 	arches      []string
@@ -20,7 +20,7 @@ type eligibility struct {
 }
 
 func newEligibility(w *server.LiveWorker) eligibility {
-	e := eligibility{projects: w.Projects(), caps: w.Capabilities(), draining: w.Draining()}
+	e := eligibility{projects: w.ProjectAbilities(), caps: w.Capabilities(), draining: w.Draining()}
 	if hc := w.WorkerCapabilities(); hc != nil {
 		e.hasHostCaps = true
 		e.arches, e.features = hc.Architectures, hc.SystemFeatures
@@ -30,15 +30,17 @@ func newEligibility(w *server.LiveWorker) eligibility {
 
 // may reports whether the worker may take job as a job of kind.
 func (e eligibility) may(job *storage.PendingJob, kind wire.JobKind) bool {
-	if e.draining || !slices.Contains(e.projects, job.ProjectID) {
+	allowed, ok := e.projects[job.ProjectID]
+	if e.draining || !ok {
 		return false
 	}
 	switch job.Kind {
 	case storage.JobFlake:
-		// One job carries fetch and both evaluation steps.
-		return kind == wire.JobKindFlake && e.caps.Fetch && e.caps.Eval
+		// One job carries fetch and both evaluation steps: the session
+		// negotiated them and the project enables them for this worker.
+		return kind == wire.JobKindFlake && e.caps.Fetch && e.caps.Eval && allowed.Fetch && allowed.Eval
 	case storage.JobBuild:
-		if kind != wire.JobKindBuild || !e.caps.Build || !e.hasHostCaps {
+		if kind != wire.JobKindBuild || !e.caps.Build || !allowed.Build || !e.hasHostCaps {
 			return false
 		}
 		if job.Architecture != "builtin" && !slices.Contains(e.arches, job.Architecture) {

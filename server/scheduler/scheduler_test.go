@@ -70,7 +70,18 @@ var (
 	x86     = &wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, SystemFeatures: []string{}}
 )
 
+var everything = server.Abilities{Fetch: true, Eval: true, Build: true}
+
 func (e *loopEnv) worker(projects []string, caps wire.GradientCapabilities, host *wire.WorkerCapabilities) *testWorker {
+	allowed := map[string]server.Abilities{}
+	for _, p := range projects {
+		allowed[p] = everything
+	}
+	return e.workerWith(allowed, caps, host)
+}
+
+// workerWith is a worker whose projects allow only some abilities.
+func (e *loopEnv) workerWith(projects map[string]server.Abilities, caps wire.GradientCapabilities, host *wire.WorkerCapabilities) *testWorker {
 	w := &testWorker{env: e, sent: make(chan wire.ServerMessage, 4096)}
 	w.live = server.NewTestLiveWorker(storage.NewID(), projects, caps, host, func(m wire.ServerMessage) error {
 		w.sent <- m
@@ -167,6 +178,23 @@ func TestDispatchEligibility(t *testing.T) {
 	if spec.DrvPath != kvm.DrvPath || spec.TimeoutSecs == nil || *spec.TimeoutSecs != 14400 || spec.MaxSilentSecs == nil || *spec.MaxSilentSecs != 3600 {
 		t.Errorf("BuildSpec %+v: want the drv with the default limits", spec)
 	}
+}
+
+// A registration's enable_fetch / enable_eval / enable_build hold per
+// project, whatever the session negotiated for all of them.
+func TestProjectAbilities(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	if _, err := e.sched.StartEvaluation(t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "https://example.invalid/p.git", Commit: "abc"}); err != nil {
+		t.Fatal(err)
+	}
+	buildOnly := e.workerWith(map[string]server.Abilities{e.project: {Build: true}, storage.NewID(): everything}, allCaps, x86)
+	buildOnly.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	if a := buildOnly.assigned(); a != nil {
+		t.Fatalf("a worker the project allows only builds got its flake job %s", a.JobID)
+	}
+	evaluator := e.workerWith(map[string]server.Abilities{e.project: {Fetch: true, Eval: true}}, allCaps, x86)
+	evaluator.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	evaluator.mustAssigned("a worker the project allows to fetch and evaluate")
 }
 
 func TestOwnLimitsAndZeroMeansNone(t *testing.T) {
