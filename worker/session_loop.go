@@ -35,6 +35,9 @@ type liveSession struct {
 	log  *slog.Logger
 	// cache runs the jobs' cache queries, pulls and uploads on this session.
 	cache *CacheClient
+	// scoring feeds the scorer goroutine, which answers offers and list
+	// pages in order, off the dispatch goroutine (store checks run Nix).
+	scoring chan scoreTask
 
 	mu       sync.Mutex
 	jobs     map[string]*runningJob
@@ -46,7 +49,7 @@ type liveSession struct {
 func newLiveSession(w *Worker, sess *session.WorkerSession, auth *session.WorkerAuth) *liveSession {
 	cache := NewCacheClient(sess.Send)
 	cache.TempDir = w.cfg.TempDir
-	return &liveSession{w: w, sess: sess, auth: auth, jobs: map[string]*runningJob{}, cache: cache,
+	return &liveSession{w: w, sess: sess, auth: auth, jobs: map[string]*runningJob{}, cache: cache, scoring: make(chan scoreTask, 256),
 		log: w.log.With("session_version", sess.Version())}
 }
 
@@ -66,6 +69,7 @@ func (ls *liveSession) run(ctx context.Context) sessionEnd {
 		}
 	}()
 	go ls.heartbeat()
+	go ls.scorer()
 
 	// The reader's context is the session's own: cancelling it would close
 	// the socket before the stop sequence's reports went out.
@@ -171,6 +175,10 @@ func (ls *liveSession) dispatch(m wire.ServerMessage) {
 		ls.assign(m)
 	case *wire.AbortJob:
 		ls.abort(m)
+	case *wire.JobListChunk:
+		ls.scoring <- scoreTask{m.Candidates, m.IsFinal, false}
+	case *wire.JobOffer:
+		ls.scoring <- scoreTask{m.Candidates, true, true}
 	case *wire.ServerDraining:
 		ls.log.Info("server is draining: finishing running jobs, then reconnecting")
 		ls.markDrained()

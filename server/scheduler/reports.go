@@ -30,7 +30,7 @@ func (s *Scheduler) assignResponse(ctx context.Context, w *server.LiveWorker, m 
 		return
 	}
 	s.addPending(ctx, []string{m.JobID})
-	s.serveIdle()
+	s.dispatch([]string{m.JobID})
 }
 
 // forget drops a finished assignment from the running set.
@@ -133,7 +133,7 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 	s.m.finished.Inc("completed")
 	s.log.Info("job completed", "job", a.job.JobID, "what", describe(a.job), "worker", a.workerID, "newly_ready", len(ready))
 	s.addPending(ctx, ready)
-	s.serveIdle()
+	s.dispatch(ready)
 }
 
 // failed handles JobFailed by the kind's meaning (JOBS.md §10).
@@ -158,7 +158,7 @@ func (s *Scheduler) failed(ctx context.Context, a *assignment, m *wire.JobFailed
 		ready = append(ready, a.job.JobID)
 	}
 	s.addPending(ctx, ready)
-	s.serveIdle()
+	s.dispatch(ready)
 }
 
 func failureKind(k wire.BuildFailureKind) storage.FailureKind {

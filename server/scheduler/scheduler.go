@@ -103,6 +103,11 @@ type workerState struct {
 	// server keeps no queue of requests, only this flag (JOBS.md §5.2).
 	idle  [2]bool
 	ended bool
+	// scores are the worker's latest CandidateScores by job (JOBS.md §4;
+	// not persisted: rebuilt from RequestJobList after a reconnect).
+	scores map[string]wire.CandidateScore
+	// offered are the pending jobs already offered to this session.
+	offered map[string]bool
 }
 
 // assignment is a job handed to a session.
@@ -182,7 +187,7 @@ func (s *Scheduler) loop() {
 			}
 			continue
 		}
-		s.serveIdle()
+		s.dispatchAll()
 	}
 }
 
@@ -231,12 +236,27 @@ func (s *Scheduler) addPending(ctx context.Context, ids []string) {
 	}
 	s.m.pending.Set(float64(len(s.queue)))
 	s.mu.Unlock()
+	s.reoffer(ids)
+}
+
+// dispatch serves idle workers first, then offers the jobs of ids that
+// are left.
+func (s *Scheduler) dispatch(ids []string) {
+	s.serveIdle()
+	s.offer(ids, false)
+}
+
+// dispatchAll serves idle workers, then offers every pending job not
+// offered yet (after the queue was read again).
+func (s *Scheduler) dispatchAll() {
+	s.serveIdle()
+	s.offer(nil, true)
 }
 
 // SessionStarted implements server.JobLoop.
 func (s *Scheduler) SessionStarted(w *server.LiveWorker) {
 	s.mu.Lock()
-	s.sessions[w.Session] = &workerState{w: w}
+	s.sessions[w.Session] = &workerState{w: w, scores: map[string]wire.CandidateScore{}, offered: map[string]bool{}}
 	s.m.sessions.Set(float64(len(s.sessions)))
 	s.mu.Unlock()
 }
@@ -274,7 +294,7 @@ func (s *Scheduler) SessionEnded(w *server.LiveWorker, reason string) {
 	}
 	s.log.Info("worker lost: its jobs are queued again", "worker", w.WorkerID, "jobs", len(ids), "reason", reason)
 	s.addPending(ctx, ids)
-	s.serveIdle()
+	s.dispatch(ids)
 }
 
 // HandleJobMessage implements server.JobLoop.
@@ -289,7 +309,7 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 	case *wire.RequestJobList:
 		s.sendJobList(w)
 	case *wire.RequestJobChunk:
-		// Scores are optional (JOBS.md §17): dispatch is FIFO.
+		s.keepScores(w, m.Scores)
 	case *wire.AssignJobResponse:
 		s.assignResponse(ctx, w, m)
 	case *wire.JobUpdate:
@@ -453,18 +473,66 @@ func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) *storage.Pendi
 	}
 	e := newEligibility(w)
 	now := time.Now()
+	best, bestRank, seen := -1, 3, 0
 	for i, job := range s.queue {
 		if !e.may(job, kind) || s.backingOff(job, now) {
 			continue
 		}
-		s.queue = slices.Delete(s.queue, i, i+1)
-		delete(s.pending, job.JobID)
-		ws.idle[kind] = false
-		s.m.pending.Set(float64(len(s.queue)))
-		return job
+		if r := rank(ws.scores, job.JobID); r < bestRank {
+			best, bestRank = i, r
+		}
+		if seen++; bestRank == 0 || seen == scoreWindow {
+			break
+		}
 	}
-	return nil
+	if best < 0 {
+		return nil
+	}
+	job := s.queue[best]
+	s.queue = slices.Delete(s.queue, best, best+1)
+	delete(s.pending, job.JobID)
+	ws.idle[kind] = false
+	s.m.pending.Set(float64(len(s.queue)))
+	return job
 }
+
+// scoreWindow is how many of the oldest eligible jobs a pick compares by
+// the worker's scores: enough to prefer a job whose inputs the worker
+// holds, few enough to keep the queue's order.
+const scoreWindow = 32
+
+// rank orders jobs for one worker by its scores: outputs already present
+// (upload only), then nothing to download, then the rest (or unscored).
+func rank(scores map[string]wire.CandidateScore, jobID string) int {
+	sc, ok := scores[jobID]
+	switch {
+	case !ok:
+		return 2
+	case sc.OutputsPresent:
+		return 0
+	case sc.MissingCount == 0:
+		return 1
+	}
+	return 2
+}
+
+// keepScores records a worker's scores.
+func (s *Scheduler) keepScores(w *server.LiveWorker, scores []wire.CandidateScore) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ws := s.sessions[w.Session]
+	if ws == nil {
+		return
+	}
+	if len(ws.scores) > maxScoresPerSession {
+		clear(ws.scores) // stale entries of long-gone jobs
+	}
+	for _, sc := range scores {
+		ws.scores[sc.JobID] = sc
+	}
+}
+
+const maxScoresPerSession = 100_000
 
 // backingOff: job failed before and waits before its retry.
 func (s *Scheduler) backingOff(job *storage.PendingJob, now time.Time) bool {
@@ -546,7 +614,7 @@ func (s *Scheduler) StartEvaluation(ctx context.Context, in storage.NewEvaluatio
 	if err := s.reload(ctx); err != nil {
 		s.log.Warn("reading the job queue failed; the next pass picks the evaluation up", "error", err)
 	}
-	s.serveIdle()
+	s.dispatchAll()
 	return ev, nil
 }
 

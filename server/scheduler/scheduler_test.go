@@ -330,3 +330,44 @@ func TestJobListIsPaged(t *testing.T) {
 		t.Errorf("job list of an unauthorized worker: %+v", c)
 	}
 }
+
+// New jobs are offered to the workers that may run them, and a worker's
+// scores steer which job it gets: one whose outputs it already holds
+// goes first.
+func TestOffersAndScores(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	w := e.worker([]string{e.project}, allCaps, x86)
+	stranger := e.worker([]string{storage.NewID()}, allCaps, x86)
+	e.evaluate(leaf("one"), leaf("two"))
+
+	offered := map[string]wire.JobCandidate{}
+	for len(w.sent) > 0 {
+		if o, ok := (<-w.sent).(*wire.JobOffer); ok {
+			for _, c := range o.Candidates {
+				offered[c.JobID] = c
+			}
+		}
+	}
+	var one, two string
+	for id, c := range offered {
+		switch {
+		case len(c.DrvPaths) == 1 && c.DrvPaths[0] == drv("one"):
+			one = id
+		case len(c.DrvPaths) == 1 && c.DrvPaths[0] == drv("two"):
+			two = id
+		}
+	}
+	if one == "" || two == "" {
+		t.Fatalf("offers %+v: want both builds", offered)
+	}
+	for len(stranger.sent) > 0 {
+		if o, ok := (<-stranger.sent).(*wire.JobOffer); ok {
+			t.Fatalf("a worker of another project was offered %+v", o.Candidates)
+		}
+	}
+	w.send(&wire.RequestJobChunk{Scores: []wire.CandidateScore{{JobID: one, MissingCount: 3}, {JobID: two, OutputsPresent: true}}, IsFinal: true})
+	w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	if a := w.mustAssigned("scored worker"); a.JobID != two {
+		t.Errorf("assigned %s, want %s whose outputs the worker holds", a.JobID, two)
+	}
+}

@@ -44,7 +44,16 @@ type Executor struct {
 	Logger *slog.Logger
 }
 
-var _ worker.Executor = (*Executor)(nil)
+var (
+	_ worker.Executor    = (*Executor)(nil)
+	_ worker.PathChecker = (*Executor)(nil)
+)
+
+// ValidPaths implements worker.PathChecker: candidates are scored by what
+// the local store holds.
+func (e *Executor) ValidPaths(ctx context.Context, paths ...string) ([]string, error) {
+	return e.Nix.ValidPaths(ctx, paths...)
+}
 
 func (e *Executor) logger() *slog.Logger {
 	if e.Logger != nil {

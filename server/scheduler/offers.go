@@ -1,0 +1,81 @@
+package scheduler
+
+import (
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
+)
+
+// Offers (JOBS.md §3): new pending jobs are announced to every session
+// that may run them, once per session, so workers score them before they
+// ask. Idle workers do not wait for offers: they were served already.
+
+// offer offers each session those of the pending jobs ids (every pending
+// job when all is set) it may run and was not offered yet. The full pass
+// also forgets the offered marks of jobs no longer pending.
+func (s *Scheduler) offer(ids []string, all bool) {
+	if len(ids) == 0 && !all {
+		return
+	}
+	type offer struct {
+		w          *server.LiveWorker
+		candidates []wire.JobCandidate
+	}
+	var offers []offer
+	s.mu.Lock()
+	jobs := s.queue
+	if !all {
+		jobs = make([]*storage.PendingJob, 0, len(ids))
+		for _, id := range ids {
+			if j := s.pending[id]; j != nil {
+				jobs = append(jobs, j)
+			}
+		}
+	}
+	for _, ws := range s.sessions {
+		if ws.ended {
+			continue
+		}
+		if all {
+			for id := range ws.offered {
+				if s.pending[id] == nil {
+					delete(ws.offered, id)
+				}
+			}
+		}
+		e := newEligibility(ws.w)
+		var candidates []wire.JobCandidate
+		for _, job := range jobs {
+			if ws.offered[job.JobID] || !(e.may(job, wire.JobKindFlake) || e.may(job, wire.JobKindBuild)) {
+				continue
+			}
+			ws.offered[job.JobID] = true
+			candidates = append(candidates, candidate(job))
+		}
+		if len(candidates) > 0 {
+			offers = append(offers, offer{ws.w, candidates})
+		}
+	}
+	s.mu.Unlock()
+	for _, o := range offers {
+		for len(o.candidates) > 0 {
+			n := min(len(o.candidates), jobListPage)
+			if err := o.w.Send(&wire.JobOffer{Candidates: o.candidates[:n]}); err != nil {
+				break
+			}
+			o.candidates = o.candidates[n:]
+		}
+	}
+}
+
+// reoffer clears a job's offered marks, so a job back in the queue
+// (declined, lost, retried) is offered again.
+func (s *Scheduler) reoffer(jobIDs []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ws := range s.sessions {
+		for _, id := range jobIDs {
+			delete(ws.offered, id)
+		}
+	}
+}
