@@ -14,7 +14,7 @@ type testEngine struct {
 	engine Engine
 	// freshURL returns the URL of a new, empty database that is removed
 	// when the test ends.
-	freshURL func(t *testing.T) string
+	freshURL func(testing.TB) string
 }
 
 var testEngines = []testEngine{

@@ -21,7 +21,7 @@ func ForEachEngine(t *testing.T, fn func(t *testing.T, db *storage.DB)) {
 	t.Helper()
 	for _, e := range []struct {
 		name  string
-		fresh func(t *testing.T) string
+		fresh func(testing.TB) string
 	}{{"sqlite", testdb.SQLiteURL}, {"postgres", testdb.PostgresURL}} {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
@@ -36,7 +36,7 @@ func ForEachEngine(t *testing.T, fn func(t *testing.T, db *storage.DB)) {
 }
 
 // SQLiteURL is a new SQLite database in the test's temporary directory.
-func SQLiteURL(t *testing.T) string { return testdb.SQLiteURL(t) }
+func SQLiteURL(t testing.TB) string { return testdb.SQLiteURL(t) }
 
 // Main runs the tests and drops this run's PostgreSQL database afterwards;
 // call it from TestMain.
@@ -44,4 +44,4 @@ func Main(m *testing.M) int { return testdb.Main(m) }
 
 // PostgresURL is a new, empty PostgreSQL schema for the test, dropped
 // when it ends; other processes (a server under test) may open it too.
-func PostgresURL(t *testing.T) string { return testdb.PostgresURL(t) }
+func PostgresURL(tb testing.TB) string { return testdb.PostgresURL(tb) }

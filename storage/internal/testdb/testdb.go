@@ -28,7 +28,7 @@ import (
 const defaultPostgres = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // SQLiteURL is a new SQLite database in the test's temporary directory.
-func SQLiteURL(t *testing.T) string {
+func SQLiteURL(t testing.TB) string {
 	return "sqlite://" + filepath.Join(t.TempDir(), "gradient.db")
 }
 
@@ -91,19 +91,28 @@ func createDatabase() error {
 }
 
 // PostgresURL is a new, empty schema in this run's test database, dropped
-// when the test ends.
-func PostgresURL(t *testing.T) string {
-	t.Helper()
+// when the test ends. An unreachable server fails the test unless
+// GRADIENT_TEST_SKIP_POSTGRES=1.
+func PostgresURL(tb testing.TB) string {
+	return postgresSchema(tb, os.Getenv("GRADIENT_TEST_SKIP_POSTGRES") == "1")
+}
+
+// PostgresURLOrSkip is PostgresURL for benchmarks: an unreachable server
+// skips instead of failing.
+func PostgresURLOrSkip(tb testing.TB) string { return postgresSchema(tb, true) }
+
+func postgresSchema(tb testing.TB, skipIfDown bool) string {
+	tb.Helper()
 	run.once.Do(func() { run.err = createDatabase() })
 	if run.err != nil {
-		if os.Getenv("GRADIENT_TEST_SKIP_POSTGRES") == "1" {
-			t.Skipf("PostgreSQL unreachable and GRADIENT_TEST_SKIP_POSTGRES=1: %v", run.err)
+		if skipIfDown {
+			tb.Skipf("PostgreSQL unreachable: %v", run.err)
 		}
-		t.Fatalf("PostgreSQL is unavailable (start it, or set GRADIENT_TEST_SKIP_POSTGRES=1): %v", run.err)
+		tb.Fatalf("PostgreSQL is unavailable (start it, or set GRADIENT_TEST_SKIP_POSTGRES=1): %v", run.err)
 	}
 	u, err := url.Parse(run.base)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	u.Path = "/" + run.name
 	schema := "t_" + randomHex()
@@ -112,20 +121,20 @@ func PostgresURL(t *testing.T) string {
 	u.RawQuery = q.Encode()
 	conn, err := sql.Open("pgx", u.String())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	if _, err := conn.ExecContext(t.Context(), `CREATE SCHEMA `+schema); err != nil {
+	if _, err := conn.ExecContext(tb.Context(), `CREATE SCHEMA `+schema); err != nil {
 		conn.Close()
-		t.Fatalf("create test schema: %v", err)
+		tb.Fatalf("create test schema: %v", err)
 	}
 	// Registered before the caller opens the schema, so it runs after the
 	// caller's Close (cleanups run last-in first-out).
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := conn.ExecContext(ctx, `DROP SCHEMA `+schema+` CASCADE`); err != nil {
-			t.Errorf("drop test schema %s: %v", schema, err)
+			tb.Errorf("drop test schema %s: %v", schema, err)
 		}
 	})
 	return u.String()
