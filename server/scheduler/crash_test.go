@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/internal/nixtest"
+	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 )
@@ -144,27 +145,9 @@ func waitHealthy(t *testing.T, addr string) {
 // crashWorld is a project on a database that a server process serves.
 func crashWorld(t *testing.T, dbURL string) *world {
 	t.Helper()
-	ctx := t.Context()
-	db, err := storage.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	w := &world{t: t, db: db}
-	team, err := db.CreateTeam(ctx, "ops")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.cache, err = db.CreateCache(ctx, storage.NewCache{Name: "main", Public: true}); err != nil {
-		t.Fatal(err)
-	}
+	w := &world{t: t, db: testworld.Open(t, dbURL)}
 	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": crashFlake})
-	if w.project, err = db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: "demo", Repository: w.repo, Branch: "master"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.SubscribeProject(ctx, w.project.ID, w.cache.ID); err != nil {
-		t.Fatal(err)
-	}
+	w.project, w.cache = testworld.Project(t, w.db, w.repo)
 	return w
 }
 
@@ -237,14 +220,10 @@ func TestWorkerKilledMidBuild(t *testing.T) {
 	// crash flake's repository instead.
 	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": crashFlake})
 
-	id := storage.NewID()
-	_, token, err := w.db.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: w.project.ID}, id, storage.DefaultWorkerSettings())
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, peers := testworld.Register(t, w.db, w.project.ID)
 	n := nixtest.New(t)
 	env := append(n.Env, "NIX_CONFIG="+strings.Join(append(nixtest.Config, "store = "+n.Store), "\n"))
-	victim := start(t, env, "gradient-worker", "--server-url", w.url, "--peers", w.project.ID+":"+token,
+	victim := start(t, env, "gradient-worker", "--server-url", w.url, "--peers", peers,
 		"--base-dir", t.TempDir(), "--id", id,
 		"--capabilities-fetch", "true", "--capabilities-eval", "true", "--capabilities-build", "true")
 

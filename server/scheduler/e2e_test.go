@@ -1,9 +1,7 @@
 package scheduler_test
 
 import (
-	"context"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +9,8 @@ import (
 	"time"
 
 	"gradient.dev/gradient/internal/nixtest"
+	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/metrics"
-	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
@@ -65,75 +63,32 @@ type world struct {
 
 func newWorld(t *testing.T, dbURL string, workers int) *world {
 	t.Helper()
-	ctx := t.Context()
-	db, err := storage.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	store, err := narstore.OpenLocal(t.TempDir(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testworld.Open(t, dbURL)
 	reg := metrics.NewRegistry()
-	quiet := slog.New(slog.DiscardHandler)
-	sched := scheduler.New(db, scheduler.Config{Metrics: reg, Logger: quiet, Tick: 200 * time.Millisecond})
-	if err := sched.Start(ctx); err != nil {
+	sched := scheduler.New(db, scheduler.Config{Metrics: reg, Logger: slog.New(slog.DiscardHandler), Tick: 200 * time.Millisecond})
+	if err := sched.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(db, server.Config{NarStore: store, Jobs: sched, Metrics: reg, Logger: quiet})
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { srv.Close(); hs.Close(); sched.Close() })
-
-	w := &world{t: t, db: db, sched: sched, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto", httpURL: hs.URL}
-	team, err := db.CreateTeam(ctx, "ops")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.cache, err = db.CreateCache(ctx, storage.NewCache{Name: "main", Public: true}); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(sched.Close)
+	w := &world{t: t, db: db, sched: sched}
+	w.url, w.httpURL = testworld.Serve(t, db, server.Config{Jobs: sched, Metrics: reg})
 	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": e2eFlake})
-	if w.project, err = db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: "demo", Repository: w.repo, Branch: "master"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.SubscribeProject(ctx, w.project.ID, w.cache.ID); err != nil {
-		t.Fatal(err)
-	}
+	w.project, w.cache = testworld.Project(t, db, w.repo)
 	for range workers {
 		w.startWorker()
 	}
 	return w
 }
 
+// startWorker runs a worker with every capability and a store of its own.
 func (w *world) startWorker() string {
-	t := w.t
-	id := storage.NewID()
-	_, token, err := w.db.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: w.project.ID}, id, storage.DefaultWorkerSettings())
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	wk, err := worker.New(worker.Config{
-		ServerURL: w.url, WorkerID: id, Peers: w.project.ID + ":" + token,
+	id, peers := testworld.Register(w.t, w.db, w.project.ID)
+	testworld.RunWorker(w.t, worker.Config{
+		ServerURL: w.url, WorkerID: id, Peers: peers,
 		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
 		Heartbeat: 2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Executor: &nixexec.Executor{Nix: nixtest.New(t), TempDir: t.TempDir(), Logger: quiet},
-		TempDir:  t.TempDir(), Logger: quiet,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- wk.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("worker did not stop")
-		}
+		Executor: &nixexec.Executor{Nix: nixtest.New(w.t), TempDir: w.t.TempDir(), Logger: slog.New(slog.DiscardHandler)},
+		TempDir:  w.t.TempDir(),
 	})
 	return id
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
@@ -25,33 +26,14 @@ type loopEnv struct {
 
 func newLoopEnv(t *testing.T, dbURL string, cfg scheduler.Config) *loopEnv {
 	t.Helper()
-	ctx := t.Context()
-	db, err := storage.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	team, err := db.CreateTeam(ctx, "ops")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache, err := db.CreateCache(ctx, storage.NewCache{Name: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	project, err := db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: "p", Repository: "https://example.invalid/p.git", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.SubscribeProject(ctx, project.ID, cache.ID); err != nil {
-		t.Fatal(err)
-	}
+	db := testworld.Open(t, dbURL)
+	project, _ := testworld.Project(t, db, "https://example.invalid/p.git")
 	if cfg.Tick == 0 {
 		cfg.Tick = time.Hour // passes only when a test asks
 	}
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	sched := scheduler.New(db, cfg)
-	if err := sched.Start(ctx); err != nil {
+	if err := sched.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sched.Close)

@@ -2,9 +2,7 @@ package nixexec_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +12,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/internal/nixtest"
-	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
@@ -189,68 +187,24 @@ type testWorld struct {
 
 func startServer(t *testing.T) *testWorld {
 	t.Helper()
-	ctx := t.Context()
-	db, err := storage.Open(ctx, storagetest.SQLiteURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	store, err := narstore.OpenLocal(t.TempDir(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testworld.Open(t, storagetest.SQLiteURL(t))
 	loop := newScriptedLoop()
-	srv := server.New(db, server.Config{NarStore: store, Jobs: loop, Logger: slog.New(slog.DiscardHandler)})
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { srv.Close(); hs.Close() })
-	team, err := db.CreateTeam(ctx, "ops")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache, err := db.CreateCache(ctx, storage.NewCache{Name: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	project, err := db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: "web", Repository: "https://example.invalid/web.git", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.SubscribeProject(ctx, project.ID, cache.ID); err != nil {
-		t.Fatal(err)
-	}
-	return &testWorld{loop: loop, db: db, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto", project: project}
+	url, _ := testworld.Serve(t, db, server.Config{Jobs: loop})
+	project, _ := testworld.Project(t, db, "https://example.invalid/web.git")
+	return &testWorld{loop: loop, db: db, url: url, project: project}
 }
 
 // startWorker runs a registered worker with its own Nix store.
 func (tw *testWorld) startWorker(t *testing.T, caps wire.GradientCapabilities) (string, *nix.Nix) {
 	t.Helper()
 	n := nixtest.New(t)
-	id := storage.NewID()
-	_, token, err := tw.db.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: tw.project.ID}, id, storage.DefaultWorkerSettings())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := worker.New(worker.Config{
-		ServerURL: tw.url, WorkerID: id, Peers: tw.project.ID + ":" + token,
+	id, peers := testworld.Register(t, tw.db, tw.project.ID)
+	testworld.RunWorker(t, worker.Config{
+		ServerURL: tw.url, WorkerID: id, Peers: peers,
 		Capabilities: caps, CPUCoreScore: 1, Heartbeat: time.Hour,
 		BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		Executor: &nixexec.Executor{Nix: n, TempDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)},
 		TempDir:  t.TempDir(),
-		Logger:   slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("worker did not stop")
-		}
 	})
 	return id, n
 }
