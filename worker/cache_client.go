@@ -225,6 +225,27 @@ func (c *CacheClient) Query(ctx context.Context, jobID string, paths []string, m
 
 func (c *CacheClient) queryOne(ctx context.Context, jobID string, paths []string, mode wire.QueryMode) ([]wire.CachedPath, error) {
 	id := fmt.Sprintf("%s-%d", c.queryPrefix, c.querySeq.Add(1))
+	m, err := c.ask(ctx, id, &wire.CacheQuery{JobID: jobID, QueryID: id, Paths: paths, Mode: mode, NarSizes: []*uint64{}})
+	switch {
+	case errors.Is(err, errNoReply):
+		return nil, fmt.Errorf("%w (query %s, %d paths)", ErrCacheQueryTimeout, id, len(paths))
+	case err != nil:
+		return nil, fmt.Errorf("cache query: %w", err)
+	}
+	switch m := m.(type) {
+	case *wire.CacheStatus:
+		return m.Cached, nil
+	case *wire.CacheError:
+		return nil, &CacheQueryError{QueryID: id, Message: m.Message}
+	}
+	return nil, fmt.Errorf("cache query %s: unexpected reply %s", id, m.WireName())
+}
+
+var errNoReply = errors.New("no reply in time")
+
+// ask sends a query with ID id and waits for the reply HandleMessage
+// routes to it, at most the query timeout (then errNoReply).
+func (c *CacheClient) ask(ctx context.Context, id string, query wire.ClientMessage) (wire.ServerMessage, error) {
 	ch := make(chan wire.ServerMessage, 1)
 	c.mu.Lock()
 	c.queries[id] = ch
@@ -234,22 +255,16 @@ func (c *CacheClient) queryOne(ctx context.Context, jobID string, paths []string
 		delete(c.queries, id)
 		c.mu.Unlock()
 	}()
-	if err := c.send(&wire.CacheQuery{JobID: jobID, QueryID: id, Paths: paths, Mode: mode, NarSizes: []*uint64{}}); err != nil {
-		return nil, fmt.Errorf("cache query: %w", err)
+	if err := c.send(query); err != nil {
+		return nil, err
 	}
 	timer := time.NewTimer(c.queryTimeout())
 	defer timer.Stop()
 	select {
 	case m := <-ch:
-		switch m := m.(type) {
-		case *wire.CacheStatus:
-			return m.Cached, nil
-		case *wire.CacheError:
-			return nil, &CacheQueryError{QueryID: id, Message: m.Message}
-		}
-		return nil, fmt.Errorf("cache query %s: unexpected reply %s", id, m.WireName())
+		return m, nil
 	case <-timer.C:
-		return nil, fmt.Errorf("%w (query %s, %d paths)", ErrCacheQueryTimeout, id, len(paths))
+		return nil, errNoReply
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

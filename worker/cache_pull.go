@@ -239,29 +239,15 @@ func (c *CacheClient) KnownDerivations(ctx context.Context, jobID string, drvPat
 		return nil, nil
 	}
 	id := fmt.Sprintf("%s-k%d", c.queryPrefix, c.querySeq.Add(1))
-	ch := make(chan wire.ServerMessage, 1)
-	c.mu.Lock()
-	c.queries[id] = ch
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.queries, id)
-		c.mu.Unlock()
-	}()
-	if err := c.send(&wire.QueryKnownDerivations{JobID: jobID, QueryID: id, DrvPaths: drvPaths}); err != nil {
+	m, err := c.ask(ctx, id, &wire.QueryKnownDerivations{JobID: jobID, QueryID: id, DrvPaths: drvPaths})
+	switch {
+	case errors.Is(err, errNoReply):
+		return nil, ErrKnownDerivationsTimeout
+	case err != nil:
 		return nil, fmt.Errorf("known-derivations query: %w", err)
 	}
-	timer := time.NewTimer(c.queryTimeout())
-	defer timer.Stop()
-	select {
-	case m := <-ch:
-		if kd, ok := m.(*wire.KnownDerivations); ok {
-			return kd.Known, nil
-		}
-		return nil, fmt.Errorf("known-derivations query %s: unexpected reply %s", id, m.WireName())
-	case <-timer.C:
-		return nil, ErrKnownDerivationsTimeout
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if kd, ok := m.(*wire.KnownDerivations); ok {
+		return kd.Known, nil
 	}
+	return nil, fmt.Errorf("known-derivations query %s: unexpected reply %s", id, m.WireName())
 }
