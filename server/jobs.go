@@ -22,8 +22,8 @@ type JobLoop interface {
 	// HandleJobMessage receives every job message of w: RequestJob,
 	// RequestJobList, RequestJobChunk, AssignJobResponse, JobUpdate,
 	// JobCompleted, JobFailed, LogChunk, BuildProgress, EvalProgress,
-	// EvalMessage, and WorkerCapabilities and ClientDraining after the
-	// server recorded them on w.
+	// EvalMessage, ImportRequest, and WorkerCapabilities and
+	// ClientDraining after the server recorded them on w.
 	HandleJobMessage(w *LiveWorker, m wire.ClientMessage)
 	// SessionEnded: w is gone (disconnect, heartbeat timeout, server
 	// stop); its running jobs must be re-queued.
@@ -35,7 +35,7 @@ func isJobMessage(m wire.ClientMessage) bool {
 	switch m.(type) {
 	case *wire.RequestJob, *wire.RequestJobList, *wire.RequestJobChunk, *wire.AssignJobResponse,
 		*wire.JobUpdate, *wire.JobCompleted, *wire.JobFailed, *wire.LogChunk,
-		*wire.BuildProgress, *wire.EvalProgress, *wire.EvalMessage,
+		*wire.BuildProgress, *wire.EvalProgress, *wire.EvalMessage, *wire.ImportRequest,
 		*wire.WorkerCapabilities, *wire.ClientDraining:
 		return true
 	}
@@ -115,4 +115,15 @@ func (w *LiveWorker) Draining() bool {
 	w.conn.mu.Lock()
 	defer w.conn.mu.Unlock()
 	return w.conn.draining
+}
+
+// RefuseImport answers an ImportRequest (import from derivation, v32+)
+// the server will not build: the worker fails that attribute and the
+// evaluation goes on.
+func RefuseImport(m *wire.ImportRequest) *wire.ImportResult {
+	drv := ""
+	if len(m.DrvPaths) > 0 {
+		drv = m.DrvPaths[0]
+	}
+	return &wire.ImportResult{JobID: m.JobID, RequestID: m.RequestID, Outcome: &wire.ImportUnknown{DrvPath: drv}}
 }

@@ -175,6 +175,10 @@ func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerCon
 				// final, empty page.
 				sess.Send(&wire.JobListChunk{IsFinal: true})
 			}
+		case *wire.ImportRequest:
+			if s.cfg.Jobs == nil {
+				sess.Send(RefuseImport(m))
+			}
 		case *wire.WorkerMetrics:
 			// Liveness: any message resets the heartbeat.
 		default:

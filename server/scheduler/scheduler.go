@@ -344,6 +344,11 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 		if a := s.owned(w, m.JobID, m.AssignmentID); a != nil {
 			s.failed(ctx, a, m)
 		}
+	case *wire.ImportRequest:
+		// Import from derivation is not built yet: refused, so the worker
+		// fails the attribute instead of waiting (JOBS.md §14, §17).
+		s.log.Info("refusing an import from derivation", "job", m.JobID, "drvs", len(m.DrvPaths))
+		w.Send(server.RefuseImport(m))
 	case *wire.BuildProgress, *wire.EvalProgress:
 		// Progress is for live views; nothing to keep.
 	}

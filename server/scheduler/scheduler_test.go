@@ -353,3 +353,17 @@ func TestOffersAndScores(t *testing.T) {
 		t.Errorf("assigned %s, want %s whose outputs the worker holds", a.JobID, two)
 	}
 }
+
+// Import from derivation is refused at once, never left unanswered.
+func TestImportRequestIsRefused(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	w := e.worker([]string{e.project}, allCaps, x86)
+	w.send(&wire.ImportRequest{JobID: "j", RequestID: "r1", DrvPaths: []string{drv("ifd")}})
+	r, ok := (<-w.sent).(*wire.ImportResult)
+	if !ok || r.RequestID != "r1" || r.JobID != "j" {
+		t.Fatalf("reply %+v, want ImportResult for r1", r)
+	}
+	if u, ok := r.Outcome.(*wire.ImportUnknown); !ok || u.DrvPath != drv("ifd") {
+		t.Errorf("outcome %+v, want Unknown naming the derivation", r.Outcome)
+	}
+}
