@@ -147,3 +147,18 @@ func (t *tailBuffer) String() string {
 	defer t.mu.Unlock()
 	return string(t.buf)
 }
+
+// Substitute fetches paths from the substituters Nix is configured with
+// (`nix-store --realise` of output paths with substitution on): it never
+// builds, so a path no substituter has is an error naming it.
+func (n *Nix) Substitute(ctx context.Context, paths ...string) error {
+	if len(paths) == 0 {
+		return nil
+	}
+	n.logger().Info("nix: substituting", "paths", len(paths))
+	_, err := n.output(ctx, "nix-store", append([]string{"--realise", "--option", "substitute", "true"}, paths...)...)
+	if err != nil {
+		return fmt.Errorf("nix: substituting %d path(s): %w", len(paths), err)
+	}
+	return nil
+}

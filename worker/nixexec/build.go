@@ -34,10 +34,14 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 		return err
 	}
 	log := j.log.With("build", spec.BuildID, "drv", spec.DrvPath)
-	if spec.Kind != wire.BuildSpecBuild {
-		// Substitute and Download need upstream caches and URLs; the
-		// server only hands them out where they are configured.
-		return worker.Fail(wire.FailurePermanent, fmt.Errorf("build kind %d of %s is not supported by this worker", spec.Kind, spec.DrvPath))
+	switch spec.Kind {
+	case wire.BuildSpecSubstitute:
+		return j.substitute(ctx, spec)
+	case wire.BuildSpecBuild, wire.BuildSpecDownload:
+		// A Download (builtin:fetchurl) is realised like any build: Nix
+		// itself fetches and verifies the fixed output.
+	default:
+		return worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown build kind %d of %s", spec.Kind, spec.DrvPath))
 	}
 
 	// The .drv and its closure (input .drv files, sources) first.
@@ -96,6 +100,40 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 		return err
 	}
 	return j.uploadOutputs(ctx, spec.BuildID, sortedValues(built))
+}
+
+// substitute runs a Substitute spec (WORKER.md §7.5): the outputs the
+// cache lacks come from the substituters the local Nix is configured with
+// (never built, no inputs fetched), then go to the cache.
+func (j *job) substitute(ctx context.Context, spec wire.BuildSpec) error {
+	outputs := map[string]string{}
+	var paths []string
+	for _, o := range spec.Outputs {
+		if o.Path != "" {
+			outputs[o.Name] = o.Path
+			paths = append(paths, o.Path)
+		}
+	}
+	if len(paths) == 0 {
+		return worker.Fail(wire.FailurePermanent, fmt.Errorf("substitute job for %s names no outputs", spec.DrvPath))
+	}
+	missing, err := j.missing(ctx, paths)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		j.log.Info("substituting outputs", "build", spec.BuildID, "paths", len(missing))
+		if err := j.e.Nix.Substitute(ctx, missing...); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &worker.JobError{Kind: wire.FailureSubstituteUnavailable, MissingPaths: missing, Err: err}
+		}
+	}
+	if err := j.reportOutputs(ctx, spec.BuildID, outputs, true, nil); err != nil {
+		return err
+	}
+	return j.uploadOutputs(ctx, spec.BuildID, paths)
 }
 
 // failed classifies a Nix failure; a cancelled job's error stays the

@@ -488,14 +488,58 @@ func TestUnitBuildCancelledBeforeStart(t *testing.T) {
 }
 
 // Unsupported build kinds fail Permanent after Building.
-func TestUnitBuildUnsupportedKind(t *testing.T) {
+// A Substitute spec fetches the outputs the cache lacks from the local
+// Nix's substituters (never building, fetching no inputs) and uploads
+// them; one no substituter has is SubstituteUnavailable.
+func TestUnitBuildSubstitute(t *testing.T) {
+	out, lib := "/nix/store/"+strings.Repeat("s", 32)+"-tool", "/nix/store/"+strings.Repeat("t", 32)+"-tool-lib"
+	sub := wire.BuildSpec{BuildID: "b1", DrvPath: "/nix/store/" + strings.Repeat("d", 32) + "-tool.drv", Kind: wire.BuildSpecSubstitute,
+		Outputs: []wire.DerivationOutput{{Name: "out", Path: out}, {Name: "lib", Path: lib}}}
+
+	h := newHarness(t)
+	h.store.substitutable = map[string]bool{out: true, lib: true}
+	if err := h.run(context.Background(), buildJob(sub)); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.rec.of("build")) != 0 || len(h.rec.of("import")) != 0 {
+		t.Errorf("a substitute job built or pulled: %v", h.rec.all())
+	}
+	if got := h.rec.uploadedPaths(); !slices.Contains(got, out) || !slices.Contains(got, lib) {
+		t.Errorf("uploaded %v, want both outputs", got)
+	}
+	var report *wire.JobUpdateBuildOutput
+	for _, u := range h.rec.updates() {
+		if o, ok := u.(*wire.JobUpdateBuildOutput); ok {
+			report = o
+		}
+	}
+	if report == nil || !report.Substituted || len(report.Outputs) != 2 {
+		t.Errorf("BuildOutput %+v, want both outputs, substituted", report)
+	}
+
+	h = newHarness(t)
+	h.store.substitutable = map[string]bool{out: true}
+	err := h.run(context.Background(), buildJob(sub))
+	je := jobError(t, err, wire.FailureSubstituteUnavailable)
+	if !slices.Contains(je.MissingPaths, lib) {
+		t.Errorf("missing %v, want %s", je.MissingPaths, lib)
+	}
+	if b, ok := h.rec.updates()[0].(*wire.JobUpdateBuilding); !ok || b.BuildID != "b1" {
+		t.Errorf("first update %#v, want Building", h.rec.updates()[0])
+	}
+}
+
+// A Download spec (builtin:fetchurl) is realised by Nix like a build: Nix
+// fetches and verifies the fixed output; it is then uploaded.
+func TestUnitBuildDownloadIsRealised(t *testing.T) {
 	h := newHarness(t)
 	g := h.setupBuild()
 	s := spec("b1", g.target)
-	s.Kind = wire.BuildSpecSubstitute
-	err := h.run(context.Background(), buildJob(s))
-	jobError(t, err, wire.FailurePermanent)
-	if b, ok := h.rec.updates()[0].(*wire.JobUpdateBuilding); !ok || b.BuildID != "b1" {
-		t.Errorf("first update %#v, want Building", h.rec.updates()[0])
+	s.Kind = wire.BuildSpecDownload
+	if err := h.run(context.Background(), buildJob(s)); err != nil {
+		t.Fatal(err)
+	}
+	if builds := h.rec.of("build"); len(builds) != 1 || builds[0].paths[0] != g.target {
+		t.Errorf("builds %v, want the download's .drv realised", builds)
 	}
 }

@@ -30,6 +30,7 @@ type Store interface {
 	DumpPath(ctx context.Context, path string, w io.Writer) error
 	ImportNARs(ctx context.Context, items []nix.NarImport) error
 	Build(ctx context.Context, drvPath string, opts nix.BuildOptions) (map[string]string, error)
+	Substitute(ctx context.Context, paths ...string) error
 }
 
 var _ Store = (*nix.Nix)(nil)

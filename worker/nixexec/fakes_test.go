@@ -120,6 +120,8 @@ type fakeStore struct {
 	// importedFiles holds the bytes of each imported NarZst file, read
 	// while ImportNARs runs (the files are removed afterwards).
 	importedFiles map[string][]byte
+	// substitutable are the paths the configured substituters hold.
+	substitutable map[string]bool
 }
 
 func newFakeStore(rec *recorder) *fakeStore {
@@ -240,6 +242,17 @@ func (s *fakeStore) Build(ctx context.Context, drvPath string, opts nix.BuildOpt
 		s.setValid(p)
 	}
 	return outs, nil
+}
+
+func (s *fakeStore) Substitute(ctx context.Context, paths ...string) error {
+	s.rec.add(event{kind: "substitute", paths: paths})
+	for _, p := range paths {
+		if !s.substitutable[p] {
+			return fmt.Errorf("path '%s' is required, but there is no substituter that can build it", p)
+		}
+	}
+	s.setValid(paths...)
+	return nil
 }
 
 // ---- Cache ----
