@@ -3,7 +3,6 @@ package server
 import (
 	"slices"
 
-	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/wire"
 )
@@ -128,7 +127,10 @@ func (g Grant) Rejected() bool { return g.Decision.Reject != nil }
 // answered the challenge with. Each registered peer's token is checked on
 // its own; the session survives with the peers that passed. Policy checks
 // that need no token (deactivated, no team grant) come first.
-func authorize(rec *WorkerRecord, tokens []wire.Pair[string, string]) Grant {
+//
+// verify checks a token against a stored hash (secret.Verify, or a
+// server's secret.Verifier).
+func authorize(rec *WorkerRecord, tokens []wire.Pair[string, string], verify func(stored, token string) bool) Grant {
 	if refusal := refuse(rec); refusal != nil {
 		return Grant{Decision: refusal.Decide()}
 	}
@@ -145,7 +147,7 @@ func authorize(rec *WorkerRecord, tokens []wire.Pair[string, string]) Grant {
 		switch {
 		case !present:
 			return false, handshake.ReasonNoToken
-		case !secret.Verify(hash, token):
+		case !verify(hash, token):
 			return false, handshake.ReasonInvalidToken
 		}
 		return true, ""

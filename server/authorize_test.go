@@ -69,7 +69,7 @@ func TestAuthorize(t *testing.T) {
 			authorized: []string{"team-1"}, projects: []string{"proj-x"}, caps: wire.GradientCapabilities{Build: true}},
 	}
 	for _, c := range cases {
-		g := authorize(&c.rec, c.tokens)
+		g := authorize(&c.rec, c.tokens, secret.Verify)
 		if c.code != 0 {
 			if g.Decision.Reject == nil || g.Decision.Reject.Code != c.code || g.Decision.Reject.Reason != c.reason {
 				t.Errorf("%s: got %+v, want reject %d %q", c.name, g.Decision, c.code, c.reason)

@@ -107,7 +107,7 @@ func (a *connAuthority) Authorize(ctx context.Context, workerID string, tokens [
 	a.known = rec.Known()
 	if a.established {
 		// Reauth: add what the new tokens grant; never revoke.
-		g := authorize(rec, tokens)
+		g := authorize(rec, tokens, a.s.verifier.Verify)
 		if !g.Rejected() {
 			a.conn.merge(g)
 		}
@@ -116,7 +116,7 @@ func (a *connAuthority) Authorize(ctx context.Context, workerID string, tokens [
 	if !a.s.Accepting() {
 		return handshake.Reject(403, "server is not accepting connections"), nil
 	}
-	g := authorize(rec, tokens)
+	g := authorize(rec, tokens, a.s.verifier.Verify)
 	if g.Rejected() {
 		return g.Decision, nil
 	}

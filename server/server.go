@@ -12,6 +12,7 @@ import (
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/storage"
@@ -122,6 +123,9 @@ type Server struct {
 	db      *storage.DB
 	log     *slog.Logger
 	metrics *serverMetrics
+	// verifier checks worker tokens: bounded argon2id work, and known
+	// (hash, token) pairs remembered across reconnects.
+	verifier *secret.Verifier
 
 	live      *liveSessions
 	offline   *offlineReasons
@@ -156,6 +160,7 @@ func New(db *storage.DB, cfg Config) *Server {
 		cancel:         cancel,
 	}
 	s.metrics = newServerMetrics(s)
+	s.verifier = secret.NewVerifier(0)
 	s.accepting.Store(true)
 	if cfg.DialKey != nil {
 		s.dialer = newDialer(s)

@@ -56,3 +56,29 @@ func TestBuiltDerivations(t *testing.T) {
 		}
 	})
 }
+
+// The sweep ends an evaluation left building although every build ended
+// (a crash between the last completion's commit and the evaluation's
+// end), and leaves running ones alone.
+func TestFinishDoneEvaluations(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		ready := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"))
+		buildOK(t, db, ready[drvPath("a")], NewID())
+		// As if the process died before ending the evaluation.
+		if _, err := db.sql.ExecContext(ctx, `UPDATE evaluations SET status = 'building', finished_at = NULL WHERE id = $1`, e.ID); err != nil {
+			t.Fatal(err)
+		}
+		running := newEvaluationIn(t, db, e.ProjectID)
+		startEvaluation(t, db, running.ID, NewID(), discovered("b", "packages.x.b"))
+
+		n, err := db.FinishDoneEvaluations(ctx)
+		if err != nil || n != 1 {
+			t.Fatalf("FinishDoneEvaluations = %d, %v; want 1", n, err)
+		}
+		wantEvalStatus(t, db, e.ID, EvaluationSucceeded)
+		wantEvalStatus(t, db, running.ID, EvaluationBuilding)
+	})
+}

@@ -266,6 +266,15 @@ func (db *DB) RecoverInterruptedWork(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
+	if err != nil {
+		return released, err
+	}
+	// A crash between a build's commit and its dependents' readying or
+	// its evaluation's end.
+	if _, err := db.ReadyStrandedBuilds(ctx); err != nil {
+		return released, err
+	}
+	_, err = db.FinishDoneEvaluations(ctx)
 	return released, err
 }
 
@@ -648,15 +657,71 @@ func (db *DB) finishEvaluationIfDone(ctx context.Context, tx *sql.Tx, evalID str
 			return err
 		}
 	}
-	_, err := db.txExec(ctx, tx,
-		`UPDATE evaluations SET finished_at = $2,
-		   status = CASE WHEN `+anyBuildFailed+` OR eval_errors IS NOT NULL THEN 'failed' ELSE 'succeeded' END,
-		   error = CASE WHEN `+anyBuildFailed+` THEN COALESCE(error, 'builds failed')
-		     WHEN eval_errors IS NOT NULL THEN COALESCE(error, eval_errors) ELSE error END
-		 WHERE id = $1 AND status = 'building' AND NOT EXISTS (SELECT 1 FROM builds
-		   WHERE evaluation_id = $1 AND status IN ('waiting', 'queued', 'building'))`,
-		evalID, nowMillis())
+	_, err := db.txExec(ctx, tx, finishEvaluationSQL, evalID, nowMillis())
 	return err
+}
+
+// finishEvaluationSQL ends evaluation $1 at $2 if it is building and none
+// of its builds is left to run.
+const finishEvaluationSQL = `UPDATE evaluations SET finished_at = $2,
+	   status = CASE WHEN ` + anyBuildFailed + ` OR eval_errors IS NOT NULL THEN 'failed' ELSE 'succeeded' END,
+	   error = CASE WHEN ` + anyBuildFailed + ` THEN COALESCE(error, 'builds failed')
+	     WHEN eval_errors IS NOT NULL THEN COALESCE(error, eval_errors) ELSE error END
+	 WHERE id = $1 AND status = 'building' AND NOT EXISTS (SELECT 1 FROM builds
+	   WHERE evaluation_id = $1 AND status IN ('waiting', 'queued', 'building'))`
+
+// ReadyStrandedBuilds queues, in every building evaluation, the waiting
+// builds whose dependencies are all built. Completions ready their
+// dependents right after their own commit (completeBuildPG); this covers a
+// crash or an error between the two. It returns the jobs it made pending.
+func (db *DB) ReadyStrandedBuilds(ctx context.Context) ([]string, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT id, project_id FROM evaluations WHERE status = 'building'`)
+	type evalRow struct{ id, project string }
+	evals, err := collect(rows, err, func(r *sql.Rows) (evalRow, error) {
+		var e evalRow
+		return e, r.Scan(&e.id, &e.project)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var ready []string
+	for _, e := range evals {
+		err := db.jobTx(ctx, func(tx *sql.Tx) error {
+			rows, err := tx.QueryContext(ctx,
+				`UPDATE builds SET status = 'queued' WHERE evaluation_id = $1 AND status = 'waiting' AND `+readyCondition+
+					` RETURNING id`, e.id)
+			builds, err := collect(rows, err, scanString)
+			if err != nil {
+				return err
+			}
+			ids, err := db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: e.id, projectID: e.project}, builds)
+			ready = append(ready, ids...)
+			return err
+		})
+		if err != nil {
+			return ready, err
+		}
+	}
+	return ready, nil
+}
+
+// FinishDoneEvaluations ends every building evaluation none of whose
+// builds is left to run. A completion ends its evaluation right after its
+// own commit (see completeBuildPG); this sweep covers a crash or an error
+// between the two, and runs at start-up and on every scheduler pass.
+func (db *DB) FinishDoneEvaluations(ctx context.Context) (int, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT e.id FROM evaluations e WHERE e.status = 'building'
+		AND NOT EXISTS (SELECT 1 FROM builds WHERE evaluation_id = e.id AND status IN ('waiting', 'queued', 'building'))`)
+	ids, err := collect(rows, err, scanString)
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range ids {
+		if _, err := db.sql.ExecContext(ctx, finishEvaluationSQL, id, nowMillis()); err != nil {
+			return 0, err
+		}
+	}
+	return len(ids), nil
 }
 
 const anyBuildFailed = `EXISTS (SELECT 1 FROM builds WHERE evaluation_id = $1 AND status IN ('failed', 'dependency_failed'))`

@@ -31,26 +31,16 @@ func retryableTxError(err error) bool {
 	return false
 }
 
-// stmt returns the statement for query prepared once on db, bound to tx.
-// database/sql keeps the per-connection preparations, so a hot query is
-// parsed once per connection instead of once per call (SQLite parses
-// every unprepared statement anew). Only for constant query strings.
+// stmt returns the statement for query prepared once on db (see
+// prepared), bound to tx. database/sql keeps the per-connection
+// preparations, so a hot query is parsed once per connection instead of
+// once per call (SQLite parses every unprepared statement anew). Only for
+// constant query strings.
 func (db *DB) stmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
-	db.stmtMu.Lock()
-	st, ok := db.stmts[query]
-	if !ok {
-		var err error
-		st, err = db.sql.PrepareContext(ctx, query)
-		if err != nil {
-			db.stmtMu.Unlock()
-			return nil, err
-		}
-		if db.stmts == nil {
-			db.stmts = map[string]*sql.Stmt{}
-		}
-		db.stmts[query] = st
+	st, err := db.prepared(ctx, query)
+	if err != nil {
+		return nil, err
 	}
-	db.stmtMu.Unlock()
 	return tx.StmtContext(ctx, st), nil
 }
 

@@ -117,22 +117,39 @@ func (db *DB) Close() error {
 // statement prepared once: SQLite otherwise parses the SQL on every call,
 // which costs more than the lookup itself.
 func (db *DB) hotRow(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := db.prepared(ctx, query)
+	if err != nil {
+		return db.sql.QueryRowContext(ctx, query, args...) // reports the error
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// prepared returns the statement for query, prepared once on db. The
+// preparation runs without the lock: it needs a connection of its own,
+// and with a bounded pool every connection may belong to a transaction
+// waiting for this very statement.
+func (db *DB) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
 	db.stmtMu.Lock()
 	st, ok := db.stmts[query]
-	if !ok {
-		var err error
-		st, err = db.sql.PrepareContext(ctx, query)
-		if err != nil {
-			db.stmtMu.Unlock()
-			return db.sql.QueryRowContext(ctx, query, args...) // reports the error
-		}
-		if db.stmts == nil {
-			db.stmts = map[string]*sql.Stmt{}
-		}
-		db.stmts[query] = st
-	}
 	db.stmtMu.Unlock()
-	return st.QueryRowContext(ctx, args...)
+	if ok {
+		return st, nil
+	}
+	st, err := db.sql.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	db.stmtMu.Lock()
+	defer db.stmtMu.Unlock()
+	if first, ok := db.stmts[query]; ok {
+		st.Close() // another caller was first
+		return first, nil
+	}
+	if db.stmts == nil {
+		db.stmts = map[string]*sql.Stmt{}
+	}
+	db.stmts[query] = st
+	return st, nil
 }
 
 type openTarget struct {
@@ -212,6 +229,9 @@ func openSQLite(path string) (*DB, error) {
 	return &DB{sql: sqlDB, engine: EngineSQLite}, nil
 }
 
+// postgresMaxConns bounds the server's PostgreSQL connections.
+const postgresMaxConns = 32
+
 func openPostgres(dsn string) (*DB, error) {
 	// database/sql over pgx's stdlib driver keeps one code path for both
 	// engines; nothing here needs pgxpool's extra API (COPY, LISTEN).
@@ -219,5 +239,11 @@ func openPostgres(dsn string) (*DB, error) {
 	if err != nil {
 		return nil, errors.New("storage: open postgres database: invalid connection URL")
 	}
+	// Bounded, and kept open: a reconnect storm queues for connections
+	// instead of exceeding the server's max_connections (100 by default),
+	// and busy periods reuse connections instead of reopening them.
+	sqlDB.SetMaxOpenConns(postgresMaxConns)
+	sqlDB.SetMaxIdleConns(postgresMaxConns)
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 	return &DB{sql: sqlDB, engine: EnginePostgres}, nil
 }

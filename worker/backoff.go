@@ -1,6 +1,9 @@
 package worker
 
-import "time"
+import (
+	"math/rand/v2"
+	"time"
+)
 
 // backoff is the reconnect delay (WORKER.md §3): initial, doubling up to max
 // while attempts fail, back to initial after a session that served work.
@@ -20,3 +23,10 @@ func (b *backoff) delay() time.Duration {
 }
 
 func (b *backoff) reset() { b.next = b.initial }
+
+// jitter shortens d by up to a fifth at random, so workers that lost the
+// same server reconnect spread out instead of arriving together on every
+// doubling.
+func jitter(d time.Duration) time.Duration {
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}

@@ -23,3 +23,18 @@ func TestBackoffDoublesToMaxAndResets(t *testing.T) {
 		t.Fatalf("after a served session: %v, want 1s", d)
 	}
 }
+
+func TestJitterStaysWithinAFifthBelow(t *testing.T) {
+	t.Parallel()
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		d := jitter(10 * time.Second)
+		if d < 8*time.Second || d > 10*time.Second {
+			t.Fatalf("jitter(10s) = %v, want within [8s, 10s]", d)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 10 {
+		t.Fatalf("jitter gave %d distinct delays in 200 draws; workers would still arrive together", len(seen))
+	}
+}

@@ -19,7 +19,7 @@ func (w *Worker) dialLoop(ctx context.Context) {
 		if end == endServed {
 			bo.reset()
 		}
-		d := bo.delay()
+		d := jitter(bo.delay())
 		if err != nil {
 			w.log.Warn("connection failed", "server", w.cfg.ServerURL, "error", err, "retry_in", d)
 		} else {

@@ -9,6 +9,11 @@ import (
 // Offers (JOBS.md §3): new pending jobs are announced to every session
 // that may run them, once per session, so workers score them before they
 // ask. Idle workers do not wait for offers: they were served already.
+// A session holds at most offerWindow offered jobs at a time (the oldest
+// first): enough to choose from, without sending every worker the whole
+// queue when a large evaluation becomes runnable.
+
+const offerWindow = 256
 
 // offer offers each session those of the pending jobs ids (every pending
 // job when all is set) it may run and was not offered yet. The full pass
@@ -43,9 +48,16 @@ func (s *Scheduler) offer(ids []string, all bool) {
 				}
 			}
 		}
+		room := offerWindow - len(ws.offered)
+		if room <= 0 {
+			continue
+		}
 		e := newEligibility(ws.w)
 		var candidates []wire.JobCandidate
 		for _, job := range jobs {
+			if len(candidates) == room {
+				break
+			}
 			if ws.offered[job.JobID] || !(e.may(job, wire.JobKindFlake) || e.may(job, wire.JobKindBuild)) {
 				continue
 			}

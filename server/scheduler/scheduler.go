@@ -187,6 +187,11 @@ func (s *Scheduler) loop() {
 			}
 			continue
 		}
+		if n, err := s.db.FinishDoneEvaluations(s.ctx); err != nil && s.ctx.Err() == nil {
+			s.log.Warn("ending finished evaluations failed", "error", err)
+		} else if n > 0 {
+			s.log.Info("ended evaluations whose builds were all done", "evaluations", n)
+		}
 		s.dispatchAll()
 	}
 }
@@ -496,6 +501,9 @@ func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) *storage.Pendi
 	job := s.queue[best]
 	s.queue = slices.Delete(s.queue, best, best+1)
 	delete(s.pending, job.JobID)
+	for _, other := range s.sessions {
+		delete(other.offered, job.JobID) // frees room in their offer windows
+	}
 	ws.idle[kind] = false
 	s.m.pending.Set(float64(len(s.queue)))
 	return job

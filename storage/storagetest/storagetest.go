@@ -45,3 +45,7 @@ func Main(m *testing.M) int { return testdb.Main(m) }
 // PostgresURL is a new, empty PostgreSQL schema for the test, dropped
 // when it ends; other processes (a server under test) may open it too.
 func PostgresURL(tb testing.TB) string { return testdb.PostgresURL(tb) }
+
+// PostgresURLOrSkip is PostgresURL for benchmarks: an unreachable server
+// skips instead of failing.
+func PostgresURLOrSkip(tb testing.TB) string { return testdb.PostgresURLOrSkip(tb) }

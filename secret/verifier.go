@@ -1,0 +1,66 @@
+package secret
+
+import (
+	"crypto/sha256"
+	"runtime"
+	"sync"
+)
+
+// Verifier is Verify for a server that checks the same tokens again and
+// again (every reconnect of every worker). An argon2id check costs tens of
+// milliseconds of CPU and ~19 MiB, so a restart storm of a thousand
+// workers would need seconds of CPU and gigabytes at once. Verifier runs
+// at most a few checks at a time and remembers the (hash, token) pairs
+// that matched, so each worker costs one argon2id per process, not per
+// connection. Failed checks are never remembered: a wrong token always
+// pays the full price.
+type Verifier struct {
+	slots chan struct{}
+
+	mu      sync.Mutex
+	matched map[[sha256.Size]byte]struct{}
+}
+
+// verifierMemo bounds the remembered pairs; past it the memo starts over.
+const verifierMemo = 100_000
+
+// NewVerifier returns a Verifier running at most concurrency argon2id
+// checks at once (0: the number of CPUs).
+func NewVerifier(concurrency int) *Verifier {
+	if concurrency <= 0 {
+		concurrency = runtime.NumCPU()
+	}
+	return &Verifier{slots: make(chan struct{}, concurrency), matched: map[[sha256.Size]byte]struct{}{}}
+}
+
+// Verify reports whether token matches stored, as the package's Verify.
+func (v *Verifier) Verify(stored, token string) bool {
+	// The memo key binds the token to this exact stored hash (and its
+	// salt): a rotated token has a new hash and is checked anew. Only a
+	// digest of the pair is kept, never the token.
+	h := sha256.New()
+	h.Write([]byte(stored))
+	h.Write([]byte{0})
+	h.Write([]byte(token))
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+
+	v.mu.Lock()
+	_, ok := v.matched[key]
+	v.mu.Unlock()
+	if ok {
+		return true
+	}
+	v.slots <- struct{}{}
+	match := Verify(stored, token)
+	<-v.slots
+	if match {
+		v.mu.Lock()
+		if len(v.matched) >= verifierMemo {
+			clear(v.matched)
+		}
+		v.matched[key] = struct{}{}
+		v.mu.Unlock()
+	}
+	return match
+}

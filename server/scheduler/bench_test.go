@@ -1,0 +1,360 @@
+package scheduler_test
+
+// Dispatch and restart-storm benchmarks (docs/PERFORMANCE.md, "Job
+// dispatch"). They run only with -bench; BenchmarkRestartStorm also needs
+// GRADIENT_BENCH_STORM=1 (it registers 1,000 workers, one argon2id hash
+// each, before it starts).
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
+)
+
+var benchEngines = []struct {
+	name string
+	url  func(testing.TB) string
+}{
+	{"postgres", benchPostgresURL},
+	{"sqlite", benchSQLiteURL},
+}
+
+const benchCommit = "0123456789abcdef0123456789abcdef01234567"
+
+// dispatchRig is a server with build workers and one evaluating worker
+// whose flake job discovers the benchmark's derivations.
+type dispatchRig struct {
+	db      *storage.DB
+	project storage.Project
+	srv     *benchServer
+	// gate is closed by the benchmark to let the flake job complete;
+	// evaluated is closed once its EvalResult batches are sent.
+	gate, evaluated chan struct{}
+	batches         []*wire.JobUpdateEvalResult
+}
+
+// newDispatchRig starts a server, `workers` build workers with hooks and
+// the evaluating worker, and waits until all of them poll.
+func newDispatchRig(b *testing.B, dbURL string, workers int, hooks *workerHooks) *dispatchRig {
+	b.Helper()
+	db, project := benchDB(b, dbURL)
+	ids := registerWorkers(b, db, project.ID, workers+1)
+	r := &dispatchRig{db: db, project: project, gate: make(chan struct{}), evaluated: make(chan struct{})}
+	r.srv = startBenchServer(b, db, "127.0.0.1:0", 0)
+	b.Cleanup(r.srv.stop) // after the workers' cleanups (last in, first out)
+	evalHooks := &workerHooks{
+		evaluate: func(*wire.AssignJob) []*wire.JobUpdateEvalResult { return r.batches },
+		flakeCompleting: func() {
+			close(r.evaluated)
+			<-r.gate
+			if hooks.flakeCompleting != nil {
+				hooks.flakeCompleting()
+			}
+		},
+	}
+	newEvalWorker(ids[0], r.srv.url, evalHooks).start(b, project.ID)
+	for _, id := range ids[1:] {
+		newBuildWorker(id, r.srv.url, hooks).start(b, project.ID)
+	}
+	if !r.srv.loop.waitPolling(workers+1, time.Minute) {
+		b.Fatalf("%d of %d workers polling after a minute", r.srv.loop.pollingWorkers(), workers+1)
+	}
+	return r
+}
+
+// evaluate starts an evaluation discovering n derivations and returns once
+// the server stored them all; the flake job then waits for r.gate.
+func (r *dispatchRig) evaluate(b *testing.B, n int, chain bool) storage.Evaluation {
+	b.Helper()
+	r.batches = derivations(evalTag(), n, chain)
+	ev, err := r.srv.sched.StartEvaluation(context.Background(), storage.NewEvaluation{ProjectID: r.project.ID,
+		RepositoryURL: r.project.Repository, Commit: benchCommit, Wildcards: []string{"packages.x86_64-linux.*"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-r.evaluated:
+	case <-time.After(time.Minute):
+		b.Fatal("the flake job was not assigned within a minute")
+	}
+	// The EvalResult batches are handled in order before anything else of
+	// the session: wait until they are stored.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		builds, err := r.db.EvaluationBuilds(context.Background(), ev.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(builds) == n {
+			return ev
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d derivations stored after two minutes", len(builds), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// BenchmarkDispatchThroughput: 50 connected workers that finish jobs at
+// once; one evaluation makes b.N independent builds runnable together.
+// assignments/s is b.N over the time from the flake's JobCompleted to the
+// last AssignJob received by a worker (every build but the last 50 is
+// also completed and recorded by then). Allocations are the whole
+// process: server, scheduler, database driver and the 51 workers.
+//
+//	go test -run '^$' -bench DispatchThroughput -benchtime 4000x -count 3 ./server/scheduler
+func BenchmarkDispatchThroughput(b *testing.B) {
+	for _, e := range benchEngines {
+		b.Run(e.name, func(b *testing.B) {
+			n := b.N
+			var assigned atomic.Int64
+			all := make(chan struct{})
+			hooks := &workerHooks{assigned: func(m *wire.AssignJob) {
+				if _, ok := m.Job.(*wire.BuildJob); ok && assigned.Add(1) == int64(n) {
+					close(all)
+				}
+			}}
+			r := newDispatchRig(b, e.url(b), 50, hooks)
+			ev := r.evaluate(b, n, false)
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			cpu := startCPU()
+			close(r.gate)
+			select {
+			case <-all:
+			case <-time.After(10 * time.Minute):
+				b.Fatalf("%d of %d builds assigned after ten minutes", assigned.Load(), n)
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			cpu.report(b)
+			b.ReportMetric(float64(n)/elapsed.Seconds(), "assignments/s")
+			waitEvaluation(b, r.db, ev.ID, time.Minute)
+		})
+	}
+}
+
+// BenchmarkDispatchLatency: two idle workers; an evaluation whose b.N
+// derivations form a chain, so each completed build makes exactly one
+// job runnable. The latency is from the worker sending the JobCompleted
+// that readied a job (for the first, the flake's) to a worker receiving
+// its AssignJob: the completion's transaction, the claim's and both
+// network hops.
+//
+//	go test -run '^$' -bench DispatchLatency -benchtime 2000x -count 3 ./server/scheduler
+func BenchmarkDispatchLatency(b *testing.B) {
+	for _, e := range benchEngines {
+		b.Run(e.name, func(b *testing.B) {
+			n := b.N
+			var sent atomic.Int64 // UnixNano of the last JobCompleted
+			var mu sync.Mutex
+			latencies := make([]time.Duration, 0, n)
+			all := make(chan struct{})
+			mark := func() { sent.Store(time.Now().UnixNano()) }
+			hooks := &workerHooks{
+				completing:      mark,
+				flakeCompleting: mark,
+				assigned: func(m *wire.AssignJob) {
+					if _, ok := m.Job.(*wire.BuildJob); !ok {
+						return
+					}
+					d := time.Duration(time.Now().UnixNano() - sent.Load())
+					mu.Lock()
+					latencies = append(latencies, d)
+					if len(latencies) == n {
+						close(all)
+					}
+					mu.Unlock()
+				},
+			}
+			r := newDispatchRig(b, e.url(b), 2, hooks)
+			ev := r.evaluate(b, n, true)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := startCPU()
+			close(r.gate)
+			select {
+			case <-all:
+			case <-time.After(10 * time.Minute):
+				b.Fatal("the chain did not finish within ten minutes")
+			}
+			b.StopTimer()
+			cpu.report(b)
+			mu.Lock()
+			slices.Sort(latencies)
+			b.ReportMetric(ms(quantile(latencies, 0.50)), "p50-ms")
+			b.ReportMetric(ms(quantile(latencies, 0.99)), "p99-ms")
+			b.ReportMetric(ms(latencies[len(latencies)-1]), "max-ms")
+			mu.Unlock()
+			waitEvaluation(b, r.db, ev.ID, time.Minute)
+		})
+	}
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkRestartStorm: 1,000 protocol workers (GRADIENT_BENCH_STORM_WORKERS)
+// connected and polling; the server and scheduler stop and a new pair
+// starts on the same address and database. Each op is one restart;
+// storm-s is the time from the stop until every worker has reconnected
+// (its own backoff: 1 s, then doubling, as the real worker), passed the
+// handshake and had its RequestJob handled by the new scheduler;
+// after-listen-s counts from the new server listening. PostgreSQL only.
+//
+// Opt-in: GRADIENT_BENCH_STORM=1. GRADIENT_BENCH_STORM_HASH=sha256 stores
+// the tokens as hex SHA-256 (the legacy form secret.Verify still accepts)
+// instead of argon2id, to separate the password hashing from the rest.
+//
+//	GRADIENT_BENCH_STORM=1 go test -run '^$' -bench RestartStorm -benchtime 1x -count 3 -timeout 30m ./server/scheduler
+func BenchmarkRestartStorm(b *testing.B) {
+	if os.Getenv("GRADIENT_BENCH_STORM") != "1" {
+		b.Skip("set GRADIENT_BENCH_STORM=1 to run the restart storm (≈1 minute of setup)")
+	}
+	n := 1000
+	if v := os.Getenv("GRADIENT_BENCH_STORM_WORKERS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
+			b.Fatalf("GRADIENT_BENCH_STORM_WORKERS=%q", v)
+		}
+	}
+	raiseFileLimit(b, uint64(4*n+256)) // both ends of each socket, the database
+	dbURL := benchPostgresURL(b)
+	db, project := benchDB(b, dbURL)
+	ids := registerWorkers(b, db, project.ID, n)
+	if os.Getenv("GRADIENT_BENCH_STORM_HASH") == "sha256" {
+		legacyTokenHashes(b, dbURL, ids)
+	}
+	srv := startBenchServer(b, db, "127.0.0.1:0", 2*n)
+	b.Cleanup(func() { srv.stop() })
+	workers := make([]*protoWorker, n)
+	errs := &failures{}
+	// Connect in small groups: the first connection is setup, not the
+	// storm being measured.
+	for i, id := range ids {
+		workers[i] = newBuildWorker(id, srv.url, &workerHooks{})
+		workers[i].errs = errs
+		workers[i].start(b, project.ID)
+		if (i+1)%8 == 0 || i == n-1 {
+			if !srv.loop.waitPolling(i+1, 2*time.Minute) {
+				b.Fatalf("%d of %d workers polling during setup", srv.loop.pollingWorkers(), i+1)
+			}
+		}
+	}
+	peak := sampleHeap()
+	var storms, afterListen []time.Duration
+	dials := func() (sum int64) {
+		for _, w := range workers {
+			sum += w.dialed.Load()
+		}
+		return sum
+	}
+	b.ResetTimer()
+	for range b.N {
+		before := dials()
+		peak.reset()
+		start := time.Now()
+		srv.stop()
+		srv = startBenchServer(b, db, srv.addr, 2*n)
+		listening := time.Now()
+		if !srv.loop.waitPolling(n, 10*time.Minute) {
+			b.Fatalf("%d of %d workers polling ten minutes after the restart", srv.loop.pollingWorkers(), n)
+		}
+		storms = append(storms, time.Since(start))
+		afterListen = append(afterListen, time.Since(listening))
+		b.ReportMetric(float64(dials()-before)/float64(n), "dials/worker")
+	}
+	b.StopTimer()
+	if e := errs.String(); e != "" {
+		b.Logf("failed connection attempts:\n%s", e)
+	}
+	b.ReportMetric(slices.Max(storms).Seconds(), "storm-s")
+	b.ReportMetric(slices.Max(afterListen).Seconds(), "after-listen-s")
+	b.ReportMetric(float64(peak.stop())/(1<<20), "peak-heap-MiB")
+}
+
+// raiseFileLimit raises the soft RLIMIT_NOFILE to at least want (within
+// the hard limit).
+func raiseFileLimit(b *testing.B, want uint64) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatal(err)
+	}
+	if lim.Cur >= want {
+		return
+	}
+	if lim.Max < want {
+		b.Skipf("RLIMIT_NOFILE hard limit %d < %d", lim.Max, want)
+	}
+	lim.Cur = want
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// legacyTokenHashes replaces the workers' argon2id token hashes by hex
+// SHA-256 ones.
+func legacyTokenHashes(b *testing.B, dbURL string, ids []identity) {
+	conn, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	for _, id := range ids {
+		if _, err := conn.Exec(`UPDATE worker_registrations SET token_hash = encode(sha256(convert_to($1, 'UTF8')), 'hex') WHERE worker_id = $2`,
+			id.token, id.id); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// heapSampler records the peak heap in use (sampled every 50 ms).
+type heapSampler struct {
+	peak atomic.Uint64
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func sampleHeap() *heapSampler {
+	h := &heapSampler{done: make(chan struct{})}
+	h.wg.Go(func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-h.done:
+				return
+			case <-t.C:
+			}
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > h.peak.Load() {
+				h.peak.Store(ms.HeapInuse)
+			}
+		}
+	})
+	return h
+}
+
+func (h *heapSampler) reset() { h.peak.Store(0) }
+
+func (h *heapSampler) stop() uint64 {
+	close(h.done)
+	h.wg.Wait()
+	return h.peak.Load()
+}
