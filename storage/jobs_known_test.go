@@ -82,3 +82,32 @@ func TestFinishDoneEvaluations(t *testing.T) {
 		wantEvalStatus(t, db, running.ID, EvaluationBuilding)
 	})
 }
+
+// A build left waiting although its inputs are built (a crash between a
+// completion and the readying of its dependents) is queued by the sweep.
+func TestReadyStrandedBuilds(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		ready := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", "a"))
+		next := buildOK(t, db, ready[drvPath("a")], NewID())
+		// As if the process died before b was readied.
+		if _, err := db.sql.ExecContext(ctx, `DELETE FROM jobs WHERE id = $1`, next[drvPath("b")].JobID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.sql.ExecContext(ctx, `UPDATE builds SET status = 'waiting' WHERE evaluation_id = $1 AND drv_path = $2`, e.ID, drvPath("b")); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := db.ReadyStrandedBuilds(ctx)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("ReadyStrandedBuilds = %v, %v; want b's new job", jobs, err)
+		}
+		if p := pendingOf(t, db, jobs); p[drvPath("b")].JobID == "" {
+			t.Fatalf("pending %v, want b", p)
+		}
+		if again, err := db.ReadyStrandedBuilds(ctx); err != nil || len(again) != 0 {
+			t.Fatalf("second sweep = %v, %v; want nothing", again, err)
+		}
+	})
+}

@@ -128,6 +128,9 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 	}
 	if err != nil {
 		s.log.Warn("recording a completed job failed", "job", a.job.JobID, "error", err)
+		// The build may be recorded with its dependents not yet readied:
+		// the next pass readies whatever is stranded.
+		s.strandedCheck.Store(true)
 		return
 	}
 	s.m.finished.Inc("completed")

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gradient.dev/gradient/metrics"
@@ -87,6 +88,9 @@ type Scheduler struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	kick   chan struct{}
+	// strandedCheck: a completion failed part-way; the next pass readies
+	// builds whose inputs are all built (storage.ReadyStrandedBuilds).
+	strandedCheck atomic.Bool
 
 	mu       sync.Mutex
 	pending  map[string]*storage.PendingJob // by job ID
@@ -186,6 +190,16 @@ func (s *Scheduler) loop() {
 				s.log.Warn("reading the job queue failed", "error", err)
 			}
 			continue
+		}
+		if s.strandedCheck.Swap(false) {
+			ready, err := s.db.ReadyStrandedBuilds(s.ctx)
+			if err != nil {
+				s.strandedCheck.Store(true)
+				s.log.Warn("readying stranded builds failed; retrying on the next pass", "error", err)
+			} else if len(ready) > 0 {
+				s.log.Info("readied builds a failed completion left waiting", "jobs", len(ready))
+				s.addPending(s.ctx, ready)
+			}
 		}
 		if n, err := s.db.FinishDoneEvaluations(s.ctx); err != nil && s.ctx.Err() == nil {
 			s.log.Warn("ending finished evaluations failed", "error", err)
