@@ -107,7 +107,7 @@ func (s *Scheduler) evalResult(ctx context.Context, a *assignment, r *wire.JobUp
 		text = append(text, "[warning] evaluation: "+w+"\n"...)
 	}
 	if len(text) > 0 {
-		return s.db.AppendJobLog(ctx, a.job.JobID, text)
+		s.logs.add(ctx, a.job.JobID, text)
 	}
 	return nil
 }
@@ -116,6 +116,7 @@ func (s *Scheduler) evalResult(ctx context.Context, a *assignment, r *wire.JobUp
 // dependents become ready.
 func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 	s.forget(a)
+	s.logs.flush(ctx, a.job.JobID) // a finished job's log is complete
 	var ready []string
 	var err error
 	if a.job.Kind == storage.JobFlake {
@@ -142,6 +143,7 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 // failed handles JobFailed by the kind's meaning (JOBS.md §10).
 func (s *Scheduler) failed(ctx context.Context, a *assignment, m *wire.JobFailed) {
 	s.forget(a)
+	s.logs.flush(ctx, a.job.JobID)
 	kind := failureKind(m.Kind)
 	msg := m.Error
 	if len(m.MissingPaths) > 0 {

@@ -87,10 +87,14 @@ type Scheduler struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
-	kick   chan struct{}
+	// logsDone: the log buffer wrote its last lines.
+	logsDone chan struct{}
+	kick     chan struct{}
 	// strandedCheck: a completion failed part-way; the next pass readies
 	// builds whose inputs are all built (storage.ReadyStrandedBuilds).
 	strandedCheck atomic.Bool
+
+	logs *logBuffer
 
 	mu       sync.Mutex
 	pending  map[string]*storage.PendingJob // by job ID
@@ -131,11 +135,13 @@ var _ server.JobLoop = (*Scheduler)(nil)
 func New(db *storage.DB, cfg Config) *Scheduler {
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Scheduler{
+	s := &Scheduler{
 		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"), m: newLoopMetrics(cfg.Metrics),
-		ctx: ctx, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1),
+		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}), kick: make(chan struct{}, 1),
 		pending: map[string]*storage.PendingJob{}, sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
 	}
+	s.logs = newLogBuffer(s)
+	return s
 }
 
 // Start recovers the work a previous run left open (its assignments
@@ -153,14 +159,19 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return err
 	}
 	go s.loop()
+	go func() {
+		defer close(s.logsDone)
+		s.logs.run(s.ctx)
+	}()
 	return nil
 }
 
-// Close stops the periodic pass.
+// Close stops the periodic pass and writes out the buffered logs.
 func (s *Scheduler) Close() {
 	s.cancel()
 	select {
 	case <-s.done:
+		<-s.logsDone
 	default:
 		// Start never ran.
 	}
@@ -337,16 +348,12 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 		}
 	case *wire.LogChunk:
 		if a := s.owned(w, m.JobID, ""); a != nil {
-			if err := s.db.AppendJobLog(ctx, m.JobID, m.Data); err != nil {
-				s.log.Warn("storing a log chunk failed", "job", m.JobID, "error", err)
-			}
+			s.logs.add(ctx, m.JobID, m.Data) // copies: the frame is not ours
 		}
 	case *wire.EvalMessage:
 		if a := s.owned(w, m.JobID, ""); a != nil {
 			line := "[" + evalLevel(m.Level) + "] " + m.Source + ": " + m.Message + "\n"
-			if err := s.db.AppendJobLog(ctx, m.JobID, []byte(line)); err != nil {
-				s.log.Warn("storing an evaluation message failed", "job", m.JobID, "error", err)
-			}
+			s.logs.add(ctx, m.JobID, []byte(line))
 			// An attribute that failed to evaluate fails the evaluation
 			// (after its builds); a build's messages only explain it.
 			if m.Level == wire.EvalLevelError && a.job.Kind == storage.JobFlake {

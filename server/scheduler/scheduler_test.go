@@ -367,3 +367,24 @@ func TestImportRequestIsRefused(t *testing.T) {
 		t.Errorf("outcome %+v, want Unknown naming the derivation", r.Outcome)
 	}
 }
+
+// Log lines are stored in order and completely by the time the job's end
+// is recorded, however many chunks they came in.
+func TestBuildLogIsCompleteAtTheEnd(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	ev := e.evaluate(leaf("chatty"))
+	w := e.worker([]string{e.project}, allCaps, x86)
+	w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	a := w.mustAssigned("build")
+	var want []byte
+	for i := range 500 {
+		line := []byte(fmt.Sprintf("line %d of the build\n", i))
+		want = append(want, line...)
+		w.send(&wire.LogChunk{JobID: a.JobID, Data: line})
+	}
+	w.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+	got, err := e.db.BuildLog(t.Context(), e.build(ev.ID).ID)
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("stored log (%d bytes, %v) differs from the %d bytes sent", len(got), err, len(want))
+	}
+}
