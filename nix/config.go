@@ -67,6 +67,9 @@ func (n *Nix) command(ctx context.Context, name string, args ...string) *exec.Cm
 	}
 	cmd := exec.CommandContext(ctx, n.program(name), args...)
 	cmd.Env = n.environ()
+	if extra, ok := ctx.Value(envKey{}).([]string); ok {
+		cmd.Env = append(cmd.Env, extra...)
+	}
 	// Interrupt rather than kill: Nix then stops its builders and releases
 	// locks; the kill after WaitDelay covers a hung process.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 )
 
@@ -24,20 +26,53 @@ type archivedFlake struct {
 	Inputs map[string]archivedFlake `json:"inputs"`
 }
 
+// FetchOptions adjust a flake fetch.
+type FetchOptions struct {
+	// SSHKey is a private key for git over SSH (a project's deploy key,
+	// from the server's Credential). It is written to a file only this
+	// process can read, used for the fetch, and removed.
+	SSHKey []byte
+	// SSH is the ssh program ("" means ssh from PATH).
+	SSH string
+}
+
 // FetchFlake clones repoURL, checks out commit, and copies the flake source
 // and its locked inputs into the store (`nix flake archive`).
-func (n *Nix) FetchFlake(ctx context.Context, repoURL, commit string) (*FetchedFlake, error) {
-	n.logger().Info("nix: fetching flake", "repo", repoURL, "commit", commit)
+func (n *Nix) FetchFlake(ctx context.Context, repoURL, commit string, opts FetchOptions) (*FetchedFlake, error) {
+	n.logger().Info("nix: fetching flake", "repo", repoURL, "commit", commit, "ssh_key", len(opts.SSHKey) > 0)
 	dir, err := os.MkdirTemp(n.WorkDir, "gradient-flake-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	if err := n.cloneAt(ctx, repoURL, commit, dir); err != nil {
+	if len(opts.SSHKey) > 0 {
+		keyFile := filepath.Join(dir, "ssh-key")
+		if err := os.WriteFile(keyFile, opts.SSHKey, 0o600); err != nil {
+			return nil, fmt.Errorf("nix: writing the SSH key: %w", err)
+		}
+		ssh := opts.SSH
+		if ssh == "" {
+			ssh = "ssh"
+		}
+		// git and Nix's git fetcher both honour GIT_SSH_COMMAND.
+		ctx = withEnv(ctx, "GIT_SSH_COMMAND="+ssh+" -i "+keyFile+
+			" -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")
+	}
+	checkout := filepath.Join(dir, "checkout")
+	if err := n.cloneAt(ctx, repoURL, commit, checkout); err != nil {
 		return nil, err
 	}
-	ref := (&url.URL{Scheme: "git+file", Path: dir, RawQuery: "rev=" + url.QueryEscape(commit)}).String()
+	ref := (&url.URL{Scheme: "git+file", Path: checkout, RawQuery: "rev=" + url.QueryEscape(commit)}).String()
 	return n.ArchiveFlake(ctx, ref)
+}
+
+type envKey struct{}
+
+// withEnv adds variables to the environment of the Nix and git commands
+// run with ctx (per-call settings such as a fetch's SSH key).
+func withEnv(ctx context.Context, env ...string) context.Context {
+	prev, _ := ctx.Value(envKey{}).([]string)
+	return context.WithValue(ctx, envKey{}, append(slices.Clone(prev), env...))
 }
 
 // ArchiveFlake copies a flake reference's source and locked inputs into the

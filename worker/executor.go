@@ -14,6 +14,9 @@ type Assignment struct {
 	Kind    wire.JobKind
 	Job     wire.Job // *wire.FlakeJob or *wire.BuildJob
 	Cluster *wire.ClusterMembership
+	// SSHKey is the project's deploy key, when the server sent one
+	// (Credential SshKey, just before a fetch job's AssignJob).
+	SSHKey []byte
 }
 
 // Reporter sends a job's progress on its session. Every report carries the

@@ -230,3 +230,26 @@ func TestRequestsAgainWhileSlotsRemain(t *testing.T) {
 		t.Fatalf("second build declined: %+v", r)
 	}
 }
+
+// A Credential travels with the AssignJob right after it, and only that
+// one.
+func TestCredentialGoesWithTheNextAssignment(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	exec := newBlockingExecutor()
+	cfg := testConfig(t, f.url, exec)
+	cfg.MaxEvals = 2
+	startWorker(t, cfg)
+	c := f.accept()
+	expect[*wire.RequestJobList](t, c)
+
+	c.send(t, &wire.Credential{Kind: wire.CredentialSSHKey, Data: []byte("deploy-key")})
+	c.send(t, flakeJob("eval:1", "a1"))
+	if a := recvChan(t, "the first job", exec.started); string(a.SSHKey) != "deploy-key" {
+		t.Fatalf("first job's key %q, want the credential", a.SSHKey)
+	}
+	c.send(t, flakeJob("eval:2", "a2"))
+	if a := recvChan(t, "the second job", exec.started); a.SSHKey != nil {
+		t.Fatalf("second job got key %q; a credential is for one assignment", a.SSHKey)
+	}
+}

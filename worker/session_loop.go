@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -39,11 +40,13 @@ type liveSession struct {
 	// pages in order, off the dispatch goroutine (store checks run Nix).
 	scoring chan scoreTask
 
-	mu       sync.Mutex
-	jobs     map[string]*runningJob
-	drained  bool // the server sent Draining or Reject: request nothing more
-	stopping bool // the worker is stopping: request and accept nothing more
-	jobsDone sync.WaitGroup
+	mu   sync.Mutex
+	jobs map[string]*runningJob
+	// credential is the deploy key of the next AssignJob (Credential).
+	credential []byte
+	drained    bool // the server sent Draining or Reject: request nothing more
+	stopping   bool // the worker is stopping: request and accept nothing more
+	jobsDone   sync.WaitGroup
 }
 
 func newLiveSession(w *Worker, sess *session.WorkerSession, auth *session.WorkerAuth) *liveSession {
@@ -188,8 +191,12 @@ func (ls *liveSession) dispatch(m wire.ServerMessage) {
 	case *wire.ServerError:
 		ls.log.Warn("server reported an error", "code", m.Code, "message", m.Message)
 	case *wire.Credential:
-		// Kept by the fetch step once it exists; never logged.
-		ls.log.Debug("credential received", "kind", m.Kind)
+		// For the AssignJob that follows (JOBS.md §5.2); never logged.
+		ls.mu.Lock()
+		if m.Kind == wire.CredentialSSHKey {
+			ls.credential = bytes.Clone(m.Data)
+		}
+		ls.mu.Unlock()
 	default:
 		ls.log.Debug("ignoring message", "message", m.WireName())
 	}
@@ -210,6 +217,9 @@ func (ls *liveSession) markDrained() {
 func (ls *liveSession) assign(m *wire.AssignJob) {
 	kind, known := jobKind(m.Job)
 	ls.mu.Lock()
+	// A credential belongs to the AssignJob right after it, taken or not.
+	key := ls.credential
+	ls.credential = nil
 	if j := ls.jobs[m.JobID]; j != nil {
 		// Re-sent by the server: keep running, report under the new ID.
 		j.setAssignmentID(m.AssignmentID)
@@ -236,7 +246,7 @@ func (ls *liveSession) assign(m *wire.AssignJob) {
 	}
 	var j *runningJob
 	if reason == "" {
-		j = newRunningJob(Assignment{JobID: m.JobID, Kind: kind, Job: m.Job, Cluster: m.Cluster}, m.AssignmentID)
+		j = newRunningJob(Assignment{JobID: m.JobID, Kind: kind, Job: m.Job, Cluster: m.Cluster, SSHKey: key}, m.AssignmentID)
 		ls.jobs[m.JobID] = j
 		ls.jobsDone.Add(1)
 	}

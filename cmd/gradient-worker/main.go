@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	cfg.Executor = &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, Logger: log}
+	cfg.Executor = &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, SSH: opts.SSHBin, Logger: log}
 	w, err := worker.New(cfg)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ type options struct {
 	PeersFile         string
 	BaseDir           string
 	NixBin            string
+	SSHBin            string
 	BuildCores        int
 	ID                string
 	Zone, Endpoint    string
@@ -73,6 +74,7 @@ var (
 	insecureSetting      = workerSetting("insecure-listen", "false", "serve the listener without TLS (local and test setups only)")
 	acceptedTokenSetting = workerSetting("accepted-server-tokens-file", "", "peer_id:hash lines a dialing server's tokens must match; without it every server is accepted")
 	nixBinSetting        = workerSetting("nix-bin", "", "directory holding nix, nix-store and git (default: looked up in PATH)")
+	sshBinSetting        = workerSetting("ssh-bin", "ssh", "ssh program git uses with a project's deploy key")
 	maxCoresSetting      = workerSetting("build-max-cores", "0", "cores per build passed to Nix (--cores); 0 uses Nix's setting")
 	logLevelSetting      = workerSetting("log-level", "info", "debug, info, warn or error")
 	logFormatSetting     = workerSetting("log-format", "text", "text or json")
@@ -81,7 +83,7 @@ var (
 var allSettings = []setting{serverURLSetting, peersSetting, peersFileSetting, baseDirSetting, idSetting,
 	zoneSetting, endpointSetting, fetchSetting, evalSetting, buildSetting, archSetting, featuresSetting,
 	cpuScoreSetting, maxBuildsSetting, maxEvalsSetting, discoverableSetting, listenAddrSetting, portSetting,
-	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, maxCoresSetting,
+	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, sshBinSetting, maxCoresSetting,
 	logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-worker [flags]
@@ -115,7 +117,7 @@ func buildOptions(value func(setting) string) (options, error) {
 		Architectures: commaList(value(archSetting)), SystemFeatures: commaList(value(featuresSetting)),
 		TLSCertFile: value(tlsCertSetting), TLSKeyFile: value(tlsKeySetting),
 		AcceptedTokenFile: value(acceptedTokenSetting), LogFormat: value(logFormatSetting),
-		NixBin: value(nixBinSetting),
+		NixBin: value(nixBinSetting), SSHBin: value(sshBinSetting),
 	}
 	var errs []error
 	boolean := func(s setting, dst *bool) {

@@ -22,7 +22,7 @@ import (
 
 // Store is what jobs need from Nix; *nix.Nix implements it.
 type Store interface {
-	FetchFlake(ctx context.Context, repoURL, commit string) (*nix.FetchedFlake, error)
+	FetchFlake(ctx context.Context, repoURL, commit string, opts nix.FetchOptions) (*nix.FetchedFlake, error)
 	Attributes(ctx context.Context, flakeRef string, wildcards []string) (*nix.Evaluation, error)
 	Derivations(ctx context.Context, drvPaths ...string) (map[string]*nix.Derivation, error)
 	PathInfo(ctx context.Context, paths ...string) ([]nix.PathInfo, error)
@@ -41,7 +41,9 @@ type Executor struct {
 	// TempDir holds pulled NARs until they are imported ("" = os.TempDir()).
 	TempDir string
 	// Cores is passed to builds as --cores (0 = Nix's setting).
-	Cores  int
+	Cores int
+	// SSH is the ssh program for fetches with a deploy key ("" = ssh).
+	SSH    string
 	Logger *slog.Logger
 }
 
@@ -65,7 +67,7 @@ func (e *Executor) logger() *slog.Logger {
 
 // Run runs one job until it ends or ctx is cancelled.
 func (e *Executor) Run(ctx context.Context, a worker.Assignment, r worker.Reporter) error {
-	j := &job{e: e, id: a.JobID, r: r, cache: r.Cache(), log: e.logger().With("job", a.JobID)}
+	j := &job{e: e, id: a.JobID, r: r, cache: r.Cache(), log: e.logger().With("job", a.JobID), sshKey: a.SSHKey}
 	switch spec := a.Job.(type) {
 	case *wire.FlakeJob:
 		return j.runFlake(ctx, spec)
@@ -77,11 +79,12 @@ func (e *Executor) Run(ctx context.Context, a worker.Assignment, r worker.Report
 
 // job is one running job's context.
 type job struct {
-	e     *Executor
-	id    string
-	r     worker.Reporter
-	cache worker.Cache
-	log   *slog.Logger
+	e      *Executor
+	sshKey []byte // the project's deploy key, for fetches
+	id     string
+	r      worker.Reporter
+	cache  worker.Cache
+	log    *slog.Logger
 }
 
 // tempDir is a directory for this job's NARs in transit, removed by the

@@ -149,7 +149,7 @@ func (s *fakeStore) addDrv(d *nix.Derivation) {
 	s.drvs[d.Path] = d
 }
 
-func (s *fakeStore) FetchFlake(ctx context.Context, repoURL, commit string) (*nix.FetchedFlake, error) {
+func (s *fakeStore) FetchFlake(ctx context.Context, repoURL, commit string, opts nix.FetchOptions) (*nix.FetchedFlake, error) {
 	s.rec.add(event{kind: "fetch", paths: []string{repoURL, commit}})
 	if s.fetchEr != nil {
 		return nil, s.fetchEr

@@ -64,7 +64,7 @@ func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
 	switch src := spec.Source.(type) {
 	case *wire.FlakeSourceRepository:
 		j.log.Info("fetching flake", "repository", src.URL, "commit", src.Commit)
-		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit)
+		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", ctx.Err()
@@ -98,7 +98,7 @@ func (j *job) localSource(ctx context.Context, src wire.FlakeSource) (string, er
 		_, err := j.ensure(ctx, []string{src.StorePath})
 		return src.StorePath, err
 	case *wire.FlakeSourceRepository:
-		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit)
+		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", ctx.Err()
@@ -290,4 +290,8 @@ func errorText(err error) string {
 		err = je.Err
 	}
 	return strings.TrimSpace(err.Error())
+}
+
+func (j *job) fetchOptions() nix.FetchOptions {
+	return nix.FetchOptions{SSHKey: j.sshKey, SSH: j.e.SSH}
 }
