@@ -55,7 +55,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	cfg.Executor = &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, SSH: opts.SSHBin, Logger: log}
+	cfg.Executor = &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, SSH: opts.SSHBin, Logger: log,
+		LogBurstPerMinute: unlimitedIfZero(opts.LogBurstPerMin), LogSustainedPerHour: unlimitedIfZero(opts.LogSustainedPerHour)}
 	w, err := worker.New(cfg)
 	if err != nil {
 		return err
@@ -73,6 +74,15 @@ func detectSystemFeatures(ctx context.Context, n *nix.Nix, log *slog.Logger) []s
 		return nil
 	}
 	return features
+}
+
+// unlimitedIfZero maps the flags' "0 is unlimited" to the executor's
+// negative.
+func unlimitedIfZero(v int64) int64 {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // detectArchitectures reads the systems the local Nix builds for (its

@@ -16,30 +16,32 @@ var errUsage = envflag.ErrUsage
 
 // options is the worker's configuration after flags and environment.
 type options struct {
-	ServerURL         string
-	Peers             string // secrets: never logged
-	PeersFile         string
-	BaseDir           string
-	NixBin            string
-	SSHBin            string
-	BuildCores        int
-	ID                string
-	Zone, Endpoint    string
-	Fetch, Eval       bool
-	Build             bool
-	Architectures     []string
-	SystemFeatures    []string
-	CPUCoreScore      uint32
-	MaxBuilds         int
-	MaxEvals          int
-	Discoverable      bool
-	ListenAddr        string // host:port, set when discoverable
-	TLSCertFile       string
-	TLSKeyFile        string
-	InsecureListen    bool
-	AcceptedTokenFile string
-	LogLevel          slog.Level
-	LogFormat         string
+	ServerURL string
+	Peers     string // secrets: never logged
+	PeersFile string
+	BaseDir   string
+	NixBin    string
+	SSHBin    string
+	// Build log limits; 0 is unlimited.
+	LogBurstPerMin, LogSustainedPerHour int64
+	BuildCores                          int
+	ID                                  string
+	Zone, Endpoint                      string
+	Fetch, Eval                         bool
+	Build                               bool
+	Architectures                       []string
+	SystemFeatures                      []string
+	CPUCoreScore                        uint32
+	MaxBuilds                           int
+	MaxEvals                            int
+	Discoverable                        bool
+	ListenAddr                          string // host:port, set when discoverable
+	TLSCertFile                         string
+	TLSKeyFile                          string
+	InsecureListen                      bool
+	AcceptedTokenFile                   string
+	LogLevel                            slog.Level
+	LogFormat                           string
 }
 
 // setting is one flag; its environment variable is GRADIENT_WORKER_ plus
@@ -75,6 +77,8 @@ var (
 	acceptedTokenSetting = workerSetting("accepted-server-tokens-file", "", "peer_id:hash lines a dialing server's tokens must match; without it every server is accepted")
 	nixBinSetting        = workerSetting("nix-bin", "", "directory holding nix, nix-store and git (default: looked up in PATH)")
 	sshBinSetting        = workerSetting("ssh-bin", "ssh", "ssh program git uses with a project's deploy key")
+	logBurstSetting      = workerSetting("log-burst-bytes-per-min", "8388608", "build log bytes one build may send per minute before its log is cut; 0 is unlimited")
+	logSustainedSetting  = workerSetting("log-sustained-bytes-per-hour", "67108864", "build log bytes one build may send per hour before its log is cut; 0 is unlimited")
 	maxCoresSetting      = workerSetting("build-max-cores", "0", "cores per build passed to Nix (--cores); 0 uses Nix's setting")
 	logLevelSetting      = workerSetting("log-level", "info", "debug, info, warn or error")
 	logFormatSetting     = workerSetting("log-format", "text", "text or json")
@@ -83,7 +87,7 @@ var (
 var allSettings = []setting{serverURLSetting, peersSetting, peersFileSetting, baseDirSetting, idSetting,
 	zoneSetting, endpointSetting, fetchSetting, evalSetting, buildSetting, archSetting, featuresSetting,
 	cpuScoreSetting, maxBuildsSetting, maxEvalsSetting, discoverableSetting, listenAddrSetting, portSetting,
-	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, sshBinSetting, maxCoresSetting,
+	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, sshBinSetting, maxCoresSetting, logBurstSetting, logSustainedSetting,
 	logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-worker [flags]
@@ -142,6 +146,10 @@ func buildOptions(value func(setting) string) (options, error) {
 	count(maxBuildsSetting, &opts.MaxBuilds)
 	count(maxEvalsSetting, &opts.MaxEvals)
 	count(maxCoresSetting, &opts.BuildCores)
+	var burst, sustained int
+	count(logBurstSetting, &burst)
+	count(logSustainedSetting, &sustained)
+	opts.LogBurstPerMin, opts.LogSustainedPerHour = int64(burst), int64(sustained)
 	if opts.MaxBuilds == 0 || opts.MaxEvals == 0 {
 		errs = append(errs, errors.New("--build-max-concurrent and --eval-max-concurrent must be at least 1 (disable a kind with its capability)"))
 	}

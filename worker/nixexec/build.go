@@ -78,7 +78,7 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	}
 
 	j.r.Update(wire.BuildStageBuild)
-	logs := &logForwarder{r: j.r, task: task}
+	logs := &logForwarder{r: j.r, task: task, limit: newLogLimit(j.e.logBurst(), j.e.logSustained(), time.Now())}
 	opts := nix.BuildOptions{Cores: j.e.Cores, LogWriter: logs}
 	if spec.TimeoutSecs != nil {
 		opts.Timeout = time.Duration(*spec.TimeoutSecs) * time.Second
@@ -235,23 +235,34 @@ func sortedValues(m map[string]string) []string {
 }
 
 // logForwarder sends a build's log as LogChunks of whole lines; the last
-// partial line goes out on Flush.
+// partial line goes out on Flush. Two token buckets (WORKER.md §7.2)
+// bound what one build may send: a burst per minute and a sustained
+// amount per hour. When either runs dry the server gets one line saying
+// so and nothing more of this build's log; the build goes on.
 type logForwarder struct {
-	r    worker.Reporter
-	task uint32
-	mu   sync.Mutex
-	buf  []byte
+	r     worker.Reporter
+	task  uint32
+	limit *logLimit // nil: unlimited
+
+	mu        sync.Mutex
+	buf       []byte
+	truncated bool
 }
+
+// truncatedLine tells the server the rest of the log was dropped.
+const truncatedLine = "[gradient: log truncated — rate limit exceeded]\n"
 
 func (l *logForwarder) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.truncated {
+		return len(p), nil
+	}
 	l.buf = append(l.buf, p...)
 	if i := bytes.LastIndexByte(l.buf, '\n'); i >= 0 {
 		chunk := bytes.Clone(l.buf[:i+1])
 		l.buf = append(l.buf[:0], l.buf[i+1:]...)
-		// A lost session fails the job anyway; the build keeps going.
-		l.r.Log(l.task, chunk)
+		l.send(chunk)
 	}
 	return len(p), nil
 }
@@ -260,8 +271,70 @@ func (l *logForwarder) Write(p []byte) (int, error) {
 func (l *logForwarder) Flush() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.buf) > 0 {
-		l.r.Log(l.task, append(bytes.Clone(l.buf), '\n'))
-		l.buf = nil
+	if len(l.buf) > 0 && !l.truncated {
+		l.send(append(bytes.Clone(l.buf), '\n'))
+	}
+	l.buf = nil
+}
+
+func (l *logForwarder) send(chunk []byte) {
+	if l.limit != nil && !l.limit.take(len(chunk), time.Now()) {
+		l.truncated = true
+		l.r.Log(l.task, []byte(truncatedLine))
+		return
+	}
+	// A lost session fails the job anyway; the build keeps going.
+	l.r.Log(l.task, chunk)
+}
+
+// logLimit is the pair of token buckets of one build's log.
+type logLimit struct {
+	burst, sustained bucket
+}
+
+func newLogLimit(perMinute, perHour int64, now time.Time) *logLimit {
+	if perMinute <= 0 && perHour <= 0 {
+		return nil
+	}
+	return &logLimit{burst: newBucket(perMinute, time.Minute, now), sustained: newBucket(perHour, time.Hour, now)}
+}
+
+// take spends n bytes from both buckets, or neither.
+func (l *logLimit) take(n int, now time.Time) bool {
+	l.burst.refill(now)
+	l.sustained.refill(now)
+	if !l.burst.has(n) || !l.sustained.has(n) {
+		return false
+	}
+	l.burst.spend(n)
+	l.sustained.spend(n)
+	return true
+}
+
+// bucket holds up to capacity bytes and refills capacity per period.
+type bucket struct {
+	capacity, tokens float64 // capacity 0: unlimited
+	perSecond        float64
+	last             time.Time
+}
+
+func newBucket(capacity int64, period time.Duration, now time.Time) bucket {
+	c := float64(max(capacity, 0))
+	return bucket{capacity: c, tokens: c, perSecond: c / period.Seconds(), last: now}
+}
+
+func (b *bucket) refill(now time.Time) {
+	if b.capacity == 0 {
+		return
+	}
+	b.tokens = min(b.capacity, b.tokens+now.Sub(b.last).Seconds()*b.perSecond)
+	b.last = now
+}
+
+func (b *bucket) has(n int) bool { return b.capacity == 0 || b.tokens >= float64(n) }
+
+func (b *bucket) spend(n int) {
+	if b.capacity != 0 {
+		b.tokens -= float64(n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -541,5 +542,36 @@ func TestUnitBuildDownloadIsRealised(t *testing.T) {
 	}
 	if builds := h.rec.of("build"); len(builds) != 1 || builds[0].paths[0] != g.target {
 		t.Errorf("builds %v, want the download's .drv realised", builds)
+	}
+}
+
+// A build that logs more than its burst allowance sends what fits, one
+// line saying the rest was dropped, and nothing after; it still succeeds.
+func TestUnitBuildLogRateLimit(t *testing.T) {
+	h := newHarness(t)
+	h.exec.LogBurstPerMinute = 100
+	g := h.setupBuild()
+	h.store.build = func(ctx context.Context, drv string, opts nix.BuildOptions) (map[string]string, error) {
+		for i := range 50 {
+			fmt.Fprintf(opts.LogWriter, "noisy line %02d\n", i) // 14 bytes each: 7 fit
+		}
+		h.store.mu.Lock()
+		outs := h.store.drvs[drv].OutputPaths()
+		h.store.mu.Unlock()
+		for _, p := range outs {
+			h.store.setValid(p)
+		}
+		return outs, nil
+	}
+	if err := h.run(context.Background(), buildJob(spec("b1", g.target))); err != nil {
+		t.Fatalf("a rate-limited log failed the build: %v", err)
+	}
+	var sent []byte
+	for _, e := range h.rec.of("log") {
+		sent = append(sent, e.data...)
+	}
+	want := "noisy line 00\nnoisy line 01\nnoisy line 02\nnoisy line 03\nnoisy line 04\nnoisy line 05\nnoisy line 06\n" + truncatedLine
+	if string(sent) != want {
+		t.Fatalf("log sent:\n%s\nwant:\n%s", sent, want)
 	}
 }

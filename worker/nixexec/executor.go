@@ -43,8 +43,13 @@ type Executor struct {
 	// Cores is passed to builds as --cores (0 = Nix's setting).
 	Cores int
 	// SSH is the ssh program for fetches with a deploy key ("" = ssh).
-	SSH    string
-	Logger *slog.Logger
+	SSH string
+	// LogBurstPerMinute and LogSustainedPerHour bound the bytes of one
+	// build's log sent to the server (0: 8 MiB and 64 MiB; negative: no
+	// limit).
+	LogBurstPerMinute   int64
+	LogSustainedPerHour int64
+	Logger              *slog.Logger
 }
 
 var (
@@ -56,6 +61,19 @@ var (
 // the local store holds.
 func (e *Executor) ValidPaths(ctx context.Context, paths ...string) ([]string, error) {
 	return e.Nix.ValidPaths(ctx, paths...)
+}
+
+func (e *Executor) logBurst() int64     { return limitOr(e.LogBurstPerMinute, 8<<20) }
+func (e *Executor) logSustained() int64 { return limitOr(e.LogSustainedPerHour, 64<<20) }
+
+func limitOr(v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 func (e *Executor) logger() *slog.Logger {
