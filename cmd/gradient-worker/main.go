@@ -55,8 +55,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	cfg.Executor = &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, SSH: opts.SSHBin, Logger: log,
+	executor := &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, SSH: opts.SSHBin, Logger: log,
+		GCRootsDir:        gcRootsDir(opts.GCRootsDir, log),
 		LogBurstPerMinute: unlimitedIfZero(opts.LogBurstPerMin), LogSustainedPerHour: unlimitedIfZero(opts.LogSustainedPerHour)}
+	if err := executor.ResetGCRoots(); err != nil {
+		log.Warn("cannot clear GC roots left by an earlier run", "dir", executor.GCRootsDir, "error", err)
+	}
+	cfg.Executor = executor
 	w, err := worker.New(cfg)
 	if err != nil {
 		return err
@@ -74,6 +79,19 @@ func detectSystemFeatures(ctx context.Context, n *nix.Nix, log *slog.Logger) []s
 		return nil
 	}
 	return features
+}
+
+// gcRootsDir is dir if the worker can create links there, else "" (and
+// says why once): a worker without the rights still runs jobs, unpinned.
+func gcRootsDir(dir string, log *slog.Logger) string {
+	if dir == "" {
+		return ""
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		log.Warn("GC roots disabled: cannot use --gcroots-dir (a garbage collection may delete paths a job still needs)", "dir", dir, "error", err)
+		return ""
+	}
+	return dir
 }
 
 // unlimitedIfZero maps the flags' "0 is unlimited" to the executor's

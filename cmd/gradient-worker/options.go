@@ -16,12 +16,13 @@ var errUsage = envflag.ErrUsage
 
 // options is the worker's configuration after flags and environment.
 type options struct {
-	ServerURL string
-	Peers     string // secrets: never logged
-	PeersFile string
-	BaseDir   string
-	NixBin    string
-	SSHBin    string
+	ServerURL  string
+	Peers      string // secrets: never logged
+	PeersFile  string
+	BaseDir    string
+	NixBin     string
+	SSHBin     string
+	GCRootsDir string
 	// Build log limits; 0 is unlimited.
 	LogBurstPerMin, LogSustainedPerHour int64
 	BuildCores                          int
@@ -76,6 +77,7 @@ var (
 	insecureSetting      = workerSetting("insecure-listen", "false", "serve the listener without TLS (local and test setups only)")
 	acceptedTokenSetting = workerSetting("accepted-server-tokens-file", "", "peer_id:hash lines a dialing server's tokens must match; without it every server is accepted")
 	nixBinSetting        = workerSetting("nix-bin", "", "directory holding nix, nix-store and git (default: looked up in PATH)")
+	gcRootsSetting       = workerSetting("gcroots-dir", "/nix/var/nix/gcroots/gradient", "GC root links pinning what running jobs need; empty disables")
 	sshBinSetting        = workerSetting("ssh-bin", "ssh", "ssh program git uses with a project's deploy key")
 	logBurstSetting      = workerSetting("log-burst-bytes-per-min", "8388608", "build log bytes one build may send per minute before its log is cut; 0 is unlimited")
 	logSustainedSetting  = workerSetting("log-sustained-bytes-per-hour", "67108864", "build log bytes one build may send per hour before its log is cut; 0 is unlimited")
@@ -87,7 +89,7 @@ var (
 var allSettings = []setting{serverURLSetting, peersSetting, peersFileSetting, baseDirSetting, idSetting,
 	zoneSetting, endpointSetting, fetchSetting, evalSetting, buildSetting, archSetting, featuresSetting,
 	cpuScoreSetting, maxBuildsSetting, maxEvalsSetting, discoverableSetting, listenAddrSetting, portSetting,
-	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, sshBinSetting, maxCoresSetting, logBurstSetting, logSustainedSetting,
+	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, sshBinSetting, gcRootsSetting, maxCoresSetting, logBurstSetting, logSustainedSetting,
 	logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-worker [flags]
@@ -121,7 +123,7 @@ func buildOptions(value func(setting) string) (options, error) {
 		Architectures: commaList(value(archSetting)), SystemFeatures: commaList(value(featuresSetting)),
 		TLSCertFile: value(tlsCertSetting), TLSKeyFile: value(tlsKeySetting),
 		AcceptedTokenFile: value(acceptedTokenSetting), LogFormat: value(logFormatSetting),
-		NixBin: value(nixBinSetting), SSHBin: value(sshBinSetting),
+		NixBin: value(nixBinSetting), SSHBin: value(sshBinSetting), GCRootsDir: value(gcRootsSetting),
 	}
 	var errs []error
 	boolean := func(s setting, dst *bool) {

@@ -48,6 +48,8 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	if _, err := j.ensure(ctx, []string{spec.DrvPath}); err != nil {
 		return err
 	}
+	// The .drv pins its build-time closure (the GC follows its inputs).
+	j.pin(spec.DrvPath)
 	drvs, err := j.e.Nix.Derivations(ctx, spec.DrvPath)
 	if err != nil {
 		return j.failed(ctx, fmt.Errorf("reading %s: %w", spec.DrvPath, err))
@@ -93,6 +95,7 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	if err != nil {
 		return j.failed(ctx, err)
 	}
+	j.pin(sortedValues(built)...) // until they are uploaded
 	took := time.Since(start)
 	log.Info("built", "took", took.Round(time.Millisecond), "outputs", len(built))
 	ms := uint64(took.Milliseconds())

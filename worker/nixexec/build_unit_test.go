@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -573,5 +575,37 @@ func TestUnitBuildLogRateLimit(t *testing.T) {
 	want := "noisy line 00\nnoisy line 01\nnoisy line 02\nnoisy line 03\nnoisy line 04\nnoisy line 05\nnoisy line 06\n" + truncatedLine
 	if string(sent) != want {
 		t.Fatalf("log sent:\n%s\nwant:\n%s", sent, want)
+	}
+}
+
+// While a build runs, its .drv is pinned by a GC root link (and the
+// outputs are, until uploaded); when the job ends its links are gone.
+func TestUnitBuildPinsWithGCRoots(t *testing.T) {
+	h := newHarness(t)
+	h.exec.GCRootsDir = filepath.Join(t.TempDir(), "gcroots")
+	g := h.setupBuild()
+	var during []string
+	h.store.build = func(ctx context.Context, drv string, opts nix.BuildOptions) (map[string]string, error) {
+		entries, _ := os.ReadDir(h.exec.GCRootsDir)
+		for _, e := range entries {
+			target, _ := os.Readlink(filepath.Join(h.exec.GCRootsDir, e.Name()))
+			during = append(during, target)
+		}
+		h.store.mu.Lock()
+		outs := h.store.drvs[drv].OutputPaths()
+		h.store.mu.Unlock()
+		for _, p := range outs {
+			h.store.setValid(p)
+		}
+		return outs, nil
+	}
+	if err := h.run(context.Background(), buildJob(spec("b1", g.target))); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(during, g.target) {
+		t.Errorf("roots during the build %v, want the .drv %s", during, g.target)
+	}
+	if entries, _ := os.ReadDir(h.exec.GCRootsDir); len(entries) != 0 {
+		t.Errorf("%d root links left after the job", len(entries))
 	}
 }

@@ -44,6 +44,9 @@ type Executor struct {
 	Cores int
 	// SSH is the ssh program for fetches with a deploy key ("" = ssh).
 	SSH string
+	// GCRootsDir holds the GC root links pinning what running jobs need
+	// (WORKER.md: /nix/var/nix/gcroots/gradient); "" pins nothing.
+	GCRootsDir string
 	// LogBurstPerMinute and LogSustainedPerHour bound the bytes of one
 	// build's log sent to the server (0: 8 MiB and 64 MiB; negative: no
 	// limit).
@@ -85,7 +88,9 @@ func (e *Executor) logger() *slog.Logger {
 
 // Run runs one job until it ends or ctx is cancelled.
 func (e *Executor) Run(ctx context.Context, a worker.Assignment, r worker.Reporter) error {
-	j := &job{e: e, id: a.JobID, r: r, cache: r.Cache(), log: e.logger().With("job", a.JobID), sshKey: a.SSHKey}
+	j := &job{e: e, id: a.JobID, r: r, cache: r.Cache(), log: e.logger().With("job", a.JobID), sshKey: a.SSHKey,
+		roots: &roots{dir: e.GCRootsDir, prefix: gcRootPrefix(a.JobID)}}
+	defer j.roots.release()
 	switch spec := a.Job.(type) {
 	case *wire.FlakeJob:
 		return j.runFlake(ctx, spec)
@@ -98,6 +103,7 @@ func (e *Executor) Run(ctx context.Context, a worker.Assignment, r worker.Report
 // job is one running job's context.
 type job struct {
 	e      *Executor
+	roots  *roots
 	sshKey []byte // the project's deploy key, for fetches
 	id     string
 	r      worker.Reporter
@@ -143,4 +149,16 @@ func classify(err error) error {
 		return &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: unavailable.Paths, Err: err}
 	}
 	return err
+}
+
+// gcRootPrefix names a job's root links (job IDs are UUIDs or other
+// printable IDs; anything path-like is replaced).
+func gcRootPrefix(jobID string) string {
+	b := []byte(jobID)
+	for i, c := range b {
+		if c == '/' || c == 0 || c == '.' {
+			b[i] = '_'
+		}
+	}
+	return string(b) + "-"
 }

@@ -73,6 +73,7 @@ func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
 		}
 		source = fetched.SourcePath
 		paths = append([]string{source}, fetched.InputPaths...)
+		j.pin(paths...)
 	case *wire.FlakeSourceCached:
 		if _, err := j.ensure(ctx, []string{src.StorePath}); err != nil {
 			return "", err
@@ -131,6 +132,10 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 	sort.Strings(attrs)
 	for _, attr := range attrs {
 		j.r.Send(&wire.EvalMessage{JobID: j.id, Level: wire.EvalLevelError, Source: "nix-eval:" + attr, Message: ev.AttrErrors[attr]})
+	}
+	// The discovered .drv files pin their closures until uploaded.
+	for _, d := range ev.Derivations {
+		j.pin(d.DrvPath)
 	}
 	w := &walk{j: j, visited: map[string]bool{}, uploaded: map[string]bool{}}
 	if err := w.run(ctx, ev.Derivations); err != nil {

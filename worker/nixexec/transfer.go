@@ -220,6 +220,9 @@ func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error
 		}
 		return 0, worker.Fail(wire.FailureTransient, fmt.Errorf("importing pulled paths: %w", err))
 	}
+	for _, it := range imports {
+		j.pin(it.StorePath)
+	}
 	j.log.Info("pulled paths", "paths", len(imports), "took", time.Since(start).Round(time.Millisecond))
 	return len(imports), nil
 }

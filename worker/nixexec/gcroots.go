@@ -1,0 +1,88 @@
+package nixexec
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// GC roots (WORKER.md §7.7): while a job needs store paths it pulled,
+// instantiated or built — until they are built with or uploaded — a
+// garbage collection on the build machine must not delete them. Each is
+// pinned by a symlink <GCRootsDir>/<job>-<name> (the GC treats every
+// symlink under /nix/var/nix/gcroots as a root); the job's links go when
+// it ends. A link that cannot be made is logged and the job goes on
+// unpinned, as the reference does.
+
+// roots are one job's GC root links.
+type roots struct {
+	dir, prefix string
+	mu          sync.Mutex
+	links       []string
+	warned      bool
+}
+
+// pin roots paths for the rest of the job.
+func (j *job) pin(paths ...string) {
+	r := j.roots
+	if r == nil || r.dir == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		r.warn(j, err)
+		return
+	}
+	for _, p := range paths {
+		link := filepath.Join(r.dir, r.prefix+filepath.Base(p))
+		if err := os.Symlink(p, link); err != nil && !errors.Is(err, fs.ErrExist) {
+			r.warn(j, err)
+			continue
+		}
+		r.links = append(r.links, link)
+	}
+}
+
+func (r *roots) warn(j *job, err error) {
+	if !r.warned {
+		r.warned = true
+		j.log.Warn("cannot pin store paths with GC roots; a garbage collection may delete them mid-job", "dir", r.dir, "error", err)
+	}
+}
+
+// release removes the job's links.
+func (r *roots) release() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.links {
+		os.Remove(l)
+	}
+	r.links = nil
+}
+
+// ResetGCRoots empties GCRootsDir: links left by a worker that died are
+// roots nobody will release. Call it at start-up, before the first job.
+func (e *Executor) ResetGCRoots() error {
+	if e.GCRootsDir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(e.GCRootsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, entry := range entries {
+		if entry.Type()&fs.ModeSymlink != 0 {
+			os.Remove(filepath.Join(e.GCRootsDir, entry.Name()))
+		}
+	}
+	return nil
+}
