@@ -111,3 +111,49 @@ func TestReadyStrandedBuilds(t *testing.T) {
 		}
 	})
 }
+
+// Import from derivation: asked-for builds and their dependencies are
+// built while the evaluation still runs; other builds wait for its end.
+func TestRequestImports(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		flake := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, NewID())
+		// gen ← ifd (imported); lib ← app (an ordinary root).
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, []DiscoveredBuild{
+			discovered("gen", ""), discovered("ifd", "other.x.ifd", "gen"),
+			discovered("lib", ""), discovered("app", "packages.x.app", "lib"),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ready, unknown, err := db.RequestImports(ctx, e.ID, []string{drvPath("ifd"), drvPath("nowhere")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(unknown) != 1 || unknown[0] != drvPath("nowhere") {
+			t.Errorf("unknown %v, want the drv the evaluation never reported", unknown)
+		}
+		jobs := pendingOf(t, db, ready)
+		if len(jobs) != 1 || jobs[drvPath("gen")].JobID == "" {
+			t.Fatalf("ready %v, want only gen (ifd's input) while evaluating", keys(jobs))
+		}
+		next := buildOK(t, db, jobs[drvPath("gen")], NewID())
+		if len(next) != 1 || next[drvPath("ifd")].JobID == "" {
+			t.Fatalf("after gen: %v, want ifd", keys(next))
+		}
+		buildOK(t, db, next[drvPath("ifd")], NewID())
+		imported, err := db.ImportBuilds(ctx, e.ID, []string{drvPath("ifd")})
+		if err != nil || imported[drvPath("ifd")].Status != BuildSucceeded {
+			t.Fatalf("import builds %v, %v", imported, err)
+		}
+		// The ordinary builds waited: lib is queued only now.
+		rest, err := db.CompleteFlakeJob(ctx, flake)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pendingOf(t, db, rest); len(got) != 1 || got[drvPath("lib")].JobID == "" {
+			t.Fatalf("at the evaluation's end: %v, want lib", keys(got))
+		}
+	})
+}

@@ -91,7 +91,7 @@ const completeBuildPG = `WITH ` + lazyCommitCTE + `,
 // statistics of freshly inserted builds, scans every waiting build.)
 const readyDependentsPG = `WITH ` + lazyCommitCTE + `, r AS (
 	UPDATE builds SET status = 'queued' WHERE id = ANY($2::text[]) AND evaluation_id = $1 AND status = 'waiting'
-	  AND EXISTS (SELECT 1 FROM cfg) AND ` + readyCondition + ` RETURNING id)
+	  AND EXISTS (SELECT 1 FROM cfg) AND ` + readyNow + ` AND ` + readyCondition + ` RETURNING id)
 	INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at)
 	SELECT gen_random_uuid()::text, 'build', $1, r.id, $3, 'pending', $4, 0, $4 FROM r
 	RETURNING id`

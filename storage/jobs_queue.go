@@ -466,6 +466,13 @@ func (db *DB) endJob(ctx context.Context, tx *sql.Tx, jobID string, status JobSt
 	return j, err
 }
 
+// readyNow: the build (the UPDATE's row) may be queued before its
+// evaluation finished evaluating only when an import from derivation
+// needs it; other dependents wait, since their inputs may not all be
+// reported yet.
+const readyNow = `(builds.for_import OR EXISTS (SELECT 1 FROM evaluations v
+	WHERE v.id = builds.evaluation_id AND v.status = 'building'))`
+
 // readyCondition: the build (the UPDATE's row) has no dependency among
 // the evaluation's builds that is not succeeded.
 const readyCondition = `NOT EXISTS (SELECT 1 FROM build_edges e
@@ -603,7 +610,7 @@ func (db *DB) readyDependents(ctx context.Context, tx *sql.Tx, evalID, drv strin
 	rows, err = db.txQuery(ctx, tx,
 		`UPDATE builds SET status = 'queued' WHERE evaluation_id = $1 AND status = 'waiting' AND drv_path IN
 		 (SELECT drv_path FROM build_edges WHERE evaluation_id = $1 AND dependency_drv_path = $2)
-		 AND `+readyCondition+` RETURNING id`, evalID, drv)
+		 AND `+readyNow+` AND `+readyCondition+` RETURNING id`, evalID, drv)
 	return collect(rows, err, scanString)
 }
 

@@ -135,6 +135,9 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 		return
 	}
 	s.m.finished.Inc("completed")
+	if a.job.Kind == storage.JobBuild && s.importsPending(a.job.EvaluationID) {
+		s.answerImports(ctx, a.job.EvaluationID)
+	}
 	s.log.Info("job completed", "job", a.job.JobID, "what", describe(a.job), "worker", a.workerID, "newly_ready", len(ready))
 	s.addPending(ctx, ready)
 	s.dispatch(ready)
@@ -161,6 +164,8 @@ func (s *Scheduler) failed(ctx context.Context, a *assignment, m *wire.JobFailed
 		"requeued", out.Requeued, "attempts", out.Attempts)
 	if out.Requeued {
 		ready = append(ready, a.job.JobID)
+	} else if a.job.Kind == storage.JobBuild && s.importsPending(a.job.EvaluationID) {
+		s.answerImports(ctx, a.job.EvaluationID)
 	}
 	s.addPending(ctx, ready)
 	s.dispatch(ready)

@@ -102,6 +102,7 @@ type Scheduler struct {
 	sorted   bool
 	sessions map[uint64]*workerState
 	running  map[string]*assignment // by job ID
+	imports  []*importRequest       // import-from-derivation requests waiting
 }
 
 // workerState is what the scheduler knows of one live session.
@@ -300,6 +301,13 @@ func (s *Scheduler) SessionEnded(w *server.LiveWorker, reason string) {
 	}
 	delete(s.sessions, w.Session)
 	s.m.sessions.Set(float64(len(s.sessions)))
+	kept := s.imports[:0]
+	for _, r := range s.imports {
+		if r.w != w {
+			kept = append(kept, r)
+		}
+	}
+	s.imports = kept
 	var lost []*assignment
 	for _, a := range s.running {
 		if a.session == w.Session {
@@ -371,10 +379,11 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 			s.failed(ctx, a, m)
 		}
 	case *wire.ImportRequest:
-		// Import from derivation is not built yet: refused, so the worker
-		// fails the attribute instead of waiting (JOBS.md §14, §17).
-		s.log.Info("refusing an import from derivation", "job", m.JobID, "drvs", len(m.DrvPaths))
-		w.Send(server.RefuseImport(m))
+		if a := s.owned(w, m.JobID, ""); a != nil {
+			s.importRequest(ctx, w, a, m)
+		} else {
+			w.Send(server.RefuseImport(m)) // never left waiting
+		}
 	case *wire.BuildProgress, *wire.EvalProgress:
 		// Progress is for live views; nothing to keep.
 	}

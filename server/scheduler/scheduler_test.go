@@ -354,18 +354,80 @@ func TestOffersAndScores(t *testing.T) {
 	}
 }
 
-// Import from derivation is refused at once, never left unanswered.
-func TestImportRequestIsRefused(t *testing.T) {
+// Import from derivation: the evaluating worker's ImportRequest gets the
+// asked-for derivation (and its input) built while the evaluation runs,
+// then ImportResult Completed; a failure answers Failed; a derivation the
+// evaluation never reported answers Unknown.
+func TestImportFromDerivation(t *testing.T) {
 	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
-	w := e.worker([]string{e.project}, allCaps, x86)
-	w.send(&wire.ImportRequest{JobID: "j", RequestID: "r1", DrvPaths: []string{drv("ifd")}})
-	r, ok := (<-w.sent).(*wire.ImportResult)
-	if !ok || r.RequestID != "r1" || r.JobID != "j" {
-		t.Fatalf("reply %+v, want ImportResult for r1", r)
+	if _, err := e.sched.StartEvaluation(t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "https://example.invalid/p.git", Commit: "abc"}); err != nil {
+		t.Fatal(err)
 	}
-	if u, ok := r.Outcome.(*wire.ImportUnknown); !ok || u.DrvPath != drv("ifd") {
-		t.Errorf("outcome %+v, want Unknown naming the derivation", r.Outcome)
+	evaluator := e.worker([]string{e.project}, wire.GradientCapabilities{Fetch: true, Eval: true}, nil)
+	evaluator.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	fj := evaluator.mustAssigned("flake job")
+	gen, ifd, bad := leaf("gen"), leaf("ifd"), leaf("bad")
+	gen.Attr = ""
+	ifd.Attr, ifd.IFD, ifd.Dependencies = "other.x86_64-linux.ifd", true, []string{gen.DrvPath}
+	bad.Attr, bad.IFD = "other.x86_64-linux.bad", true
+	evaluator.send(&wire.JobUpdate{JobID: fj.JobID, AssignmentID: fj.AssignmentID, Update: &wire.JobUpdateEvalResult{
+		Derivations: []wire.DiscoveredDerivation{gen, ifd, bad}, Warnings: []string{}, Errors: []string{}}})
+
+	builder := e.worker([]string{e.project}, allCaps, x86)
+	build := func(fail bool) string {
+		t.Helper()
+		builder.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+		a := builder.mustAssigned("an import build")
+		drvPath := a.Job.(*wire.BuildJob).Builds[0].DrvPath
+		if fail {
+			builder.send(&wire.JobFailed{JobID: a.JobID, AssignmentID: a.AssignmentID, Kind: wire.FailurePermanent, Error: "boom", MissingPaths: []string{}})
+		} else {
+			builder.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+		}
+		return drvPath
 	}
+	result := func(requestID string) wire.ImportOutcome {
+		t.Helper()
+		for len(evaluator.sent) > 0 {
+			if r, ok := (<-evaluator.sent).(*wire.ImportResult); ok && r.RequestID == requestID {
+				return r.Outcome
+			}
+		}
+		return nil
+	}
+
+	evaluator.send(&wire.ImportRequest{JobID: fj.JobID, RequestID: "r1", DrvPaths: []string{ifd.DrvPath}})
+	if got := build(false); got != gen.DrvPath {
+		t.Fatalf("first import build %s, want ifd's input %s", got, gen.DrvPath)
+	}
+	if o := result("r1"); o != nil {
+		t.Fatalf("answered %T before ifd was built", o)
+	}
+	if got := build(false); got != ifd.DrvPath {
+		t.Fatalf("second import build %s, want %s", got, ifd.DrvPath)
+	}
+	if _, ok := result("r1").(*wire.ImportCompleted); !ok {
+		t.Fatal("no ImportResult Completed once ifd was built")
+	}
+
+	evaluator.send(&wire.ImportRequest{JobID: fj.JobID, RequestID: "r2", DrvPaths: []string{bad.DrvPath}})
+	build(true)
+	if f, ok := result("r2").(*wire.ImportFailed); !ok || f.DrvPath != bad.DrvPath {
+		t.Fatalf("failed import: %+v, want Failed naming %s", f, bad.DrvPath)
+	}
+
+	evaluator.send(&wire.ImportRequest{JobID: fj.JobID, RequestID: "r3", DrvPaths: []string{drv("never-reported")}})
+	if u, ok := result("r3").(*wire.ImportUnknown); !ok || u.DrvPath != drv("never-reported") {
+		t.Fatalf("unknown import: %+v", u)
+	}
+	// A session that does not hold the job is refused at once.
+	builder.send(&wire.ImportRequest{JobID: fj.JobID, RequestID: "r4", DrvPaths: []string{ifd.DrvPath}})
+	for len(builder.sent) > 0 {
+		if r, ok := (<-builder.sent).(*wire.ImportResult); ok && r.RequestID == "r4" {
+			return
+		}
+	}
+	t.Fatal("an ImportRequest of a foreign job was left unanswered")
 }
 
 // Log lines are stored in order and completely by the time the job's end
