@@ -895,7 +895,7 @@ func (db *DB) CancelEvaluation(ctx context.Context, evalID string) ([]OpenAssign
 		now := nowMillis()
 		rows, err := tx.QueryContext(ctx,
 			`UPDATE job_assignments SET closed_at = $2, outcome = $3
-			 WHERE closed_at IS NULL AND job_id IN (SELECT id FROM jobs WHERE evaluation_id = $1)
+			 WHERE closed_at IS NULL AND job_id IN (SELECT id FROM jobs WHERE evaluation_id = $1 AND status IN ('pending', 'assigned'))
 			 RETURNING id, job_id, worker_id, opened_at`, evalID, now, OutcomeCancelled)
 		open, err = collect(rows, err, func(r *sql.Rows) (OpenAssignment, error) {
 			var a OpenAssignment
