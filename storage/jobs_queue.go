@@ -492,19 +492,9 @@ func (db *DB) CompleteFlakeJob(ctx context.Context, assignmentID string) ([]stri
 	var ready []string
 	err = db.jobTx(ctx, func(tx *sql.Tx) error {
 		ready = nil
-		if err := db.lazyCommit(ctx, tx); err != nil {
-			return err
-		}
-		jobID, err := db.closeAssignment(ctx, tx, assignmentID, OutcomeCompleted)
+		job, err := db.completeAssignment(ctx, tx, assignmentID, JobFlake)
 		if err != nil {
 			return err
-		}
-		job, err := db.endJob(ctx, tx, jobID, JobDone)
-		if err != nil {
-			return err
-		}
-		if job.kind != JobFlake {
-			return invalid("assignment %s is of a build job", assignmentID)
 		}
 		if _, err := db.txExec(ctx, tx,
 			`UPDATE evaluations SET status = 'building', error = NULL
@@ -527,6 +517,26 @@ func (db *DB) CompleteFlakeJob(ctx context.Context, assignmentID string) ([]stri
 		return nil
 	})
 	return ready, err
+}
+
+// completeAssignment closes an open assignment as completed and ends its
+// job as done, which must be of kind.
+func (db *DB) completeAssignment(ctx context.Context, tx *sql.Tx, assignmentID string, kind JobKind) (jobRef, error) {
+	if err := db.lazyCommit(ctx, tx); err != nil {
+		return jobRef{}, err
+	}
+	jobID, err := db.closeAssignment(ctx, tx, assignmentID, OutcomeCompleted)
+	if err != nil {
+		return jobRef{}, err
+	}
+	job, err := db.endJob(ctx, tx, jobID, JobDone)
+	if err != nil {
+		return jobRef{}, err
+	}
+	if job.kind != kind {
+		return jobRef{}, invalid("assignment %s is of a %s job, not a %s job", assignmentID, job.kind, kind)
+	}
+	return job, nil
 }
 
 func scanString(r *sql.Rows) (string, error) {
@@ -557,19 +567,9 @@ func (db *DB) CompleteBuild(ctx context.Context, assignmentID string, outputs []
 	var ready []string
 	err = db.jobTx(ctx, func(tx *sql.Tx) error {
 		ready = nil
-		if err := db.lazyCommit(ctx, tx); err != nil {
-			return err
-		}
-		jobID, err := db.closeAssignment(ctx, tx, assignmentID, OutcomeCompleted)
+		job, err := db.completeAssignment(ctx, tx, assignmentID, JobBuild)
 		if err != nil {
 			return err
-		}
-		job, err := db.endJob(ctx, tx, jobID, JobDone)
-		if err != nil {
-			return err
-		}
-		if job.kind != JobBuild {
-			return invalid("assignment %s is of a flake job", assignmentID)
 		}
 		var drv string
 		err = db.txRow(ctx, tx,
