@@ -96,3 +96,57 @@ func (db *DB) ImportBuilds(ctx context.Context, evalID string, drvPaths []string
 	}
 	return out, err
 }
+
+// MarkBuildsCached records builds of the evaluation whose outputs the
+// project's caches already hold as succeeded without running them
+// (a build is runnable once its inputs are built or cached; one whose
+// outputs are cached needs no run at all). Only waiting or queued builds
+// change; their pending jobs end as done. It returns the jobs this made
+// pending (dependents whose inputs are now all available).
+func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[string][]BuildOutputInfo) ([]string, error) {
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return nil, err
+	}
+	if len(outputs) == 0 {
+		return nil, nil
+	}
+	var ready []string
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+		ready = nil
+		var project string
+		if err := tx.QueryRowContext(ctx, `SELECT project_id FROM evaluations WHERE id = $1`, evalID).Scan(&project); err != nil {
+			return err
+		}
+		now := nowMillis()
+		for buildID, out := range outputs {
+			info, err := jsonText(out)
+			if err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `UPDATE builds SET status = 'succeeded', output_info = $3, started_at = $4, finished_at = $4,
+				error = NULL, failure_kind = NULL WHERE id = $1 AND evaluation_id = $2 AND status IN ('waiting', 'queued')`,
+				buildID, evalID, info, now)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				continue // started or ended meanwhile
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 'done' WHERE build_id = $1 AND status = 'pending'`, buildID); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.QueryContext(ctx, `UPDATE builds SET status = 'queued'
+			WHERE evaluation_id = $1 AND status = 'waiting' AND `+readyNow+` AND `+readyCondition+` RETURNING id`, evalID)
+		builds, err := collect(rows, err, scanString)
+		if err != nil {
+			return err
+		}
+		if ready, err = db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: evalID, projectID: project}, builds); err != nil {
+			return err
+		}
+		return db.finishEvaluationIfDone(ctx, tx, evalID)
+	})
+	return ready, err
+}

@@ -139,6 +139,16 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 		s.answerImports(ctx, a.job.EvaluationID)
 	}
 	s.log.Info("job completed", "job", a.job.JobID, "what", describe(a.job), "worker", a.workerID, "newly_ready", len(ready))
+	if a.job.Kind == storage.JobFlake {
+		if marked, more := s.skipCached(ctx, a.job.EvaluationID, a.job.ProjectID); marked > 0 {
+			// Some queued builds ended without a job: read the queue again.
+			if err := s.reload(ctx); err != nil {
+				s.log.Warn("reading the job queue failed; the next pass does", "error", err)
+			}
+			s.dispatch(append(ready, more...))
+			return
+		}
+	}
 	s.addPending(ctx, ready)
 	s.dispatch(ready)
 }

@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,12 +23,13 @@ type loopEnv struct {
 	db      *storage.DB
 	sched   *scheduler.Scheduler
 	project string
+	cache   string
 }
 
 func newLoopEnv(t *testing.T, dbURL string, cfg scheduler.Config) *loopEnv {
 	t.Helper()
 	db := testworld.Open(t, dbURL)
-	project, _ := testworld.Project(t, db, "https://example.invalid/p.git")
+	project, cache := testworld.Project(t, db, "https://example.invalid/p.git")
 	if cfg.Tick == 0 {
 		cfg.Tick = time.Hour // passes only when a test asks
 	}
@@ -37,7 +39,7 @@ func newLoopEnv(t *testing.T, dbURL string, cfg scheduler.Config) *loopEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(sched.Close)
-	return &loopEnv{t: t, db: db, sched: sched, project: project.ID}
+	return &loopEnv{t: t, db: db, sched: sched, project: project.ID, cache: cache.ID}
 }
 
 // testWorker is a session as the job loop sees it, with what it was sent.
@@ -448,5 +450,34 @@ func TestBuildLogIsCompleteAtTheEnd(t *testing.T) {
 	got, err := e.db.BuildLog(t.Context(), e.build(ev.ID).ID)
 	if err != nil || string(got) != string(want) {
 		t.Fatalf("stored log (%d bytes, %v) differs from the %d bytes sent", len(got), err, len(want))
+	}
+}
+
+// A derivation whose outputs the project's cache already holds is not
+// built: it succeeds at once, and its dependents become runnable.
+func TestCachedOutputsAreNotRebuilt(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	pushed := leaf("pushed")
+	if _, _, err := e.db.PutCachePath(t.Context(), storage.CachePath{CacheID: e.cache, StorePath: pushed.Outputs[0].Path,
+		NarHash: "sha256:" + strings.Repeat("0", 52), NarSize: 120, FileHash: "sha256:" + strings.Repeat("1", 52), FileSize: 80,
+		Compression: "zstd", ObjectKey: strings.Repeat("1", 52)}); err != nil {
+		t.Fatal(err)
+	}
+	user := leaf("user")
+	user.Dependencies = []string{pushed.DrvPath}
+	ev := e.evaluate(pushed, user)
+	builds, err := e.db.EvaluationBuilds(t.Context(), ev.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range builds {
+		if b.DrvPath == pushed.DrvPath && (b.Status != storage.BuildSucceeded || b.WorkerID != "" || len(b.OutputInfo) != 1) {
+			t.Errorf("cached build: %s on %q with %v; want succeeded without a worker", b.Status, b.WorkerID, b.OutputInfo)
+		}
+	}
+	w := e.worker([]string{e.project}, allCaps, x86)
+	w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	if got := w.mustAssigned("the dependent").Job.(*wire.BuildJob).Builds[0].DrvPath; got != user.DrvPath {
+		t.Fatalf("assigned %s, want only the dependent %s", got, user.DrvPath)
 	}
 }
