@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -154,6 +155,33 @@ func TestRequestImports(t *testing.T) {
 		}
 		if got := pendingOf(t, db, rest); len(got) != 1 || got[drvPath("lib")].JobID == "" {
 			t.Fatalf("at the evaluation's end: %v, want lib", keys(got))
+		}
+	})
+}
+
+// A cached build succeeds without a run: its pending job ends, and its
+// dependents become runnable.
+func TestMarkBuildsCached(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		ready := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", "a"))
+		a := ready[drvPath("a")]
+		next, err := db.MarkBuildsCached(ctx, e.ID, map[string][]BuildOutputInfo{a.BuildID: {{Name: "out", StorePath: outPath("a"), NarSize: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := pendingOf(t, db, next); len(p) != 1 || p[drvPath("b")].JobID == "" {
+			t.Fatalf("made ready %v, want b", keys(p))
+		}
+		for _, j := range allPending(t, db) {
+			if j.JobID == a.JobID {
+				t.Fatal("the cached build's job is still pending")
+			}
+		}
+		if _, err := db.ClaimJob(ctx, a.JobID, NewID()); !errors.Is(err, ErrConflict) {
+			t.Fatalf("claiming the cached build's job: %v, want a conflict", err)
 		}
 	})
 }
