@@ -35,7 +35,9 @@ const (
 // it is a cache peer of; a read-only cache session reads its one cache.
 type cacheScope interface {
 	readable(ctx context.Context) ([]storage.Cache, error)
-	writable(ctx context.Context) ([]storage.Cache, error)
+	// writable are the caches an upload or Push query of job jobID may
+	// write.
+	writable(ctx context.Context, jobID string) ([]storage.Cache, error)
 }
 
 // workerCacheScope derives the scope from the session's grant on every
@@ -43,6 +45,9 @@ type cacheScope interface {
 type workerCacheScope struct {
 	db   *storage.DB
 	conn *workerConn
+	// jobs and live resolve a job to its project (nil: no job loop).
+	jobs JobLoop
+	live *LiveWorker
 }
 
 func (w workerCacheScope) readable(ctx context.Context) ([]storage.Cache, error) {
@@ -79,10 +84,20 @@ func (w workerCacheScope) readable(ctx context.Context) ([]storage.Cache, error)
 	return out, nil
 }
 
-// writable is the same set: the jobs that would narrow an upload to one
-// project's caches are not tracked yet, so an upload goes into every
-// cache the worker may write.
-func (w workerCacheScope) writable(ctx context.Context) ([]storage.Cache, error) {
+// writable narrows the readable set to the caches of the job's project
+// when the job loop knows the job (CACHE.md: the job scopes a query), so
+// a worker serving several projects cannot put one project's outputs
+// into another's caches. Jobs the job loop does not know (cache peers,
+// a server without a job loop) keep the whole set the worker may write.
+func (w workerCacheScope) writable(ctx context.Context, jobID string) ([]storage.Cache, error) {
+	if r, ok := w.jobs.(JobProjects); ok && w.live != nil && jobID != "" {
+		if project, ok := r.JobProject(w.live, jobID); ok {
+			if !w.live.Authorized(project) {
+				return nil, nil
+			}
+			return w.db.ProjectCaches(ctx, project)
+		}
+	}
 	return w.readable(ctx)
 }
 
@@ -92,7 +107,7 @@ type oneCacheScope struct{ cache storage.Cache }
 func (o oneCacheScope) readable(context.Context) ([]storage.Cache, error) {
 	return []storage.Cache{o.cache}, nil
 }
-func (o oneCacheScope) writable(context.Context) ([]storage.Cache, error) { return nil, nil }
+func (o oneCacheScope) writable(context.Context, string) ([]storage.Cache, error) { return nil, nil }
 
 // cacheConn answers the cache and NAR messages of one connection (a
 // worker session or a read-only cache session). Work that touches the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -297,6 +298,49 @@ func TestConcurrentUploadsOfOnePath(t *testing.T) {
 		wg.Wait()
 		if keys, err := e.store.Keys(); err != nil || len(keys) != 1 {
 			t.Fatalf("objects: %v %v", keys, err)
+		}
+	})
+}
+
+// jobsOf is a job loop that knows the project of each job by name.
+type jobsOf map[string]string
+
+func (jobsOf) SessionStarted(*LiveWorker)                            {}
+func (jobsOf) HandleJobMessage(*LiveWorker, wire.ClientMessage)      {}
+func (jobsOf) SessionEnded(*LiveWorker, string)                      {}
+func (j jobsOf) JobProject(_ *LiveWorker, job string) (string, bool) { p, ok := j[job]; return p, ok }
+
+// A worker serving two projects uploads a job's outputs into the caches
+// of that job's project only.
+func TestUploadsGoToTheJobsProjectCaches(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		ctx := t.Context()
+		jobs := jobsOf{}
+		e := newCacheProtoEnv(t, db, Config{Jobs: jobs})
+		jobs["job"] = e.project.ID
+		other, err := db.CreateCache(ctx, storage.NewCache{Name: "other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.SubscribeProject(ctx, e.bare.ID, other.ID); err != nil {
+			t.Fatal(err)
+		}
+		id := newWorkerID(t)
+		w := e.mustConnect(id, map[string]string{
+			e.project.ID: e.register(storage.PeerProject, e.project.ID, id),
+			e.bare.ID:    e.register(storage.PeerProject, e.bare.ID, id),
+		})
+		path := testStorePath("out")
+		if _, out := uploadNar(t, w.sess, 1, path, compressNar(t, randomNar(4096))); !isOk(out) {
+			t.Fatalf("upload: %+v", out)
+		}
+		hash, _ := storage.StorePathHash(path)
+		if _, err := db.CachePath(ctx, e.cache.ID, hash); err != nil {
+			t.Errorf("the job's project cache lacks the upload: %v", err)
+		}
+		if _, err := db.CachePath(ctx, other.ID, hash); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("another project's cache got the upload (%v)", err)
 		}
 	})
 }

@@ -46,7 +46,7 @@ func (c *cacheConn) answerQuery(ctx context.Context, q *wire.CacheQuery) (wire.S
 	var caches []storage.Cache
 	var err error
 	if q.Mode == wire.QueryPush {
-		caches, err = c.scope.writable(ctx)
+		caches, err = c.scope.writable(ctx, q.JobID)
 	} else {
 		caches, err = c.scope.readable(ctx)
 	}

@@ -37,6 +37,7 @@ type uploads struct {
 
 type upload struct {
 	id        uint64
+	jobID     string
 	storePath string
 	hash      string
 	limit     int64 // most compressed bytes accepted
@@ -77,7 +78,7 @@ func (us *uploads) request(m *wire.UploadRequest) {
 		return
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	u := &upload{id: m.RequestID, storePath: nar.StorePath, hash: hash, ctx: ctx, cancel: cancel, started: time.Now(),
+	u := &upload{id: m.RequestID, jobID: m.JobID, storePath: nar.StorePath, hash: hash, ctx: ctx, cancel: cancel, started: time.Now(),
 		limit: int64(m.Size + m.Size/128 + 1<<20)}
 	us.mu.Lock()
 	if _, dup := us.open[m.RequestID]; dup {
@@ -96,7 +97,7 @@ func (us *uploads) request(m *wire.UploadRequest) {
 // wait for another upload of the same path.
 func (us *uploads) grant(u *upload) {
 	c := us.c
-	caches, err := c.scope.writable(u.ctx)
+	caches, err := c.scope.writable(u.ctx, u.jobID)
 	if err == nil && len(caches) == 0 {
 		us.fail(u, &wire.UploadRejected{Reason: "this worker may write no cache"})
 		return
@@ -270,7 +271,7 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 		c.log.Warn("upload: commit failed", "path", u.storePath, "error", err)
 		return &wire.UploadRetry{Reason: "storage error"}, false
 	}
-	caches, err := c.scope.writable(u.ctx)
+	caches, err := c.scope.writable(u.ctx, u.jobID)
 	if err != nil {
 		return &wire.UploadRetry{Reason: "cache lookup failed"}, false
 	}

@@ -30,6 +30,14 @@ type JobLoop interface {
 	SessionEnded(w *LiveWorker, reason string)
 }
 
+// JobProjects is implemented by a JobLoop that knows which project each
+// job it handed out belongs to; the cache then scopes a job's uploads to
+// that project's caches.
+type JobProjects interface {
+	// JobProject is the project of jobID if w holds it.
+	JobProject(w *LiveWorker, jobID string) (project string, ok bool)
+}
+
 // isJobMessage: messages the JobLoop receives.
 func isJobMessage(m wire.ClientMessage) bool {
 	switch m.(type) {

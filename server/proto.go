@@ -79,8 +79,8 @@ func (s *Server) serveSession(log *slog.Logger, conn *workerConn, c *session.Con
 		s.Reauth(workerID)
 	}
 
-	cache := newCacheConn(s, log, sess.Send, workerCacheScope{db: s.db, conn: conn}, false)
 	live := newLiveWorker(conn, est.Version, sess.Send)
+	cache := newCacheConn(s, log, sess.Send, workerCacheScope{db: s.db, conn: conn, jobs: s.cfg.Jobs, live: live}, false)
 	if s.cfg.Jobs != nil {
 		s.cfg.Jobs.SessionStarted(live)
 	}

@@ -481,3 +481,20 @@ func TestCachedOutputsAreNotRebuilt(t *testing.T) {
 		t.Fatalf("assigned %s, want only the dependent %s", got, user.DrvPath)
 	}
 }
+
+// The cache scopes a job's uploads by its project: the scheduler names
+// the project of jobs a session holds, and of no other.
+func TestJobProjectOfHeldJobs(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	e.evaluate(leaf("one"))
+	w := e.worker([]string{e.project}, allCaps, x86)
+	other := e.worker([]string{e.project}, allCaps, x86)
+	w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	a := w.mustAssigned("build")
+	if p, ok := e.sched.JobProject(w.live, a.JobID); !ok || p != e.project {
+		t.Errorf("JobProject of a held job = %q, %v; want %s", p, ok, e.project)
+	}
+	if _, ok := e.sched.JobProject(other.live, a.JobID); ok {
+		t.Error("another session was told the project of a job it does not hold")
+	}
+}
