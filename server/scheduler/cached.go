@@ -37,14 +37,19 @@ func (s *Scheduler) skipCached(ctx context.Context, evalID, projectID string) (m
 	if len(hashes) == 0 {
 		return 0, nil
 	}
-	found, err := s.db.FindCachePaths(ctx, cacheIDs, hashes)
-	if err != nil {
-		s.log.Warn("looking for cached outputs failed", "evaluation", evalID, "error", err)
-		return 0, nil
-	}
 	cached := map[string]storage.CachePath{}
-	for _, p := range found {
-		cached[p.StorePath] = p
+	for len(hashes) > 0 {
+		// In slices: a query has at most a few thousand parameters.
+		n := min(len(hashes), 1000)
+		found, err := s.db.FindCachePaths(ctx, cacheIDs, hashes[:n])
+		if err != nil {
+			s.log.Warn("looking for cached outputs failed", "evaluation", evalID, "error", err)
+			return 0, nil
+		}
+		for _, p := range found {
+			cached[p.StorePath] = p
+		}
+		hashes = hashes[n:]
 	}
 	outputs := map[string][]storage.BuildOutputInfo{}
 	for _, b := range builds {
