@@ -85,9 +85,6 @@ func NewTestLiveWorker(workerID string, projects map[string]Abilities, caps wire
 // Send queues m on the session; it fails once the session is gone.
 func (w *LiveWorker) Send(m wire.ServerMessage) error { return w.send(m) }
 
-// Projects are the projects the session is authorized for, now.
-func (w *LiveWorker) Projects() []string { return w.conn.projects() }
-
 // Authorized reports whether the session may run jobs of project.
 func (w *LiveWorker) Authorized(project string) bool {
 	w.conn.mu.Lock()

@@ -28,13 +28,6 @@ type workerConn struct {
 	reauthPending bool
 }
 
-// projects the session is authorized for, granted so far.
-func (c *workerConn) projects() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.grant.Projects)
-}
-
 // merge adds a reauth's grant: reauth never revokes granted peers.
 func (c *workerConn) merge(g Grant) {
 	c.mu.Lock()

@@ -505,41 +505,6 @@ func (db *DB) EvaluationBuilds(ctx context.Context, evalID string) ([]Build, err
 	return builds, err
 }
 
-// BuildInputPaths returns the output paths of the build's direct
-// dependencies that are builds of its evaluation (a candidate's
-// required paths). Dependencies the evaluation did not report are not
-// known here.
-func (db *DB) BuildInputPaths(ctx context.Context, buildID string) ([]string, error) {
-	buildID, err := canonicalUUID("build ID", buildID)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := db.sql.QueryContext(ctx,
-		`SELECT d.outputs FROM builds b
-		 JOIN build_edges e ON e.evaluation_id = b.evaluation_id AND e.drv_path = b.drv_path
-		 JOIN builds d ON d.evaluation_id = e.evaluation_id AND d.drv_path = e.dependency_drv_path
-		 WHERE b.id = $1 ORDER BY d.drv_path`, buildID)
-	lists, err := collect(rows, err, func(r *sql.Rows) ([]BuildOutputPath, error) {
-		var text sql.NullString
-		if err := r.Scan(&text); err != nil {
-			return nil, err
-		}
-		return decodeJSON[[]BuildOutputPath](text, "build outputs")
-	})
-	if err != nil {
-		return nil, err
-	}
-	paths := []string{}
-	for _, list := range lists {
-		for _, o := range list {
-			if o.Path != "" {
-				paths = append(paths, o.Path)
-			}
-		}
-	}
-	return paths, nil
-}
-
 // ---- pending jobs ----
 
 const pendingJobQuery = `SELECT j.id, j.kind, j.evaluation_id, j.project_id, j.ready_at, j.attempts,

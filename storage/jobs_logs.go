@@ -34,16 +34,6 @@ func (db *DB) AppendJobLog(ctx context.Context, jobID string, data []byte) error
 	return err
 }
 
-// JobLog returns a job's log, its chunks concatenated in order.
-func (db *DB) JobLog(ctx context.Context, jobID string) ([]byte, error) {
-	jobID, err := canonicalUUID("job ID", jobID)
-	if err != nil {
-		return nil, err
-	}
-	return db.readLog(ctx, `SELECT data FROM job_logs WHERE job_id = $1 ORDER BY seq`,
-		`SELECT 1 FROM jobs WHERE id = $1`, "job", jobID)
-}
-
 // BuildLog returns the log of a build: its job's chunks, in order (every
 // attempt's, one after the other).
 func (db *DB) BuildLog(ctx context.Context, buildID string) ([]byte, error) {

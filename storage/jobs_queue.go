@@ -194,44 +194,6 @@ func (db *DB) ReleaseAssignment(ctx context.Context, assignmentID, outcome strin
 	})
 }
 
-// ReleaseWorkerAssignments releases every open assignment of a lost
-// worker like ReleaseAssignment, and returns the jobs made pending again.
-func (db *DB) ReleaseWorkerAssignments(ctx context.Context, workerID string) ([]string, error) {
-	workerID, err := canonicalUUID("worker ID", workerID)
-	if err != nil {
-		return nil, err
-	}
-	var released []string
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
-		released = nil
-		if err := db.lazyCommit(ctx, tx); err != nil {
-			return err
-		}
-		rows, err := tx.QueryContext(ctx,
-			`UPDATE job_assignments SET closed_at = $2, outcome = $3
-			 WHERE worker_id = $1 AND closed_at IS NULL RETURNING job_id`,
-			workerID, nowMillis(), OutcomeWorkerLost)
-		jobs, err := collect(rows, err, func(r *sql.Rows) (string, error) {
-			var id string
-			return id, r.Scan(&id)
-		})
-		if err != nil {
-			return err
-		}
-		for _, jobID := range jobs {
-			_, _, changed, err := db.requeue(ctx, tx, jobID, true, nil, nil)
-			if err != nil {
-				return err
-			}
-			if changed {
-				released = append(released, jobID)
-			}
-		}
-		return nil
-	})
-	return released, err
-}
-
 // RecoverInterruptedWork runs at server start, before any session: it
 // closes every open assignment ("server restarted"), makes every assigned
 // job pending again without counting its attempt, every building build

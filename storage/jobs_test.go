@@ -241,10 +241,6 @@ func TestJobQueueHappyPath(t *testing.T) {
 		if b.Status != BuildSucceeded || len(b.OutputInfo) != 1 || b.OutputInfo[0].NarSize != 7 || b.FinishedAt.IsZero() {
 			t.Fatalf("built %+v", b)
 		}
-		paths, err := db.BuildInputPaths(ctx, after[drvPath("lib")].BuildID)
-		if err != nil || !slices.Equal(paths, []string{outPath("base")}) {
-			t.Fatalf("BuildInputPaths = %v, %v", paths, err)
-		}
 		wantKeys(t, "leaf built", buildOK(t, db, got[drvPath("leaf")], worker))
 		wantKeys(t, "tool built", buildOK(t, db, after[drvPath("tool")], worker))
 		appReady := buildOK(t, db, after[drvPath("lib")], worker)
@@ -557,41 +553,6 @@ func TestRecoverInterruptedWork(t *testing.T) {
 		}
 		if _, err := db.CompleteBuild(ctx, running, nil); !errors.Is(err, ErrConflict) {
 			t.Fatalf("report on a pre-restart assignment: %v", err)
-		}
-	})
-}
-
-func TestReleaseWorkerAssignments(t *testing.T) {
-	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
-		ctx := t.Context()
-		lost, other := NewID(), NewID()
-		e := newEvaluation(t, db)
-		ready := startEvaluation(t, db, e.ID, other, discovered("a", "a"), discovered("b", "b"), discovered("c", "c"))
-		mustClaim(t, db, ready[drvPath("a")].JobID, lost)
-		mustClaim(t, db, ready[drvPath("b")].JobID, lost)
-		kept := mustClaim(t, db, ready[drvPath("c")].JobID, other)
-		jobs, err := db.ReleaseWorkerAssignments(ctx, lost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		slices.Sort(jobs)
-		want := []string{ready[drvPath("a")].JobID, ready[drvPath("b")].JobID}
-		slices.Sort(want)
-		if !slices.Equal(jobs, want) {
-			t.Fatalf("released %v, want %v", jobs, want)
-		}
-		open, err := db.OpenAssignments(ctx)
-		if err != nil || len(open) != 1 || open[0].AssignmentID != kept || open[0].WorkerID != other {
-			t.Fatalf("open assignments %+v, %v", open, err)
-		}
-		for _, n := range []string{"a", "b"} {
-			if b := buildByDrv(t, db, e.ID, n); b.Status != BuildQueued {
-				t.Fatalf("build %s of lost worker %+v", n, b)
-			}
-		}
-		if jobs, err := db.ReleaseWorkerAssignments(ctx, lost); err != nil || len(jobs) != 0 {
-			t.Fatalf("second release %v, %v", jobs, err)
 		}
 	})
 }

@@ -227,8 +227,7 @@ func TestWorkerKilledMidBuild(t *testing.T) {
 		"--base-dir", t.TempDir(), "--id", id,
 		"--capabilities-fetch", "true", "--capabilities-eval", "true", "--capabilities-build", "true")
 
-	ev := w.createEvaluation("packages.x86_64-linux.base")
-	w.sched.Kick()
+	ev := w.evaluate("packages.x86_64-linux.base")
 	_, builds := w.waitFor(ev.ID, "base building on the victim", 2*time.Minute, anyBuilding)
 	if builds[0].WorkerID != id {
 		t.Fatalf("base runs on %s, want the victim %s", builds[0].WorkerID, id)

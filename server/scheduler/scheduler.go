@@ -89,7 +89,6 @@ type Scheduler struct {
 	done   chan struct{}
 	// logsDone: the log buffer wrote its last lines.
 	logsDone chan struct{}
-	kick     chan struct{}
 	// strandedCheck: a completion failed part-way; the next pass readies
 	// builds whose inputs are all built (storage.ReadyStrandedBuilds).
 	strandedCheck atomic.Bool
@@ -138,7 +137,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Scheduler{
 		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"), m: newLoopMetrics(cfg.Metrics),
-		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}), kick: make(chan struct{}, 1),
+		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
 		pending: map[string]*storage.PendingJob{}, sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
 	}
 	s.logs = newLogBuffer(s)
@@ -178,14 +177,6 @@ func (s *Scheduler) Close() {
 	}
 }
 
-// Kick asks for a pass now: new evaluations, cancellations.
-func (s *Scheduler) Kick() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
 func (s *Scheduler) loop() {
 	defer close(s.done)
 	t := time.NewTicker(s.cfg.Tick)
@@ -195,7 +186,6 @@ func (s *Scheduler) loop() {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-		case <-s.kick:
 		}
 		if err := s.reload(s.ctx); err != nil {
 			if s.ctx.Err() == nil {
