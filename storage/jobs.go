@@ -555,24 +555,23 @@ func (db *DB) PendingJobs(ctx context.Context) ([]PendingJob, error) {
 func (db *DB) PendingJobsByID(ctx context.Context, ids []string) ([]PendingJob, error) {
 	var out []PendingJob
 	for len(ids) > 0 {
-		n := min(len(ids), 500)
-		args := make([]any, n)
-		marks := make([]string, n)
+		n := min(len(ids), inListMax)
+		part := make([]string, n)
 		for i, id := range ids[:n] {
 			id, err := canonicalUUID("job ID", id)
 			if err != nil {
 				return nil, err
 			}
-			args[i], marks[i] = id, fmt.Sprintf("$%d", i+1)
+			part[i] = id
 		}
 		ids = ids[n:]
-		rows, err := db.sql.QueryContext(ctx,
-			pendingJobQuery+` AND j.id IN (`+strings.Join(marks, ", ")+`) ORDER BY j.ready_at, j.id`, args...)
-		part, err := collect(rows, err, scanPendingJob)
+		args, in := inList(nil, part)
+		rows, err := db.sql.QueryContext(ctx, pendingJobQuery+` AND j.id IN (`+in+`) ORDER BY j.ready_at, j.id`, args...)
+		jobs, err := collect(rows, err, scanPendingJob)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, part...)
+		out = append(out, jobs...)
 	}
 	slices.SortFunc(out, func(a, b PendingJob) int {
 		if c := a.ReadyAt.Compare(b.ReadyAt); c != 0 {

@@ -3,9 +3,7 @@ package storage
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"slices"
-	"strings"
 )
 
 // Import from derivation (JOBS.md §14): while an evaluation runs, the
@@ -27,13 +25,7 @@ func (db *DB) RequestImports(ctx context.Context, evalID string, drvPaths []stri
 	if len(drvPaths) == 0 {
 		return nil, nil, nil
 	}
-	args := []any{evalID}
-	marks := make([]string, len(drvPaths))
-	for i, p := range drvPaths {
-		args = append(args, p)
-		marks[i] = fmt.Sprintf("$%d", i+2)
-	}
-	in := strings.Join(marks, ", ")
+	args, in := inList([]any{evalID}, drvPaths)
 	err = db.jobTx(ctx, func(tx *sql.Tx) error {
 		ready, unknown = nil, nil
 		var project string
@@ -82,71 +74,12 @@ func (db *DB) ImportBuilds(ctx context.Context, evalID string, drvPaths []string
 	if len(drvPaths) == 0 {
 		return out, nil
 	}
-	args := []any{evalID}
-	marks := make([]string, len(drvPaths))
-	for i, p := range drvPaths {
-		args = append(args, p)
-		marks[i] = fmt.Sprintf("$%d", i+2)
-	}
+	args, in := inList([]any{evalID}, drvPaths)
 	rows, err := db.sql.QueryContext(ctx, `SELECT `+buildColumns+` FROM builds
-		WHERE evaluation_id = $1 AND drv_path IN (`+strings.Join(marks, ", ")+`)`, args...)
+		WHERE evaluation_id = $1 AND drv_path IN (`+in+`)`, args...)
 	builds, err := collect(rows, err, func(r *sql.Rows) (Build, error) { return scanBuild(r) })
 	for _, b := range builds {
 		out[b.DrvPath] = b
 	}
 	return out, err
-}
-
-// MarkBuildsCached records builds of the evaluation whose outputs the
-// project's caches already hold as succeeded without running them
-// (a build is runnable once its inputs are built or cached; one whose
-// outputs are cached needs no run at all). Only waiting or queued builds
-// change; their pending jobs end as done. It returns the jobs this made
-// pending (dependents whose inputs are now all available).
-func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[string][]BuildOutputInfo) ([]string, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
-	if err != nil {
-		return nil, err
-	}
-	if len(outputs) == 0 {
-		return nil, nil
-	}
-	var ready []string
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
-		ready = nil
-		var project string
-		if err := tx.QueryRowContext(ctx, `SELECT project_id FROM evaluations WHERE id = $1`, evalID).Scan(&project); err != nil {
-			return err
-		}
-		now := nowMillis()
-		for buildID, out := range outputs {
-			info, err := jsonText(out)
-			if err != nil {
-				return err
-			}
-			res, err := tx.ExecContext(ctx, `UPDATE builds SET status = 'succeeded', output_info = $3, started_at = $4, finished_at = $4,
-				error = NULL, failure_kind = NULL WHERE id = $1 AND evaluation_id = $2 AND status IN ('waiting', 'queued')`,
-				buildID, evalID, info, now)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil || n == 0 {
-				continue // started or ended meanwhile
-			}
-			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 'done' WHERE build_id = $1 AND status = 'pending'`, buildID); err != nil {
-				return err
-			}
-		}
-		rows, err := tx.QueryContext(ctx, `UPDATE builds SET status = 'queued'
-			WHERE evaluation_id = $1 AND status = 'waiting' AND `+readyNow+` AND `+readyCondition+` RETURNING id`, evalID)
-		builds, err := collect(rows, err, scanString)
-		if err != nil {
-			return err
-		}
-		if ready, err = db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: evalID, projectID: project}, builds); err != nil {
-			return err
-		}
-		return db.finishEvaluationIfDone(ctx, tx, evalID)
-	})
-	return ready, err
 }

@@ -240,6 +240,24 @@ func (db *DB) RecoverInterruptedWork(ctx context.Context) (int, error) {
 	return released, err
 }
 
+// AddEvaluationErrors records errors an evaluation reported while it runs
+// (attributes that failed to evaluate, targets that matched nothing). The
+// evaluation still builds what it found, then ends failed with them.
+func (db *DB) AddEvaluationErrors(ctx context.Context, evalID string, errs []string) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return err
+	}
+	_, err = db.sql.ExecContext(ctx, `UPDATE evaluations
+		SET eval_errors = COALESCE(eval_errors || CAST($2 AS TEXT), '') || CAST($3 AS TEXT)
+		WHERE id = $1 AND status IN ('queued', 'fetching', 'evaluating')`,
+		evalID, "\n", strings.Join(errs, "\n"))
+	return err
+}
+
 // SetEvaluationStatus records a fetching → evaluating step a worker
 // reported. Only an evaluation whose flake job runs (fetching or
 // evaluating) may change; any other is ErrConflict.

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"slices"
 
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
@@ -49,12 +50,7 @@ func (s *Scheduler) importRequest(ctx context.Context, w *server.LiveWorker, a *
 			}
 		}
 	}
-	var drvs []string
-	for _, d := range m.DrvPaths {
-		if !containsString(unknown, d) {
-			drvs = append(drvs, d)
-		}
-	}
+	drvs := slices.DeleteFunc(slices.Clone(m.DrvPaths), func(d string) bool { return slices.Contains(unknown, d) })
 	s.log.Info("building imports for an evaluation", "job", m.JobID, "derivations", len(drvs), "queued_now", len(ready))
 	s.mu.Lock()
 	s.imports = append(s.imports, &importRequest{w: w, jobID: m.JobID, requestID: m.RequestID, evalID: a.job.EvaluationID, drvs: drvs})
@@ -105,12 +101,7 @@ func (s *Scheduler) answerImports(ctx context.Context, evalID string) {
 func (s *Scheduler) dropImport(r *importRequest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, x := range s.imports {
-		if x == r {
-			s.imports = append(s.imports[:i], s.imports[i+1:]...)
-			return
-		}
-	}
+	s.imports = slices.DeleteFunc(s.imports, func(x *importRequest) bool { return x == r })
 }
 
 // importsPending reports whether evalID has requests waiting.
@@ -119,15 +110,6 @@ func (s *Scheduler) importsPending(evalID string) bool {
 	defer s.mu.Unlock()
 	for _, r := range s.imports {
 		if r.evalID == evalID {
-			return true
-		}
-	}
-	return false
-}
-
-func containsString(list []string, x string) bool {
-	for _, s := range list {
-		if s == x {
 			return true
 		}
 	}

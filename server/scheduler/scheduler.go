@@ -291,13 +291,8 @@ func (s *Scheduler) SessionEnded(w *server.LiveWorker, reason string) {
 	}
 	delete(s.sessions, w.Session)
 	s.m.sessions.Set(float64(len(s.sessions)))
-	kept := s.imports[:0]
-	for _, r := range s.imports {
-		if r.w != w {
-			kept = append(kept, r)
-		}
-	}
-	s.imports = kept
+	// Its import requests die with it: a new session evaluates again.
+	s.imports = slices.DeleteFunc(s.imports, func(r *importRequest) bool { return r.w == w })
 	var lost []*assignment
 	for _, a := range s.running {
 		if a.session == w.Session {

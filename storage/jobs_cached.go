@@ -1,0 +1,105 @@
+package storage
+
+// Builds whose outputs exist already: derivations an earlier evaluation
+// built (the server's answer to QueryKnownDerivations), and builds whose
+// outputs the project's caches hold (succeeded without a run).
+
+import (
+	"context"
+	"database/sql"
+)
+
+// BuiltDerivations returns those of drvPaths that some evaluation built
+// successfully, with their output paths. The server answers
+// QueryKnownDerivations with the ones whose outputs a worker can read, so
+// an evaluation need not report them again and its builds may depend on
+// them at once.
+func (db *DB) BuiltDerivations(ctx context.Context, drvPaths []string) (map[string][]string, error) {
+	built := map[string][]string{}
+	for len(drvPaths) > 0 {
+		n := min(len(drvPaths), inListMax)
+		args, in := inList(nil, drvPaths[:n])
+		drvPaths = drvPaths[n:]
+		rows, err := db.sql.QueryContext(ctx, `SELECT drv_path, outputs FROM builds
+			WHERE status = 'succeeded' AND drv_path IN (`+in+`)`, args...)
+		type row struct {
+			drv     string
+			outputs sql.NullString
+		}
+		part, err := collect(rows, err, func(r *sql.Rows) (row, error) {
+			var x row
+			return x, r.Scan(&x.drv, &x.outputs)
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range part {
+			outputs, err := decodeJSON[[]BuildOutputPath](x.outputs, "build outputs")
+			if err != nil {
+				return nil, err
+			}
+			paths := make([]string, 0, len(outputs))
+			for _, o := range outputs {
+				if o.Path != "" {
+					paths = append(paths, o.Path)
+				}
+			}
+			built[x.drv] = paths
+		}
+	}
+	return built, nil
+}
+
+// MarkBuildsCached records builds of the evaluation whose outputs the
+// project's caches already hold as succeeded without running them
+// (a build is runnable once its inputs are built or cached; one whose
+// outputs are cached needs no run at all). Only waiting or queued builds
+// change; their pending jobs end as done. It returns the jobs this made
+// pending (dependents whose inputs are now all available).
+func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[string][]BuildOutputInfo) ([]string, error) {
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return nil, err
+	}
+	if len(outputs) == 0 {
+		return nil, nil
+	}
+	var ready []string
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+		ready = nil
+		var project string
+		if err := tx.QueryRowContext(ctx, `SELECT project_id FROM evaluations WHERE id = $1`, evalID).Scan(&project); err != nil {
+			return err
+		}
+		now := nowMillis()
+		for buildID, out := range outputs {
+			info, err := jsonText(out)
+			if err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `UPDATE builds SET status = 'succeeded', output_info = $3, started_at = $4, finished_at = $4,
+				error = NULL, failure_kind = NULL WHERE id = $1 AND evaluation_id = $2 AND status IN ('waiting', 'queued')`,
+				buildID, evalID, info, now)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				continue // started or ended meanwhile
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 'done' WHERE build_id = $1 AND status = 'pending'`, buildID); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.QueryContext(ctx, `UPDATE builds SET status = 'queued'
+			WHERE evaluation_id = $1 AND status = 'waiting' AND `+readyNow+` AND `+readyCondition+` RETURNING id`, evalID)
+		builds, err := collect(rows, err, scanString)
+		if err != nil {
+			return err
+		}
+		if ready, err = db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: evalID, projectID: project}, builds); err != nil {
+			return err
+		}
+		return db.finishEvaluationIfDone(ctx, tx, evalID)
+	})
+	return ready, err
+}
