@@ -2,14 +2,18 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"gradient.dev/gradient/nixbase32"
 	"gradient.dev/gradient/wire"
 )
 
@@ -38,10 +42,21 @@ func (e *NarUnavailableError) Error() string {
 	return fmt.Sprintf("%d path(s) unavailable in the cache: %s (%s)", len(e.Paths), strings.Join(e.Paths, ", "), strings.Join(e.Reasons, "; "))
 }
 
+// PulledNar is a pulled object: the file holding the compressed NAR and
+// its SHA-256 (sha256:<nix32>), to check against the cache's file hash.
+type PulledNar struct {
+	File     string
+	FileHash string
+}
+
 // narPull is the state of one path's stream.
 type narPull struct {
 	jobID, path string
 	file        *os.File
+	// hash follows the bytes written; a stream restarted part-way cannot
+	// be hashed that way, so rehash asks for a pass over the file.
+	hash        hash.Hash
+	rehash      bool
 	total       uint64
 	received    uint64
 	token       string
@@ -54,14 +69,15 @@ type narPull struct {
 type pullKey struct{ jobID, path string }
 
 // Pull fetches the compressed (zstd) NAR objects of paths into files in
-// dir, named after the paths' hashes, and returns them by store path.
+// dir, named after the paths' hashes, and returns them with their hashes
+// by store path.
 // Paths the server has no object for fail the call with a
 // *NarUnavailableError (after every other path finished). The files are
 // the caller's to remove.
-func (c *CacheClient) Pull(ctx context.Context, jobID string, paths []string, dir string) (map[string]string, error) {
+func (c *CacheClient) Pull(ctx context.Context, jobID string, paths []string, dir string) (map[string]PulledNar, error) {
 	paths = slices.Compact(slices.Sorted(slices.Values(paths)))
 	if len(paths) == 0 {
-		return map[string]string{}, nil
+		return map[string]PulledNar{}, nil
 	}
 	pulls := make([]*narPull, 0, len(paths))
 	cleanup := func() {
@@ -87,7 +103,7 @@ func (c *CacheClient) Pull(ctx context.Context, jobID string, paths []string, di
 			cleanup()
 			return nil, fmt.Errorf("pull %s: %w", path, err)
 		}
-		p := &narPull{jobID: jobID, path: path, file: f}
+		p := &narPull{jobID: jobID, path: path, file: f, hash: sha256.New()}
 		pulls = append(pulls, p)
 		c.pulls[pullKey{jobID, path}] = p
 	}
@@ -137,7 +153,7 @@ func (c *CacheClient) Pull(ctx context.Context, jobID string, paths []string, di
 		}
 	}
 
-	files := make(map[string]string, len(pulls))
+	files := make(map[string]PulledNar, len(pulls))
 	var missing NarUnavailableError
 	for _, p := range pulls {
 		switch {
@@ -147,7 +163,11 @@ func (c *CacheClient) Pull(ctx context.Context, jobID string, paths []string, di
 		case p.err != nil:
 			return nil, fmt.Errorf("NAR pull of %s: %w", p.path, p.err)
 		default:
-			files[p.path] = p.file.Name()
+			sum, err := p.fileHash()
+			if err != nil {
+				return nil, fmt.Errorf("NAR pull of %s: %w", p.path, err)
+			}
+			files[p.path] = PulledNar{File: p.file.Name(), FileHash: sum}
 		}
 	}
 	if len(missing.Paths) > 0 {
@@ -189,11 +209,17 @@ func (c *CacheClient) handlePull(jobID, path string, m wire.ServerMessage) bool 
 				break
 			}
 			p.received = m.Offset
+			if m.Offset == 0 {
+				p.hash.Reset()
+			} else {
+				p.rehash = true
+			}
 		}
 		if _, err := p.file.WriteAt(m.Data, int64(m.Offset)); err != nil {
 			p.fail(err)
 			break
 		}
+		p.hash.Write(m.Data)
 		p.received += uint64(len(m.Data))
 		if m.IsFinal {
 			if p.total != 0 && p.received != p.total {
@@ -223,6 +249,18 @@ func (c *CacheClient) handlePull(jobID, path string, m wire.ServerMessage) bool 
 	default:
 	}
 	return true
+}
+
+// fileHash is the object's sha256:<nix32>, from the stream as it was
+// written, or read back when the stream restarted part-way.
+func (p *narPull) fileHash() (string, error) {
+	if p.rehash {
+		p.hash.Reset()
+		if _, err := io.Copy(p.hash, io.NewSectionReader(p.file, 0, int64(p.received))); err != nil {
+			return "", err
+		}
+	}
+	return "sha256:" + nixbase32.Encode(p.hash.Sum(nil)), nil
 }
 
 func (p *narPull) fail(err error) {

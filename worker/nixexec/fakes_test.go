@@ -322,12 +322,12 @@ func (c *fakeCache) Query(ctx context.Context, jobID string, paths []string, mod
 	return out, nil
 }
 
-func (c *fakeCache) Pull(ctx context.Context, jobID string, paths []string, dir string) (map[string]string, error) {
+func (c *fakeCache) Pull(ctx context.Context, jobID string, paths []string, dir string) (map[string]worker.PulledNar, error) {
 	c.rec.add(event{kind: "pull", paths: slices.Clone(paths)})
 	if c.pullErr != nil {
 		return nil, c.pullErr
 	}
-	out := map[string]string{}
+	out := map[string]worker.PulledNar{}
 	for _, p := range paths {
 		c.mu.Lock()
 		b, ok := c.content[p]
@@ -348,7 +348,8 @@ func (c *fakeCache) Pull(ctx context.Context, jobID string, paths []string, dir 
 		if err != nil {
 			return nil, err
 		}
-		out[p] = f.Name()
+		// The hash of what arrived, as the real client computes it.
+		out[p] = worker.PulledNar{File: f.Name(), FileHash: nix32sha(b)}
 	}
 	return out, nil
 }

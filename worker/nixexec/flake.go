@@ -201,8 +201,12 @@ func (w *walk) run(ctx context.Context, roots []nix.FoundDerivation) error {
 			}
 			known = nil // a failed query counts as "none known"
 		}
+		skip := make(map[string]bool, len(known))
+		for _, k := range known {
+			skip[k] = true
+		}
 		for _, in := range inputs {
-			if !slices.Contains(known, in) {
+			if !skip[in] {
 				queue = append(queue, in)
 			}
 		}

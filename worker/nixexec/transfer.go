@@ -2,11 +2,9 @@ package nixexec
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -14,7 +12,6 @@ import (
 	"time"
 
 	"gradient.dev/gradient/nix"
-	"gradient.dev/gradient/nixbase32"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 )
@@ -181,10 +178,11 @@ func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error
 		var next []string
 		for _, p := range want {
 			e := byPath[p]
-			if err := verifyFile(files[p], e.FileHash); err != nil {
-				return 0, &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: []string{p}, Err: fmt.Errorf("pulled %s: %w", p, err)}
+			if e.FileHash != nil && files[p].FileHash != *e.FileHash {
+				return 0, &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: []string{p},
+					Err: fmt.Errorf("pulled %s: file hash %s, the cache says %s", p, files[p].FileHash, *e.FileHash)}
 			}
-			item := nix.NarImport{StorePath: p, NarHash: *e.NarHash, NarZst: files[p]}
+			item := nix.NarImport{StorePath: p, NarHash: *e.NarHash, NarZst: files[p].File}
 			if e.NarSize != nil {
 				item.NarSize = int64(*e.NarSize)
 			}
@@ -240,7 +238,11 @@ func (j *job) missing(ctx context.Context, paths []string) ([]string, error) {
 		}
 		return nil, worker.Fail(wire.FailureTransient, fmt.Errorf("checking the local store: %w", err))
 	}
-	return slices.DeleteFunc(paths, func(p string) bool { return slices.Contains(valid, p) }), nil
+	have := make(map[string]bool, len(valid))
+	for _, p := range valid {
+		have[p] = true
+	}
+	return slices.DeleteFunc(paths, func(p string) bool { return have[p] }), nil
 }
 
 func classifyPull(err error) error {
@@ -249,27 +251,6 @@ func classifyPull(err error) error {
 		return &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: unavailable.Paths, Err: err}
 	}
 	return worker.Fail(wire.FailureTransient, err)
-}
-
-// verifyFile checks a pulled object against the cache's file hash.
-func verifyFile(file string, want *string) error {
-	if want == nil {
-		return nil
-	}
-	f, err := os.Open(file)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return err
-	}
-	got := "sha256:" + nixbase32.Encode(h.Sum(nil))
-	if got != *want {
-		return fmt.Errorf("file hash %s, the cache says %s", got, *want)
-	}
-	return nil
 }
 
 // fullPath accepts a store path or its base name.
