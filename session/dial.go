@@ -26,10 +26,6 @@ type DialOptions struct {
 	Logger *slog.Logger
 }
 
-// BearerAPIKey is the Authorization header value for a private cache
-// session: "Bearer GRAD<key>".
-func BearerAPIKey(key string) string { return "Bearer GRAD" + key }
-
 // Dial opens a WebSocket to url (ws:// or wss://) with the protocol's socket
 // settings: TCP_NODELAY, 8 MiB message cap, no compression. The result still
 // has to agree on a version: wrap it with NewConn.

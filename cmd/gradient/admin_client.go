@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -92,10 +91,4 @@ func answerError(status int, raw []byte) error {
 		msg += ": " + text
 	}
 	return &apiError{Status: status, Message: msg}
-}
-
-// isNotFound reports whether err is the server's 404.
-func isNotFound(err error) bool {
-	var ae *apiError
-	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
 }

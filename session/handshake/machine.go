@@ -130,9 +130,6 @@ func NewDialed(workerID string, worker wire.GradientCapabilities) *Machine {
 // Role is the machine's role.
 func (m *Machine) Role() Role { return m.role }
 
-// WorkerID is the worker id known so far (claimed, dialed or own).
-func (m *Machine) WorkerID() string { return m.workerID }
-
 // Start is the first step: send the opening message or read.
 func (m *Machine) Start() Step {
 	switch m.role {

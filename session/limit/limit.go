@@ -5,7 +5,6 @@
 package limit
 
 import (
-	"net/http"
 	"sync"
 )
 
@@ -34,20 +33,6 @@ func (g *Global) TryAcquire() (release func(), ok bool) {
 // Capacity is the number of permits; InUse how many are held.
 func (g *Global) Capacity() int { return cap(g.permits) }
 func (g *Global) InUse() int    { return len(g.permits) }
-
-// Middleware refuses requests with 503 while every permit is held, and
-// holds one for the whole request (for a WebSocket handler: the session).
-func (g *Global) Middleware(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		release, ok := g.TryAcquire()
-		if !ok {
-			http.Error(w, "too many connections", http.StatusServiceUnavailable)
-			return
-		}
-		defer release()
-		next.ServeHTTP(w, r)
-	})
-}
 
 // PerIP caps connections per client IP. An IP's entry exists only while it
 // holds permits, so the map never outgrows the live connections.
