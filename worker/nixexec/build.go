@@ -52,7 +52,7 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	j.pin(spec.DrvPath)
 	drvs, err := j.e.Nix.Derivations(ctx, spec.DrvPath)
 	if err != nil {
-		return j.failed(ctx, fmt.Errorf("reading %s: %w", spec.DrvPath, err))
+		return classify(fmt.Errorf("reading %s: %w", spec.DrvPath, err))
 	}
 	drv := drvs[spec.DrvPath]
 	outputs := drv.OutputPaths()
@@ -93,7 +93,7 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	built, err := j.e.Nix.Build(ctx, spec.DrvPath, opts)
 	logs.Flush()
 	if err != nil {
-		return j.failed(ctx, err)
+		return classify(err)
 	}
 	j.pin(sortedValues(built)...) // until they are uploaded
 	took := time.Since(start)
@@ -127,9 +127,6 @@ func (j *job) substitute(ctx context.Context, spec wire.BuildSpec) error {
 	if len(missing) > 0 {
 		j.log.Info("substituting outputs", "build", spec.BuildID, "paths", len(missing))
 		if err := j.e.Nix.Substitute(ctx, missing...); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
 			return &worker.JobError{Kind: wire.FailureSubstituteUnavailable, MissingPaths: missing, Err: err}
 		}
 	}
@@ -137,15 +134,6 @@ func (j *job) substitute(ctx context.Context, spec wire.BuildSpec) error {
 		return err
 	}
 	return j.uploadOutputs(ctx, spec.BuildID, paths)
-}
-
-// failed classifies a Nix failure; a cancelled job's error stays the
-// cancellation (the loop reports it by its cause).
-func (j *job) failed(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return classify(err)
 }
 
 // prefetch makes the build's inputs valid locally (WORKER.md §7.3): the
@@ -160,7 +148,7 @@ func (j *job) prefetch(ctx context.Context, drv *nix.Derivation) error {
 	if len(inputDrvs) > 0 {
 		parsed, err := j.e.Nix.Derivations(ctx, inputDrvs...)
 		if err != nil {
-			return j.failed(ctx, fmt.Errorf("reading input derivations: %w", err))
+			return classify(fmt.Errorf("reading input derivations: %w", err))
 		}
 		for _, in := range inputDrvs {
 			outs := parsed[in].OutputPaths()
@@ -191,7 +179,7 @@ func (j *job) reportOutputs(ctx context.Context, buildID string, outputs map[str
 	}
 	infos, err := j.e.Nix.PathInfo(ctx, paths...)
 	if err != nil {
-		return j.failed(ctx, worker.Fail(wire.FailureTransient, fmt.Errorf("path info of outputs: %w", err)))
+		return classify(worker.Fail(wire.FailureTransient, fmt.Errorf("path info of outputs: %w", err)))
 	}
 	report := &wire.JobUpdateBuildOutput{BuildID: buildID, Outputs: make([]wire.BuildOutput, len(names)), Metrics: metrics, Substituted: substituted}
 	for i, name := range names {

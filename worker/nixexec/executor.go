@@ -91,13 +91,21 @@ func (e *Executor) Run(ctx context.Context, a worker.Assignment, r worker.Report
 	j := &job{e: e, id: a.JobID, r: r, cache: r.Cache(), log: e.logger().With("job", a.JobID), sshKey: a.SSHKey,
 		roots: &roots{dir: e.GCRootsDir, prefix: gcRootPrefix(a.JobID)}}
 	defer j.roots.release()
+	var err error
 	switch spec := a.Job.(type) {
 	case *wire.FlakeJob:
-		return j.runFlake(ctx, spec)
+		err = j.runFlake(ctx, spec)
 	case *wire.BuildJob:
-		return j.runBuilds(ctx, spec)
+		err = j.runBuilds(ctx, spec)
+	default:
+		err = worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown job type %T", a.Job))
 	}
-	return worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown job type %T", a.Job))
+	if err != nil && ctx.Err() != nil {
+		// Cancelled (abort, stop, lost session): whatever failed on the
+		// way is a consequence; the worker reports the cancel's cause.
+		return ctx.Err()
+	}
+	return err
 }
 
 // job is one running job's context.

@@ -66,9 +66,6 @@ func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
 		j.log.Info("fetching flake", "repository", src.URL, "commit", src.Commit)
 		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
 		if err != nil {
-			if ctx.Err() != nil {
-				return "", ctx.Err()
-			}
 			return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
 		}
 		source = fetched.SourcePath
@@ -101,9 +98,6 @@ func (j *job) localSource(ctx context.Context, src wire.FlakeSource) (string, er
 	case *wire.FlakeSourceRepository:
 		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
 		if err != nil {
-			if ctx.Err() != nil {
-				return "", ctx.Err()
-			}
 			return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
 		}
 		return fetched.SourcePath, nil
@@ -120,9 +114,6 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 	j.log.Info("evaluating flake", "flake", flakeRef, "wildcards", wildcards)
 	ev, err := j.e.Nix.Attributes(ctx, flakeRef, wildcards)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		return worker.Fail(wire.FailurePermanent, fmt.Errorf("evaluating %s: %w", flakeRef, err))
 	}
 	attrs := make([]string, 0, len(ev.AttrErrors))
@@ -179,9 +170,6 @@ func (w *walk) run(ctx context.Context, roots []nix.FoundDerivation) error {
 		queue = queue[len(wave):]
 		drvs, err := w.j.e.Nix.Derivations(ctx, wave...)
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
 			return worker.Fail(wire.FailurePermanent, fmt.Errorf("reading derivations: %w", err))
 		}
 		var inputs []string

@@ -149,9 +149,6 @@ func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error
 		}
 		entries, err := j.cache.Query(ctx, j.id, want, wire.QueryPull)
 		if err != nil {
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
 			return 0, worker.Fail(wire.FailureTransient, fmt.Errorf("pull query: %w", err))
 		}
 		byPath := map[string]wire.CachedPath{}
@@ -170,9 +167,6 @@ func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error
 		}
 		files, err := j.cache.Pull(ctx, j.id, want, dir)
 		if err != nil {
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
 			return 0, classifyPull(err)
 		}
 		var next []string
@@ -213,9 +207,6 @@ func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error
 	}
 	j.log.Info("importing pulled paths", "paths", len(imports), "compressed_bytes", compressed)
 	if err := j.e.Nix.ImportNARs(ctx, imports); err != nil {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
 		return 0, worker.Fail(wire.FailureTransient, fmt.Errorf("importing pulled paths: %w", err))
 	}
 	for _, it := range imports {
@@ -233,9 +224,6 @@ func (j *job) missing(ctx context.Context, paths []string) ([]string, error) {
 	}
 	valid, err := j.e.Nix.ValidPaths(ctx, paths...)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
 		return nil, worker.Fail(wire.FailureTransient, fmt.Errorf("checking the local store: %w", err))
 	}
 	have := make(map[string]bool, len(valid))
