@@ -65,13 +65,43 @@ func TestReconnectsAfterServerRestart(t *testing.T) {
 	r := newRealServer(t, openSQLite(t), server.Config{})
 	cfg := testConfig(t, r.url, newBlockingExecutor())
 	cfg.Peers = r.project.ID + ":" + r.register(r.project.ID, cfg.WorkerID)
+	var logs *lockedBuffer
+	cfg.Logger, logs = testLogger(t, "worker")
 	startWorker(t, cfg)
 	waitFor(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
 
 	addr := r.addr
 	r.stop()
+	// While the server is down the worker retries with a delay that
+	// doubles (less up to a fifth of jitter) up to the maximum.
+	waitFor(t, "four failed reconnects", func() bool { return len(retryDelays(logs.String())) >= 4 })
+	delays := retryDelays(logs.String())
+	for i := 1; i < 4; i++ {
+		if lo, hi := delays[i-1]*2*8/10, delays[i-1]*2*100/80; delays[i] < min(lo, cfg.BackoffMax*8/10) || delays[i] > min(hi, cfg.BackoffMax) {
+			t.Fatalf("reconnect delays %v: #%d does not double the one before (capped at %v)", delays, i, cfg.BackoffMax)
+		}
+	}
 	r.start(addr)
 	waitFor(t, "the worker live on the restarted server", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+}
+
+// retryDelays are the retry_in delays of a worker's failed connects.
+func retryDelays(log string) []time.Duration {
+	var out []time.Duration
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, "connection failed") {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, "retry_in=")
+		if !ok {
+			continue
+		}
+		field, _, _ := strings.Cut(rest, " ")
+		if d, err := time.ParseDuration(field); err == nil {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // dialedWorkerSetup is a real server that dials workers, and a worker
