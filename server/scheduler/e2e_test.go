@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/examples"
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/metrics"
@@ -22,8 +23,8 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
 
-// e2eFlake: packages form a three-level DAG with three parallel builds;
-// checks fail, time out or run until cancelled.
+// e2eFlake: a package to build, and checks that fail, time out or run
+// until cancelled. (The DAG test builds the shipped example flake.)
 const e2eFlake = `{
   outputs = { self }: let
     system = "x86_64-linux";
@@ -32,13 +33,7 @@ const e2eFlake = `{
     } // extra);
     line = dep: "read v < ${dep}; ";
   in rec {
-    packages.${system} = rec {
-      greeting = step "greeting" "echo building greeting; echo hello > $out" {};
-      left = step "left" "echo building left; ${line greeting} echo \"$v left\" > $out" {};
-      middle = step "middle" "echo building middle; ${line greeting} echo \"$v middle\" > $out" {};
-      right = step "right" "echo building right; ${line greeting} echo \"$v right\" > $out" {};
-      report = step "report" "${line left} a=$v; ${line middle} b=$v; ${line right} echo \"$a|$b|$v\" > $out" {};
-    };
+    packages.${system}.greeting = step "greeting" "echo building greeting; echo hello > $out" {};
     checks.${system} = rec {
       broken = step "broken" "echo about to fail; exit 1" {};
       after = step "after" "${line broken} echo never > $out" {};
@@ -141,11 +136,12 @@ func byAttr(builds []storage.Build) map[string]storage.Build {
 	return m
 }
 
-// TestExampleFlakeOnThreeWorkers: a commit is fetched, evaluated and
-// built by three workers in dependency order; the outputs are in the
-// cache, signed, and a real Nix fetches them.
+// TestExampleFlakeOnThreeWorkers: the example flake gradient up ships is
+// fetched, evaluated and built by three workers in dependency order; the
+// outputs are in the cache, signed, and a real Nix fetches them.
 func TestExampleFlakeOnThreeWorkers(t *testing.T) {
 	w := newWorld(t, storagetest.SQLiteURL(t), 3)
+	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": string(examples.FlakeNix)})
 	ev, builds := w.waitDone(w.evaluate("packages.x86_64-linux.*").ID)
 	if ev.Status != storage.EvaluationSucceeded {
 		log, _ := w.db.EvaluationLog(t.Context(), ev.ID)
@@ -153,15 +149,16 @@ func TestExampleFlakeOnThreeWorkers(t *testing.T) {
 	}
 	b := byAttr(builds)
 	workers := map[string]bool{}
-	for _, name := range []string{"greeting", "left", "middle", "right", "report"} {
+	for _, name := range examples.FlakeAttrs {
 		build, ok := b[name]
 		if !ok || build.Status != storage.BuildSucceeded || len(build.OutputInfo) != 1 {
 			t.Fatalf("build %s: %+v", name, build)
 		}
 		workers[build.WorkerID] = true
 	}
-	// The DAG: nothing started before its inputs finished.
-	for _, mid := range []string{"left", "middle", "right"} {
+	// The DAG: greeting ─ shout, repeat, count ─ report; nothing started
+	// before its inputs finished.
+	for _, mid := range []string{"shout", "repeat", "count"} {
 		if b[mid].StartedAt.Before(b["greeting"].FinishedAt) {
 			t.Errorf("%s started %s before greeting finished %s", mid, b[mid].StartedAt, b["greeting"].FinishedAt)
 		}
@@ -172,9 +169,9 @@ func TestExampleFlakeOnThreeWorkers(t *testing.T) {
 	if len(workers) < 2 {
 		t.Errorf("every build ran on one worker (%v); three idle workers should share the parallel builds", workers)
 	}
-	log, err := w.db.BuildLog(t.Context(), b["left"].ID)
-	if err != nil || !strings.Contains(string(log), "building left") {
-		t.Errorf("left's stored log %q, %v", log, err)
+	log, err := w.db.BuildLog(t.Context(), b["count"].ID)
+	if err != nil || !strings.Contains(string(log), "the greeting has 3 words") {
+		t.Errorf("count's stored log %q, %v", log, err)
 	}
 
 	// A real Nix fetches report (and its closure) from the HTTP cache with
@@ -185,7 +182,7 @@ func TestExampleFlakeOnThreeWorkers(t *testing.T) {
 		t.Fatalf("nix copy from the cache: %v", err)
 	}
 	content, err := os.ReadFile(filepath.Join(client.Store, out))
-	if err != nil || string(content) != "hello left|hello middle|hello right\n" {
+	if err != nil || !strings.Contains(string(content), "hello from gradient!") || !strings.Contains(string(content), "count: 3 words") {
 		t.Errorf("report's output %q, %v", content, err)
 	}
 }
