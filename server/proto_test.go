@@ -435,3 +435,39 @@ func TestDeactivateEndsLiveSession(t *testing.T) {
 		e.expectReject(id, map[string]string{e.project.ID: token}, 403, "worker is deactivated")
 	})
 }
+
+// drainSeen records, for each RequestJob the job loop gets, whether the
+// session was draining by then.
+type drainSeen struct{ seen chan bool }
+
+func (d drainSeen) SessionStarted(*LiveWorker)       {}
+func (d drainSeen) SessionEnded(*LiveWorker, string) {}
+func (d drainSeen) HandleJobMessage(w *LiveWorker, m wire.ClientMessage) {
+	if _, ok := m.(*wire.RequestJob); ok {
+		d.seen <- w.Draining()
+	}
+}
+
+// A worker's Draining reaches the job loop before its next message, so
+// no job is handed to a draining worker.
+func TestWorkerDrainingReachesTheJobLoop(t *testing.T) {
+	t.Parallel()
+	loop := drainSeen{seen: make(chan bool, 4)}
+	db, err := storage.Open(t.Context(), storagetest.SQLiteURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	e := newEnv(t, db, Config{Jobs: loop})
+	id := newWorkerID(t)
+	w := e.mustConnect(id, map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)})
+	w.sess.Send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	if <-loop.seen {
+		t.Fatal("a fresh session counts as draining")
+	}
+	w.sess.Send(&wire.ClientDraining{})
+	w.sess.Send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	if !<-loop.seen {
+		t.Fatal("the job loop saw a RequestJob after Draining from a session not marked draining")
+	}
+}
