@@ -124,7 +124,6 @@ type assignment struct {
 	job      *storage.PendingJob
 	session  uint64
 	workerID string
-	since    time.Time
 	outputs  []storage.BuildOutputInfo
 }
 
@@ -448,7 +447,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wi
 			s.mu.Unlock()
 			continue // lost a race: the job is gone, try the next one
 		}
-		a := &assignment{id: id, job: job, session: w.Session, workerID: w.WorkerID, since: time.Now()}
+		a := &assignment{id: id, job: job, session: w.Session, workerID: w.WorkerID}
 		s.mu.Lock()
 		ws := s.sessions[w.Session]
 		if ws == nil || ws.ended {
