@@ -250,6 +250,7 @@ func (a *adminAPI) deleteCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	a.s.cacheMemo.forgetNarinfo(c.ID, hash)
 	if store := a.s.cfg.NarStore; !inUse && store != nil {
 		if err := store.Delete(ctx, key); err != nil && !errors.Is(err, narstore.ErrNotFound) {
 			a.s.log.Warn("admin: NAR object not deleted", "object", key, "error", err)

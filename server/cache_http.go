@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -37,7 +38,7 @@ type binaryCache struct {
 
 // mountBinaryCache mounts /cache/{cache}/….
 func (s *Server) mountBinaryCache(mux *http.ServeMux) {
-	bc := &binaryCache{s: s, keys: newCacheKeyVerifier(s.db), metrics: newBinaryCacheMetrics(s.metrics.registry), memo: newCacheMemo()}
+	bc := &binaryCache{s: s, keys: newCacheKeyVerifier(s.db), metrics: newBinaryCacheMetrics(s.metrics.registry), memo: s.cacheMemo}
 	// GET patterns also match HEAD.
 	mux.HandleFunc("GET /cache/{cache}/nix-cache-info", bc.serveCacheInfo)
 	mux.HandleFunc("GET /cache/{cache}/{file}", bc.serveNarinfo)
@@ -102,25 +103,29 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, err := bc.s.db.CachePath(r.Context(), c.ID, hash)
-	if errors.Is(err, storage.ErrNotFound) {
-		bc.metrics.narinfos.Inc(c.Name, "miss")
-		http.NotFound(w, r)
-		return
-	}
-	if err != nil {
-		bc.internal(w, r, err)
-		return
-	}
-	sig, err := bc.memo.sign(r.Context(), bc.s.db, c.ID, string(narinfoFingerprint(p)))
-	if err != nil {
-		bc.internal(w, r, err)
-		return
+	body, stamp, ok := bc.memo.narinfo(c.ID, hash)
+	if !ok {
+		p, err := bc.s.db.CachePath(r.Context(), c.ID, hash)
+		if errors.Is(err, storage.ErrNotFound) {
+			bc.metrics.narinfos.Inc(c.Name, "miss")
+			http.NotFound(w, r)
+			return
+		}
+		if err != nil {
+			bc.internal(w, r, err)
+			return
+		}
+		key, err := bc.memo.signingKey(r.Context(), bc.s.db, c.ID)
+		if err != nil {
+			bc.internal(w, r, err)
+			return
+		}
+		body = renderNarinfo(p, key)
+		bc.memo.storeNarinfo(c.ID, hash, body, stamp)
 	}
 	bc.metrics.narinfos.Inc(c.Name, "hit")
-	body := renderSignedNarinfo(p, sig)
 	if hook := bc.s.cfg.narinfoHook; hook != nil {
-		body = hook(body)
+		body = hook(bytes.Clone(body))
 	}
 	w.Header().Set("X-Cache", "HIT")
 	writeText(w, r, "text/x-nix-narinfo", body)

@@ -105,3 +105,48 @@ func BenchmarkNarDownload(b *testing.B) {
 		}
 	}
 }
+
+// A narinfo served once is kept in memory; deleting the path must still
+// make the cache answer 404 at once, and a new upload of the path must be
+// served again.
+func TestBinaryCacheNarinfoAfterDelete(t *testing.T) {
+	e := newCacheEnv(t, Config{})
+	const storePath = "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob"
+	narinfo := e.url + "/cache/main/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr.narinfo"
+	status := func(method, url string) int {
+		req, _ := http.NewRequest(method, url, nil)
+		req.Header.Set("Authorization", "Bearer "+testAdminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("GET", narinfo); got != 404 {
+		t.Fatalf("narinfo before upload: %d, want 404", got)
+	}
+	e.putObject(t, storePath, []byte("first"))
+	for range 2 {
+		if got := status("GET", narinfo); got != 200 {
+			t.Fatalf("narinfo after upload: %d, want 200", got)
+		}
+	}
+	if got := status("DELETE", e.url+"/api/v1/caches/main/paths/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr"); got != 204 {
+		t.Fatalf("delete: %d", got)
+	}
+	if got := status("GET", narinfo); got != 404 {
+		t.Fatalf("narinfo after delete: %d, want 404", got)
+	}
+	p := e.putObject(t, storePath, []byte("second"))
+	req, _ := http.NewRequest("GET", narinfo, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "NarHash: "+p.NarHash) {
+		t.Fatalf("narinfo after upload again: %d\n%s\nwant NarHash %s", resp.StatusCode, body, p.NarHash)
+	}
+}

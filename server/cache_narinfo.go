@@ -26,11 +26,7 @@ func narURL(p storage.CachePath) string {
 
 // renderNarinfo writes the narinfo of CACHE.md §7, signed with key.
 func renderNarinfo(p storage.CachePath, key storage.SigningKey) []byte {
-	return renderSignedNarinfo(p, key.Sign(narinfoFingerprint(p)))
-}
-
-// renderSignedNarinfo writes the narinfo with an already computed Sig.
-func renderSignedNarinfo(p storage.CachePath, sig string) []byte {
+	sig := key.Sign(narinfoFingerprint(p))
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "StorePath: %s\n", p.StorePath)
 	fmt.Fprintf(&b, "URL: %s\n", narURL(p))

@@ -135,6 +135,9 @@ type Server struct {
 	// anonymousCache caps anonymous read-only cache sessions per IP.
 	anonymousCache *limit.PerIP
 	uploadLeases   *uploadLeases
+	// cacheMemo keeps cache rows, signing keys and narinfos for the
+	// binary cache; the admin API forgets the paths it deletes.
+	cacheMemo *cacheMemo
 
 	// ctx ends every session at once on Close (SIGTERM).
 	ctx    context.Context
@@ -156,6 +159,7 @@ func New(db *storage.DB, cfg Config) *Server {
 
 		anonymousCache: limit.NewPerIP(cfg.AnonymousCacheSessionsPerIP),
 		uploadLeases:   newUploadLeases(),
+		cacheMemo:      newCacheMemo(),
 		ctx:            ctx,
 		cancel:         cancel,
 	}
