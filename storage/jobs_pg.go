@@ -32,6 +32,69 @@ const claimJobPG = `WITH ` + lazyCommitCTE + `,
 	      FROM j WHERE j.kind = 'flake' AND evaluations.id = j.evaluation_id)
 	SELECT count(*) FROM j`
 
+// claimJobsBatchPG is claimJobPG for many calls at once (see batcher):
+// of two calls for one job, the first in the batch wins.
+const claimJobsBatchPG = `WITH ` + lazyCommitCTE + `,
+	r AS (SELECT DISTINCT ON (job_id) job_id, assignment_id, worker_id
+	      FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS r(job_id, assignment_id, worker_id, n)
+	      ORDER BY job_id, n),
+	j AS (UPDATE jobs SET status = 'assigned', attempts = attempts + 1 FROM r
+	      WHERE jobs.id = r.job_id AND jobs.status = 'pending' AND EXISTS (SELECT 1 FROM cfg)
+	      RETURNING jobs.id, jobs.kind, jobs.build_id, jobs.evaluation_id, r.assignment_id, r.worker_id),
+	a AS (INSERT INTO job_assignments (id, job_id, worker_id, opened_at)
+	      SELECT assignment_id, id, worker_id, $4::bigint FROM j),
+	b AS (UPDATE builds SET status = 'building', attempts = builds.attempts + 1, worker_id = j.worker_id,
+	      started_at = $4, finished_at = NULL FROM j WHERE builds.id = j.build_id),
+	e AS (UPDATE evaluations SET status = 'fetching', attempts = evaluations.attempts + 1,
+	      started_at = COALESCE(evaluations.started_at, $4)
+	      FROM j WHERE j.kind = 'flake' AND evaluations.id = j.evaluation_id)
+	SELECT assignment_id FROM j`
+
+type claimCall struct{ jobID, workerID, assignmentID string }
+
+// maxBatch bounds the calls one batched statement serves; batchLanes
+// statements of a kind run at once (two: while one batch waits for its
+// commit, the next can use the other core).
+const (
+	maxBatch   = 64
+	batchLanes = 2
+)
+
+func (db *DB) newClaimBatcher() *batcher[claimCall, struct{}] {
+	return &batcher[claimCall, struct{}]{
+		max: maxBatch, lanes: batchLanes,
+		single: func(ctx context.Context, c claimCall) (struct{}, error) {
+			return struct{}{}, db.claimJobPG(ctx, c.jobID, c.workerID, c.assignmentID)
+		},
+		run: func(ctx context.Context, calls []claimCall) ([]batchResult[struct{}], error) {
+			jobs, assignments, workers := make([]string, len(calls)), make([]string, len(calls)), make([]string, len(calls))
+			for i, c := range calls {
+				jobs[i], assignments[i], workers[i] = c.jobID, c.assignmentID, c.workerID
+			}
+			st, err := db.prepared(ctx, claimJobsBatchPG)
+			if err != nil {
+				return nil, err
+			}
+			rows, err := st.QueryContext(ctx, jobs, assignments, workers, nowMillis())
+			claimed, err := collect(rows, err, scanString)
+			if err != nil {
+				return nil, err
+			}
+			won := make(map[string]bool, len(claimed))
+			for _, id := range claimed {
+				won[id] = true
+			}
+			results := make([]batchResult[struct{}], len(calls))
+			for i, c := range calls {
+				if !won[c.assignmentID] {
+					results[i].err = db.explainUnclaimed(ctx, c.jobID)
+				}
+			}
+			return results, nil
+		},
+	}
+}
+
 func (db *DB) claimJobPG(ctx context.Context, jobID, workerID, assignmentID string) error {
 	var err error
 	for range 5 {
@@ -45,18 +108,23 @@ func (db *DB) claimJobPG(ctx context.Context, jobID, workerID, assignmentID stri
 		case err != nil:
 			return err
 		case n == 0:
-			ok, err := exists(ctx, db.sql, `SELECT 1 FROM jobs WHERE id = $1`, jobID)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return notFound("job %s", jobID)
-			}
-			return conflict("job %s is not pending", jobID)
+			return db.explainUnclaimed(ctx, jobID)
 		}
 		return nil
 	}
 	return err
+}
+
+// explainUnclaimed names why a claim of a job changed nothing.
+func (db *DB) explainUnclaimed(ctx context.Context, jobID string) error {
+	ok, err := exists(ctx, db.sql, `SELECT 1 FROM jobs WHERE id = $1`, jobID)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return notFound("job %s", jobID)
+	}
+	return conflict("job %s is not pending", jobID)
 }
 
 // completeBuildPG closes the assignment, ends the job and records the
@@ -96,50 +164,146 @@ const readyDependentsPG = `WITH ` + lazyCommitCTE + `, r AS (
 	SELECT gen_random_uuid()::text, 'build', $1, r.id, $3, 'pending', $4, 0, $4 FROM r
 	RETURNING id`
 
+// completeBuildsBatchPG is completeBuildPG for many calls at once (see
+// batcher). Each completed build reports its waiting dependents; the
+// count of builds still to run leaves out the whole batch. d and o are
+// materialized so they run once per batch, not once per completed build.
+const completeBuildsBatchPG = `WITH ` + lazyCommitCTE + `,
+	r AS (SELECT * FROM unnest($1::text[], $2::text[]) AS r(assignment_id, info)),
+	a AS (UPDATE job_assignments SET closed_at = $3, outcome = 'completed' FROM r
+	      WHERE job_assignments.id = r.assignment_id AND job_assignments.closed_at IS NULL AND EXISTS (SELECT 1 FROM cfg)
+	        AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = job_assignments.job_id AND jobs.kind = 'build' AND jobs.status = 'assigned')
+	      RETURNING job_assignments.id AS assignment_id, job_assignments.job_id, r.info),
+	j AS (UPDATE jobs SET status = 'done' FROM a WHERE jobs.id = a.job_id
+	      RETURNING a.assignment_id, a.info, jobs.evaluation_id, jobs.project_id, jobs.build_id),
+	b AS (UPDATE builds SET status = 'succeeded', output_info = j.info, finished_at = $3,
+	      failure_kind = NULL, error = NULL FROM j WHERE builds.id = j.build_id
+	      RETURNING j.assignment_id, j.project_id, builds.id, builds.evaluation_id, builds.drv_path),
+	d AS MATERIALIZED (SELECT b.assignment_id, string_agg(w.id, ',') AS ids FROM b
+	      JOIN build_edges e ON e.evaluation_id = b.evaluation_id AND e.dependency_drv_path = b.drv_path
+	      JOIN builds w ON w.evaluation_id = e.evaluation_id AND w.drv_path = e.drv_path
+	      WHERE w.status = 'waiting' GROUP BY b.assignment_id),
+	o AS MATERIALIZED (SELECT ev.evaluation_id,
+	        (SELECT count(*) FROM (SELECT 1 FROM builds o WHERE o.evaluation_id = ev.evaluation_id
+	           AND o.status IN ('waiting', 'queued', 'building') AND o.id NOT IN (SELECT id FROM b) LIMIT $4) x) AS others
+	      FROM (SELECT DISTINCT evaluation_id FROM b) ev)
+	SELECT b.assignment_id, b.evaluation_id, b.project_id, d.ids, o.others
+	FROM b LEFT JOIN d ON d.assignment_id = b.assignment_id JOIN o ON o.evaluation_id = b.evaluation_id`
+
+type completeCall struct{ assignmentID, info string }
+
+// completion is what the completing statement reports of one build.
+type completion struct {
+	closed           bool
+	evalID, project  string
+	dependents       string // comma-separated build IDs
+	othersStillToRun int    // capped at finishCheckBound
+}
+
+func (db *DB) newCompletionBatcher() *batcher[completeCall, completion] {
+	return &batcher[completeCall, completion]{
+		max: maxBatch, lanes: batchLanes,
+		single: db.completeBuildRowPG,
+		run: func(ctx context.Context, calls []completeCall) ([]batchResult[completion], error) {
+			ids, infos := make([]string, len(calls)), make([]string, len(calls))
+			for i, c := range calls {
+				ids[i], infos[i] = c.assignmentID, c.info
+			}
+			st, err := db.prepared(ctx, completeBuildsBatchPG)
+			if err != nil {
+				return nil, err
+			}
+			rows, err := st.QueryContext(ctx, ids, infos, nowMillis(), finishCheckBound)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			done := make(map[string]completion, len(calls))
+			checked := map[string]bool{} // evaluations one call already checks
+			for rows.Next() {
+				var id string
+				var deps sql.NullString
+				c := completion{closed: true}
+				if err := rows.Scan(&id, &c.evalID, &c.project, &deps, &c.othersStillToRun); err != nil {
+					return nil, err
+				}
+				c.dependents = deps.String
+				// One "is the evaluation done?" check per evaluation
+				// and batch is enough: the count leaves out the batch.
+				if checked[c.evalID] {
+					c.othersStillToRun = finishCheckBound
+				}
+				checked[c.evalID] = true
+				done[id] = c
+			}
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+			results := make([]batchResult[completion], len(calls))
+			for i, c := range calls {
+				results[i].out = done[c.assignmentID]
+				delete(done, c.assignmentID) // a second call for it finds it closed
+			}
+			return results, nil
+		},
+	}
+}
+
+// completeBuildRowPG runs the completing statement for one call.
+func (db *DB) completeBuildRowPG(ctx context.Context, c completeCall) (completion, error) {
+	var (
+		closed     int
+		evalID     sql.NullString
+		project    sql.NullString
+		dependents sql.NullString
+		out        completion
+		err        error
+	)
+	for range 5 {
+		err = db.hotRow(ctx, completeBuildPG, c.assignmentID, nowMillis(), c.info, finishCheckBound).
+			Scan(&closed, &evalID, &project, &dependents, &out.othersStillToRun)
+		if !retryableTxError(err) {
+			break
+		}
+	}
+	out.closed, out.evalID, out.project, out.dependents = closed > 0, evalID.String, project.String, dependents.String
+	return out, err
+}
+
 // completeBuildPG is CompleteBuild in one round trip in the common case
 // (two when it readies dependents or may end the evaluation), without a
 // transaction around the steps: each statement is atomic, and each later
 // step re-checks what it depends on. A crash between the steps leaves
 // work that RecoverInterruptedWork finishes (ReadyStrandedBuilds,
-// FinishDoneEvaluations).
+// FinishDoneEvaluations). Concurrent completions share one statement
+// (db.completions).
 func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string) ([]string, error) {
-	var (
-		closed           int
-		evalID, project  sql.NullString
-		dependents       sql.NullString // comma-separated build IDs
-		othersStillToRun int            // capped at finishCheckBound
-		err              error
-	)
-	now := nowMillis()
-	for range 5 {
-		err = db.hotRow(ctx, completeBuildPG, assignmentID, now, info, finishCheckBound).
-			Scan(&closed, &evalID, &project, &dependents, &othersStillToRun)
-		if !retryableTxError(err) {
-			break
-		}
-	}
+	c, err := db.completions.do(ctx, completeCall{assignmentID, info})
 	if err != nil {
 		return nil, err
 	}
-	if closed == 0 {
+	if !c.closed {
 		return nil, db.explainNotCompletable(ctx, assignmentID)
 	}
+	now := nowMillis()
 	var ready []string
-	if dependents.Valid && dependents.String != "" {
-		rows, err := db.sql.QueryContext(ctx, readyDependentsPG, evalID.String, strings.Split(dependents.String, ","), project.String, now)
+	if c.dependents != "" {
+		rows, err := db.sql.QueryContext(ctx, readyDependentsPG, c.evalID, strings.Split(c.dependents, ","), c.project, now)
 		if ready, err = collect(rows, err, scanString); err != nil {
 			return nil, fmt.Errorf("build recorded; readying its dependents failed (ReadyStrandedBuilds retries): %w", err)
 		}
 	}
-	if len(ready) > 0 || othersStillToRun >= finishCheckBound {
+	if len(ready) > 0 || c.othersStillToRun >= finishCheckBound {
 		return ready, nil
 	}
 	// Without a lock: of two last builds completing at once, the later
 	// commit sees both done (and the status check ends it only once).
 	// Builds still to run that a completion's snapshot shows can only be
-	// completions running at the same time, at most one per connection,
-	// so the last one always sees fewer than finishCheckBound and checks.
-	if _, err := db.sql.ExecContext(ctx, finishEvaluationSQL, evalID.String, nowMillis()); err != nil {
+	// completions running at the same time: at most one per connection,
+	// or a whole batch in another lane (a batch's count leaves out its own
+	// builds), so the last one always sees fewer than finishCheckBound
+	// and checks.
+	if _, err := db.sql.ExecContext(ctx, finishEvaluationSQL, c.evalID, nowMillis()); err != nil {
 		return ready, fmt.Errorf("build recorded; ending its evaluation failed (the next pass retries): %w", err)
 	}
 	return ready, nil
@@ -147,7 +311,7 @@ func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string) ([
 
 // finishCheckBound: a completion that sees this many other builds of its
 // evaluation still to run cannot be the last one (see completeBuildPG).
-const finishCheckBound = postgresMaxConns + 1
+const finishCheckBound = postgresMaxConns + (batchLanes-1)*maxBatch + 1
 
 // explainNotCompletable names why an assignment could not complete a
 // build: closed, unknown, of a flake job, or its job not assigned.

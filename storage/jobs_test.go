@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -772,4 +773,99 @@ func newProjectID(t *testing.T, db *DB, n int) string {
 	t.Helper()
 	team := mustTeam(t, db, "team"+string(rune('a'+n)))
 	return mustProject(t, db, team.ID, "p").ID
+}
+
+// TestConcurrentClaimsAndCompletions races three workers for every job
+// and completes every assignment twice at once, as many sessions do
+// together (on PostgreSQL the calls share batched statements): each job
+// is claimed once, each build completed once, the dependent readied once,
+// and the evaluation ends.
+func TestConcurrentClaimsAndCompletions(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		var drvs []DiscoveredBuild
+		var names []string
+		for i := range 40 {
+			n := fmt.Sprintf("leaf%02d", i)
+			names = append(names, n)
+			drvs = append(drvs, discovered(n, ""))
+		}
+		drvs = append(drvs, discovered("top", "top", names...))
+		ready := startEvaluation(t, db, e.ID, NewID(), drvs...)
+		if len(ready) != 40 {
+			t.Fatalf("%d ready, want 40", len(ready))
+		}
+		type claim struct {
+			job        string
+			assignment string
+			err        error
+		}
+		var mu sync.Mutex
+		var claims []claim
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, job := range ready {
+			for range 3 {
+				wg.Go(func() {
+					<-start
+					a, err := db.ClaimJob(ctx, job.JobID, NewID())
+					mu.Lock()
+					claims = append(claims, claim{job.JobID, a, err})
+					mu.Unlock()
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		won := map[string]string{}
+		for _, c := range claims {
+			switch {
+			case c.err == nil:
+				if won[c.job] != "" {
+					t.Fatalf("job %s claimed twice", c.job)
+				}
+				won[c.job] = c.assignment
+			case !errors.Is(c.err, ErrConflict):
+				t.Fatalf("losing claim of %s: %v", c.job, c.err)
+			}
+		}
+		if len(won) != 40 {
+			t.Fatalf("%d jobs claimed, want 40", len(won))
+		}
+		var completed, refused int
+		var made []string
+		start = make(chan struct{})
+		for _, a := range won {
+			for range 2 {
+				wg.Go(func() {
+					<-start
+					ids, err := db.CompleteBuild(ctx, a, nil)
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						completed++
+						made = append(made, ids...)
+					case errors.Is(err, ErrConflict):
+						refused++
+					default:
+						t.Errorf("completing %s: %v", a, err)
+					}
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		if completed != 40 || refused != 40 {
+			t.Fatalf("%d completions took, %d refused; want 40 and 40", completed, refused)
+		}
+		if len(made) != 1 {
+			t.Fatalf("top readied %d times", len(made))
+		}
+		wantEvalStatus(t, db, e.ID, EvaluationBuilding)
+		wantKeys(t, "top built", buildOK(t, db, pendingOf(t, db, made)[drvPath("top")], NewID()))
+		wantEvalStatus(t, db, e.ID, EvaluationSucceeded)
+	})
 }

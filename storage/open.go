@@ -36,6 +36,11 @@ type DB struct {
 
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // hot queries, prepared once (see hotRow)
+
+	// On PostgreSQL, concurrent claims and completions share statements
+	// (see batcher); nil on SQLite, which runs one writer at a time.
+	claims      *batcher[claimCall, struct{}]
+	completions *batcher[completeCall, completion]
 }
 
 // Open connects to the database at rawURL and applies pending migrations.
@@ -245,5 +250,7 @@ func openPostgres(dsn string) (*DB, error) {
 	sqlDB.SetMaxOpenConns(postgresMaxConns)
 	sqlDB.SetMaxIdleConns(postgresMaxConns)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	return &DB{sql: sqlDB, engine: EnginePostgres}, nil
+	db := &DB{sql: sqlDB, engine: EnginePostgres}
+	db.claims, db.completions = db.newClaimBatcher(), db.newCompletionBatcher()
+	return db, nil
 }

@@ -55,3 +55,8 @@ func (e eligibility) may(job *storage.PendingJob, kind wire.JobKind) bool {
 	}
 	return false
 }
+
+// mayAny reports whether the worker may take job as a job of either kind.
+func (e eligibility) mayAny(job *storage.PendingJob) bool {
+	return e.may(job, wire.JobKindFlake) || e.may(job, wire.JobKindBuild)
+}

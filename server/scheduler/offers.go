@@ -28,13 +28,10 @@ func (s *Scheduler) offer(ids []string, all bool) {
 	}
 	var offers []offer
 	s.mu.Lock()
-	jobs := s.queue
-	if !all {
-		jobs = make([]*storage.PendingJob, 0, len(ids))
-		for _, id := range ids {
-			if j := s.pending[id]; j != nil {
-				jobs = append(jobs, j)
-			}
+	var jobs []*storage.PendingJob
+	for _, id := range ids {
+		if j := s.queue.get(id); j != nil {
+			jobs = append(jobs, j)
 		}
 	}
 	for _, ws := range s.sessions {
@@ -43,7 +40,7 @@ func (s *Scheduler) offer(ids []string, all bool) {
 		}
 		if all {
 			for id := range ws.offered {
-				if s.pending[id] == nil {
+				if s.queue.get(id) == nil {
 					delete(ws.offered, id)
 				}
 			}
@@ -54,15 +51,21 @@ func (s *Scheduler) offer(ids []string, all bool) {
 		}
 		e := newEligibility(ws.w)
 		var candidates []wire.JobCandidate
-		for _, job := range jobs {
-			if len(candidates) == room {
-				break
+		consider := func(job *storage.PendingJob) bool {
+			if !ws.offered[job.JobID] {
+				ws.offered[job.JobID] = true
+				candidates = append(candidates, candidate(job))
 			}
-			if ws.offered[job.JobID] || !(e.may(job, wire.JobKindFlake) || e.may(job, wire.JobKindBuild)) {
-				continue
+			return len(candidates) < room
+		}
+		if all {
+			s.queue.each(e.mayAny, consider)
+		} else {
+			for _, job := range jobs {
+				if e.mayAny(job) && !consider(job) {
+					break
+				}
 			}
-			ws.offered[job.JobID] = true
-			candidates = append(candidates, candidate(job))
 		}
 		if len(candidates) > 0 {
 			offers = append(offers, offer{ws.w, candidates})

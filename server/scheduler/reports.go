@@ -233,12 +233,10 @@ func (s *Scheduler) sendJobList(w *server.LiveWorker) {
 	s.mu.Lock()
 	e := newEligibility(w)
 	var candidates []wire.JobCandidate
-	for _, job := range s.queue {
-		if !e.may(job, wire.JobKindFlake) && !e.may(job, wire.JobKindBuild) {
-			continue
-		}
+	s.queue.each(e.mayAny, func(job *storage.PendingJob) bool {
 		candidates = append(candidates, candidate(job))
-	}
+		return true
+	})
 	s.mu.Unlock()
 	for {
 		n := min(len(candidates), jobListPage)

@@ -96,9 +96,7 @@ type Scheduler struct {
 	logs *logBuffer
 
 	mu       sync.Mutex
-	pending  map[string]*storage.PendingJob // by job ID
-	queue    []*storage.PendingJob          // pending, oldest ready first
-	sorted   bool
+	queue    *jobQueue // the pending jobs
 	sessions map[uint64]*workerState
 	running  map[string]*assignment // by job ID
 	imports  []*importRequest       // import-from-derivation requests waiting
@@ -137,7 +135,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 	s := &Scheduler{
 		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"), m: newLoopMetrics(cfg.Metrics),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
-		pending: map[string]*storage.PendingJob{}, sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
+		queue: newJobQueue(), sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
 	}
 	s.logs = newLogBuffer(s)
 	return s
@@ -219,18 +217,15 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pending = make(map[string]*storage.PendingJob, len(jobs))
-	s.queue = s.queue[:0]
+	s.queue = newJobQueue()
 	for i := range jobs {
 		j := &jobs[i]
 		if s.running[j.JobID] != nil {
 			continue // claimed in the meantime
 		}
-		s.pending[j.JobID] = j
-		s.queue = append(s.queue, j)
+		s.queue.add(j)
 	}
-	s.sorted = true // PendingJobs is ordered
-	s.m.pending.Set(float64(len(s.queue)))
+	s.m.pending.Set(float64(s.queue.len()))
 	return nil
 }
 
@@ -247,14 +242,11 @@ func (s *Scheduler) addPending(ctx context.Context, ids []string) {
 	s.mu.Lock()
 	for i := range jobs {
 		j := &jobs[i]
-		if s.pending[j.JobID] != nil || s.running[j.JobID] != nil {
-			continue
+		if s.running[j.JobID] == nil {
+			s.queue.add(j)
 		}
-		s.pending[j.JobID] = j
-		s.queue = append(s.queue, j)
-		s.sorted = false
 	}
-	s.m.pending.Set(float64(len(s.queue)))
+	s.m.pending.Set(float64(s.queue.len()))
 	s.mu.Unlock()
 	s.reoffer(ids)
 }
@@ -437,9 +429,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wi
 			}
 			if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
 				// Keep the job; the next pass retries.
-				s.pending[job.JobID] = job
-				s.queue = append(s.queue, job)
-				s.sorted = false
+				s.queue.add(job)
 				s.mu.Unlock()
 				s.log.Warn("claiming a job failed", "job", job.JobID, "error", err)
 				return
@@ -480,46 +470,29 @@ func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) *storage.Pendi
 	if ws == nil || ws.ended || !ws.idle[kind] || w.Draining() {
 		return nil
 	}
-	if !s.sorted {
-		slices.SortStableFunc(s.queue, func(a, b *storage.PendingJob) int {
-			if c := a.ReadyAt.Compare(b.ReadyAt); c != 0 {
-				return c
-			}
-			if a.JobID < b.JobID {
-				return -1
-			}
-			if a.JobID > b.JobID {
-				return 1
-			}
-			return 0
-		})
-		s.sorted = true
-	}
 	e := newEligibility(w)
 	now := time.Now()
-	best, bestRank, seen := -1, 3, 0
-	for i, job := range s.queue {
-		if !e.may(job, kind) || s.backingOff(job, now) {
-			continue
+	var best *storage.PendingJob
+	bestRank, seen := 3, 0
+	s.queue.each(func(sample *storage.PendingJob) bool { return e.may(sample, kind) }, func(job *storage.PendingJob) bool {
+		if s.backingOff(job, now) {
+			return true
 		}
 		if r := rank(ws.scores, job.JobID); r < bestRank {
-			best, bestRank = i, r
+			best, bestRank = job, r
 		}
-		if seen++; bestRank == 0 || seen == scoreWindow {
-			break
-		}
-	}
-	if best < 0 {
+		seen++
+		return bestRank > 0 && seen < scoreWindow
+	})
+	if best == nil {
 		return nil
 	}
-	job := s.queue[best]
-	s.queue = slices.Delete(s.queue, best, best+1)
-	delete(s.pending, job.JobID)
+	job := s.queue.remove(best.JobID)
 	for _, other := range s.sessions {
 		delete(other.offered, job.JobID) // frees room in their offer windows
 	}
 	ws.idle[kind] = false
-	s.m.pending.Set(float64(len(s.queue)))
+	s.m.pending.Set(float64(s.queue.len()))
 	return job
 }
 
