@@ -553,6 +553,24 @@ func (db *DB) PendingJobs(ctx context.Context) ([]PendingJob, error) {
 // PendingJobsByID returns those of the jobs ids that are pending (e.g. the
 // ones CompleteBuild made ready), in the order of PendingJobs.
 func (db *DB) PendingJobsByID(ctx context.Context, ids []string) ([]PendingJob, error) {
+	if db.engine == EnginePostgres {
+		// One statement with an array, however many jobs an
+		// evaluation made ready at once; IN lists of hundreds of
+		// parameters are planned anew on every call.
+		for i, id := range ids {
+			id, err := canonicalUUID("job ID", id)
+			if err != nil {
+				return nil, err
+			}
+			ids[i] = id
+		}
+		st, err := db.prepared(ctx, pendingJobQuery+` AND j.id = ANY($1::text[]) ORDER BY j.ready_at, j.id`)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := st.QueryContext(ctx, ids)
+		return collect(rows, err, scanPendingJob)
+	}
 	var out []PendingJob
 	for len(ids) > 0 {
 		n := min(len(ids), inListMax)

@@ -611,6 +611,15 @@ func (db *DB) insertBuildJobs(ctx context.Context, tx *sql.Tx, job jobRef, build
 			ids[0], job.evalID, builds[0], job.projectID, now)
 		return ids, err
 	}
+	if db.engine == EnginePostgres {
+		// One statement with arrays: an evaluation may ready thousands.
+		_, err := db.txExec(ctx, tx,
+			`INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at)
+			 SELECT u.id, 'build', $1, u.build_id, $2, 'pending', $3, 0, $3
+			 FROM unnest($4::text[], $5::text[]) AS u(id, build_id)`,
+			job.evalID, job.projectID, now, ids, builds)
+		return ids, err
+	}
 	for start := 0; start < len(builds); start += 200 {
 		end := min(start+200, len(builds))
 		var sb strings.Builder

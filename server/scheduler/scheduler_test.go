@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,7 +76,12 @@ func (e *loopEnv) workerWith(projects map[string]server.Abilities, caps wire.Gra
 	return w
 }
 
-func (w *testWorker) send(m wire.ClientMessage) { w.env.sched.HandleJobMessage(w.live, m) }
+// send hands the scheduler a report and waits until it is recorded, as
+// a worker that waits for the server's next message would.
+func (w *testWorker) send(m wire.ClientMessage) {
+	w.env.sched.HandleJobMessage(w.live, m)
+	w.env.sched.WaitRecorded()
+}
 
 // assigned is the next AssignJob sent to w, or nil if none is waiting.
 func (w *testWorker) assigned() *wire.AssignJob {
@@ -496,5 +502,70 @@ func TestJobProjectOfHeldJobs(t *testing.T) {
 	}
 	if _, ok := e.sched.JobProject(other.live, a.JobID); ok {
 		t.Error("another session was told the project of a job it does not hold")
+	}
+}
+
+// On PostgreSQL a build's completion is recorded beside its session, and
+// concurrent completions share statements: many workers completing at
+// once (each report twice) still record every build once, ready the
+// dependent once, and end the evaluation.
+func TestConcurrentCompletionsOnPostgres(t *testing.T) {
+	e := newLoopEnv(t, storagetest.PostgresURL(t), scheduler.Config{})
+	var leaves []wire.DiscoveredDerivation
+	var deps []string
+	for i := range 12 {
+		l := leaf(fmt.Sprintf("leaf%02d", i))
+		leaves = append(leaves, l)
+		deps = append(deps, l.DrvPath)
+	}
+	top := leaf("top")
+	top.Dependencies = deps
+	ev := e.evaluate(append(leaves, top)...)
+	var workers []*testWorker
+	var assignments []*wire.AssignJob
+	for range leaves {
+		w := e.worker([]string{e.project}, allCaps, x86)
+		w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+		workers = append(workers, w)
+		assignments = append(assignments, w.mustAssigned("a leaf"))
+	}
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		a := assignments[i]
+		wg.Go(func() {
+			done := &wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID}
+			e.sched.HandleJobMessage(w.live, done)
+			e.sched.HandleJobMessage(w.live, done) // a repeated report is dropped
+		})
+	}
+	wg.Wait()
+	e.sched.WaitRecorded()
+	last := e.worker([]string{e.project}, allCaps, x86)
+	last.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	a := last.mustAssigned("the dependent of every leaf")
+	if got := a.Job.(*wire.BuildJob).Builds[0].DrvPath; got != top.DrvPath {
+		t.Fatalf("assigned %s, want %s", got, top.DrvPath)
+	}
+	last.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+	builds, err := e.db.EvaluationBuilds(t.Context(), ev.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range builds {
+		if b.Status != storage.BuildSucceeded || b.Attempts != 1 {
+			t.Errorf("build %s: %s after %d attempts, want succeeded after 1", b.DrvPath, b.Status, b.Attempts)
+		}
+	}
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		got, err := e.db.Evaluation(t.Context(), ev.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == storage.EvaluationSucceeded {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("evaluation %s, want succeeded", got.Status)
+		}
 	}
 }
