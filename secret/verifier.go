@@ -16,9 +16,20 @@ import (
 // pays the full price.
 type Verifier struct {
 	slots chan struct{}
+	// check is the full check (Verify; tests count its calls).
+	check func(stored, token string) bool
 
 	mu      sync.Mutex
 	matched map[[sha256.Size]byte]struct{}
+	// running are the checks under way by pair: a worker that gave up
+	// waiting and dialed again (or two sessions of one worker) waits for
+	// the check it already started instead of paying for a second one.
+	running map[[sha256.Size]byte]*runningCheck
+}
+
+type runningCheck struct {
+	done  chan struct{}
+	match bool
 }
 
 // verifierMemo bounds the remembered pairs; past it the memo starts over.
@@ -30,7 +41,8 @@ func NewVerifier(concurrency int) *Verifier {
 	if concurrency <= 0 {
 		concurrency = runtime.NumCPU()
 	}
-	return &Verifier{slots: make(chan struct{}, concurrency), matched: map[[sha256.Size]byte]struct{}{}}
+	return &Verifier{slots: make(chan struct{}, concurrency), check: Verify,
+		matched: map[[sha256.Size]byte]struct{}{}, running: map[[sha256.Size]byte]*runningCheck{}}
 }
 
 // Verify reports whether token matches stored, as the package's Verify.
@@ -44,23 +56,33 @@ func (v *Verifier) Verify(stored, token string) bool {
 	h.Write([]byte(token))
 	var key [sha256.Size]byte
 	h.Sum(key[:0])
-
 	v.mu.Lock()
-	_, ok := v.matched[key]
-	v.mu.Unlock()
-	if ok {
+	if _, ok := v.matched[key]; ok {
+		v.mu.Unlock()
 		return true
 	}
+	if r := v.running[key]; r != nil {
+		v.mu.Unlock()
+		<-r.done
+		return r.match
+	}
+	r := &runningCheck{done: make(chan struct{})}
+	v.running[key] = r
+	v.mu.Unlock()
+
 	v.slots <- struct{}{}
-	match := Verify(stored, token)
+	r.match = v.check(stored, token)
 	<-v.slots
-	if match {
-		v.mu.Lock()
+
+	v.mu.Lock()
+	delete(v.running, key)
+	if r.match {
 		if len(v.matched) >= verifierMemo {
 			clear(v.matched)
 		}
 		v.matched[key] = struct{}{}
-		v.mu.Unlock()
 	}
-	return match
+	v.mu.Unlock()
+	close(r.done)
+	return r.match
 }

@@ -1,6 +1,11 @@
 package secret
 
-import "testing"
+import (
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
 
 func TestVerifierMatchesLikeVerify(t *testing.T) {
 	token, err := Generate()
@@ -29,5 +34,54 @@ func TestVerifierMatchesLikeVerify(t *testing.T) {
 	}
 	if len(v.matched) != 1 {
 		t.Fatalf("memo holds %d pairs, want 1 (failures are never kept)", len(v.matched))
+	}
+}
+
+// Checks of one pair that overlap (a worker that gave up waiting and
+// dialed again) share one argon2id run; other pairs still run their own.
+func TestVerifierSharesRunningChecks(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	v := NewVerifier(4)
+	v.check = func(stored, token string) bool {
+		mu.Lock()
+		runs[stored]++
+		mu.Unlock()
+		<-release
+		return token == "right"
+	}
+	var wg sync.WaitGroup
+	results := make([]bool, 12)
+	for i := range results {
+		stored, token := "hash-a", "right"
+		if i == 0 {
+			stored, token = "hash-b", "wrong"
+		}
+		wg.Go(func() { results[i] = v.Verify(stored, token) })
+	}
+	for {
+		v.mu.Lock()
+		n := len(v.running)
+		v.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		runtime.Gosched()
+	}
+	time.Sleep(50 * time.Millisecond) // let the rest join the running check
+	close(release)
+	wg.Wait()
+	for i, ok := range results {
+		if ok != (i != 0) {
+			t.Errorf("check %d = %v", i, ok)
+		}
+	}
+	if runs["hash-a"] != 1 || runs["hash-b"] != 1 {
+		t.Fatalf("full checks run %v, want one per pair", runs)
+	}
+	// A failed pair is not remembered: asked again, it is checked again.
+	if v.Verify("hash-b", "wrong") || runs["hash-b"] != 2 {
+		t.Fatalf("a failed pair was answered from memory (%d runs)", runs["hash-b"])
 	}
 }
