@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"gradient.dev/gradient/internal/gctune"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +17,9 @@ import (
 )
 
 func main() {
+	// A larger GC target unless the operator set GOGC/GOMEMLIMIT: token
+	// checks allocate 19 MiB each (see internal/gctune).
+	gctune.Apply(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)

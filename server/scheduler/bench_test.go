@@ -8,6 +8,7 @@ package scheduler_test
 import (
 	"context"
 	"database/sql"
+	"gradient.dev/gradient/internal/gctune"
 	"os"
 	"runtime"
 	"slices"
@@ -251,6 +252,9 @@ func BenchmarkRestartStorm(b *testing.B) {
 		}
 	}
 	raiseFileLimit(b, uint64(4*n+256)) // both ends of each socket, the database
+	// The collector as cmd/gradient-server sets it (the workers share
+	// this process, and its heap).
+	defer gctune.Apply(os.Getenv)()
 	dbURL := benchPostgresURL(b)
 	db, project := benchDB(b, dbURL)
 	ids := registerWorkers(b, db, project.ID, n)
