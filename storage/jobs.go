@@ -557,18 +557,19 @@ func (db *DB) PendingJobsByID(ctx context.Context, ids []string) ([]PendingJob, 
 		// One statement with an array, however many jobs an
 		// evaluation made ready at once; IN lists of hundreds of
 		// parameters are planned anew on every call.
+		canonical := make([]string, len(ids))
 		for i, id := range ids {
 			id, err := canonicalUUID("job ID", id)
 			if err != nil {
 				return nil, err
 			}
-			ids[i] = id
+			canonical[i] = id
 		}
 		st, err := db.prepared(ctx, pendingJobQuery+` AND j.id = ANY($1::text[]) ORDER BY j.ready_at, j.id`)
 		if err != nil {
 			return nil, err
 		}
-		rows, err := st.QueryContext(ctx, ids)
+		rows, err := st.QueryContext(ctx, canonical)
 		return collect(rows, err, scanPendingJob)
 	}
 	var out []PendingJob

@@ -27,8 +27,9 @@ type jobQueue struct {
 }
 
 type queuedJob struct {
-	job  *storage.PendingJob
-	dead bool
+	job   *storage.PendingJob
+	group *jobGroup
+	dead  bool
 }
 
 type groupKey struct {
@@ -71,7 +72,7 @@ func (q *jobQueue) add(job *storage.PendingJob) bool {
 		q.groups[key] = g
 		q.order = append(q.order, g)
 	}
-	e := &queuedJob{job: job}
+	e := &queuedJob{job: job, group: g}
 	if n := len(g.jobs); n > 0 && g.sorted && olderThan(job, g.jobs[n-1].job) {
 		g.sorted = false
 	}
@@ -89,18 +90,16 @@ func (q *jobQueue) remove(id string) *storage.PendingJob {
 	}
 	delete(q.byID, id)
 	e.dead = true
-	job := e.job
-	key := groupKey{job.Kind, job.ProjectID, job.Architecture, strings.Join(job.RequiredFeatures, " ")}
-	g := q.groups[key]
+	g := e.group
 	g.live--
 	switch {
 	case g.live == 0:
-		delete(q.groups, key)
+		delete(q.groups, g.key)
 		q.order = slices.DeleteFunc(q.order, func(o *jobGroup) bool { return o == g })
 	case len(g.jobs) > 64 && g.live < len(g.jobs)/2:
 		g.jobs = slices.DeleteFunc(g.jobs, func(e *queuedJob) bool { return e.dead })
 	}
-	return job
+	return e.job
 }
 
 // olderThan orders jobs by ready time, then ID (the order of
