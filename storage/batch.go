@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -16,23 +17,16 @@ import (
 // call is first in line runs the next batch, so no goroutine lives
 // behind the batcher.
 type batcher[In, Out any] struct {
-	// run executes a batch and returns one result per input, in order. An
-	// error fails no call: each is then run alone with single.
-	run func(ctx context.Context, ins []In) ([]batchResult[Out], error)
-	// single runs one call alone: on a failed batch, and to name the
-	// error of a call the batch could not serve.
-	single func(ctx context.Context, in In) (Out, error)
-	max    int // most calls per batch
-	lanes  int // most batches at once
+	// run executes a batch and returns one result per input, in order.
+	// When a batch of several fails, each call runs again alone, so an
+	// error reaches only the calls it belongs to.
+	run   func(ctx context.Context, ins []In) ([]Out, error)
+	max   int // most calls per batch
+	lanes int // most batches at once
 
 	mu      sync.Mutex
 	running int
 	waiting []*batchCall[In, Out]
-}
-
-type batchResult[Out any] struct {
-	out Out
-	err error
 }
 
 type batchCall[In, Out any] struct {
@@ -97,20 +91,25 @@ func (b *batcher[In, Out]) next() []*batchCall[In, Out] {
 }
 
 func (b *batcher[In, Out]) runBatch(ctx context.Context, calls []*batchCall[In, Out]) {
-	if len(calls) > 1 {
-		ins := make([]In, len(calls))
+	ins := make([]In, len(calls))
+	for i, c := range calls {
+		ins[i] = c.in
+	}
+	outs, err := b.run(ctx, ins)
+	if err == nil && len(outs) != len(calls) {
+		err = fmt.Errorf("storage: a batch of %d calls returned %d results", len(calls), len(outs))
+	}
+	if err == nil {
 		for i, c := range calls {
-			ins[i] = c.in
+			c.out = outs[i]
 		}
-		outs, err := b.run(ctx, ins)
-		if err == nil && len(outs) == len(calls) {
-			for i, c := range calls {
-				c.out, c.err = outs[i].out, outs[i].err
-			}
-			return
-		}
+		return
+	}
+	if len(calls) == 1 {
+		calls[0].err = err
+		return
 	}
 	for _, c := range calls {
-		c.out, c.err = b.single(ctx, c.in)
+		b.runBatch(ctx, []*batchCall[In, Out]{c})
 	}
 }

@@ -9,42 +9,52 @@ import (
 	"testing"
 )
 
+// times10 answers each input with ten times it; the first batch waits
+// for release when hold is set and it carries input 0.
+func times10(ins []int, hold chan struct{}) []int {
+	if hold != nil && len(ins) == 1 && ins[0] == 0 {
+		<-hold
+	}
+	out := make([]int, len(ins))
+	for i, in := range ins {
+		out[i] = in * 10
+	}
+	return out
+}
+
+// startHeld starts call 0, which holds the only lane, then calls
+// 1..n-1, and returns once all of those wait in line.
+func startHeld(t *testing.T, b *batcher[int, int], n int, call func(i int)) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Go(func() { call(0) })
+	for !b.isRunning() {
+		runtime.Gosched()
+	}
+	for i := 1; i < n; i++ {
+		wg.Go(func() { call(i) })
+	}
+	for b.waitingCount() < n-1 {
+		runtime.Gosched()
+	}
+	return &wg
+}
+
 // Calls that arrive while a batch runs go together in the next one, and
 // each gets its own result.
 func TestBatcherGroupsWaitingCalls(t *testing.T) {
 	release := make(chan struct{})
 	var batches, biggest atomic.Int64
-	b := &batcher[int, int]{
-		max: 64,
-		single: func(_ context.Context, in int) (int, error) {
-			<-release // the first call holds the line until all have queued
-			return in * 10, nil
-		},
-		run: func(_ context.Context, ins []int) ([]batchResult[int], error) {
+	b := &batcher[int, int]{max: 64, run: func(_ context.Context, ins []int) ([]int, error) {
+		if len(ins) > 1 {
 			batches.Add(1)
-			if n := int64(len(ins)); n > biggest.Load() {
-				biggest.Store(n)
-			}
-			out := make([]batchResult[int], len(ins))
-			for i, in := range ins {
-				out[i].out = in * 10
-			}
-			return out, nil
-		},
-	}
+			biggest.Store(max(biggest.Load(), int64(len(ins))))
+		}
+		return times10(ins, release), nil
+	}}
 	const calls = 40
 	results := make([]int, calls)
-	var wg sync.WaitGroup
-	wg.Go(func() { results[0], _ = b.do(t.Context(), 0) })
-	for !b.isRunning() {
-		runtime.Gosched()
-	}
-	for i := 1; i < calls; i++ {
-		wg.Go(func() { results[i], _ = b.do(t.Context(), i) })
-	}
-	for b.waitingCount() < calls-1 {
-		runtime.Gosched()
-	}
+	wg := startHeld(t, b, calls, func(i int) { results[i], _ = b.do(t.Context(), i) })
 	close(release)
 	wg.Wait()
 	for i, r := range results {
@@ -57,43 +67,26 @@ func TestBatcherGroupsWaitingCalls(t *testing.T) {
 	}
 }
 
-// A failed batch statement fails nobody: each call runs alone, and gets
-// its own error.
+// A failed batch fails nobody by itself: each call runs alone, and gets
+// only its own error.
 func TestBatcherFallsBackToSingleCalls(t *testing.T) {
 	errOdd := errors.New("odd")
 	release := make(chan struct{})
-	b := &batcher[int, int]{
-		max: 8,
-		single: func(_ context.Context, in int) (int, error) {
-			if in == 0 {
-				<-release
-			}
-			if in%2 == 1 {
-				return 0, errOdd
-			}
-			return in, nil
-		},
-		run: func(context.Context, []int) ([]batchResult[int], error) {
+	b := &batcher[int, int]{max: 8, run: func(_ context.Context, ins []int) ([]int, error) {
+		if len(ins) > 1 {
 			return nil, errors.New("statement failed")
-		},
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, 20)
-	outs := make([]int, 20)
-	wg.Go(func() { outs[0], errs[0] = b.do(t.Context(), 0) })
-	for !b.isRunning() {
-		runtime.Gosched()
-	}
-	for i := 1; i < 20; i++ {
-		wg.Go(func() { outs[i], errs[i] = b.do(t.Context(), i) })
-	}
-	for b.waitingCount() < 19 {
-		runtime.Gosched()
-	}
+		}
+		if ins[0]%2 == 1 {
+			return nil, errOdd
+		}
+		return times10(ins, release), nil
+	}}
+	errs, outs := make([]error, 20), make([]int, 20)
+	wg := startHeld(t, b, 20, func(i int) { outs[i], errs[i] = b.do(t.Context(), i) })
 	close(release)
 	wg.Wait()
 	for i := range 20 {
-		if i%2 == 1 && !errors.Is(errs[i], errOdd) || i%2 == 0 && (errs[i] != nil || outs[i] != i) {
+		if i%2 == 1 && !errors.Is(errs[i], errOdd) || i%2 == 0 && (errs[i] != nil || outs[i] != i*10) {
 			t.Errorf("call %d: %d, %v", i, outs[i], errs[i])
 		}
 	}
@@ -106,34 +99,23 @@ func TestBatcherFallsBackToSingleCalls(t *testing.T) {
 // once, no call is lost or answered twice, and the batcher ends idle.
 func TestBatcherStorm(t *testing.T) {
 	var served, running, most atomic.Int64
-	b := &batcher[int, int]{
-		max:    5,
-		lanes:  2,
-		single: func(_ context.Context, in int) (int, error) { served.Add(1); return in + 1, nil },
-		run: func(_ context.Context, ins []int) ([]batchResult[int], error) {
-			if len(ins) > 5 {
-				t.Errorf("batch of %d, max 5", len(ins))
-			}
-			n := running.Add(1)
-			defer running.Add(-1)
-			if n > most.Load() {
-				most.Store(n)
-			}
-			runtime.Gosched()
-			served.Add(int64(len(ins)))
-			out := make([]batchResult[int], len(ins))
-			for i, in := range ins {
-				out[i].out = in + 1
-			}
-			return out, nil
-		},
-	}
+	b := &batcher[int, int]{max: 5, lanes: 2, run: func(_ context.Context, ins []int) ([]int, error) {
+		if len(ins) > 5 {
+			t.Errorf("batch of %d, max 5", len(ins))
+		}
+		n := running.Add(1)
+		defer running.Add(-1)
+		most.Store(max(most.Load(), n))
+		runtime.Gosched()
+		served.Add(int64(len(ins)))
+		return times10(ins, nil), nil
+	}}
 	var wg sync.WaitGroup
 	for g := range 16 {
 		wg.Go(func() {
 			for i := range 500 {
 				in := g*1000 + i
-				if out, err := b.do(t.Context(), in); err != nil || out != in+1 {
+				if out, err := b.do(t.Context(), in); err != nil || out != in*10 {
 					t.Errorf("do(%d) = %d, %v", in, out, err)
 					return
 				}

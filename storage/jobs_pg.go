@@ -8,18 +8,24 @@ import (
 	"strings"
 )
 
-// PostgreSQL versions of the two hottest state changes. Each round trip
-// to the server costs about as much as the work of a statement, so they
-// fold the generic statement sequence into data-modifying CTEs: ClaimJob
-// becomes one statement (its own transaction), CompleteBuild three in the
-// common case. The semantics are those of the generic versions, which
-// SQLite runs (it has no data-modifying CTEs, and no round trips).
+// PostgreSQL versions of the two hottest state changes. Each statement
+// costs far more than a row it changes (executor start-up on four tables,
+// a round trip), so they fold the generic statement sequence into
+// data-modifying CTEs over arrays of calls, and concurrent calls share
+// one statement (see batcher): ClaimJob is one statement for a whole
+// batch, CompleteBuild one for a batch plus, per call, one when it
+// readies dependents or may end the evaluation. A call alone runs a
+// cheaper one-call form of the same statement. The semantics are those of the generic versions, which SQLite
+// runs (it has no data-modifying CTEs, and one writer).
 
 // lazyCommitCTE sets synchronous_commit off for the statement's
 // (implicit or explicit) transaction; see lazyCommit.
 const lazyCommitCTE = `cfg AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS v)`
 
-const claimJobPG = `WITH ` + lazyCommitCTE + `,
+// claimJobSQL is claimJobsSQL for one call, which it serves at about
+// two thirds of the cost (the batch form's unnest and DISTINCT ON): most
+// claims run alone when the server is not busy. It returns 1 if claimed.
+const claimJobSQL = `WITH ` + lazyCommitCTE + `,
 	j AS (UPDATE jobs SET status = 'assigned', attempts = attempts + 1
 	      WHERE id = $1 AND status = 'pending' AND EXISTS (SELECT 1 FROM cfg)
 	      RETURNING kind, build_id, evaluation_id),
@@ -32,9 +38,11 @@ const claimJobPG = `WITH ` + lazyCommitCTE + `,
 	      FROM j WHERE j.kind = 'flake' AND evaluations.id = j.evaluation_id)
 	SELECT count(*) FROM j`
 
-// claimJobsBatchPG is claimJobPG for many calls at once (see batcher):
-// of two calls for one job, the first in the batch wins.
-const claimJobsBatchPG = `WITH ` + lazyCommitCTE + `,
+// claimJobsSQL claims the jobs of many calls: each job's assignment is
+// opened, the job assigned, its build building or its evaluation
+// fetching. Of two calls for one job, the first wins. It returns the
+// assignment IDs of the calls that claimed their job.
+const claimJobsSQL = `WITH ` + lazyCommitCTE + `,
 	r AS (SELECT DISTINCT ON (job_id) job_id, assignment_id, worker_id
 	      FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS r(job_id, assignment_id, worker_id, n)
 	      ORDER BY job_id, n),
@@ -60,57 +68,71 @@ const (
 	batchLanes = 2
 )
 
-func (db *DB) newClaimBatcher() *batcher[claimCall, struct{}] {
-	return &batcher[claimCall, struct{}]{
-		max: maxBatch, lanes: batchLanes,
-		single: func(ctx context.Context, c claimCall) (struct{}, error) {
-			return struct{}{}, db.claimJobPG(ctx, c.jobID, c.workerID, c.assignmentID)
-		},
-		run: func(ctx context.Context, calls []claimCall) ([]batchResult[struct{}], error) {
-			jobs, assignments, workers := make([]string, len(calls)), make([]string, len(calls)), make([]string, len(calls))
-			for i, c := range calls {
-				jobs[i], assignments[i], workers[i] = c.jobID, c.assignmentID, c.workerID
-			}
-			st, err := db.prepared(ctx, claimJobsBatchPG)
-			if err != nil {
-				return nil, err
-			}
-			rows, err := st.QueryContext(ctx, jobs, assignments, workers, nowMillis())
-			claimed, err := collect(rows, err, scanString)
-			if err != nil {
-				return nil, err
-			}
-			won := make(map[string]bool, len(claimed))
-			for _, id := range claimed {
-				won[id] = true
-			}
-			results := make([]batchResult[struct{}], len(calls))
-			for i, c := range calls {
-				if !won[c.assignmentID] {
-					results[i].err = db.explainUnclaimed(ctx, c.jobID)
-				}
-			}
-			return results, nil
-		},
-	}
+func (db *DB) newClaimBatcher() *batcher[claimCall, bool] {
+	return &batcher[claimCall, bool]{max: maxBatch, lanes: batchLanes, run: db.claimJobsPG}
 }
 
+// claimJobsPG runs claimJobsSQL (claimJobSQL for one call) and reports
+// for each call whether it claimed its job.
+func (db *DB) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error) {
+	if len(calls) == 1 {
+		c := calls[0]
+		var n int
+		err := retryingStatement(func() error {
+			return db.hotRow(ctx, claimJobSQL, c.jobID, c.assignmentID, c.workerID, nowMillis()).Scan(&n)
+		})
+		return []bool{n == 1}, err
+	}
+	jobs, assignments, workers := make([]string, len(calls)), make([]string, len(calls)), make([]string, len(calls))
+	for i, c := range calls {
+		jobs[i], assignments[i], workers[i] = c.jobID, c.assignmentID, c.workerID
+	}
+	st, err := db.prepared(ctx, claimJobsSQL)
+	if err != nil {
+		return nil, err
+	}
+	var claimed []string
+	err = retryingStatement(func() error {
+		rows, err := st.QueryContext(ctx, jobs, assignments, workers, nowMillis())
+		claimed, err = collect(rows, err, scanString)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	won := make(map[string]bool, len(claimed))
+	for _, id := range claimed {
+		won[id] = true
+	}
+	out := make([]bool, len(calls))
+	for i, c := range calls {
+		out[i] = won[c.assignmentID]
+	}
+	return out, nil
+}
+
+// claimJobPG is ClaimJob on PostgreSQL.
 func (db *DB) claimJobPG(ctx context.Context, jobID, workerID, assignmentID string) error {
+	claimed, err := db.claims.do(ctx, claimCall{jobID, workerID, assignmentID})
+	switch {
+	case constraintOf(err) == uniqueViolation:
+		return conflict("job %s already has an open assignment", jobID)
+	case err != nil:
+		return err
+	case !claimed:
+		return db.explainUnclaimed(ctx, jobID)
+	}
+	return nil
+}
+
+// retryingStatement runs an autocommitted statement again when
+// PostgreSQL aborted it for a deadlock or a serialization failure.
+func retryingStatement(run func() error) error {
 	var err error
 	for range 5 {
-		var n int
-		err = db.hotRow(ctx, claimJobPG, jobID, assignmentID, workerID, nowMillis()).Scan(&n)
-		switch {
-		case constraintOf(err) == uniqueViolation:
-			return conflict("job %s already has an open assignment", jobID)
-		case retryableTxError(err):
-			continue
-		case err != nil:
+		if err = run(); !retryableTxError(err) {
 			return err
-		case n == 0:
-			return db.explainUnclaimed(ctx, jobID)
 		}
-		return nil
 	}
 	return err
 }
@@ -127,12 +149,10 @@ func (db *DB) explainUnclaimed(ctx context.Context, jobID string) error {
 	return conflict("job %s is not pending", jobID)
 }
 
-// completeBuildPG closes the assignment, ends the job and records the
-// build's success in one autocommitted statement, and returns the
-// dependents that may now be ready and whether any other build of the
-// evaluation is still to run. Only an open assignment of an assigned
-// build job changes anything.
-const completeBuildPG = `WITH ` + lazyCommitCTE + `,
+// completeBuildSQL is completeBuildsSQL for one call, cheaper in the
+// same way as claimJobSQL. Its columns: 1 if it completed, the
+// evaluation, the project, the waiting dependents, the others to run.
+const completeBuildSQL = `WITH ` + lazyCommitCTE + `,
 	a AS (UPDATE job_assignments SET closed_at = $2, outcome = 'completed'
 	      WHERE id = $1 AND closed_at IS NULL AND EXISTS (SELECT 1 FROM cfg)
 	        AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = job_assignments.job_id AND jobs.kind = 'build' AND jobs.status = 'assigned')
@@ -150,25 +170,13 @@ const completeBuildPG = `WITH ` + lazyCommitCTE + `,
 	       (SELECT count(*) FROM (SELECT 1 FROM builds o JOIN b ON o.evaluation_id = b.evaluation_id
 	               WHERE o.id <> b.id AND o.status IN ('waiting', 'queued', 'building') LIMIT $4) x)`
 
-// readyDependentsPG queues those of the dependents (by ID) whose
-// dependencies are now all built, with a pending job each, in one
-// statement. Two completions readying one dependent both run it after
-// their own commits: the later sees both inputs built, and the row's
-// status check lets only one of them queue it. (Named by primary key:
-// selected by evaluation and status instead, the planner, with the
-// statistics of freshly inserted builds, scans every waiting build.)
-const readyDependentsPG = `WITH ` + lazyCommitCTE + `, r AS (
-	UPDATE builds SET status = 'queued' WHERE id = ANY($2::text[]) AND evaluation_id = $1 AND status = 'waiting'
-	  AND EXISTS (SELECT 1 FROM cfg) AND ` + readyNow + ` AND ` + readyCondition + ` RETURNING id)
-	INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at)
-	SELECT gen_random_uuid()::text, 'build', $1, r.id, $3, 'pending', $4, 0, $4 FROM r
-	RETURNING id`
-
-// completeBuildsBatchPG is completeBuildPG for many calls at once (see
-// batcher). Each completed build reports its waiting dependents; the
-// count of builds still to run leaves out the whole batch. d and o are
+// completeBuildsSQL records the success of many calls' builds: each
+// open assignment of an assigned build job is closed, its job done, its
+// build succeeded. It returns, per completed build, its waiting
+// dependents and how many other builds of its evaluation are still to
+// run (leaving out the whole batch, capped at $4). d and o are
 // materialized so they run once per batch, not once per completed build.
-const completeBuildsBatchPG = `WITH ` + lazyCommitCTE + `,
+const completeBuildsSQL = `WITH ` + lazyCommitCTE + `,
 	r AS (SELECT * FROM unnest($1::text[], $2::text[]) AS r(assignment_id, info)),
 	a AS (UPDATE job_assignments SET closed_at = $3, outcome = 'completed' FROM r
 	      WHERE job_assignments.id = r.assignment_id AND job_assignments.closed_at IS NULL AND EXISTS (SELECT 1 FROM cfg)
@@ -201,82 +209,95 @@ type completion struct {
 }
 
 func (db *DB) newCompletionBatcher() *batcher[completeCall, completion] {
-	return &batcher[completeCall, completion]{
-		max: maxBatch, lanes: batchLanes,
-		single: db.completeBuildRowPG,
-		run: func(ctx context.Context, calls []completeCall) ([]batchResult[completion], error) {
-			ids, infos := make([]string, len(calls)), make([]string, len(calls))
-			for i, c := range calls {
-				ids[i], infos[i] = c.assignmentID, c.info
-			}
-			st, err := db.prepared(ctx, completeBuildsBatchPG)
-			if err != nil {
-				return nil, err
-			}
-			rows, err := st.QueryContext(ctx, ids, infos, nowMillis(), finishCheckBound)
-			if err != nil {
-				return nil, err
-			}
-			defer rows.Close()
-			done := make(map[string]completion, len(calls))
-			checked := map[string]bool{} // evaluations one call already checks
-			for rows.Next() {
-				var id string
-				var deps sql.NullString
-				c := completion{closed: true}
-				if err := rows.Scan(&id, &c.evalID, &c.project, &deps, &c.othersStillToRun); err != nil {
-					return nil, err
-				}
-				c.dependents = deps.String
-				// One "is the evaluation done?" check per evaluation
-				// and batch is enough: the count leaves out the batch.
-				if checked[c.evalID] {
-					c.othersStillToRun = finishCheckBound
-				}
-				checked[c.evalID] = true
-				done[id] = c
-			}
-			if err := rows.Err(); err != nil {
-				return nil, err
-			}
-			results := make([]batchResult[completion], len(calls))
-			for i, c := range calls {
-				results[i].out = done[c.assignmentID]
-				delete(done, c.assignmentID) // a second call for it finds it closed
-			}
-			return results, nil
-		},
-	}
+	return &batcher[completeCall, completion]{max: maxBatch, lanes: batchLanes, run: db.completeBuildsPG}
 }
 
-// completeBuildRowPG runs the completing statement for one call.
-func (db *DB) completeBuildRowPG(ctx context.Context, c completeCall) (completion, error) {
-	var (
-		closed     int
-		evalID     sql.NullString
-		project    sql.NullString
-		dependents sql.NullString
-		out        completion
-		err        error
-	)
-	for range 5 {
-		err = db.hotRow(ctx, completeBuildPG, c.assignmentID, nowMillis(), c.info, finishCheckBound).
-			Scan(&closed, &evalID, &project, &dependents, &out.othersStillToRun)
-		if !retryableTxError(err) {
-			break
+// completeBuildsPG runs completeBuildsSQL (completeBuildSQL for one
+// call); a call whose assignment completed nothing gets a completion that
+// is not closed.
+func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]completion, error) {
+	if len(calls) == 1 {
+		var (
+			closed                      int
+			evalID, project, dependents sql.NullString
+			c                           completion
+		)
+		err := retryingStatement(func() error {
+			return db.hotRow(ctx, completeBuildSQL, calls[0].assignmentID, nowMillis(), calls[0].info, finishCheckBound).
+				Scan(&closed, &evalID, &project, &dependents, &c.othersStillToRun)
+		})
+		c.closed, c.evalID, c.project, c.dependents = closed > 0, evalID.String, project.String, dependents.String
+		return []completion{c}, err
+	}
+	ids, infos := make([]string, len(calls)), make([]string, len(calls))
+	for i, c := range calls {
+		ids[i], infos[i] = c.assignmentID, c.info
+	}
+	st, err := db.prepared(ctx, completeBuildsSQL)
+	if err != nil {
+		return nil, err
+	}
+	var done map[string]completion
+	err = retryingStatement(func() error {
+		done, err = scanCompletions(st.QueryContext(ctx, ids, infos, nowMillis(), finishCheckBound))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]completion, len(calls))
+	for i, c := range calls {
+		out[i] = done[c.assignmentID]
+		delete(done, c.assignmentID) // a second call for it finds it closed
+	}
+	return out, nil
+}
+
+func scanCompletions(rows *sql.Rows, err error) (map[string]completion, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	done := map[string]completion{}
+	checked := map[string]bool{} // evaluations one call already checks
+	for rows.Next() {
+		var id string
+		var deps sql.NullString
+		c := completion{closed: true}
+		if err := rows.Scan(&id, &c.evalID, &c.project, &deps, &c.othersStillToRun); err != nil {
+			return nil, err
 		}
+		c.dependents = deps.String
+		// One "is the evaluation done?" check per evaluation and batch
+		// is enough: the count leaves out the batch.
+		if checked[c.evalID] {
+			c.othersStillToRun = finishCheckBound
+		}
+		checked[c.evalID] = true
+		done[id] = c
 	}
-	out.closed, out.evalID, out.project, out.dependents = closed > 0, evalID.String, project.String, dependents.String
-	return out, err
+	return done, rows.Err()
 }
 
-// completeBuildPG is CompleteBuild in one round trip in the common case
-// (two when it readies dependents or may end the evaluation), without a
-// transaction around the steps: each statement is atomic, and each later
-// step re-checks what it depends on. A crash between the steps leaves
-// work that RecoverInterruptedWork finishes (ReadyStrandedBuilds,
-// FinishDoneEvaluations). Concurrent completions share one statement
-// (db.completions).
+// readyDependentsPG queues those of the dependents (by ID) whose
+// dependencies are now all built, with a pending job each, in one
+// statement. Two completions readying one dependent both run it after
+// their own commits: the later sees both inputs built, and the row's
+// status check lets only one of them queue it. (Named by primary key:
+// selected by evaluation and status instead, the planner, with the
+// statistics of freshly inserted builds, scans every waiting build.)
+const readyDependentsPG = `WITH ` + lazyCommitCTE + `, r AS (
+	UPDATE builds SET status = 'queued' WHERE id = ANY($2::text[]) AND evaluation_id = $1 AND status = 'waiting'
+	  AND EXISTS (SELECT 1 FROM cfg) AND ` + readyNow + ` AND ` + readyCondition + ` RETURNING id)
+	INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at)
+	SELECT gen_random_uuid()::text, 'build', $1, r.id, $3, 'pending', $4, 0, $4 FROM r
+	RETURNING id`
+
+// completeBuildPG is CompleteBuild on PostgreSQL, without a transaction
+// around the steps: each statement is atomic, and each later step
+// re-checks what it depends on. A crash between the steps leaves work
+// that RecoverInterruptedWork finishes (ReadyStrandedBuilds,
+// FinishDoneEvaluations).
 func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string) ([]string, error) {
 	c, err := db.completions.do(ctx, completeCall{assignmentID, info})
 	if err != nil {

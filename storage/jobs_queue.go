@@ -35,7 +35,7 @@ func (db *DB) ClaimJob(ctx context.Context, jobID, workerID string) (string, err
 	}
 	assignmentID := NewID()
 	if db.engine == EnginePostgres {
-		if _, err := db.claims.do(ctx, claimCall{jobID, workerID, assignmentID}); err != nil {
+		if err := db.claimJobPG(ctx, jobID, workerID, assignmentID); err != nil {
 			return "", err
 		}
 		return assignmentID, nil

@@ -39,7 +39,7 @@ type DB struct {
 
 	// On PostgreSQL, concurrent claims and completions share statements
 	// (see batcher); nil on SQLite, which runs one writer at a time.
-	claims      *batcher[claimCall, struct{}]
+	claims      *batcher[claimCall, bool]
 	completions *batcher[completeCall, completion]
 }
 
