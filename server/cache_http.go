@@ -33,12 +33,11 @@ type binaryCache struct {
 	s       *Server
 	keys    *cacheKeyVerifier
 	metrics *binaryCacheMetrics
-	memo    *cacheMemo
 }
 
 // mountBinaryCache mounts /cache/{cache}/….
 func (s *Server) mountBinaryCache(mux *http.ServeMux) {
-	bc := &binaryCache{s: s, keys: newCacheKeyVerifier(s.db), metrics: newBinaryCacheMetrics(s.metrics.registry), memo: s.cacheMemo}
+	bc := &binaryCache{s: s, keys: newCacheKeyVerifier(s.db), metrics: newBinaryCacheMetrics(s.metrics.registry)}
 	// GET patterns also match HEAD.
 	mux.HandleFunc("GET /cache/{cache}/nix-cache-info", bc.serveCacheInfo)
 	mux.HandleFunc("GET /cache/{cache}/{file}", bc.serveNarinfo)
@@ -49,7 +48,7 @@ func (s *Server) mountBinaryCache(mux *http.ServeMux) {
 // open resolves the cache named in the URL and checks the caller may read
 // it. On false the answer has been written.
 func (bc *binaryCache) open(w http.ResponseWriter, r *http.Request) (storage.Cache, bool) {
-	c, err := bc.memo.cacheByName(r.Context(), bc.s.db, r.PathValue("cache"))
+	c, err := bc.s.cacheMemo.cacheByName(r.Context(), bc.s.db, r.PathValue("cache"))
 	if errors.Is(err, storage.ErrNotFound) {
 		http.Error(w, "no such cache", http.StatusNotFound)
 		return c, false
@@ -103,7 +102,7 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, stamp, ok := bc.memo.narinfo(c.ID, hash)
+	body, stamp, ok := bc.s.cacheMemo.narinfo(c.ID, hash)
 	if !ok {
 		p, err := bc.s.db.CachePath(r.Context(), c.ID, hash)
 		if errors.Is(err, storage.ErrNotFound) {
@@ -115,13 +114,13 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 			bc.internal(w, r, err)
 			return
 		}
-		key, err := bc.memo.signingKey(r.Context(), bc.s.db, c.ID)
+		key, err := bc.s.cacheMemo.signingKey(r.Context(), bc.s.db, c.ID)
 		if err != nil {
 			bc.internal(w, r, err)
 			return
 		}
 		body = renderNarinfo(p, key)
-		bc.memo.storeNarinfo(c.ID, hash, body, stamp)
+		bc.s.cacheMemo.storeNarinfo(c.ID, hash, body, stamp)
 	}
 	bc.metrics.narinfos.Inc(c.Name, "hit")
 	if hook := bc.s.cfg.narinfoHook; hook != nil {

@@ -106,9 +106,9 @@ func BenchmarkNarDownload(b *testing.B) {
 	}
 }
 
-// A narinfo served once is kept in memory; deleting the path must still
-// make the cache answer 404 at once, and a new upload of the path must be
-// served again.
+// A narinfo served once is kept in memory; deleting the path (or the
+// cache) must still make the cache answer 404 at once, and a new upload
+// of the path must be served again.
 func TestBinaryCacheNarinfoAfterDelete(t *testing.T) {
 	e := newCacheEnv(t, Config{})
 	const storePath = "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob"
@@ -148,5 +148,14 @@ func TestBinaryCacheNarinfoAfterDelete(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "NarHash: "+p.NarHash) {
 		t.Fatalf("narinfo after upload again: %d\n%s\nwant NarHash %s", resp.StatusCode, body, p.NarHash)
+	}
+	// Deleting the whole cache forgets it at once, not a second later.
+	if got := status("DELETE", e.url+"/api/v1/caches/main"); got != 204 {
+		t.Fatalf("delete cache: %d", got)
+	}
+	for _, url := range []string{narinfo, e.url + "/cache/main/nix-cache-info"} {
+		if got := status("GET", url); got != 404 {
+			t.Fatalf("GET %s after the cache was deleted: %d, want 404", url, got)
+		}
 	}
 }

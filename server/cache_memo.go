@@ -17,7 +17,8 @@ import (
 // and every developer substituting them, asks for the same paths, and a
 // database lookup plus an ed25519 signature cost several times what
 // sending the answer does. A recorded path never changes (the first upload
-// wins); it can only be deleted, and deletions go through forgetNarinfo.
+// wins); it can only be deleted, and deletions go through forgetNarinfo
+// (a path) or forgetCache (a cache).
 // Misses are not kept: a path uploaded a moment later is found at once.
 type cacheMemo struct {
 	mu     sync.Mutex
@@ -131,4 +132,21 @@ func (m *cacheMemo) forgetNarinfo(cacheID, storeHash string) {
 	m.forgets++
 	delete(m.narinfos, k)
 	delete(m.older, k)
+}
+
+// forgetCache drops all a deleted cache left behind: its row by name, its
+// key and its narinfos (its paths went with it).
+func (m *cacheMemo) forgetCache(c storage.Cache) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.forgets++
+	delete(m.byName, c.Name)
+	delete(m.keys, c.ID)
+	for _, gen := range []map[narinfoKey][]byte{m.narinfos, m.older} {
+		for k := range gen {
+			if k.cacheID == c.ID {
+				delete(gen, k)
+			}
+		}
+	}
 }
