@@ -355,13 +355,12 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 		a := s.owned(w, m.JobID, m.AssignmentID)
 		switch {
 		case a == nil:
-		case a.job.Kind == storage.JobBuild && s.db.Engine() == storage.EnginePostgres:
+		case a.job.Kind == storage.JobBuild && s.db.ConcurrentWrites():
 			// A build is recorded beside the session, so the worker's
 			// next RequestJob is served while the completion commits:
 			// its turnaround is then the longer of the two statements,
 			// not their sum. The assignment is forgotten first, so a
-			// repeated report is dropped. (SQLite has one writer: there
-			// the two would only queue for its lock.)
+			// repeated report is dropped.
 			s.forget(a)
 			s.recording.Go(func() { s.completed(ctx, a) })
 		default:
