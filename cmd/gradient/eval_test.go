@@ -162,16 +162,23 @@ func playEvaluation(t *testing.T, db *storage.DB, projectID, worker string) (ev 
 	return ev, helloJob.BuildID, libJob.BuildID
 }
 
-func TestEvalCommands(t *testing.T) {
-	t.Parallel()
-	s := newEvalServer(t)
-	repo, head := evalGitRepo(t)
+// webProject creates team ops and its project web on repo through the CLI.
+func webProject(t *testing.T, s *adminServer, repo string) storage.Project {
+	t.Helper()
 	s.ok(t, "team", "create", "ops")
 	s.ok(t, "project", "create", "ops/web", "--repository", repo)
 	p, err := s.db.ProjectByName(t.Context(), mustTeamID(t, s.db, "ops"), "web")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+func TestEvalCommands(t *testing.T) {
+	t.Parallel()
+	s := newEvalServer(t)
+	repo, head := evalGitRepo(t)
+	p := webProject(t, s, repo)
 
 	// Start at the branch head; the answer names the evaluation.
 	out := s.ok(t, "eval", "start", "ops/web")
@@ -254,12 +261,7 @@ func TestEvalStartWait(t *testing.T) {
 	t.Parallel()
 	s := newEvalServer(t)
 	repo, head := evalGitRepo(t)
-	s.ok(t, "team", "create", "ops")
-	s.ok(t, "project", "create", "ops/web", "--repository", repo)
-	p, err := s.db.ProjectByName(t.Context(), mustTeamID(t, s.db, "ops"), "web")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := webProject(t, s, repo)
 	type result struct {
 		code        int
 		out, errOut string
