@@ -244,6 +244,11 @@ type PendingJob struct {
 	MaxSilentSecs    *uint64
 	IsFixedOutput    bool
 	PreferLocalBuild bool
+	// RequiredPaths are the outputs of the derivation's direct input
+	// derivations, by path: not read with the job, but by
+	// FillRequiredPaths (only offers need them, an idle worker's
+	// assignment does not).
+	RequiredPaths []RequiredPath
 }
 
 // OpenAssignment is a job currently handed to a worker.
@@ -553,52 +558,25 @@ func (db *DB) PendingJobs(ctx context.Context) ([]PendingJob, error) {
 // PendingJobsByID returns those of the jobs ids that are pending (e.g. the
 // ones CompleteBuild made ready), in the order of PendingJobs.
 func (db *DB) PendingJobsByID(ctx context.Context, ids []string) ([]PendingJob, error) {
-	if db.engine == EnginePostgres {
-		// One statement with an array, however many jobs an
-		// evaluation made ready at once; IN lists of hundreds of
-		// parameters are planned anew on every call.
-		canonical := make([]string, len(ids))
-		for i, id := range ids {
-			id, err := canonicalUUID("job ID", id)
-			if err != nil {
-				return nil, err
-			}
-			canonical[i] = id
-		}
-		st, err := db.prepared(ctx, pendingJobQuery+` AND j.id = ANY($1::text[]) ORDER BY j.ready_at, j.id`)
+	canonical := make([]string, len(ids))
+	for i, id := range ids {
+		id, err := canonicalUUID("job ID", id)
 		if err != nil {
 			return nil, err
 		}
-		rows, err := st.QueryContext(ctx, canonical)
-		return collect(rows, err, scanPendingJob)
+		canonical[i] = id
 	}
-	var out []PendingJob
-	for len(ids) > 0 {
-		n := min(len(ids), inListMax)
-		part := make([]string, n)
-		for i, id := range ids[:n] {
-			id, err := canonicalUUID("job ID", id)
-			if err != nil {
-				return nil, err
-			}
-			part[i] = id
-		}
-		ids = ids[n:]
-		args, in := inList(nil, part)
-		rows, err := db.sql.QueryContext(ctx, pendingJobQuery+` AND j.id IN (`+in+`) ORDER BY j.ready_at, j.id`, args...)
-		jobs, err := collect(rows, err, scanPendingJob)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, jobs...)
+	jobs, err := queryByIDs(ctx, db, pendingJobQuery+` AND j.id %[1]s`, canonical, scanPendingJob)
+	if err != nil {
+		return nil, err
 	}
-	slices.SortFunc(out, func(a, b PendingJob) int {
+	slices.SortFunc(jobs, func(a, b PendingJob) int {
 		if c := a.ReadyAt.Compare(b.ReadyAt); c != 0 {
 			return c
 		}
 		return strings.Compare(a.JobID, b.JobID)
 	})
-	return out, nil
+	return jobs, nil
 }
 
 // OpenAssignments returns every open assignment, oldest first.

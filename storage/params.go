@@ -1,6 +1,9 @@
 package storage
 
 import (
+	"context"
+	"database/sql"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -23,3 +26,31 @@ func inList(args []any, values []string) ([]any, string) {
 
 // inListMax is the most values an IN list of one query carries.
 const inListMax = 500
+
+// queryByIDs runs query, whose %[1]s stands for the condition "is one of
+// ids", and scans its rows: on PostgreSQL once, with the IDs as one array
+// parameter (a prepared statement: IN lists of hundreds of parameters are
+// planned anew on every call); on SQLite once per inListMax IDs.
+func queryByIDs[T any](ctx context.Context, db *DB, query string, ids []string, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	if db.engine == EnginePostgres {
+		st, err := db.prepared(ctx, fmt.Sprintf(query, "= ANY($1::text[])"))
+		if err != nil {
+			return nil, err
+		}
+		rows, err := st.QueryContext(ctx, ids)
+		return collect(rows, err, scan)
+	}
+	var out []T
+	for len(ids) > 0 {
+		n := min(len(ids), inListMax)
+		args, in := inList(nil, ids[:n])
+		ids = ids[n:]
+		rows, err := db.sql.QueryContext(ctx, fmt.Sprintf(query, "IN ("+in+")"), args...)
+		part, err := collect(rows, err, scan)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+	}
+	return out, nil
+}

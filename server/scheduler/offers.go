@@ -22,6 +22,9 @@ func (s *Scheduler) offer(ids []string, all bool) {
 	if len(ids) == 0 && !all {
 		return
 	}
+	if !all {
+		s.fillRequiredPaths(ids) // a full pass follows a reload, which read them
+	}
 	type offer struct {
 		w          *server.LiveWorker
 		candidates []wire.JobCandidate
@@ -73,14 +76,40 @@ func (s *Scheduler) offer(ids []string, all bool) {
 	}
 	s.mu.Unlock()
 	for _, o := range offers {
-		for len(o.candidates) > 0 {
-			n := min(len(o.candidates), jobListPage)
-			if err := o.w.Send(&wire.JobOffer{Candidates: o.candidates[:n]}); err != nil {
+		for _, page := range wire.CandidatePages(o.candidates) {
+			if err := o.w.Send(&wire.JobOffer{Candidates: page}); err != nil {
 				break
 			}
-			o.candidates = o.candidates[n:]
 		}
 	}
+}
+
+// fillRequiredPaths reads the required paths of those of the build jobs
+// ids still queued. Jobs join the queue without them, so an idle worker's
+// assignment does not wait for the query; offers, which carry them, do.
+func (s *Scheduler) fillRequiredPaths(ids []string) {
+	s.mu.Lock()
+	var jobs []storage.PendingJob
+	for _, id := range ids {
+		if j := s.queue.get(id); j != nil && j.Kind == storage.JobBuild && j.RequiredPaths == nil {
+			jobs = append(jobs, storage.PendingJob{JobID: j.JobID, Kind: j.Kind, BuildID: j.BuildID, ProjectID: j.ProjectID})
+		}
+	}
+	s.mu.Unlock()
+	if len(jobs) == 0 {
+		return
+	}
+	if err := s.db.FillRequiredPaths(s.ctx, jobs); err != nil {
+		s.log.Warn("reading the inputs of ready builds failed; they are offered without", "error", err)
+		return
+	}
+	s.mu.Lock()
+	for _, read := range jobs {
+		if j := s.queue.get(read.JobID); j != nil {
+			j.RequiredPaths = read.RequiredPaths
+		}
+	}
+	s.mu.Unlock()
 }
 
 // reoffer clears a job's offered marks, so a job back in the queue

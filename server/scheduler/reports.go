@@ -228,7 +228,8 @@ func describeUpdate(u wire.JobUpdateKind) string {
 }
 
 // sendJobList answers RequestJobList with the pending jobs the worker may
-// run, in pages of at most 1000 candidates (JOBS.md §3.2).
+// run, in pages of at most 1000 candidates and 2 MiB (JOBS.md §3.2); an
+// empty list is one empty final page.
 func (s *Scheduler) sendJobList(w *server.LiveWorker) {
 	s.mu.Lock()
 	e := newEligibility(w)
@@ -238,27 +239,28 @@ func (s *Scheduler) sendJobList(w *server.LiveWorker) {
 		return true
 	})
 	s.mu.Unlock()
-	for {
-		n := min(len(candidates), jobListPage)
-		page := candidates[:n]
-		candidates = candidates[n:]
-		if page == nil {
-			page = []wire.JobCandidate{}
-		}
-		if err := w.Send(&wire.JobListChunk{Candidates: page, IsFinal: len(candidates) == 0}); err != nil || len(candidates) == 0 {
+	pages := wire.CandidatePages(candidates)
+	if len(pages) == 0 {
+		pages = [][]wire.JobCandidate{{}}
+	}
+	for i, page := range pages {
+		if err := w.Send(&wire.JobListChunk{Candidates: page, IsFinal: i == len(pages)-1}); err != nil {
 			return
 		}
 	}
 }
 
-// jobListPage is the most candidates per JobListChunk; candidates are
-// small, so 1000 stay far below the 2 MiB message cap.
-const jobListPage = 1000
-
 func candidate(job *storage.PendingJob) wire.JobCandidate {
 	c := wire.JobCandidate{JobID: job.JobID, RequiredPaths: []wire.RequiredPath{}, DrvPaths: []string{}, OutputPaths: []string{}}
 	if job.Kind == storage.JobBuild {
 		c.DrvPaths = []string{job.DrvPath}
+		for _, p := range job.RequiredPaths {
+			r := wire.RequiredPath{Path: p.Path}
+			if p.Cached {
+				r.CacheInfo = &wire.CacheInfo{FileSize: p.FileSize, NarSize: p.NarSize}
+			}
+			c.RequiredPaths = append(c.RequiredPaths, r)
+		}
 		for _, o := range job.Outputs {
 			c.OutputPaths = append(c.OutputPaths, o.Path)
 		}

@@ -220,6 +220,9 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.db.FillRequiredPaths(ctx, jobs); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.queue = newJobQueue()

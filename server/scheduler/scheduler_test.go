@@ -569,3 +569,56 @@ func TestConcurrentCompletionsOnPostgres(t *testing.T) {
 		}
 	}
 }
+
+// A build's candidate names the outputs of its input derivations, with
+// their sizes once the project's cache holds them (JOBS.md §3.1), so
+// workers score by what they would have to download.
+func TestCandidatesNameRequiredPaths(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	lib, app := leaf("lib"), leaf("app")
+	app.Dependencies = []string{lib.DrvPath}
+	e.evaluate(lib, app)
+	w := e.worker([]string{e.project}, allCaps, x86)
+	w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	a := w.mustAssigned("lib")
+	libOut := lib.Outputs[0].Path
+	// The worker pushes the output, then reports it.
+	if _, _, err := e.db.PutCachePath(t.Context(), storage.CachePath{CacheID: e.cache, StorePath: libOut,
+		NarHash: "sha256:" + strings.Repeat("0", 52), NarSize: 120, FileHash: "sha256:" + strings.Repeat("1", 52), FileSize: 80,
+		Compression: "zstd", ObjectKey: strings.Repeat("1", 52)}); err != nil {
+		t.Fatal(err)
+	}
+	w.send(&wire.JobUpdate{JobID: a.JobID, AssignmentID: a.AssignmentID, Update: &wire.JobUpdateBuildOutput{
+		Outputs: []wire.BuildOutput{{Name: "out", StorePath: libOut}}}})
+	w.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+
+	want := []wire.RequiredPath{{Path: libOut, CacheInfo: &wire.CacheInfo{FileSize: 80, NarSize: 120}}}
+	check := func(how string, c wire.JobCandidate) {
+		t.Helper()
+		if len(c.DrvPaths) != 1 || c.DrvPaths[0] != app.DrvPath {
+			t.Fatalf("%s: candidate %+v, want %s", how, c, app.DrvPath)
+		}
+		if len(c.RequiredPaths) != 1 || c.RequiredPaths[0].Path != want[0].Path || c.RequiredPaths[0].CacheInfo == nil ||
+			*c.RequiredPaths[0].CacheInfo != *want[0].CacheInfo {
+			t.Fatalf("%s: required paths %+v, want %s with file 80 / NAR 120", how, c.RequiredPaths, libOut)
+		}
+	}
+	offered := false
+	for len(w.sent) > 0 {
+		if o, ok := (<-w.sent).(*wire.JobOffer); ok {
+			for _, c := range o.Candidates {
+				check("JobOffer", c)
+				offered = true
+			}
+		}
+	}
+	if !offered {
+		t.Fatal("the dependent was not offered once its input was built")
+	}
+	w.send(&wire.RequestJobList{})
+	page, ok := (<-w.sent).(*wire.JobListChunk)
+	if !ok || len(page.Candidates) != 1 || !page.IsFinal {
+		t.Fatalf("job list %+v", page)
+	}
+	check("JobListChunk", page.Candidates[0])
+}

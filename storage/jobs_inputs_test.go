@@ -1,0 +1,104 @@
+package storage
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// A build's offer names the outputs of its direct input derivations, with
+// their sizes when the project's cache holds them (JOBS.md §3.1).
+func TestPendingJobsRequiredPaths(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		const (
+			knownOut = "/nix/store/0000000000000000000000000000kn0w-known"
+			libOut   = "/nix/store/1111111111111111111111111111lib0-lib"
+			libDev   = "/nix/store/2222222222222222222222222222lib1-lib-dev"
+			baseOut  = "/nix/store/3333333333333333333333333333bas3-base"
+		)
+		drv := func(name, out string, deps ...string) DiscoveredBuild {
+			d := DiscoveredBuild{DrvPath: drvPath(name), Outputs: []BuildOutputPath{{Name: "out", Path: out}},
+				Architecture: "x86_64-linux", Dependencies: []string{}}
+			for _, dep := range deps {
+				d.Dependencies = append(d.Dependencies, drvPath(dep))
+			}
+			return d
+		}
+		team := mustTeam(t, db, "t")
+		project := mustProject(t, db, team.ID, "p")
+		other := mustProject(t, db, team.ID, "other")
+		cache, otherCache := mustCache(t, db, "main"), mustCache(t, db, "elsewhere")
+		for _, sub := range []struct{ project, cache string }{{project.ID, cache.ID}, {other.ID, otherCache.ID}} {
+			if _, err := db.SubscribeProject(ctx, sub.project, sub.cache); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put := func(cacheID, path string, fileSize, narSize int64) {
+			t.Helper()
+			p := CachePath{CacheID: cacheID, StorePath: path, NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73",
+				NarSize: narSize, FileHash: "sha256:094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic", FileSize: fileSize,
+				Compression: "zstd", ObjectKey: "094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic"}
+			if _, _, err := db.PutCachePath(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		worker := NewID()
+
+		// An earlier evaluation built "known"; only another project's
+		// cache holds its output.
+		first := newEvaluationIn(t, db, project.ID)
+		for _, j := range startEvaluation(t, db, first.ID, worker, drv("known", knownOut)) {
+			buildOK(t, db, j, worker)
+		}
+		put(otherCache.ID, knownOut, 5, 6)
+
+		// app needs lib (two outputs, one cached) and base of its own
+		// evaluation, and "known", which this evaluation did not report.
+		lib := drv("lib", libOut)
+		lib.Outputs = append(lib.Outputs, BuildOutputPath{Name: "dev", Path: libDev})
+		ev := newEvaluationIn(t, db, project.ID)
+		ready := startEvaluation(t, db, ev.ID, worker, drv("app", "/nix/store/4444444444444444444444444444app0-app", "lib", "base", "known"),
+			lib, drv("base", baseOut))
+		wantKeys(t, "first ready", ready, "lib", "base")
+		if got := ready[drvPath("lib")].RequiredPaths; len(got) != 0 {
+			t.Fatalf("lib has no inputs, required paths %+v", got)
+		}
+		put(cache.ID, libOut, 80, 120)
+		buildOK(t, db, ready[drvPath("base")], worker)
+		a := mustClaim(t, db, ready[drvPath("lib")].JobID, worker)
+		ids, err := db.CompleteBuild(ctx, a, []BuildOutputInfo{{Name: "out", StorePath: libOut}, {Name: "dev", StorePath: libDev}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []RequiredPath{
+			{Path: knownOut},
+			{Path: libOut, Cached: true, FileSize: 80, NarSize: 120},
+			{Path: libDev},
+			{Path: baseOut},
+		}
+		slices.SortFunc(want, func(a, b RequiredPath) int { return strings.Compare(a.Path, b.Path) })
+		app := pendingOf(t, db, ids)[drvPath("app")]
+		if app.RequiredPaths != nil {
+			t.Fatalf("PendingJobsByID read required paths %+v: only FillRequiredPaths does", app.RequiredPaths)
+		}
+		jobs := allPending(t, db)
+		jobs = append(jobs, app, app) // the same job twice is filled twice
+		if err := db.FillRequiredPaths(ctx, jobs); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			switch {
+			case j.JobID == app.JobID && !slices.Equal(j.RequiredPaths, want):
+				t.Fatalf("app requires %+v\nwant %+v", j.RequiredPaths, want)
+			case j.JobID != app.JobID && j.RequiredPaths != nil:
+				t.Fatalf("%s %s requires %+v, want nothing", j.Kind, j.DrvPath, j.RequiredPaths)
+			}
+		}
+		// Filling again gives the same, not twice as many.
+		if err := db.FillRequiredPaths(ctx, jobs); err != nil || !slices.Equal(jobs[len(jobs)-1].RequiredPaths, want) {
+			t.Fatalf("filled again: %+v, %v", jobs[len(jobs)-1].RequiredPaths, err)
+		}
+	})
+}
