@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -99,6 +100,46 @@ func TestPendingJobsRequiredPaths(t *testing.T) {
 		// Filling again gives the same, not twice as many.
 		if err := db.FillRequiredPaths(ctx, jobs); err != nil || !slices.Equal(jobs[len(jobs)-1].RequiredPaths, want) {
 			t.Fatalf("filled again: %+v, %v", jobs[len(jobs)-1].RequiredPaths, err)
+		}
+	})
+}
+
+// A fetch-only assignment ends with the flake job pending again, the
+// attempt not counted; its next claim is the evaluation.
+func TestCompleteFetch(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		worker := NewID()
+		a := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, worker)
+		if err := db.CompleteFetch(ctx, a); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("CompleteFetch without a recorded source: %v, want ErrInvalid", err)
+		}
+		if open, err := db.OpenAssignments(ctx); err != nil || len(open) != 1 || open[0].AssignmentID != a {
+			t.Fatalf("after the refused CompleteFetch: open assignments %+v, %v; want it still open", open, err)
+		}
+		const source = "/nix/store/00000000000000000000000000000src-source"
+		if err := db.SetFlakeSource(ctx, e.ID, source); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.CompleteFetch(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.CompleteFetch(ctx, a); !errors.Is(err, ErrConflict) {
+			t.Fatalf("CompleteFetch twice: %v, want ErrConflict", err)
+		}
+		job := flakeJob(t, db, e.ID)
+		if job.FlakeSource != source || job.Attempts != 0 {
+			t.Fatalf("job after the fetch: source %q, attempts %d", job.FlakeSource, job.Attempts)
+		}
+		ev := wantEvalStatus(t, db, e.ID, EvaluationQueued)
+		if ev.Attempts != 0 {
+			t.Fatalf("evaluation attempts %d after a fetch, want 0", ev.Attempts)
+		}
+		mustClaim(t, db, job.JobID, worker)
+		if ev := wantEvalStatus(t, db, e.ID, EvaluationEvaluating); ev.Attempts != 1 {
+			t.Fatalf("evaluation attempts %d, want 1", ev.Attempts)
 		}
 	})
 }

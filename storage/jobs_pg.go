@@ -33,7 +33,8 @@ const claimJobSQL = `WITH ` + lazyCommitCTE + `,
 	      SELECT $2::text, $1::text, $3::text, $4::bigint FROM j),
 	b AS (UPDATE builds SET status = 'building', attempts = builds.attempts + 1, worker_id = $3,
 	      started_at = $4, finished_at = NULL FROM j WHERE builds.id = j.build_id),
-	e AS (UPDATE evaluations SET status = 'fetching', attempts = evaluations.attempts + 1,
+	e AS (UPDATE evaluations SET status = CASE WHEN evaluations.flake_source IS NULL THEN 'fetching' ELSE 'evaluating' END,
+	      attempts = evaluations.attempts + 1,
 	      started_at = COALESCE(evaluations.started_at, $4)
 	      FROM j WHERE j.kind = 'flake' AND evaluations.id = j.evaluation_id)
 	SELECT count(*) FROM j`
@@ -53,7 +54,8 @@ const claimJobsSQL = `WITH ` + lazyCommitCTE + `,
 	      SELECT assignment_id, id, worker_id, $4::bigint FROM j),
 	b AS (UPDATE builds SET status = 'building', attempts = builds.attempts + 1, worker_id = j.worker_id,
 	      started_at = $4, finished_at = NULL FROM j WHERE builds.id = j.build_id),
-	e AS (UPDATE evaluations SET status = 'fetching', attempts = evaluations.attempts + 1,
+	e AS (UPDATE evaluations SET status = CASE WHEN evaluations.flake_source IS NULL THEN 'fetching' ELSE 'evaluating' END,
+	      attempts = evaluations.attempts + 1,
 	      started_at = COALESCE(evaluations.started_at, $4)
 	      FROM j WHERE j.kind = 'flake' AND evaluations.id = j.evaluation_id)
 	SELECT assignment_id FROM j`

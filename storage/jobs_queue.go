@@ -11,6 +11,7 @@ import (
 // Assignment outcomes recorded by the queue itself.
 const (
 	OutcomeCompleted      = "completed"
+	OutcomeFetched        = "fetched"
 	OutcomeDeclined       = "declined"
 	OutcomeWorkerLost     = "worker lost"
 	OutcomeServerRestart  = "server restarted"
@@ -23,7 +24,8 @@ const (
 // returns the assignment's ID. A job that is not pending, or already has
 // an open assignment, is ErrConflict; an unknown job ErrNotFound. The job
 // becomes assigned; a build job's build becomes building, a flake job's
-// evaluation fetching. The attempt counts until it is released.
+// evaluation fetching (evaluating, when its source is fetched already).
+// The attempt counts until it is released.
 func (db *DB) ClaimJob(ctx context.Context, jobID, workerID string) (string, error) {
 	jobID, err := canonicalUUID("job ID", jobID)
 	if err != nil {
@@ -74,7 +76,8 @@ func (db *DB) ClaimJob(ctx context.Context, jobID, workerID string) (string, err
 				buildID.String, workerID, now)
 		} else {
 			_, err = db.txExec(ctx, tx,
-				`UPDATE evaluations SET status = 'fetching', attempts = attempts + 1,
+				`UPDATE evaluations SET status = CASE WHEN flake_source IS NULL THEN 'fetching' ELSE 'evaluating' END,
+				 attempts = attempts + 1,
 				 started_at = COALESCE(started_at, $2) WHERE id = $1`,
 				evalID, now)
 		}
@@ -497,6 +500,42 @@ func (db *DB) CompleteFlakeJob(ctx context.Context, assignmentID string) ([]stri
 		return nil
 	})
 	return ready, err
+}
+
+// CompleteFetch ends a fetch-only assignment of a flake job (JOBS.md §6,
+// flake-job splitting): the job is pending again, in its place and without
+// counting the attempt, for a worker to evaluate the fetched source. The
+// evaluation must have its source recorded (FetchResult), else nothing
+// changes and the error is ErrInvalid. An assignment that is not open is
+// ErrConflict.
+func (db *DB) CompleteFetch(ctx context.Context, assignmentID string) error {
+	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
+	if err != nil {
+		return err
+	}
+	return db.jobTx(ctx, func(tx *sql.Tx) error {
+		if err := db.lazyCommit(ctx, tx); err != nil {
+			return err
+		}
+		jobID, err := db.closeAssignment(ctx, tx, assignmentID, OutcomeFetched)
+		if err != nil {
+			return err
+		}
+		var kind JobKind
+		var source sql.NullString
+		if err := db.txRow(ctx, tx, `SELECT j.kind, e.flake_source FROM jobs j
+			JOIN evaluations e ON e.id = j.evaluation_id WHERE j.id = $1`, jobID).Scan(&kind, &source); err != nil {
+			return err
+		}
+		if kind != JobFlake {
+			return invalid("assignment %s is of a %s job, not a flake job", assignmentID, kind)
+		}
+		if !source.Valid || source.String == "" {
+			return invalid("the fetch of assignment %s completed without a FetchResult naming the source", assignmentID)
+		}
+		_, _, _, err = db.requeue(ctx, tx, jobID, true, nil, nil)
+		return err
+	})
 }
 
 // completeAssignment closes an open assignment as completed and ends its

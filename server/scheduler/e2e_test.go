@@ -77,10 +77,15 @@ func newWorld(t *testing.T, dbURL string, workers int) *world {
 
 // startWorker runs a worker with every capability and a store of its own.
 func (w *world) startWorker() string {
+	return w.startWorkerWith(wire.GradientCapabilities{Fetch: true, Eval: true, Build: true})
+}
+
+// startWorkerWith runs a worker with the capabilities and a store of its own.
+func (w *world) startWorkerWith(caps wire.GradientCapabilities) string {
 	id, peers := testworld.Register(w.t, w.db, w.project.ID)
 	testworld.RunWorker(w.t, worker.Config{
 		ServerURL: w.url, WorkerID: id, Peers: peers,
-		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
+		Capabilities: caps, CPUCoreScore: 1,
 		Heartbeat: 2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		Executor: &nixexec.Executor{Nix: nixtest.New(w.t), TempDir: w.t.TempDir(), Logger: slog.New(slog.DiscardHandler)},
 		TempDir:  w.t.TempDir(),
@@ -230,5 +235,23 @@ func TestFailuresTimeoutsAndCancel(t *testing.T) {
 	ev, builds = w.waitDone(w.evaluate("packages.x86_64-linux.greeting", "packages.x86_64-linux.nosuch").ID)
 	if ev.Status != storage.EvaluationFailed || !strings.Contains(ev.Error, "nosuch") || len(builds) != 1 || builds[0].Status != storage.BuildSucceeded {
 		t.Errorf("evaluation with an unmatched target: %s (%q), builds %+v", ev.Status, ev.Error, builds)
+	}
+}
+
+// TestSplitFetchAndEvaluate: a worker that only fetches and one that
+// evaluates and builds but may not fetch run an evaluation together: the
+// fetched source travels through the cache (JOBS.md §16.3). Only the
+// fetcher can fetch, only the evaluator evaluate and build.
+func TestSplitFetchAndEvaluate(t *testing.T) {
+	w := newWorld(t, storagetest.SQLiteURL(t), 0)
+	evaluator := w.startWorkerWith(wire.GradientCapabilities{Eval: true, Build: true})
+	w.startWorkerWith(wire.GradientCapabilities{Fetch: true})
+	ev, builds := w.waitDone(w.evaluate("packages.x86_64-linux.greeting").ID)
+	if ev.Status != storage.EvaluationSucceeded || len(builds) != 1 || builds[0].WorkerID != evaluator {
+		log, _ := w.db.EvaluationLog(t.Context(), ev.ID)
+		t.Fatalf("evaluation %s (%q), builds %+v; want greeting built by the evaluator\nlog:\n%s", ev.Status, ev.Error, builds, log)
+	}
+	if ev.FlakeSource == "" {
+		t.Fatal("no fetched source recorded")
 	}
 }

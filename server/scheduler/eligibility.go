@@ -36,9 +36,17 @@ func (e eligibility) may(job *storage.PendingJob, kind wire.JobKind) bool {
 	}
 	switch job.Kind {
 	case storage.JobFlake:
-		// One job carries fetch and both evaluation steps: the session
-		// negotiated them and the project enables them for this worker.
-		return kind == wire.JobKindFlake && e.caps.Fetch && e.caps.Eval && allowed.Fetch && allowed.Eval
+		if kind != wire.JobKindFlake {
+			return false
+		}
+		if job.FlakeSource != "" {
+			// Fetched already (the follow-up of a fetch-only job, or a
+			// retry): the evaluation steps are left, from the cache.
+			return e.caps.Eval && allowed.Eval
+		}
+		// Fetching first; a worker that may not evaluate gets the
+		// fetch step alone (JOBS.md §6, flake-job splitting).
+		return e.caps.Fetch && allowed.Fetch
 	case storage.JobBuild:
 		if kind != wire.JobKindBuild || !e.caps.Build || !allowed.Build || !e.hasHostCaps {
 			return false
@@ -54,6 +62,19 @@ func (e eligibility) may(job *storage.PendingJob, kind wire.JobKind) bool {
 		return true
 	}
 	return false
+}
+
+// mayEvaluate reports whether the worker may run the evaluation steps of
+// the project's flake jobs.
+func (e eligibility) mayEvaluate(projectID string) bool {
+	allowed, ok := e.projects[projectID]
+	return ok && !e.draining && e.caps.Eval && allowed.Eval
+}
+
+// mayFetch reports whether the worker may fetch the project's flakes.
+func (e eligibility) mayFetch(projectID string) bool {
+	allowed, ok := e.projects[projectID]
+	return ok && !e.draining && e.caps.Fetch && allowed.Fetch
 }
 
 // mayAny reports whether the worker may take job as a job of either kind.

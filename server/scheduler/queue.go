@@ -10,7 +10,8 @@ import (
 // jobQueue is the in-memory copy of the pending jobs, oldest ready first.
 //
 // Jobs are grouped by what a worker needs to run them (kind, project,
-// architecture, system features): every job of a group is eligible for
+// architecture, system features; for flake jobs whether the source is
+// fetched already): every job of a group is eligible for
 // the same workers, so a pick checks eligibility once per group, not once
 // per job. A worker that may run nothing queued (an evaluator while only
 // builds wait, a worker of another architecture) then costs a pass over
@@ -35,6 +36,7 @@ type queuedJob struct {
 type groupKey struct {
 	kind                    storage.JobKind
 	project, arch, features string
+	fetched                 bool
 }
 
 type jobGroup struct {
@@ -65,7 +67,7 @@ func (q *jobQueue) add(job *storage.PendingJob) bool {
 	if q.byID[job.JobID] != nil {
 		return false
 	}
-	key := groupKey{job.Kind, job.ProjectID, job.Architecture, strings.Join(job.RequiredFeatures, " ")}
+	key := groupKey{job.Kind, job.ProjectID, job.Architecture, strings.Join(job.RequiredFeatures, " "), job.FlakeSource != ""}
 	g := q.groups[key]
 	if g == nil {
 		g = &jobGroup{key: key, sample: job, sorted: true}

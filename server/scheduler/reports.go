@@ -117,6 +117,10 @@ func (s *Scheduler) evalResult(ctx context.Context, a *assignment, r *wire.JobUp
 func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 	s.forget(a)
 	s.logs.flush(ctx, a.job.JobID) // a finished job's log is complete
+	if a.fetchOnly {
+		s.fetched(ctx, a)
+		return
+	}
 	var ready []string
 	var err error
 	if a.job.Kind == storage.JobFlake {
@@ -151,6 +155,30 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 	}
 	s.addPending(ctx, ready)
 	s.dispatch(ready)
+}
+
+// fetched handles the completion of a fetch-only flake job: the job is
+// queued again, now for a worker to evaluate the fetched source.
+func (s *Scheduler) fetched(ctx context.Context, a *assignment) {
+	err := s.db.CompleteFetch(ctx, a.id)
+	if errors.Is(err, storage.ErrInvalid) {
+		// No FetchResult: nothing to evaluate. The job fails as a
+		// permanent failure would, ending the evaluation with the reason.
+		s.log.Warn("fetch-only job completed without its source", "job", a.job.JobID, "worker", a.workerID, "error", err)
+		if _, _, err := s.db.FailJob(ctx, a.id, storage.FailurePermanent, err.Error(), s.cfg.MaxAttempts); err != nil {
+			s.log.Warn("recording a failed job failed", "job", a.job.JobID, "error", err)
+		}
+		return
+	}
+	if err != nil {
+		s.log.Warn("recording a completed fetch failed", "job", a.job.JobID, "error", err)
+		return
+	}
+	s.m.finished.Inc("fetched")
+	s.log.Info("flake fetched; the job is queued again for its evaluation", "job", a.job.JobID, "what", describe(a.job), "worker", a.workerID)
+	ids := []string{a.job.JobID}
+	s.addPending(ctx, ids)
+	s.dispatch(ids)
 }
 
 // failed handles JobFailed by the kind's meaning (JOBS.md §10).
@@ -252,6 +280,10 @@ func (s *Scheduler) sendJobList(w *server.LiveWorker) {
 
 func candidate(job *storage.PendingJob) wire.JobCandidate {
 	c := wire.JobCandidate{JobID: job.JobID, RequiredPaths: []wire.RequiredPath{}, DrvPaths: []string{}, OutputPaths: []string{}}
+	if job.Kind == storage.JobFlake && job.FlakeSource != "" {
+		// Evaluating a fetched source: the source is what it needs.
+		c.RequiredPaths = append(c.RequiredPaths, wire.RequiredPath{Path: job.FlakeSource})
+	}
 	if job.Kind == storage.JobBuild {
 		c.DrvPaths = []string{job.DrvPath}
 		for _, p := range job.RequiredPaths {

@@ -126,6 +126,9 @@ type assignment struct {
 	session  uint64
 	workerID string
 	outputs  []storage.BuildOutputInfo
+	// fetchOnly: a flake job split for an evaluating worker that may not
+	// fetch; its completion queues the job again for the evaluation.
+	fetchOnly bool
 }
 
 var _ server.JobLoop = (*Scheduler)(nil)
@@ -435,7 +438,7 @@ func (s *Scheduler) serve(ctx context.Context, w *server.LiveWorker) {
 
 func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wire.JobKind) {
 	for range claimTries {
-		job := s.take(w, kind)
+		job, fetchOnly := s.take(w, kind)
 		if job == nil {
 			return
 		}
@@ -456,7 +459,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wi
 			s.mu.Unlock()
 			continue // lost a race: the job is gone, try the next one
 		}
-		a := &assignment{id: id, job: job, session: w.Session, workerID: w.WorkerID}
+		a := &assignment{id: id, job: job, session: w.Session, workerID: w.WorkerID, fetchOnly: fetchOnly}
 		s.mu.Lock()
 		ws := s.sessions[w.Session]
 		if ws == nil || ws.ended {
@@ -471,8 +474,9 @@ func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wi
 		s.m.assigned.Inc()
 		s.m.claimSeconds.Observe(time.Since(start).Seconds())
 		s.m.readyToAssign.Observe(time.Since(job.ReadyAt).Seconds())
-		s.log.Info("assigned job", "job", job.JobID, "kind", job.Kind, "worker", w.WorkerID, "assignment", id, "what", describe(job))
-		if err := w.Send(s.assignJob(job, id)); err != nil {
+		m := s.assignJob(job, id, fetchOnly)
+		s.log.Info("assigned job", "job", job.JobID, "kind", job.Kind, "worker", w.WorkerID, "assignment", id, "what", describe(job), "steps", steps(m))
+		if err := w.Send(m); err != nil {
 			// The session is going; SessionEnded re-queues the job.
 			s.log.Debug("sending AssignJob failed", "job", job.JobID, "error", err)
 		}
@@ -481,13 +485,14 @@ func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wi
 }
 
 // take removes from the queue the first job of kind w may run, and
-// clears w's idle flag for the kind.
-func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) *storage.PendingJob {
+// clears w's idle flag for the kind. fetchOnly says that w gets only the
+// fetch step of a flake job (see splitFetch).
+func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) (job *storage.PendingJob, fetchOnly bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ws := s.sessions[w.Session]
 	if ws == nil || ws.ended || !ws.idle[kind] || w.Draining() {
-		return nil
+		return nil, false
 	}
 	e := newEligibility(w)
 	now := time.Now()
@@ -504,15 +509,38 @@ func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) *storage.Pendi
 		return bestRank > 0 && seen < scoreWindow
 	})
 	if best == nil {
-		return nil
+		return nil, false
 	}
-	job := s.queue.remove(best.JobID)
+	job = s.queue.remove(best.JobID)
 	for _, other := range s.sessions {
 		delete(other.offered, job.JobID) // frees room in their offer windows
 	}
 	ws.idle[kind] = false
 	s.m.pending.Set(float64(s.queue.len()))
-	return job
+	return job, s.splitFetch(job, e, w.Session)
+}
+
+// splitFetch reports whether a fetching worker gets only the fetch step
+// of a flake job (JOBS.md §6, flake-job splitting): when it may not
+// evaluate the project, or when an idle worker that may evaluate but not
+// fetch is waiting for work, which then evaluates the fetched source.
+// Otherwise one job carries fetch and evaluation. Called with s.mu held.
+func (s *Scheduler) splitFetch(job *storage.PendingJob, taker eligibility, session uint64) bool {
+	if job.Kind != storage.JobFlake || job.FlakeSource != "" {
+		return false
+	}
+	if !taker.mayEvaluate(job.ProjectID) {
+		return true
+	}
+	for id, other := range s.sessions {
+		if id == session || other.ended || !other.idle[wire.JobKindFlake] {
+			continue
+		}
+		if e := newEligibility(other.w); e.mayEvaluate(job.ProjectID) && !e.mayFetch(job.ProjectID) {
+			return true
+		}
+	}
+	return false
 }
 
 // scoreWindow is how many of the oldest eligible jobs a pick compares by
@@ -562,19 +590,29 @@ func (s *Scheduler) backingOff(job *storage.PendingJob, now time.Time) bool {
 	return now.Sub(job.ReadyAt) < wait
 }
 
-// assignJob is the AssignJob of a claimed job.
-func (s *Scheduler) assignJob(job *storage.PendingJob, assignmentID string) *wire.AssignJob {
+// assignJob is the AssignJob of a claimed job. A flake job carries every
+// step; a fetch-only one the fetch step; one whose source is fetched
+// already the evaluation steps, from the cached source.
+func (s *Scheduler) assignJob(job *storage.PendingJob, assignmentID string, fetchOnly bool) *wire.AssignJob {
 	if job.Kind == storage.JobFlake {
 		wildcards := job.Wildcards
 		if wildcards == nil {
 			wildcards = []string{}
 		}
-		return &wire.AssignJob{JobID: job.JobID, AssignmentID: assignmentID, Job: &wire.FlakeJob{
+		flake := &wire.FlakeJob{
 			Steps:          []wire.FlakeStep{wire.FlakeStepFetchFlake, wire.FlakeStepEvaluateFlake, wire.FlakeStepEvaluateDerivations},
 			Source:         &wire.FlakeSourceRepository{URL: job.RepositoryURL, Commit: job.Commit},
 			Wildcards:      wildcards,
 			InputOverrides: []wire.FlakeInputOverride{},
-		}}
+		}
+		switch {
+		case job.FlakeSource != "":
+			flake.Steps = flake.Steps[1:]
+			flake.Source = &wire.FlakeSourceCached{StorePath: job.FlakeSource}
+		case fetchOnly:
+			flake.Steps = flake.Steps[:1]
+		}
+		return &wire.AssignJob{JobID: job.JobID, AssignmentID: assignmentID, Job: flake}
 	}
 	features := job.RequiredFeatures
 	if features == nil {
@@ -600,6 +638,24 @@ func limit(own *uint64, def uint64) *uint64 {
 		return nil
 	}
 	return &v
+}
+
+// steps names the steps of an assigned flake job, for the log.
+func steps(m *wire.AssignJob) string {
+	flake, ok := m.Job.(*wire.FlakeJob)
+	if !ok {
+		return "build"
+	}
+	names := map[wire.FlakeStep]string{wire.FlakeStepFetchFlake: "fetch", wire.FlakeStepEvaluateFlake: "evaluate flake",
+		wire.FlakeStepEvaluateDerivations: "evaluate derivations"}
+	out := ""
+	for i, st := range flake.Steps {
+		if i > 0 {
+			out += ", "
+		}
+		out += names[st]
+	}
+	return out
 }
 
 func describe(job *storage.PendingJob) string {

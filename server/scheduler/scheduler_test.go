@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -622,3 +623,104 @@ func TestCandidatesNameRequiredPaths(t *testing.T) {
 	}
 	check("JobListChunk", page.Candidates[0])
 }
+
+// Flake-job splitting (JOBS.md §6): while a worker that may evaluate but
+// not fetch waits, a fetching worker gets the fetch step alone; the job
+// then returns, under the same ID, for the evaluator, with the fetched
+// source from the cache as its one required path.
+func TestFlakeJobSplitForEvalOnlyWorker(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	ev, err := e.sched.StartEvaluation(t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "https://example.invalid/p.git", Commit: "abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evaluator := e.worker([]string{e.project}, wire.GradientCapabilities{Eval: true}, nil)
+	evaluator.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	if a := evaluator.assigned(); a != nil {
+		t.Fatalf("a worker that may not fetch got %+v before the source was fetched", a.Job)
+	}
+	fetcher := e.worker([]string{e.project}, wire.GradientCapabilities{Fetch: true, Eval: true}, nil)
+	fetcher.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	fa := fetcher.mustAssigned("fetch")
+	flake := fa.Job.(*wire.FlakeJob)
+	if !slices.Equal(flake.Steps, []wire.FlakeStep{wire.FlakeStepFetchFlake}) {
+		t.Fatalf("fetching worker got steps %v while an evaluator waits; want the fetch step alone", flake.Steps)
+	}
+	if src, ok := flake.Source.(*wire.FlakeSourceRepository); !ok || src.Commit != "abc" {
+		t.Fatalf("fetch source %+v", flake.Source)
+	}
+	const source = "/nix/store/00000000000000000000000000000src-source"
+	fetcher.send(&wire.JobUpdate{JobID: fa.JobID, AssignmentID: fa.AssignmentID, Update: &wire.JobUpdateFetchResult{FlakeSource: ptr(source)}})
+	fetcher.send(&wire.JobCompleted{JobID: fa.JobID, AssignmentID: fa.AssignmentID})
+
+	ea := evaluator.mustAssigned("evaluation of the fetched source")
+	flake = ea.Job.(*wire.FlakeJob)
+	if ea.JobID != fa.JobID || ea.AssignmentID == fa.AssignmentID {
+		t.Fatalf("follow-up job %s/%s, want job %s under a new assignment", ea.JobID, ea.AssignmentID, fa.JobID)
+	}
+	if !slices.Equal(flake.Steps, []wire.FlakeStep{wire.FlakeStepEvaluateFlake, wire.FlakeStepEvaluateDerivations}) {
+		t.Fatalf("follow-up steps %v", flake.Steps)
+	}
+	if src, ok := flake.Source.(*wire.FlakeSourceCached); !ok || src.StorePath != source {
+		t.Fatalf("follow-up source %+v, want the cached %s", flake.Source, source)
+	}
+	got, err := e.db.Evaluation(t.Context(), ev.ID)
+	if err != nil || got.Status != storage.EvaluationEvaluating || got.FlakeSource != source {
+		t.Fatalf("evaluation after the follow-up's claim: %+v, %v", got, err)
+	}
+	evaluator.send(&wire.JobUpdate{JobID: ea.JobID, AssignmentID: ea.AssignmentID, Update: &wire.JobUpdateEvalResult{
+		Derivations: []wire.DiscoveredDerivation{leaf("one")}, Warnings: []string{}, Errors: []string{}}})
+	evaluator.send(&wire.JobCompleted{JobID: ea.JobID, AssignmentID: ea.AssignmentID})
+	if got, _ := e.db.Evaluation(t.Context(), ev.ID); got.Status != storage.EvaluationBuilding || got.Attempts != 1 {
+		t.Fatalf("evaluation %s after %d attempt(s), want building after 1 (the fetch does not count)", got.Status, got.Attempts)
+	}
+	if b := e.build(ev.ID); b.DrvPath != drv("one") || b.Status != storage.BuildQueued {
+		t.Fatalf("build %+v", b)
+	}
+}
+
+// A worker that may fetch but not evaluate gets fetch steps only; a
+// fetched job is offered to evaluators with its source as required path;
+// a fetch that completes without naming its source fails the evaluation.
+func TestFetchOnlyWorker(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	start := func() storage.Evaluation {
+		ev, err := e.sched.StartEvaluation(t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "https://example.invalid/p.git", Commit: "abc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	fetcher := e.worker([]string{e.project}, wire.GradientCapabilities{Fetch: true}, nil)
+
+	silent := start()
+	fetcher.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	a := fetcher.mustAssigned("fetch")
+	if steps := a.Job.(*wire.FlakeJob).Steps; !slices.Equal(steps, []wire.FlakeStep{wire.FlakeStepFetchFlake}) {
+		t.Fatalf("fetch-only worker got steps %v", steps)
+	}
+	fetcher.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+	if got, _ := e.db.Evaluation(t.Context(), silent.ID); got.Status != storage.EvaluationFailed || !strings.Contains(got.Error, "FetchResult") {
+		t.Fatalf("evaluation whose fetch named no source: %s (%q), want failed naming the missing FetchResult", got.Status, got.Error)
+	}
+
+	start()
+	fetcher.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	a = fetcher.mustAssigned("fetch")
+	const source = "/nix/store/00000000000000000000000000000src-source"
+	fetcher.send(&wire.JobUpdate{JobID: a.JobID, AssignmentID: a.AssignmentID, Update: &wire.JobUpdateFetchResult{FlakeSource: ptr(source)}})
+	fetcher.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+	fetcher.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	if again := fetcher.assigned(); again != nil {
+		t.Fatalf("the fetch-only worker got the evaluation: %+v", again.Job)
+	}
+	evaluator := e.worker([]string{e.project}, wire.GradientCapabilities{Eval: true}, nil)
+	evaluator.send(&wire.RequestJobList{})
+	page, ok := (<-evaluator.sent).(*wire.JobListChunk)
+	if !ok || len(page.Candidates) != 1 || page.Candidates[0].JobID != a.JobID ||
+		len(page.Candidates[0].RequiredPaths) != 1 || page.Candidates[0].RequiredPaths[0].Path != source {
+		t.Fatalf("evaluator's job list %+v, want the fetched job requiring %s", page, source)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
