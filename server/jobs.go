@@ -82,6 +82,14 @@ func NewTestLiveWorker(workerID string, projects map[string]Abilities, caps wire
 	return newLiveWorker(conn, wire.NewestVersion, send)
 }
 
+// DrainTestLiveWorker marks a NewTestLiveWorker draining, as its session
+// does when the worker sends Draining.
+func DrainTestLiveWorker(w *LiveWorker) {
+	w.conn.mu.Lock()
+	w.conn.draining = true
+	w.conn.mu.Unlock()
+}
+
 // Send queues m on the session; it fails once the session is gone.
 func (w *LiveWorker) Send(m wire.ServerMessage) error { return w.send(m) }
 

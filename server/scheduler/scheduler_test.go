@@ -724,3 +724,28 @@ func TestFetchOnlyWorker(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A draining worker is handed nothing and offered nothing (JOBS.md §6):
+// its RequestJob stays unanswered while another worker gets the job.
+func TestDrainingWorkerGetsNoJobs(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	draining := e.worker([]string{e.project}, allCaps, x86)
+	server.DrainTestLiveWorker(draining.live)
+	draining.send(&wire.ClientDraining{})
+	draining.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	draining.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	ev := e.evaluate(leaf("one"))
+	for len(draining.sent) > 0 {
+		switch m := (<-draining.sent).(type) {
+		case *wire.AssignJob:
+			t.Fatalf("a draining worker was assigned %+v", m.Job)
+		case *wire.JobOffer:
+			t.Fatalf("a draining worker was offered %+v", m.Candidates)
+		}
+	}
+	other := e.worker([]string{e.project}, allCaps, x86)
+	other.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	if got := other.mustAssigned("the build").Job.(*wire.BuildJob).Builds[0].BuildID; got != e.build(ev.ID).ID {
+		t.Fatalf("assigned build %s", got)
+	}
+}
