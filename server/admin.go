@@ -30,6 +30,8 @@ import (
 //	PUT    /api/v1/projects/{project}/teams/{team}      grant the team's workers (reauths them)
 //	DELETE /api/v1/projects/{project}/teams/{team}      revoke
 //	GET    /api/v1/projects/{project}/workers           live state of the project's workers
+//	POST   /api/v1/projects/{project}/deploy-key        generate an SSH deploy key (replaces one) → public key
+//	DELETE /api/v1/projects/{project}/deploy-key
 //
 //	POST   /api/v1/caches                               {name, public?}
 //	GET    /api/v1/caches
@@ -98,6 +100,8 @@ func (a *adminAPI) routes(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /api/v1/projects/{project}/teams/{team}", a.grant)
 	mux.HandleFunc("DELETE /api/v1/projects/{project}/teams/{team}", a.revoke)
 	mux.HandleFunc("GET /api/v1/projects/{project}/workers", a.projectWorkers)
+	mux.HandleFunc("POST /api/v1/projects/{project}/deploy-key", a.generateDeployKey)
+	mux.HandleFunc("DELETE /api/v1/projects/{project}/deploy-key", a.deleteDeployKey)
 	a.evaluationRoutes(mux) // evaluations and builds: admin_evaluations.go
 
 	mux.HandleFunc("POST /api/v1/caches", a.createCache)

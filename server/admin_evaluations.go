@@ -171,7 +171,7 @@ func (a *adminAPI) startEvaluation(w http.ResponseWriter, r *http.Request) {
 		}
 		commit = strings.ToLower(commit)
 	} else {
-		commit, err = lsRemote(ctx, p.Repository, p.Branch)
+		commit, err = lsRemote(ctx, p.Repository, p.Branch, a.s.gitAccess(ctx, p, p.Name))
 		if err != nil {
 			status := http.StatusBadGateway
 			if errors.Is(err, errBranchMissing) {

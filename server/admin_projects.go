@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strings"
 
 	"gradient.dev/gradient/storage"
 )
@@ -99,7 +101,56 @@ func (a *adminAPI) showProject(w http.ResponseWriter, r *http.Request) {
 	for _, t := range granted {
 		v.GrantedTeams = append(v.GrantedTeams, t.Name)
 	}
+	switch key, err := a.s.db.DeployKey(ctx, p.ID); {
+	case err == nil:
+		v.DeployKey = key.PublicKey
+	case !errors.Is(err, storage.ErrNotFound):
+		a.fail(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// deployKeyView answers generateDeployKey: the line to add to the
+// repository host as a (read-only) deploy key.
+type deployKeyView struct {
+	Project   string `json:"project"`
+	PublicKey string `json:"public_key"`
+}
+
+func (a *adminAPI) generateDeployKey(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	names, err := a.teamNames(ctx)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	name := names[p.TeamID] + "/" + p.Name
+	public, err := a.s.GenerateDeployKey(ctx, p, "gradient-"+strings.ReplaceAll(name, "/", "-"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.s.log.Info("admin: deploy key generated", "project", name, "project_id", p.ID)
+	writeJSON(w, http.StatusOK, deployKeyView{Project: name, PublicKey: public})
+}
+
+func (a *adminAPI) deleteDeployKey(w http.ResponseWriter, r *http.Request) {
+	p, err := a.project(r.Context(), r.PathValue("project"))
+	if err == nil {
+		err = a.s.db.DeleteDeployKey(r.Context(), p.ID)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.s.log.Info("admin: deploy key deleted", "project_id", p.ID, "name", p.Name)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (a *adminAPI) deleteProject(w http.ResponseWriter, r *http.Request) {

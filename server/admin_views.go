@@ -27,9 +27,11 @@ type projectView struct {
 	Repository string    `json:"repository"`
 	Branch     string    `json:"branch"`
 	CreatedAt  time.Time `json:"created_at"`
-	// Caches and GrantedTeams are filled by show only.
+	// Caches, GrantedTeams and DeployKey are filled by show only.
 	Caches       []string `json:"caches,omitempty"`
 	GrantedTeams []string `json:"granted_teams,omitempty"`
+	// DeployKey is the public half of the project's SSH deploy key.
+	DeployKey string `json:"deploy_key,omitempty"`
 }
 
 func viewProject(p storage.Project, teamName string) projectView {

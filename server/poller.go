@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -135,7 +136,7 @@ func (s *Server) pollBranches(ctx context.Context) []storage.Evaluation {
 
 // pollProject starts an evaluation of p's branch head if it is new.
 func (s *Server) pollProject(ctx context.Context, ctl EvaluationControl, p storage.Project, name string) (storage.Evaluation, bool) {
-	head, err := lsRemote(ctx, p.Repository, p.Branch)
+	head, err := lsRemote(ctx, p.Repository, p.Branch, s.gitAccess(ctx, p, name))
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("branch poll: cannot read the branch head", "project", name, "project_id", p.ID,
@@ -195,13 +196,34 @@ func newEvaluationOf(p storage.Project, commit string) storage.NewEvaluation {
 	}
 }
 
+// gitAccess is how a poll reaches a project's repository: with its deploy
+// key when it has one (else as the server's own user).
+type gitAccess struct {
+	sshKey []byte
+	ssh    string // the ssh program ("" = ssh)
+}
+
+func (s *Server) gitAccess(ctx context.Context, p storage.Project, name string) gitAccess {
+	access := gitAccess{ssh: s.cfg.SSH}
+	if s.cfg.DialKey == nil {
+		return access
+	}
+	key, err := NewDeployKeys(s.db, s.cfg.DialKey).Private(ctx, p.ID)
+	if err != nil {
+		s.log.Warn("branch poll: the project's deploy key is not used", "project", name, "error", err)
+	}
+	access.sshKey = key
+	return access
+}
+
 // errBranchMissing: the repository answered but has no such branch.
 var errBranchMissing = errors.New("no such branch")
 
 // lsRemote returns the commit at the head of branch in repository, with
 // `git ls-remote` (bounded by lsRemoteTimeout, never prompting for
-// credentials). A repository without the branch is errBranchMissing.
-func lsRemote(ctx context.Context, repository, branch string) (string, error) {
+// credentials; over SSH with access's key when it has one). A repository
+// without the branch is errBranchMissing.
+func lsRemote(ctx context.Context, repository, branch string, access gitAccess) (string, error) {
 	remote := gitRemote(repository)
 	if remote == "" || strings.HasPrefix(remote, "-") {
 		return "", fmt.Errorf("repository %q is not a git URL", redactURL(repository))
@@ -214,8 +236,25 @@ func lsRemote(ctx context.Context, repository, branch string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "git", "ls-remote", remote, ref)
 	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GCM_INTERACTIVE=never")
-	if os.Getenv("GIT_SSH_COMMAND") == "" {
-		cmd.Env = append(cmd.Env, "GIT_SSH_COMMAND=ssh -o BatchMode=yes")
+	ssh := access.ssh
+	if ssh == "" {
+		ssh = "ssh"
+	}
+	switch {
+	case len(access.sshKey) > 0:
+		// The key lives in a file of its own only while git runs.
+		dir, err := os.MkdirTemp("", "gradient-poll-")
+		if err != nil {
+			return "", err
+		}
+		defer os.RemoveAll(dir)
+		keyFile := filepath.Join(dir, "deploy-key")
+		if err := os.WriteFile(keyFile, access.sshKey, 0o600); err != nil {
+			return "", fmt.Errorf("writing the deploy key: %w", err)
+		}
+		cmd.Env = append(cmd.Env, "GIT_SSH_COMMAND="+ssh+" -i '"+keyFile+"' -o IdentitiesOnly=yes -o BatchMode=yes")
+	case os.Getenv("GIT_SSH_COMMAND") == "":
+		cmd.Env = append(cmd.Env, "GIT_SSH_COMMAND="+ssh+" -o BatchMode=yes")
 	}
 	cmd.WaitDelay = time.Second
 	var stdout, stderr bytes.Buffer

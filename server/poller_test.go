@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -135,22 +137,22 @@ func TestLsRemote(t *testing.T) {
 	repo := newGitRepo(t)
 	head := repo.commit("one")
 	ctx := t.Context()
-	if got, err := lsRemote(ctx, repo.dir, "main"); err != nil || got != head {
+	if got, err := lsRemote(ctx, repo.dir, "main", gitAccess{}); err != nil || got != head {
 		t.Fatalf("lsRemote = %q, %v; want %s", got, err, head)
 	}
-	if got, err := lsRemote(ctx, "git+file://"+repo.dir, "main"); err != nil || got != head {
+	if got, err := lsRemote(ctx, "git+file://"+repo.dir, "main", gitAccess{}); err != nil || got != head {
 		t.Fatalf("lsRemote(git+file://) = %q, %v; want %s", got, err, head)
 	}
 	// A branch whose name ends like another's is not mistaken for it.
 	repo.git("branch", "feature/main")
-	if _, err := lsRemote(ctx, repo.dir, "nope"); err == nil || !strings.Contains(err.Error(), "no such branch") {
+	if _, err := lsRemote(ctx, repo.dir, "nope", gitAccess{}); err == nil || !strings.Contains(err.Error(), "no such branch") {
 		t.Fatalf("missing branch: %v", err)
 	}
-	if _, err := lsRemote(ctx, filepath.Join(t.TempDir(), "missing"), "main"); err == nil || strings.Contains(err.Error(), "no such branch") {
+	if _, err := lsRemote(ctx, filepath.Join(t.TempDir(), "missing"), "main", gitAccess{}); err == nil || strings.Contains(err.Error(), "no such branch") {
 		t.Fatalf("missing repository: %v", err)
 	}
 	for _, bad := range [][2]string{{"--upload-pack=touch /tmp/x", "main"}, {repo.dir, "--all"}, {repo.dir, "ma*"}, {"", "main"}} {
-		if _, err := lsRemote(ctx, bad[0], bad[1]); err == nil {
+		if _, err := lsRemote(ctx, bad[0], bad[1], gitAccess{}); err == nil {
 			t.Fatalf("lsRemote(%q, %q) accepted", bad[0], bad[1])
 		}
 	}
@@ -267,5 +269,66 @@ func TestPollerNeedsEvaluationControl(t *testing.T) {
 	}
 	if started := e.srv.pollBranches(t.Context()); started != nil {
 		t.Fatalf("started %+v without a job loop", started)
+	}
+}
+
+// A project's deploy key opens its SSH repository to the branch poll. The
+// "ssh" here serves the repository locally, as an SSH server would, and
+// only to a caller presenting an OpenSSH private key.
+func TestPollerUsesDeployKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fakeSSH, used := filepath.Join(dir, "fake-ssh"), filepath.Join(dir, "keys-used")
+	script := `#!/bin/bash
+key=""
+while [ $# -gt 1 ]; do
+  case "$1" in
+    -i) key="$2"; shift 2 ;;
+    -o) shift 2 ;;
+    *) shift ;;
+  esac
+done
+if [ -z "$key" ] || ! head -1 "$key" | grep -q 'BEGIN OPENSSH PRIVATE KEY'; then
+  echo "git@example.invalid: Permission denied (publickey)." >&2
+  exit 255
+fi
+echo "$key" >> ` + used + `
+exec bash -c "$1"
+`
+	if err := os.WriteFile(fakeSSH, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	box, err := sealbox.New(sealbox.NewKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := newEvalEnv(t, Config{SSH: fakeSSH, DialKey: box})
+	repo := newGitRepo(t)
+	head := repo.commit("first")
+	p := newProjectAt(t, e.db, "ops", "private", "ssh://git.example.invalid"+repo.dir, "main")
+
+	if started := e.srv.pollBranches(t.Context()); len(started) != 0 {
+		t.Fatalf("a poll without the deploy key started %+v", started)
+	}
+	if !strings.Contains(e.logs.String(), "Permission denied") {
+		t.Fatalf("no warning with the host's refusal:\n%s", e.logs.String())
+	}
+	var key deployKeyView
+	e.must(200, "POST", projectPath("ops/private")+"/deploy-key", nil, &key)
+	started := e.srv.pollBranches(t.Context())
+	if len(started) != 1 || started[0].ProjectID != p.ID || started[0].Commit != head {
+		t.Fatalf("a poll with the deploy key started %+v", started)
+	}
+	keyFiles, err := os.ReadFile(used)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for keyFile := range strings.Lines(string(keyFiles)) {
+		if _, err := os.Stat(strings.TrimSpace(keyFile)); !os.IsNotExist(err) {
+			t.Errorf("the deploy key file %s outlived the poll (%v)", keyFile, err)
+		}
+	}
+	if strings.Contains(e.logs.String(), "PRIVATE KEY") {
+		t.Error("the private key appears in the server log")
 	}
 }

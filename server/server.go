@@ -24,6 +24,9 @@ type Config struct {
 	// HeartbeatTimeout drops a worker session silent for this long
 	// (proto.workerHeartbeatTimeoutSecs, 120 s). Negative disables it.
 	HeartbeatTimeout time.Duration
+	// SSH is the ssh program branch polls use for SSH repositories (""
+	// = ssh from PATH).
+	SSH string
 	// HandshakeTimeout bounds agreement and handshake (15 s).
 	HandshakeTimeout time.Duration
 	// MaxConnections caps concurrent /proto sessions (proto.maxConnections,

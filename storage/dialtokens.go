@@ -83,7 +83,7 @@ func decodeSealed(s sql.NullString) ([]byte, error) {
 	}
 	b, err := base64.StdEncoding.DecodeString(s.String)
 	if err != nil {
-		return nil, fmt.Errorf("stored sealed dial token: %w", err)
+		return nil, fmt.Errorf("stored sealed value: %w", err)
 	}
 	return b, nil
 }

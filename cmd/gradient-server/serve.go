@@ -70,7 +70,11 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// The job loop recovers what a previous run left open before the
 	// first worker session can report anything.
 	registry := metrics.NewRegistry()
-	sched := scheduler.New(db, scheduler.Config{Logger: log, Metrics: registry})
+	schedCfg := scheduler.Config{Logger: log, Metrics: registry}
+	if dialKey != nil {
+		schedCfg.DeployKeys = server.NewDeployKeys(db, dialKey)
+	}
+	sched := scheduler.New(db, schedCfg)
 	if err := sched.Start(ctx); err != nil {
 		return fmt.Errorf("job loop: %w", err)
 	}

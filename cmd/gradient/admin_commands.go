@@ -21,6 +21,8 @@ const adminUsage = `Admin commands (talk to gradient-server's admin API):
   project create TEAM/NAME --repository URL [--branch main]
   project list [--team TEAM] | show PROJECT | delete PROJECT
   project subscribe PROJECT CACHE | unsubscribe PROJECT CACHE
+  project deploy-key PROJECT [--delete]
+                                   SSH key for private repositories (prints the public key)
   cache create NAME [--public] | list | show CACHE | delete CACHE
   cache public-key CACHE           print only the NAME:base64 key
   cache push CACHE STORE_PATH [--recursive] [--store STORE]
@@ -65,6 +67,7 @@ var adminCommands = map[string]adminCommand{
 	"project delete":      projectDelete,
 	"project subscribe":   projectSubscribe,
 	"project unsubscribe": projectUnsubscribe,
+	"project deploy-key":  projectDeployKey,
 
 	"cache create":     cacheCreate,
 	"cache list":       cacheList,

@@ -83,7 +83,37 @@ func projectShow(c *adminCmd, args []string) int {
 		"branch", p.Branch,
 		"caches", listOrDash(p.Caches),
 		"granted teams", listOrDash(p.GrantedTeams),
+		"deploy key", orDash(p.DeployKey),
 		"created", when(p.CreatedAt))
+	return exitOK
+}
+
+// projectDeployKey generates the project's SSH deploy key (replacing an
+// earlier one) and prints the public half, or deletes the key.
+func projectDeployKey(c *adminCmd, args []string) int {
+	fs := c.flags()
+	remove := fs.Bool("delete", false, "delete the project's deploy key instead")
+	pos, code, ok := c.parse(fs, args, "PROJECT")
+	if !ok {
+		return code
+	}
+	path := "/api/v1/projects/" + seg(pos[0]) + "/deploy-key"
+	if *remove {
+		if _, ok := c.call("DELETE", path, nil, nil); !ok {
+			return exitFail
+		}
+		return c.done("Deleted the deploy key of project " + pos[0])
+	}
+	var k deployKeyInfo
+	raw, ok := c.call("POST", path, nil, &k)
+	if !ok {
+		return exitFail
+	}
+	if c.settings.json {
+		return c.printJSON(raw)
+	}
+	fmt.Fprintln(c.stdout, k.PublicKey)
+	fmt.Fprintf(c.stderr, "Add this public key to the repository host as a read-only deploy key of %s; workers fetch with it from now on.\n", k.Project)
 	return exitOK
 }
 

@@ -133,6 +133,15 @@ func TestAdminCommandsEndToEnd(t *testing.T) {
 	mustContain(t, s.ok(t, "project", "subscribe", "ops/web", "main"), "already subscribes")
 	mustContain(t, s.ok(t, "project", "show", "ops/web"), "caches:", "main")
 
+	// A deploy key: the public key alone on stdout, shown by project show.
+	code, deployKey, hint := gradientEnv(t, s.env(), "project", "deploy-key", "ops/web")
+	if code != exitOK || !strings.HasPrefix(deployKey, "ssh-ed25519 ") || strings.Count(deployKey, "\n") != 1 || !strings.Contains(hint, "deploy key") {
+		t.Fatalf("project deploy-key: exit %d, stdout %q, stderr %q", code, deployKey, hint)
+	}
+	mustContain(t, s.ok(t, "project", "show", "ops/web"), "deploy key:", strings.TrimSpace(deployKey))
+	mustContain(t, s.ok(t, "project", "deploy-key", "ops/web", "--delete"), "Deleted the deploy key of project ops/web")
+	s.fails(t, exitFail, "deploy key", "project", "deploy-key", "ops/web", "--delete")
+
 	// Registration: the token is printed once, with the peers-file line.
 	out = s.ok(t, "worker", "register", "--project", "ops/web", "--no-build")
 	mustContain(t, out, "shown only now", "peers file", "fetch,eval")

@@ -20,6 +20,12 @@ type projectInfo struct {
 	CreatedAt    time.Time `json:"created_at"`
 	Caches       []string  `json:"caches"`
 	GrantedTeams []string  `json:"granted_teams"`
+	DeployKey    string    `json:"deploy_key"`
+}
+
+type deployKeyInfo struct {
+	Project   string `json:"project"`
+	PublicKey string `json:"public_key"`
 }
 
 func (p projectInfo) fullName() string { return p.Team + "/" + p.Name }

@@ -12,6 +12,7 @@ import (
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/metrics"
+	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
@@ -54,18 +55,25 @@ type world struct {
 	cache   storage.Cache
 	repo    string
 	commit  string
+	secrets *sealbox.Box // seals deploy keys
+	ssh     string       // the workers' ssh program ("" = ssh)
 }
 
 func newWorld(t *testing.T, dbURL string, workers int) *world {
 	t.Helper()
 	db := testworld.Open(t, dbURL)
 	reg := metrics.NewRegistry()
-	sched := scheduler.New(db, scheduler.Config{Metrics: reg, Logger: slog.New(slog.DiscardHandler), Tick: 200 * time.Millisecond})
+	secrets, err := sealbox.New(sealbox.NewKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := scheduler.New(db, scheduler.Config{Metrics: reg, Logger: slog.New(slog.DiscardHandler), Tick: 200 * time.Millisecond,
+		DeployKeys: server.NewDeployKeys(db, secrets)})
 	if err := sched.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sched.Close)
-	w := &world{t: t, db: db, sched: sched}
+	w := &world{t: t, db: db, sched: sched, secrets: secrets}
 	w.url, w.httpURL = testworld.Serve(t, db, server.Config{Jobs: sched, Metrics: reg})
 	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": e2eFlake})
 	w.project, w.cache = testworld.Project(t, db, w.repo)
@@ -87,7 +95,7 @@ func (w *world) startWorkerWith(caps wire.GradientCapabilities) string {
 		ServerURL: w.url, WorkerID: id, Peers: peers,
 		Capabilities: caps, CPUCoreScore: 1,
 		Heartbeat: 2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Executor: &nixexec.Executor{Nix: nixtest.New(w.t), TempDir: w.t.TempDir(), Logger: slog.New(slog.DiscardHandler)},
+		Executor: &nixexec.Executor{Nix: nixtest.New(w.t), TempDir: w.t.TempDir(), Logger: slog.New(slog.DiscardHandler), SSH: w.ssh},
 		TempDir:  w.t.TempDir(),
 	})
 	return id
@@ -253,5 +261,50 @@ func TestSplitFetchAndEvaluate(t *testing.T) {
 	}
 	if ev.FlakeSource == "" {
 		t.Fatal("no fetched source recorded")
+	}
+}
+
+// TestPrivateRepositoryWithDeployKey: a repository reached over SSH is
+// fetched with the project's deploy key. The "ssh" here serves the
+// repository locally, as an SSH server would, and only to a caller
+// presenting an OpenSSH private key.
+func TestPrivateRepositoryWithDeployKey(t *testing.T) {
+	w := newWorld(t, storagetest.SQLiteURL(t), 0)
+	dir := t.TempDir()
+	w.ssh = filepath.Join(dir, "fake-ssh")
+	script := `#!/bin/bash
+key=""
+while [ $# -gt 1 ]; do
+  case "$1" in
+    -i) key="$2"; shift 2 ;;
+    -o) shift 2 ;;
+    *) shift ;;
+  esac
+done
+if [ -z "$key" ] || ! head -1 "$key" | grep -q 'BEGIN OPENSSH PRIVATE KEY'; then
+  echo "git@example.invalid: Permission denied (publickey)." >&2
+  exit 255
+fi
+exec bash -c "$1"
+`
+	if err := os.WriteFile(w.ssh, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w.startWorker()
+	w.repo = "ssh://git.example.invalid" + w.repo
+
+	// Without a deploy key the worker's own ssh cannot reach the host.
+	ev, _ := w.waitDone(w.evaluate("packages.x86_64-linux.greeting").ID)
+	if ev.Status != storage.EvaluationFailed || !strings.Contains(ev.Error, "Could not read from remote repository") {
+		t.Fatalf("evaluation without a deploy key: %s (%q), want a failed fetch", ev.Status, ev.Error)
+	}
+	srv := server.New(w.db, server.Config{DialKey: w.secrets, Logger: slog.New(slog.DiscardHandler)})
+	defer srv.Close()
+	if _, err := srv.GenerateDeployKey(t.Context(), w.project, "test"); err != nil {
+		t.Fatal(err)
+	}
+	ev, builds := w.waitDone(w.evaluate("packages.x86_64-linux.greeting").ID)
+	if ev.Status != storage.EvaluationSucceeded || len(builds) != 1 || builds[0].Status != storage.BuildSucceeded {
+		t.Fatalf("evaluation with the deploy key: %s (%q), builds %+v", ev.Status, ev.Error, builds)
 	}
 }

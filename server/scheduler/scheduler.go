@@ -44,6 +44,11 @@ type Config struct {
 	// 30 s). Negative retries at once.
 	RetryBackoff time.Duration
 	Logger       *slog.Logger
+	// DeployKeys opens projects' SSH deploy keys (server.DeployKeys),
+	// sent to the worker that fetches the project; nil sends none.
+	DeployKeys interface {
+		Private(ctx context.Context, projectID string) ([]byte, error)
+	}
 	// Metrics receives the job loop's series (normally the server's
 	// registry, Server.Metrics); nil keeps them private.
 	Metrics *metrics.Registry
@@ -476,6 +481,9 @@ func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wi
 		s.m.readyToAssign.Observe(time.Since(job.ReadyAt).Seconds())
 		m := s.assignJob(job, id, fetchOnly)
 		s.log.Info("assigned job", "job", job.JobID, "kind", job.Kind, "worker", w.WorkerID, "assignment", id, "what", describe(job), "steps", steps(m))
+		if cred := s.credential(ctx, job, m); cred != nil {
+			w.Send(cred) // just before the AssignJob that needs it
+		}
 		if err := w.Send(m); err != nil {
 			// The session is going; SessionEnded re-queues the job.
 			s.log.Debug("sending AssignJob failed", "job", job.JobID, "error", err)
@@ -638,6 +646,26 @@ func limit(own *uint64, def uint64) *uint64 {
 		return nil
 	}
 	return &v
+}
+
+// credential is the project's deploy key for an AssignJob with a fetch
+// step (JOBS.md §5.2), or nil: no fetch, no key, or the key does not open
+// (then the fetch of a private repository fails on the worker, and the
+// log here says why).
+func (s *Scheduler) credential(ctx context.Context, job *storage.PendingJob, m *wire.AssignJob) *wire.Credential {
+	flake, ok := m.Job.(*wire.FlakeJob)
+	if !ok || s.cfg.DeployKeys == nil || !slices.Contains(flake.Steps, wire.FlakeStepFetchFlake) {
+		return nil
+	}
+	key, err := s.cfg.DeployKeys.Private(ctx, job.ProjectID)
+	if err != nil {
+		s.log.Warn("the project's deploy key is not sent with its fetch", "job", job.JobID, "project", job.ProjectID, "error", err)
+		return nil
+	}
+	if key == nil {
+		return nil
+	}
+	return &wire.Credential{Kind: wire.CredentialSSHKey, Data: key}
 }
 
 // steps names the steps of an assigned flake job, for the log.

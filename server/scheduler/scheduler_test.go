@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/internal/testworld"
+	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
@@ -26,6 +27,7 @@ type loopEnv struct {
 	sched   *scheduler.Scheduler
 	project string
 	cache   string
+	secrets *sealbox.Box // the server key sealing deploy keys
 }
 
 func newLoopEnv(t *testing.T, dbURL string, cfg scheduler.Config) *loopEnv {
@@ -36,12 +38,17 @@ func newLoopEnv(t *testing.T, dbURL string, cfg scheduler.Config) *loopEnv {
 		cfg.Tick = time.Hour // passes only when a test asks
 	}
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	secrets, err := sealbox.New(sealbox.NewKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DeployKeys = server.NewDeployKeys(db, secrets)
 	sched := scheduler.New(db, cfg)
 	if err := sched.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sched.Close)
-	return &loopEnv{t: t, db: db, sched: sched, project: project.ID, cache: cache.ID}
+	return &loopEnv{t: t, db: db, sched: sched, project: project.ID, cache: cache.ID, secrets: secrets}
 }
 
 // testWorker is a session as the job loop sees it, with what it was sent.
@@ -747,5 +754,47 @@ func TestDrainingWorkerGetsNoJobs(t *testing.T) {
 	other.send(&wire.RequestJob{Kind: wire.JobKindBuild})
 	if got := other.mustAssigned("the build").Job.(*wire.BuildJob).Builds[0].BuildID; got != e.build(ev.ID).ID {
 		t.Fatalf("assigned build %s", got)
+	}
+}
+
+// A project's deploy key reaches the worker that fetches it, in a
+// Credential right before the AssignJob (JOBS.md §5.2), and no other.
+func TestDeployKeyGoesWithTheFetch(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	srv := server.New(e.db, server.Config{DialKey: e.secrets, Logger: slog.New(slog.DiscardHandler)})
+	defer srv.Close()
+	project, err := e.db.Project(t.Context(), e.project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.GenerateDeployKey(t.Context(), project, "test"); err != nil {
+		t.Fatal(err)
+	}
+	private, err := server.NewDeployKeys(e.db, e.secrets).Private(t.Context(), e.project)
+	if err != nil || len(private) == 0 {
+		t.Fatalf("private key %q, %v", private, err)
+	}
+	if _, err := e.sched.StartEvaluation(t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "ssh://git@example.invalid/p.git", Commit: "abc"}); err != nil {
+		t.Fatal(err)
+	}
+	evaluator := e.worker([]string{e.project}, wire.GradientCapabilities{Eval: true}, nil)
+	evaluator.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	fetcher := e.worker([]string{e.project}, wire.GradientCapabilities{Fetch: true}, nil)
+	fetcher.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+	cred, ok := (<-fetcher.sent).(*wire.Credential)
+	if !ok || cred.Kind != wire.CredentialSSHKey || string(cred.Data) != string(private) {
+		t.Fatalf("first message to the fetching worker %+v, want Credential SshKey with the project's key", cred)
+	}
+	a, ok := (<-fetcher.sent).(*wire.AssignJob)
+	if !ok {
+		t.Fatal("no AssignJob after the Credential")
+	}
+	source := "/nix/store/00000000000000000000000000000src-source"
+	fetcher.send(&wire.JobUpdate{JobID: a.JobID, AssignmentID: a.AssignmentID, Update: &wire.JobUpdateFetchResult{FlakeSource: &source}})
+	fetcher.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+	for len(evaluator.sent) > 0 {
+		if c, ok := (<-evaluator.sent).(*wire.Credential); ok {
+			t.Fatalf("the evaluating worker, which does not fetch, got the deploy key %+v", c.Kind)
+		}
 	}
 }
