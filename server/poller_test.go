@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
@@ -272,37 +273,16 @@ func TestPollerNeedsEvaluationControl(t *testing.T) {
 	}
 }
 
-// A project's deploy key opens its SSH repository to the branch poll. The
-// "ssh" here serves the repository locally, as an SSH server would, and
-// only to a caller presenting an OpenSSH private key.
+// A project's deploy key opens its SSH repository to the branch poll
+// (the "ssh" serves it only to a caller presenting an OpenSSH key).
 func TestPollerUsesDeployKey(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	fakeSSH, used := filepath.Join(dir, "fake-ssh"), filepath.Join(dir, "keys-used")
-	script := `#!/bin/bash
-key=""
-while [ $# -gt 1 ]; do
-  case "$1" in
-    -i) key="$2"; shift 2 ;;
-    -o) shift 2 ;;
-    *) shift ;;
-  esac
-done
-if [ -z "$key" ] || ! head -1 "$key" | grep -q 'BEGIN OPENSSH PRIVATE KEY'; then
-  echo "git@example.invalid: Permission denied (publickey)." >&2
-  exit 255
-fi
-echo "$key" >> ` + used + `
-exec bash -c "$1"
-`
-	if err := os.WriteFile(fakeSSH, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	host := nixtest.NewSSHHost(t)
 	box, err := sealbox.New(sealbox.NewKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, _ := newEvalEnv(t, Config{SSH: fakeSSH, DialKey: box})
+	e, _ := newEvalEnv(t, Config{SSH: host.Program, DialKey: box})
 	repo := newGitRepo(t)
 	head := repo.commit("first")
 	p := newProjectAt(t, e.db, "ops", "private", "ssh://git.example.invalid"+repo.dir, "main")
@@ -319,7 +299,7 @@ exec bash -c "$1"
 	if len(started) != 1 || started[0].ProjectID != p.ID || started[0].Commit != head {
 		t.Fatalf("a poll with the deploy key started %+v", started)
 	}
-	keyFiles, err := os.ReadFile(used)
+	keyFiles, err := os.ReadFile(host.KeysUsed)
 	if err != nil {
 		t.Fatal(err)
 	}

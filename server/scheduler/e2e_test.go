@@ -265,31 +265,11 @@ func TestSplitFetchAndEvaluate(t *testing.T) {
 }
 
 // TestPrivateRepositoryWithDeployKey: a repository reached over SSH is
-// fetched with the project's deploy key. The "ssh" here serves the
-// repository locally, as an SSH server would, and only to a caller
-// presenting an OpenSSH private key.
+// fetched with the project's deploy key (the workers' "ssh" serves it
+// only to a caller presenting an OpenSSH key).
 func TestPrivateRepositoryWithDeployKey(t *testing.T) {
 	w := newWorld(t, storagetest.SQLiteURL(t), 0)
-	dir := t.TempDir()
-	w.ssh = filepath.Join(dir, "fake-ssh")
-	script := `#!/bin/bash
-key=""
-while [ $# -gt 1 ]; do
-  case "$1" in
-    -i) key="$2"; shift 2 ;;
-    -o) shift 2 ;;
-    *) shift ;;
-  esac
-done
-if [ -z "$key" ] || ! head -1 "$key" | grep -q 'BEGIN OPENSSH PRIVATE KEY'; then
-  echo "git@example.invalid: Permission denied (publickey)." >&2
-  exit 255
-fi
-exec bash -c "$1"
-`
-	if err := os.WriteFile(w.ssh, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	w.ssh = nixtest.NewSSHHost(t).Program
 	w.startWorker()
 	w.repo = "ssh://git.example.invalid" + w.repo
 
