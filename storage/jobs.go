@@ -245,9 +245,9 @@ type PendingJob struct {
 	IsFixedOutput    bool
 	PreferLocalBuild bool
 	// RequiredPaths are the outputs of the derivation's direct input
-	// derivations, by path: not read with the job, but by
-	// FillRequiredPaths (only offers need them, an idle worker's
-	// assignment does not).
+	// derivations, by path: not read with the job (nil) but by
+	// FillRequiredPaths, since only offers need them, an idle worker's
+	// assignment does not.
 	RequiredPaths []RequiredPath
 }
 

@@ -38,7 +38,8 @@ const requiredOutputsQuery = `SELECT b.id, d.outputs FROM builds b
 		WHERE x.evaluation_id = e.evaluation_id AND x.drv_path = e.dependency_drv_path)`
 
 // FillRequiredPaths sets RequiredPaths of the build jobs among jobs
-// (JobID, Kind, BuildID and ProjectID are what it reads).
+// (JobID, Kind, BuildID and ProjectID are what it reads); a build without
+// inputs gets an empty, non-nil slice.
 func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 	project := map[string]string{} // by build ID
 	var ids []string
@@ -61,7 +62,7 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 		var x row
 		return x, r.Scan(&x.buildID, &x.outputs)
 	})
-	if err != nil || len(rows) == 0 {
+	if err != nil {
 		return err
 	}
 	required := map[string][]RequiredPath{} // by build ID
@@ -105,6 +106,9 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 	for i := range jobs {
 		if j := &jobs[i]; j.Kind == JobBuild {
 			j.RequiredPaths = slices.Clone(required[j.BuildID])
+			if j.RequiredPaths == nil {
+				j.RequiredPaths = []RequiredPath{} // read: none
+			}
 		}
 	}
 	return nil

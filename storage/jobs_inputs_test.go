@@ -93,7 +93,7 @@ func TestPendingJobsRequiredPaths(t *testing.T) {
 			switch {
 			case j.JobID == app.JobID && !slices.Equal(j.RequiredPaths, want):
 				t.Fatalf("app requires %+v\nwant %+v", j.RequiredPaths, want)
-			case j.JobID != app.JobID && j.RequiredPaths != nil:
+			case j.JobID != app.JobID && len(j.RequiredPaths) != 0:
 				t.Fatalf("%s %s requires %+v, want nothing", j.Kind, j.DrvPath, j.RequiredPaths)
 			}
 		}

@@ -228,8 +228,29 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.db.FillRequiredPaths(ctx, jobs); err != nil {
-		return err
+	// A job's inputs do not change while it waits: the queue's copy
+	// serves, and only jobs new to it are read.
+	var unread []int
+	s.mu.Lock()
+	for i := range jobs {
+		if old := s.queue.get(jobs[i].JobID); old != nil && old.RequiredPaths != nil {
+			jobs[i].RequiredPaths = old.RequiredPaths
+		} else if jobs[i].Kind == storage.JobBuild {
+			unread = append(unread, i)
+		}
+	}
+	s.mu.Unlock()
+	if len(unread) > 0 {
+		read := make([]storage.PendingJob, len(unread))
+		for k, i := range unread {
+			read[k] = jobs[i]
+		}
+		if err := s.db.FillRequiredPaths(ctx, read); err != nil {
+			return err
+		}
+		for k, i := range unread {
+			jobs[i].RequiredPaths = read[k].RequiredPaths
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -629,6 +629,23 @@ func TestCandidatesNameRequiredPaths(t *testing.T) {
 		t.Fatalf("job list %+v", page)
 	}
 	check("JobListChunk", page.Candidates[0])
+	// The queue is read again (a new evaluation): the paths stay.
+	if _, err := e.sched.StartEvaluation(t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "https://example.invalid/p.git", Commit: "def"}); err != nil {
+		t.Fatal(err)
+	}
+	for len(w.sent) > 0 {
+		<-w.sent
+	}
+	w.send(&wire.RequestJobList{})
+	page, ok = (<-w.sent).(*wire.JobListChunk)
+	if !ok || len(page.Candidates) != 2 {
+		t.Fatalf("job list after the reload %+v, want the build and the new flake job", page)
+	}
+	for _, c := range page.Candidates {
+		if len(c.DrvPaths) == 1 {
+			check("JobListChunk after a reload", c)
+		}
+	}
 }
 
 // Flake-job splitting (JOBS.md §6): while a worker that may evaluate but
