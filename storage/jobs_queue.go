@@ -197,6 +197,51 @@ func (db *DB) ReleaseAssignment(ctx context.Context, assignmentID, outcome strin
 	})
 }
 
+// ReleaseLostAssignment closes the open assignment of a worker whose
+// session ended without a report (disconnect, heartbeat timeout) and
+// returns the job to the pending pool in its place, the attempt not
+// counted, as ReleaseAssignment does. The job's lost-worker count grows;
+// at maxLost in a row the job fails for good instead (permanent failure,
+// cascading as FailJob), and failed is true. An assignment closed
+// already is left as it is, without error.
+func (db *DB) ReleaseLostAssignment(ctx context.Context, assignmentID string, maxLost int) (failed bool, err error) {
+	assignmentID, err = canonicalUUID("assignment ID", assignmentID)
+	if err != nil {
+		return false, err
+	}
+	maxLost = max(maxLost, 1)
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+		failed = false
+		if err := db.lazyCommit(ctx, tx); err != nil {
+			return err
+		}
+		jobID, err := db.closeAssignment(ctx, tx, assignmentID, OutcomeWorkerLost)
+		if errors.Is(err, ErrConflict) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var lost int
+		err = db.txRow(ctx, tx, `UPDATE jobs SET lost_workers = lost_workers + 1
+			WHERE id = $1 AND status = 'assigned' RETURNING lost_workers`, jobID).Scan(&lost)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // not running any more (cancelled meanwhile)
+		}
+		if err != nil {
+			return err
+		}
+		if lost < maxLost {
+			_, _, _, err = db.requeue(ctx, tx, jobID, true, nil, nil)
+			return err
+		}
+		failed = true
+		return db.failJob(ctx, tx, jobID, FailurePermanent,
+			fmt.Sprintf("%d workers in a row were lost while running it (does it crash or exhaust the worker?)", lost))
+	})
+	return failed, err
+}
+
 // RecoverInterruptedWork runs at server start, before any session: it
 // closes every open assignment ("server restarted"), makes every assigned
 // job pending again without counting its attempt, every building build
@@ -807,6 +852,10 @@ func (db *DB) FailJob(ctx context.Context, assignmentID string, kind FailureKind
 		}
 		if status != JobAssigned {
 			return conflict("job %s is %s, not assigned", jobID, status)
+		}
+		// A report: its worker survived the job.
+		if _, err := db.txExec(ctx, tx, `UPDATE jobs SET lost_workers = 0 WHERE id = $1 AND lost_workers > 0`, jobID); err != nil {
+			return err
 		}
 		failure := &jobFailure{kind: kind, message: message}
 		requeue := kind == FailureAborted || kind == FailureCanceled

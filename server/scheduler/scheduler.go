@@ -30,6 +30,10 @@ type Config struct {
 	// MaxAttempts bounds the runs of a job failing with a retryable kind
 	// (build.maxAttempts, 3).
 	MaxAttempts int
+	// MaxLostWorkers fails a job for good once this many sessions in a
+	// row ended while running it without a report (10, JOBS.md §12.4): a
+	// build that crashes its worker does not go round the pool for ever.
+	MaxLostWorkers int
 	// DefaultTimeoutSecs and DefaultMaxSilentSecs apply to derivations
 	// without their own timeout / maxSilent (build.defaultTimeoutSecs
 	// 14400, build.defaultMaxSilentSecs 3600). A resulting 0 means no
@@ -57,6 +61,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 3
+	}
+	if c.MaxLostWorkers <= 0 {
+		c.MaxLostWorkers = 10
 	}
 	if c.DefaultTimeoutSecs == 0 {
 		c.DefaultTimeoutSecs = 14400
@@ -337,8 +344,18 @@ func (s *Scheduler) SessionEnded(w *server.LiveWorker, reason string) {
 	ctx := s.ctx
 	ids := make([]string, 0, len(lost))
 	for _, a := range lost {
-		if err := s.db.ReleaseAssignment(ctx, a.id, storage.OutcomeWorkerLost); err != nil {
+		failed, err := s.db.ReleaseLostAssignment(ctx, a.id, s.cfg.MaxLostWorkers)
+		if err != nil {
 			s.log.Warn("re-queueing a lost worker's job failed", "job", a.job.JobID, "error", err)
+			continue
+		}
+		if failed {
+			s.m.finished.Inc("lost")
+			s.log.Warn("job failed: too many workers were lost while running it", "job", a.job.JobID, "what", describe(a.job),
+				"lost_workers", s.cfg.MaxLostWorkers, "worker", w.WorkerID)
+			if a.job.Kind == storage.JobBuild && s.importsPending(a.job.EvaluationID) {
+				s.answerImports(ctx, a.job.EvaluationID)
+			}
 			continue
 		}
 		ids = append(ids, a.job.JobID)

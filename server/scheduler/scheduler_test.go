@@ -265,6 +265,29 @@ func TestLostSessionRequeuesItsJobs(t *testing.T) {
 	}
 }
 
+// A build that every worker running it loses (a crash, OOM of the worker)
+// fails for good after MaxLostWorkers sessions in a row, instead of
+// taking down the pool one worker after another.
+func TestJobFailsAfterTooManyLostWorkers(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{MaxLostWorkers: 3})
+	ev := e.evaluate(leaf("crasher"))
+	for i := range 3 {
+		w := e.worker([]string{e.project}, allCaps, x86)
+		w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+		w.mustAssigned(fmt.Sprintf("worker %d", i+1))
+		e.sched.SessionEnded(w.live, "connection lost")
+	}
+	got := e.build(ev.ID)
+	if got.Status != storage.BuildFailed || !strings.Contains(got.Error, "workers in a row were lost") {
+		t.Fatalf("build after 3 lost workers: %s (%q), want failed naming the lost workers", got.Status, got.Error)
+	}
+	next := e.worker([]string{e.project}, allCaps, x86)
+	next.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	if a := next.assigned(); a != nil {
+		t.Fatalf("the failed build was assigned again: %+v", a.Job)
+	}
+}
+
 func TestTransientFailuresRetryWithBackoffThenFail(t *testing.T) {
 	fail := func(w *testWorker, a *wire.AssignJob) {
 		w.send(&wire.JobFailed{JobID: a.JobID, AssignmentID: a.AssignmentID, Kind: wire.FailureTransient, Error: "daemon went away", MissingPaths: []string{}})
