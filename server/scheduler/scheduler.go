@@ -543,16 +543,17 @@ func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) (job *storage.
 	e := newEligibility(w)
 	now := time.Now()
 	var best *storage.PendingJob
-	bestRank, seen := 3, 0
+	var bestRank jobRank
+	seen := 0
 	s.queue.each(func(sample *storage.PendingJob) bool { return e.may(sample, kind) }, func(job *storage.PendingJob) bool {
 		if s.backingOff(job, now) {
 			return true
 		}
-		if r := rank(ws.scores, job.JobID); r < bestRank {
+		if r := rank(ws.scores, job.JobID); best == nil || r.better(bestRank) {
 			best, bestRank = job, r
 		}
 		seen++
-		return bestRank > 0 && seen < scoreWindow
+		return bestRank.class > 0 && seen < scoreWindow
 	})
 	if best == nil {
 		return nil, false
@@ -594,19 +595,37 @@ func (s *Scheduler) splitFetch(job *storage.PendingJob, taker eligibility, sessi
 // holds, few enough to keep the queue's order.
 const scoreWindow = 32
 
-// rank orders jobs for one worker by its scores: outputs already present
-// (upload only), then nothing to download, then the rest (or unscored).
-func rank(scores map[string]wire.CandidateScore, jobID string) int {
+// jobRank orders jobs for one worker by its scores: outputs already
+// present (upload only), then nothing to download, then the least to
+// download (missing NAR bytes, then paths); unscored jobs last. Ties keep
+// the queue's order (oldest ready first).
+type jobRank struct {
+	class          int
+	missingBytes   uint64
+	missingEntries uint64
+}
+
+func (r jobRank) better(than jobRank) bool {
+	if r.class != than.class {
+		return r.class < than.class
+	}
+	if r.missingBytes != than.missingBytes {
+		return r.missingBytes < than.missingBytes
+	}
+	return r.missingEntries < than.missingEntries
+}
+
+func rank(scores map[string]wire.CandidateScore, jobID string) jobRank {
 	sc, ok := scores[jobID]
 	switch {
 	case !ok:
-		return 2
+		return jobRank{class: 3}
 	case sc.OutputsPresent:
-		return 0
+		return jobRank{class: 0}
 	case sc.MissingCount == 0:
-		return 1
+		return jobRank{class: 1}
 	}
-	return 2
+	return jobRank{class: 2, missingBytes: sc.MissingNarSize, missingEntries: uint64(sc.MissingCount)}
 }
 
 // keepScores records a worker's scores.

@@ -393,6 +393,39 @@ func TestOffersAndScores(t *testing.T) {
 	}
 }
 
+// Among jobs the worker must download inputs for, the one with the least
+// to download goes first; jobs it did not score come after the scored
+// ones, in queue order.
+func TestScoresPreferTheSmallestDownload(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	w := e.worker([]string{e.project}, allCaps, x86)
+	e.evaluate(leaf("old"), leaf("big"), leaf("small"))
+	ids := map[string]string{}
+	for len(w.sent) > 0 {
+		if o, ok := (<-w.sent).(*wire.JobOffer); ok {
+			for _, c := range o.Candidates {
+				if len(c.DrvPaths) == 1 { // not the flake job
+					ids[c.DrvPaths[0]] = c.JobID
+				}
+			}
+		}
+	}
+	w.send(&wire.RequestJobChunk{Scores: []wire.CandidateScore{
+		{JobID: ids[drv("big")], MissingCount: 1, MissingNarSize: 1 << 30},
+		{JobID: ids[drv("small")], MissingCount: 3, MissingNarSize: 1 << 10},
+	}, IsFinal: true})
+	var order []string
+	for range 3 {
+		w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+		a := w.mustAssigned("build")
+		order = append(order, a.Job.(*wire.BuildJob).Builds[0].DrvPath)
+		w.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+	}
+	if want := []string{drv("small"), drv("big"), drv("old")}; !slices.Equal(order, want) {
+		t.Fatalf("assigned %v, want %v", order, want)
+	}
+}
+
 // Import from derivation: the evaluating worker's ImportRequest gets the
 // asked-for derivation (and its input) built while the evaluation runs,
 // then ImportResult Completed; a failure answers Failed; a derivation the
