@@ -360,7 +360,7 @@ func (db *DB) CreateEvaluation(ctx context.Context, in NewEvaluation) (Evaluatio
 		ID: NewID(), ProjectID: projectID, RepositoryURL: in.RepositoryURL, Commit: in.Commit,
 		Wildcards: append([]string{}, in.Wildcards...), Status: EvaluationQueued,
 	}
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+	err = db.durableJobTx(ctx, func(tx *sql.Tx) error {
 		// Creation times are strictly increasing per project, so the
 		// latest evaluation is well defined.
 		var last sql.NullInt64

@@ -952,7 +952,7 @@ func (db *DB) CancelEvaluation(ctx context.Context, evalID string) ([]OpenAssign
 		return nil, err
 	}
 	var open []OpenAssignment
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+	err = db.durableJobTx(ctx, func(tx *sql.Tx) error {
 		open = nil
 		var status EvaluationStatus
 		err := tx.QueryRowContext(ctx,

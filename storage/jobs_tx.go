@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -81,6 +82,45 @@ func (db *DB) txRow(ctx context.Context, tx *sql.Tx, query string, args ...any) 
 	return txRow{row: st.QueryRowContext(ctx, args...)}
 }
 
+// durableJobTx is jobTx for the writes that create or drop queued work
+// (an evaluation and its flake job, a cancel): committed, they survive a
+// power loss. PostgreSQL commits so by default. SQLite connections run
+// with synchronous=NORMAL, which in WAL mode survives a crash of the
+// process but may lose the last commits to one of the machine; the
+// transaction runs on a connection switched to FULL for it.
+func (db *DB) durableJobTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if db.engine != EngineSQLite {
+		return db.jobTx(ctx, fn)
+	}
+	conn, err := db.sql.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = FULL`); err != nil {
+		return err
+	}
+	defer func() {
+		// Back to the pool's setting; should this fail, the connection
+		// only stays slower.
+		conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`)
+	}()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+			return errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
+		}
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
 // lazyCommit lets a PostgreSQL transaction commit without waiting for its
 // WAL flush (synchronous_commit off, for this transaction only). Used for
 // the hot state changes of running work (claim, complete, fail, release):
@@ -88,8 +128,8 @@ func (db *DB) txRow(ctx context.Context, tx *sql.Tx, query string, args ...any) 
 // in order, so what survives is a consistent earlier state, and
 // RecoverInterruptedWork turns its open assignments back into pending
 // jobs. Creating evaluations (the queued work itself) and cancelling them
-// stay synchronous. SQLite runs with synchronous=NORMAL in WAL mode, which
-// already trades the same durability for speed.
+// stay synchronous (durableJobTx). SQLite runs with synchronous=NORMAL in
+// WAL mode, which already trades the same durability for speed.
 func (db *DB) lazyCommit(ctx context.Context, tx *sql.Tx) error {
 	if db.engine != EnginePostgres {
 		return nil
