@@ -86,6 +86,9 @@ type CacheClient struct {
 	// PullIdleTimeout fails a NAR pull that received nothing for this
 	// long (0 means PullIdleTimeout).
 	PullIdleTimeout time.Duration
+	// Moved, when set, counts the NAR bytes of pulls (download) and
+	// uploads as they pass; it must not block.
+	Moved func(download bool, n int)
 
 	queryPrefix string
 	querySeq    atomic.Uint64
@@ -515,6 +518,9 @@ func (c *CacheClient) relay(ctx context.Context, id uint64, p *packedNar, from u
 		// Send encodes synchronously, so buf can be reused at once.
 		if err := c.send(&wire.UploadChunk{RequestID: id, Data: buf[:n], Offset: off}); err != nil {
 			return nil, err
+		}
+		if c.Moved != nil {
+			c.Moved(false, n)
 		}
 		off += uint64(n)
 	}

@@ -104,6 +104,12 @@ func TestCacheClientAgainstServer(t *testing.T) {
 	nar := append(randomNar(1300<<10), bytes.Repeat([]byte("nix "), 4<<20)...)
 	path, ref := randomStorePath("hello"), randomStorePath("dep")
 	deriver := randomStorePath("hello.drv")
+	var uploaded atomic.Int64
+	client.Moved = func(download bool, n int) {
+		if !download {
+			uploaded.Add(int64(n))
+		}
+	}
 	if err := client.Upload(ctx, "job", path, bytes.NewReader(nar), UploadMeta{References: []string{ref}, Deriver: deriver}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +126,9 @@ func TestCacheClientAgainstServer(t *testing.T) {
 		t.Fatalf("pull reply: %+v", got)
 	}
 	e := got[0]
+	if uploaded.Load() != int64(*e.FileSize) {
+		t.Fatalf("Moved counted %d uploaded bytes, want the compressed NAR's %d", uploaded.Load(), *e.FileSize)
+	}
 	if *e.NarSize != uint64(len(nar)) || *e.NarHash != sha256Nix(nar) || *e.FileSize == 0 || *e.FileSize >= uint64(len(nar)) ||
 		e.References == nil || len(*e.References) != 1 || (*e.References)[0] != ref || e.Deriver == nil || *e.Deriver != deriver {
 		t.Fatalf("pull entry: %+v", e)

@@ -221,6 +221,9 @@ func (c *CacheClient) handlePull(jobID, path string, m wire.ServerMessage) bool 
 		}
 		p.hash.Write(m.Data)
 		p.received += uint64(len(m.Data))
+		if c.Moved != nil {
+			c.Moved(true, len(m.Data))
+		}
 		if m.IsFinal {
 			if p.total != 0 && p.received != p.total {
 				p.fail(fmt.Errorf("stream ended at %d of %d bytes", p.received, p.total))

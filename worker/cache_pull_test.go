@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"os"
+	"sync/atomic"
 	"testing"
 
 	"gradient.dev/gradient/wire"
@@ -14,6 +15,12 @@ import (
 func TestPullHashesWhatItWrote(t *testing.T) {
 	sent := make(chan wire.ClientMessage, 16)
 	c := NewCacheClient(func(m wire.ClientMessage) error { sent <- m; return nil })
+	var moved atomic.Int64 // what Moved counted, in bytes received
+	c.Moved = func(download bool, n int) {
+		if download {
+			moved.Add(int64(n))
+		}
+	}
 	const path = "/nix/store/00000000000000000000000000000000-x"
 	type result struct {
 		files map[string]PulledNar
@@ -50,5 +57,8 @@ func TestPullHashesWhatItWrote(t *testing.T) {
 	}
 	if want := sha256Nix([]byte("abcdef")); r.files[path].FileHash != want {
 		t.Fatalf("file hash %s, want %s (of the bytes in the file)", r.files[path].FileHash, want)
+	}
+	if moved.Load() != 8 {
+		t.Fatalf("Moved counted %d bytes, want the 8 received (4 of them twice)", moved.Load())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/wire"
 )
@@ -60,6 +61,8 @@ type Config struct {
 	FlushTimeout     time.Duration // 10 s for queued messages at close
 
 	Logger *slog.Logger
+	// Metrics receives the worker's series; nil keeps them private.
+	Metrics *metrics.Registry
 }
 
 func (c *Config) setDefaults() {

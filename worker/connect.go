@@ -16,6 +16,9 @@ func (w *Worker) dialLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if end == endFailed {
+			w.m.connectFailures.Inc()
+		}
 		if end == endServed {
 			bo.reset()
 		}
@@ -59,6 +62,7 @@ func (w *Worker) serve(ctx context.Context, c *session.Conn, est *session.Establ
 		AckTimeout: w.cfg.AckTimeout, PingInterval: w.cfg.PingInterval, DrainTimeout: w.cfg.FlushTimeout, Logger: w.log,
 	})
 	ls := newLiveSession(w, sess, session.NewWorkerAuth(est, tokens))
+	w.m.sessions.Inc()
 	w.addLive(ls)
 	defer w.removeLive(ls)
 	// A peers change between the handshake and addLive would be missed.

@@ -54,6 +54,9 @@ func (ls *liveSession) runJob(j *runningJob) {
 	idleAfterDrain := ls.drained && len(ls.jobs) == 0
 	ls.mu.Unlock()
 	ls.w.slots.release(a.Kind)
+	kind := kindLabel(a.Kind)
+	ls.w.m.jobsRunning.Add(-1, kind)
+	ls.w.m.jobSeconds.Add(time.Since(j.started).Seconds(), kind)
 
 	elapsed := uint64(time.Since(j.started).Milliseconds())
 	aid := j.currentAssignmentID()
@@ -62,17 +65,20 @@ func (ls *liveSession) runJob(j *runningJob) {
 	case errors.Is(cause, errSessionLost):
 		// Nobody to report to: the server re-queues the job.
 		log.Info("job cancelled: session lost")
+		ls.w.m.jobsFinished.Inc(kind, "session lost")
 	case err == nil:
 		log.Info("job completed", "elapsed_ms", elapsed)
+		ls.w.m.jobsFinished.Inc(kind, "completed")
 		ls.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: aid, Spans: []wire.JobPhaseSpan{}, ElapsedMS: elapsed})
 	default:
-		kind, missing := failureKind(cause, err)
+		failure, missing := failureKind(cause, err)
 		msg := err.Error()
 		if cause != nil {
 			msg = cause.Error()
 		}
-		log.Info("job failed", "kind", kind, "error", msg, "elapsed_ms", elapsed)
-		ls.send(&wire.JobFailed{JobID: a.JobID, AssignmentID: aid, Error: msg, Kind: kind,
+		log.Info("job failed", "kind", failure, "error", msg, "elapsed_ms", elapsed)
+		ls.w.m.jobsFinished.Inc(kind, failureLabel(failure))
+		ls.send(&wire.JobFailed{JobID: a.JobID, AssignmentID: aid, Error: msg, Kind: failure,
 			MissingPaths: nonNil(missing), Spans: []wire.JobPhaseSpan{}, ElapsedMS: elapsed})
 	}
 	if idleAfterDrain {

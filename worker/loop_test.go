@@ -2,9 +2,11 @@ package worker
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/wire"
 )
 
@@ -64,6 +66,7 @@ func TestAssignAbortAndCapacity(t *testing.T) {
 	exec := newBlockingExecutor()
 	cfg := testConfig(t, f.url, exec)
 	cfg.Capabilities.Eval, cfg.Capabilities.Fetch = false, false
+	cfg.Metrics = metrics.NewRegistry()
 	startWorker(t, cfg)
 	c := f.accept()
 	expect[*wire.RequestJobList](t, c)
@@ -76,6 +79,7 @@ func TestAssignAbortAndCapacity(t *testing.T) {
 		t.Fatalf("update %+v", u)
 	}
 	recvChan(t, "the job to start", exec.started)
+	wantMetrics(t, cfg.Metrics, `gradient_worker_jobs_running{kind="build"} 1`, "gradient_worker_connected 1")
 
 	// The one build slot is taken; flake jobs are not enabled.
 	c.send(t, buildJob("build:2", "a2"))
@@ -110,6 +114,22 @@ func TestAssignAbortAndCapacity(t *testing.T) {
 	}
 	if failed.JobID != "build:1" || failed.AssignmentID != "a4" || failed.Kind != wire.FailureAborted || failed.Error != "aborted by server" {
 		t.Fatalf("JobFailed %+v", failed)
+	}
+	wantMetrics(t, cfg.Metrics, `gradient_worker_jobs_running{kind="build"} 0`,
+		`gradient_worker_jobs_finished_total{kind="build",outcome="aborted"} 1`)
+}
+
+// wantMetrics requires each line in the registry's text form.
+func wantMetrics(t *testing.T, r *metrics.Registry, lines ...string) {
+	t.Helper()
+	var b strings.Builder
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range lines {
+		if !strings.Contains(b.String(), line+"\n") {
+			t.Fatalf("metrics lack %q:\n%s", line, b.String())
+		}
 	}
 }
 

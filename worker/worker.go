@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 
+	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/wire"
 )
 
@@ -19,6 +20,7 @@ type Worker struct {
 	cfg   Config
 	log   *slog.Logger
 	slots *slots
+	m     *workerMetrics
 	cpu   cpuSampler
 	hw    wire.WorkerCapabilities
 
@@ -53,6 +55,10 @@ func New(cfg Config) (*Worker, error) {
 		slots: newSlots(cfg.MaxEvals, cfg.MaxBuilds),
 		live:  map[*liveSession]struct{}{},
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewRegistry()
+	}
+	w.m = newWorkerMetrics(cfg.Metrics, w)
 	w.tokens = LoadPeers(cfg.PeersFile, cfg.Peers, w.log)
 	w.hw = w.hostCapabilities()
 	w.cpu.usagePct() // the first sample is the baseline of the first heartbeat

@@ -10,10 +10,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
@@ -62,11 +66,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Warn("cannot clear GC roots left by an earlier run", "dir", executor.GCRootsDir, "error", err)
 	}
 	cfg.Executor = executor
+	cfg.Metrics = metrics.NewRegistry()
 	w, err := worker.New(cfg)
 	if err != nil {
 		return err
 	}
+	if opts.MetricsAddr != "" {
+		stop, err := serveMetrics(opts.MetricsAddr, cfg.Metrics, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return w.Run(ctx)
+}
+
+// serveMetrics serves the worker's series at http://addr/metrics until
+// stop is called.
+func serveMetrics(addr string, reg *metrics.Registry, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", reg.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go srv.Serve(ln)
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() { srv.Close() }, nil
 }
 
 // detectSystemFeatures reads the system features the local Nix is

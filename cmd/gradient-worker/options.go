@@ -23,6 +23,8 @@ type options struct {
 	NixBin     string
 	SSHBin     string
 	GCRootsDir string
+	// MetricsAddr serves /metrics when set.
+	MetricsAddr string
 	// Build log limits; 0 is unlimited.
 	LogBurstPerMin, LogSustainedPerHour int64
 	BuildCores                          int
@@ -82,6 +84,7 @@ var (
 	logBurstSetting      = workerSetting("log-burst-bytes-per-min", "8388608", "build log bytes one build may send per minute before its log is cut; 0 is unlimited")
 	logSustainedSetting  = workerSetting("log-sustained-bytes-per-hour", "67108864", "build log bytes one build may send per hour before its log is cut; 0 is unlimited")
 	maxCoresSetting      = workerSetting("build-max-cores", "0", "cores per build passed to Nix (--cores); 0 uses Nix's setting")
+	metricsAddrSetting   = workerSetting("metrics-addr", "", "host:port serving Prometheus metrics at /metrics; empty disables")
 	logLevelSetting      = workerSetting("log-level", "info", "debug, info, warn or error")
 	logFormatSetting     = workerSetting("log-format", "text", "text or json")
 )
@@ -90,7 +93,7 @@ var allSettings = []setting{serverURLSetting, peersSetting, peersFileSetting, ba
 	zoneSetting, endpointSetting, fetchSetting, evalSetting, buildSetting, archSetting, featuresSetting,
 	cpuScoreSetting, maxBuildsSetting, maxEvalsSetting, discoverableSetting, listenAddrSetting, portSetting,
 	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, sshBinSetting, gcRootsSetting, maxCoresSetting, logBurstSetting, logSustainedSetting,
-	logLevelSetting, logFormatSetting}
+	metricsAddrSetting, logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-worker [flags]
 
@@ -124,6 +127,7 @@ func buildOptions(value func(setting) string) (options, error) {
 		TLSCertFile: value(tlsCertSetting), TLSKeyFile: value(tlsKeySetting),
 		AcceptedTokenFile: value(acceptedTokenSetting), LogFormat: value(logFormatSetting),
 		NixBin: value(nixBinSetting), SSHBin: value(sshBinSetting), GCRootsDir: value(gcRootsSetting),
+		MetricsAddr: value(metricsAddrSetting),
 	}
 	var errs []error
 	boolean := func(s setting, dst *bool) {

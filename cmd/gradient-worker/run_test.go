@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -48,9 +49,10 @@ func TestRunConnectsAndStopsOnSignal(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	url := "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto"
+	metricsAddr := freeAddr(t)
 	go func() {
 		done <- run(ctx, []string{"--server-url", url, "--base-dir", t.TempDir(), "--capabilities-build", "true",
-			"--system-cpu-core-score", "5"}, func(string) string { return "" }, io.Discard)
+			"--system-cpu-core-score", "5", "--metrics-addr", metricsAddr}, func(string) string { return "" }, io.Discard)
 	}()
 	next := func() wire.ClientMessage {
 		select {
@@ -63,6 +65,18 @@ func TestRunConnectsAndStopsOnSignal(t *testing.T) {
 	}
 	if caps, ok := next().(*wire.WorkerCapabilities); !ok || caps.CPUCoreScore != 5 {
 		t.Fatalf("got %+v, want WorkerCapabilities", caps)
+	}
+	// The worker's series, on --metrics-addr.
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"gradient_worker_connected 1\n", "gradient_worker_sessions_total 1\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("metrics lack %q:\n%s", want, body)
+		}
 	}
 	cancel()
 	for {
@@ -78,4 +92,15 @@ func TestRunConnectsAndStopsOnSignal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after the signal")
 	}
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
