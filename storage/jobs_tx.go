@@ -92,6 +92,8 @@ func (db *DB) durableJobTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 	if db.engine != EngineSQLite {
 		return db.jobTx(ctx, fn)
 	}
+	db.writers.Lock()
+	defer db.writers.Unlock()
 	conn, err := db.sql.Conn(ctx)
 	if err != nil {
 		return err

@@ -41,6 +41,11 @@ type DB struct {
 	// (see batcher); nil on SQLite, which runs one writer at a time.
 	claims      *batcher[claimCall, bool]
 	completions *batcher[completeCall, completion]
+
+	// writers queues this process's SQLite write transactions in Go.
+	// SQLite lets one writer in at a time; the others would wait in its
+	// busy handler, which polls with sleeps of up to 100 ms.
+	writers sync.Mutex
 }
 
 // Open connects to the database at rawURL and applies pending migrations.

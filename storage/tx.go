@@ -9,6 +9,10 @@ import (
 
 // inTx runs fn in a transaction, committing when fn returns nil.
 func (db *DB) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if db.engine == EngineSQLite {
+		db.writers.Lock()
+		defer db.writers.Unlock()
+	}
 	tx, err := db.sql.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
