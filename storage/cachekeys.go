@@ -35,7 +35,7 @@ func (db *DB) CreateCacheKey(ctx context.Context, cacheID string) (CacheKey, str
 		return CacheKey{}, "", err
 	}
 	k := CacheKey{ID: NewID(), CacheID: cacheID, TokenHash: hash, CreatedAt: fromMillis(nowMillis())}
-	_, err = db.sql.ExecContext(ctx,
+	_, err = db.exec(ctx,
 		`INSERT INTO cache_api_keys (id, cache_id, token_hash, created_at) VALUES ($1, $2, $3, $4)`,
 		k.ID, k.CacheID, k.TokenHash, k.CreatedAt.UnixMilli())
 	if constraintOf(err) == foreignKeyViolation {
@@ -62,6 +62,6 @@ func (db *DB) CacheKeys(ctx context.Context, cacheID string) ([]CacheKey, error)
 
 // DeleteCacheKey revokes a key.
 func (db *DB) DeleteCacheKey(ctx context.Context, cacheID, keyID string) error {
-	res, err := db.sql.ExecContext(ctx, `DELETE FROM cache_api_keys WHERE cache_id = $1 AND id = $2`, cacheID, keyID)
+	res, err := db.exec(ctx, `DELETE FROM cache_api_keys WHERE cache_id = $1 AND id = $2`, cacheID, keyID)
 	return affectedOne(res, err, "key %s of cache %s", keyID, cacheID)
 }

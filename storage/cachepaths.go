@@ -111,7 +111,7 @@ func (db *DB) PutCachePath(ctx context.Context, in CachePath) (p CachePath, crea
 	p = in
 	p.CacheID, p.References, p.Deriver = cacheID, refs, deriver
 	p.CreatedAt = fromMillis(nowMillis())
-	res, err := db.sql.ExecContext(ctx,
+	res, err := db.exec(ctx,
 		`INSERT INTO cache_paths (cache_id, store_hash, store_path, nar_hash, nar_size, file_hash,
 			file_size, compression, refs, deriver, ca, object_key, created_at)
 		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)

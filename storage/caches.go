@@ -57,7 +57,7 @@ func (db *DB) CreateCache(ctx context.Context, in NewCache) (Cache, error) {
 		ID: NewID(), Name: in.Name, Public: in.Public,
 		CreatedAt: fromMillis(nowMillis()), publicKey: key.PublicKeyText(),
 	}
-	_, err = db.sql.ExecContext(ctx,
+	_, err = db.exec(ctx,
 		`INSERT INTO caches (id, name, public, secret_key, public_key, created_at)
 		 VALUES ($1, $2, $3, $4, $5, $6)`,
 		c.ID, c.Name, c.Public, key.SecretKeyText(), c.publicKey, c.CreatedAt.UnixMilli())
@@ -101,7 +101,7 @@ func (db *DB) SetCachePublic(ctx context.Context, id string, public bool) error 
 	if err != nil {
 		return err
 	}
-	res, err := db.sql.ExecContext(ctx, `UPDATE caches SET public = $1 WHERE id = $2`, public, id)
+	res, err := db.exec(ctx, `UPDATE caches SET public = $1 WHERE id = $2`, public, id)
 	return affectedOne(res, err, "cache %s", id)
 }
 

@@ -71,6 +71,6 @@ func (db *DB) DeleteDeployKey(ctx context.Context, projectID string) error {
 	if err != nil {
 		return err
 	}
-	res, err := db.sql.ExecContext(ctx, `DELETE FROM project_deploy_keys WHERE project_id = $1`, projectID)
+	res, err := db.exec(ctx, `DELETE FROM project_deploy_keys WHERE project_id = $1`, projectID)
 	return affectedOne(res, err, "deploy key of project %s", projectID)
 }

@@ -19,7 +19,7 @@ func (db *DB) AppendJobLog(ctx context.Context, jobID string, data []byte) error
 	// The next sequence number is computed in the statement; two appends
 	// racing on PostgreSQL may pick the same one, and the loser retries.
 	for range 10 {
-		_, err = db.sql.ExecContext(ctx,
+		_, err = db.exec(ctx,
 			`INSERT INTO job_logs (job_id, seq, data, created_at) VALUES
 			 ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM job_logs WHERE job_id = $1), $2, $3)`,
 			jobID, data, nowMillis())

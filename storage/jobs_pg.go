@@ -326,7 +326,7 @@ func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string) ([
 	// or a whole batch in another lane (a batch's count leaves out its own
 	// builds), so the last one always sees fewer than finishCheckBound
 	// and checks.
-	if _, err := db.sql.ExecContext(ctx, finishEvaluationSQL, c.evalID, nowMillis()); err != nil {
+	if _, err := db.exec(ctx, finishEvaluationSQL, c.evalID, nowMillis()); err != nil {
 		return ready, fmt.Errorf("build recorded; ending its evaluation failed (the next pass retries): %w", err)
 	}
 	return ready, nil

@@ -299,7 +299,7 @@ func (db *DB) AddEvaluationErrors(ctx context.Context, evalID string, errs []str
 	if err != nil {
 		return err
 	}
-	_, err = db.sql.ExecContext(ctx, `UPDATE evaluations
+	_, err = db.exec(ctx, `UPDATE evaluations
 		SET eval_errors = COALESCE(eval_errors || CAST($2 AS TEXT), '') || CAST($3 AS TEXT)
 		WHERE id = $1 AND status IN ('queued', 'fetching', 'evaluating')`,
 		evalID, "\n", strings.Join(errs, "\n"))
@@ -317,7 +317,7 @@ func (db *DB) SetEvaluationStatus(ctx context.Context, evalID string, status Eva
 	if status != EvaluationFetching && status != EvaluationEvaluating {
 		return invalid("evaluation status %q cannot be reported by a worker", status)
 	}
-	res, err := db.sql.ExecContext(ctx,
+	res, err := db.exec(ctx,
 		`UPDATE evaluations SET status = $2 WHERE id = $1 AND status IN ('fetching', 'evaluating')`,
 		evalID, string(status))
 	if err := affectedOne(res, err, "running evaluation %s", evalID); err != nil {
@@ -337,7 +337,7 @@ func (db *DB) SetFlakeSource(ctx context.Context, evalID, storePath string) erro
 	if err != nil {
 		return err
 	}
-	res, err := db.sql.ExecContext(ctx,
+	res, err := db.exec(ctx,
 		`UPDATE evaluations SET flake_source = $2 WHERE id = $1`, evalID, storePath)
 	return affectedOne(res, err, "evaluation %s", evalID)
 }
@@ -797,7 +797,7 @@ func (db *DB) FinishDoneEvaluations(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for _, id := range ids {
-		if _, err := db.sql.ExecContext(ctx, finishEvaluationSQL, id, nowMillis()); err != nil {
+		if _, err := db.exec(ctx, finishEvaluationSQL, id, nowMillis()); err != nil {
 			return 0, err
 		}
 	}

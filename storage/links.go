@@ -62,7 +62,7 @@ func (db *DB) removeLink(ctx context.Context, l link, projectID, otherID string)
 	if err != nil {
 		return err
 	}
-	res, err := db.sql.ExecContext(ctx,
+	res, err := db.exec(ctx,
 		`DELETE FROM `+l.table+` WHERE project_id = $1 AND `+l.column+` = $2`, projectID, otherID)
 	return affectedOne(res, err, l.what, projectID, otherID)
 }

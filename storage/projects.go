@@ -64,7 +64,7 @@ func (db *DB) CreateProject(ctx context.Context, in NewProject) (Project, error)
 		Repository: in.Repository, Branch: in.Branch,
 		CreatedAt: fromMillis(nowMillis()),
 	}
-	_, err = db.sql.ExecContext(ctx,
+	_, err = db.exec(ctx,
 		`INSERT INTO projects (id, team_id, name, repository, branch, created_at)
 		 VALUES ($1, $2, $3, $4, $5, $6)`,
 		p.ID, p.TeamID, p.Name, p.Repository, p.Branch, p.CreatedAt.UnixMilli())
@@ -134,7 +134,7 @@ func (db *DB) UpdateProjectSource(ctx context.Context, id, repository, branch st
 	if err := validSource(repository, branch); err != nil {
 		return err
 	}
-	res, err := db.sql.ExecContext(ctx,
+	res, err := db.exec(ctx,
 		`UPDATE projects SET repository = $1, branch = $2 WHERE id = $3`, repository, branch, id)
 	return affectedOne(res, err, "project %s", id)
 }

@@ -167,7 +167,7 @@ func (db *DB) UpdateRegistration(ctx context.Context, peer Peer, workerID string
 	if err := settings.validate(); err != nil {
 		return err
 	}
-	res, err := db.sql.ExecContext(ctx,
+	res, err := db.exec(ctx,
 		`UPDATE worker_registrations
 		 SET url = $1, enable_fetch = $2, enable_eval = $3, enable_build = $4,
 		     dial_token_sealed = CASE WHEN $8 THEN dial_token_sealed ELSE NULL END
@@ -193,7 +193,7 @@ func (db *DB) RotateRegistrationToken(ctx context.Context, peer Peer, workerID s
 	if err != nil {
 		return "", err
 	}
-	res, err := db.sql.ExecContext(ctx,
+	res, err := db.exec(ctx,
 		`UPDATE worker_registrations SET token_hash = $1, dial_token_sealed = NULL
 		 WHERE peer_kind = $2 AND peer_id = $3 AND worker_id = $4`, hash, peer.Kind, peer.ID, workerID)
 	if err := affectedOne(res, err, "registration of worker %s by %s %s", workerID, peer.Kind, peer.ID); err != nil {
@@ -212,7 +212,7 @@ func (db *DB) DeleteRegistration(ctx context.Context, peer Peer, workerID string
 	if err != nil {
 		return err
 	}
-	res, err := db.sql.ExecContext(ctx,
+	res, err := db.exec(ctx,
 		`DELETE FROM worker_registrations WHERE peer_kind = $1 AND peer_id = $2 AND worker_id = $3`,
 		peer.Kind, peer.ID, workerID)
 	return affectedOne(res, err, "registration of worker %s by %s %s", workerID, peer.Kind, peer.ID)

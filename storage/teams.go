@@ -30,7 +30,7 @@ func (db *DB) CreateTeam(ctx context.Context, name string) (Team, error) {
 		return Team{}, err
 	}
 	t := Team{ID: NewID(), Name: name, CreatedAt: fromMillis(nowMillis())}
-	_, err := db.sql.ExecContext(ctx,
+	_, err := db.exec(ctx,
 		`INSERT INTO teams (id, name, created_at) VALUES ($1, $2, $3)`,
 		t.ID, t.Name, t.CreatedAt.UnixMilli())
 	if constraintOf(err) == uniqueViolation {

@@ -133,7 +133,7 @@ func (db *DB) UpdateTeamWorker(ctx context.Context, workerID string, settings Wo
 	if err := settings.validate(); err != nil {
 		return err
 	}
-	res, err := db.sql.ExecContext(ctx,
+	res, err := db.exec(ctx,
 		`UPDATE team_workers SET url = $1, enable_fetch = $2, enable_eval = $3, enable_build = $4,
 		     dial_token_sealed = CASE WHEN $6 THEN dial_token_sealed ELSE NULL END
 		 WHERE worker_id = $5`,
@@ -154,7 +154,7 @@ func (db *DB) RotateTeamWorkerToken(ctx context.Context, workerID string) (strin
 	if err != nil {
 		return "", err
 	}
-	res, err := db.sql.ExecContext(ctx, `UPDATE team_workers SET token_hash = $1, dial_token_sealed = NULL WHERE worker_id = $2`, hash, workerID)
+	res, err := db.exec(ctx, `UPDATE team_workers SET token_hash = $1, dial_token_sealed = NULL WHERE worker_id = $2`, hash, workerID)
 	if err := affectedOne(res, err, "team worker %s", workerID); err != nil {
 		return "", err
 	}
@@ -167,6 +167,6 @@ func (db *DB) DeleteTeamWorker(ctx context.Context, workerID string) error {
 	if err != nil {
 		return err
 	}
-	res, err := db.sql.ExecContext(ctx, `DELETE FROM team_workers WHERE worker_id = $1`, workerID)
+	res, err := db.exec(ctx, `DELETE FROM team_workers WHERE worker_id = $1`, workerID)
 	return affectedOne(res, err, "team worker %s", workerID)
 }

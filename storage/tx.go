@@ -63,3 +63,13 @@ func collect[T any](rows *sql.Rows, err error, scan func(*sql.Rows) (T, error)) 
 	}
 	return out, rows.Err()
 }
+
+// exec runs one statement outside a transaction; on SQLite it queues
+// with the write transactions (see DB.writers).
+func (db *DB) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if db.engine == EngineSQLite {
+		db.writers.Lock()
+		defer db.writers.Unlock()
+	}
+	return db.sql.ExecContext(ctx, query, args...)
+}
