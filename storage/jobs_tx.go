@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -108,19 +107,7 @@ func (db *DB) durableJobTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 		conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`)
 	}()
 	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
-			return errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
-		}
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+	return runTx(tx, err, fn)
 }
 
 // lazyCommit lets a PostgreSQL transaction commit without waiting for its

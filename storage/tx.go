@@ -14,6 +14,12 @@ func (db *DB) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		defer db.writers.Unlock()
 	}
 	tx, err := db.sql.BeginTx(ctx, nil)
+	return runTx(tx, err, fn)
+}
+
+// runTx runs fn in tx, which BeginTx returned with err, and commits when
+// fn returns nil, else rolls back.
+func runTx(tx *sql.Tx, err error, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
