@@ -78,8 +78,35 @@ func withEnv(ctx context.Context, env ...string) context.Context {
 // ArchiveFlake copies a flake reference's source and locked inputs into the
 // store.
 func (n *Nix) ArchiveFlake(ctx context.Context, flakeRef string) (*FetchedFlake, error) {
+	fetched, err := n.archive(ctx, flakeRef, false)
+	if err != nil {
+		return nil, err
+	}
+	n.logger().Info("nix: flake archived", "source", fetched.SourcePath, "inputs", len(fetched.InputPaths))
+	return fetched, nil
+}
+
+// LockedInputPaths lists the store paths of a flake's locked inputs
+// (transitively) without fetching them: Nix computes each from the lock
+// file's narHash. A flake whose source is in the store but whose inputs
+// are not can have them brought from elsewhere (a cache) before it is
+// evaluated.
+func (n *Nix) LockedInputPaths(ctx context.Context, flakeRef string) ([]string, error) {
+	fetched, err := n.archive(ctx, flakeRef, true)
+	if err != nil {
+		return nil, err
+	}
+	return fetched.InputPaths, nil
+}
+
+// archive runs nix flake archive (with --dry-run: copies nothing).
+func (n *Nix) archive(ctx context.Context, flakeRef string, dryRun bool) (*FetchedFlake, error) {
+	args := []string{"flake", "archive", "--json"}
+	if dryRun {
+		args = append(args, "--dry-run")
+	}
 	var archived archivedFlake
-	if err := n.outputJSON(ctx, &archived, "nix", "flake", "archive", "--json", flakeRef); err != nil {
+	if err := n.outputJSON(ctx, &archived, "nix", append(args, flakeRef)...); err != nil {
 		return nil, err
 	}
 	if archived.Path == "" {
@@ -99,7 +126,6 @@ func (n *Nix) ArchiveFlake(ctx context.Context, flakeRef string) (*FetchedFlake,
 	}
 	collect(archived.Inputs)
 	sort.Strings(fetched.InputPaths)
-	n.logger().Info("nix: flake archived", "source", fetched.SourcePath, "inputs", len(fetched.InputPaths))
 	return fetched, nil
 }
 

@@ -69,29 +69,7 @@ func newTestNix(t *testing.T) *Nix {
 // its directory and commit.
 func newTestRepo(t *testing.T) (dir, commit string) {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("git is not installed: .ci/run must install it")
-		}
-		t.Skip("git is not installed")
-	}
-	dir = t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "flake.nix"), []byte(testFlake), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git := func(args ...string) string {
-		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=test", "-c", "user.email=test@example.com"}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v: %s", args, err, out)
-		}
-		return string(out)
-	}
-	git("init", "--quiet")
-	git("add", "flake.nix")
-	git("commit", "--quiet", "-m", "flake")
-	return dir, trimNewline(git("rev-parse", "HEAD"))
+	return gitRepo(t, map[string]string{"flake.nix": testFlake}, nil)
 }
 
 func trimNewline(s string) string {

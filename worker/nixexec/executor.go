@@ -23,6 +23,7 @@ import (
 // Store is what jobs need from Nix; *nix.Nix implements it.
 type Store interface {
 	FetchFlake(ctx context.Context, repoURL, commit string, opts nix.FetchOptions) (*nix.FetchedFlake, error)
+	LockedInputPaths(ctx context.Context, flakeRef string) ([]string, error)
 	Attributes(ctx context.Context, flakeRef string, wildcards []string) (*nix.Evaluation, error)
 	Derivations(ctx context.Context, drvPaths ...string) (map[string]*nix.Derivation, error)
 	PathInfo(ctx context.Context, paths ...string) ([]nix.PathInfo, error)

@@ -113,8 +113,10 @@ type fakeStore struct {
 	drvs    map[string]*nix.Derivation
 	fetched *nix.FetchedFlake
 	fetchEr error
-	eval    *nix.Evaluation
-	evalErr error
+	// lockedInputs are what LockedInputPaths lists, for any flake.
+	lockedInputs []string
+	eval         *nix.Evaluation
+	evalErr      error
 	// build runs Store.Build; nil returns the .drv's outputs (made valid).
 	build func(ctx context.Context, drvPath string, opts nix.BuildOptions) (map[string]string, error)
 	// importedFiles holds the bytes of each imported NarZst file, read
@@ -157,6 +159,11 @@ func (s *fakeStore) FetchFlake(ctx context.Context, repoURL, commit string, opts
 	s.setValid(s.fetched.SourcePath)
 	s.setValid(s.fetched.InputPaths...)
 	return s.fetched, nil
+}
+
+func (s *fakeStore) LockedInputPaths(ctx context.Context, flakeRef string) ([]string, error) {
+	s.rec.add(event{kind: "inputs", paths: []string{flakeRef}})
+	return s.lockedInputs, nil
 }
 
 func (s *fakeStore) Attributes(ctx context.Context, flakeRef string, wildcards []string) (*nix.Evaluation, error) {

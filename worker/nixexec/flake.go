@@ -93,8 +93,11 @@ func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
 func (j *job) localSource(ctx context.Context, src wire.FlakeSource) (string, error) {
 	switch src := src.(type) {
 	case *wire.FlakeSourceCached:
-		_, err := j.ensure(ctx, []string{src.StorePath})
-		return src.StorePath, err
+		if _, err := j.ensure(ctx, []string{src.StorePath}); err != nil {
+			return "", err
+		}
+		j.pullInputs(ctx, src.StorePath)
+		return src.StorePath, nil
 	case *wire.FlakeSourceRepository:
 		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
 		if err != nil {
@@ -103,6 +106,28 @@ func (j *job) localSource(ctx context.Context, src wire.FlakeSource) (string, er
 		return fetched.SourcePath, nil
 	}
 	return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown flake source %T", src))
+}
+
+// pullInputs brings a cached source's locked inputs from the cache, where
+// the job that fetched it put them (JOBS.md §8.1 FetchFlake): a worker
+// that may not fetch has no credentials for private inputs. Inputs the
+// cache lacks are left to Nix, which fetches them itself if it can.
+func (j *job) pullInputs(ctx context.Context, source string) {
+	inputs, err := j.e.Nix.LockedInputPaths(ctx, "path:"+source)
+	if err != nil {
+		j.log.Warn("cannot list the flake's locked inputs; nix fetches them itself", "source", source, "error", err)
+		return
+	}
+	if len(inputs) == 0 {
+		return
+	}
+	pulled, err := j.ensure(ctx, inputs)
+	if err != nil {
+		j.log.Warn("flake inputs not pulled from the cache; nix fetches them itself", "inputs", len(inputs), "error", err)
+		return
+	}
+	j.pin(inputs...)
+	j.log.Info("flake inputs ready", "inputs", len(inputs), "pulled", pulled)
 }
 
 // evaluate is the EvaluateDerivations step (WORKER.md §6.2, §6.3).

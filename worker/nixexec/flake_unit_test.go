@@ -391,18 +391,25 @@ func TestUnitEvaluateUploadErrorIsTransient(t *testing.T) {
 	}
 }
 
-// A cached source not valid locally is pulled before evaluating.
+// A cached source not valid locally is pulled before evaluating, then its
+// locked inputs (a worker that may not fetch has no credentials for them).
 func TestUnitEvaluatePullsCachedSource(t *testing.T) {
 	h := newHarness(t)
-	source := sp("flake-source")
+	source, input := sp("flake-source"), sp("input-source")
 	h.cache.put(source)
+	h.cache.put(input)
+	h.store.lockedInputs = []string{input}
 	h.store.eval = &nix.Evaluation{}
 	if err := h.run(context.Background(), evalJob(source)); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	imps := h.rec.of("import")
-	if len(imps) != 1 || len(imps[0].imp) != 1 || imps[0].imp[0].StorePath != source {
-		t.Fatalf("imports = %+v, want the source", imps)
+	if len(imps) != 2 || len(imps[0].imp) != 1 || imps[0].imp[0].StorePath != source ||
+		len(imps[1].imp) != 1 || imps[1].imp[0].StorePath != input {
+		t.Fatalf("imports = %+v, want the source, then its input", imps)
+	}
+	if in := h.rec.of("inputs"); len(in) != 1 || in[0].paths[0] != "path:"+source {
+		t.Fatalf("locked inputs asked of %+v, want the pulled source", in)
 	}
 	if a := h.index(func(e event) bool { return e.kind == "attrs" }); a < h.index(func(e event) bool { return e.kind == "import" }) {
 		t.Errorf("evaluated before the source was imported")
@@ -499,4 +506,19 @@ func sortedCopy(s []string) []string {
 		c = []string{}
 	}
 	return c
+}
+
+// Locked inputs the cache lacks are left to Nix: the evaluation goes on.
+func TestUnitEvaluateWithInputsNotCached(t *testing.T) {
+	h := newHarness(t)
+	source := sp("flake-source")
+	h.cache.put(source)
+	h.store.lockedInputs = []string{sp("public-input")}
+	h.store.eval = &nix.Evaluation{}
+	if err := h.run(context.Background(), evalJob(source)); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(h.rec.of("attrs")) != 1 {
+		t.Fatal("the flake was not evaluated")
+	}
 }
