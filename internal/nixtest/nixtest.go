@@ -46,7 +46,7 @@ func New(t testing.TB) *nix.Nix {
 	Require(t, "nix", "nix-store", "git")
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "etc"), 0o755)
-	return &nix.Nix{
+	n := &nix.Nix{
 		Store:  filepath.Join(dir, "store"),
 		Config: Config,
 		Env: []string{
@@ -59,6 +59,15 @@ func New(t testing.TB) *nix.Nix {
 		WorkDir: dir,
 		Logger:  slog.New(slog.DiscardHandler),
 	}
+	// Create the store now: Nix 2.8 commands racing to create a fresh
+	// store's directories fail ("creating symlink … File exists").
+	cmd := exec.Command("nix", "--store", n.Store, "store", "ping")
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), n.Env...), "NIX_CONFIG="+strings.Join(Config, "\n"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("creating the test store: %v: %s", err, out)
+	}
+	return n
 }
 
 // Repo commits files (name → content) into a fresh git repository and
@@ -89,4 +98,20 @@ func Git(t testing.TB, dir string, args ...string) string {
 		t.Fatalf("git %v: %v: %s", args, err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// Lock writes flake.lock for the flake in the repository dir (its inputs
+// must be reachable now), commits it and returns the new commit.
+func Lock(t testing.TB, dir string) (commit string) {
+	t.Helper()
+	n := New(t)
+	cmd := exec.Command("nix", "--store", n.Store, "flake", "lock", "path:"+dir)
+	cmd.Dir = n.WorkDir
+	cmd.Env = append(append(os.Environ(), n.Env...), "NIX_CONFIG="+strings.Join(Config, "\n"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nix flake lock %s: %v: %s", dir, err, out)
+	}
+	Git(t, dir, "add", "flake.lock")
+	Git(t, dir, "commit", "--quiet", "-m", "lock")
+	return Git(t, dir, "rev-parse", "HEAD")
 }

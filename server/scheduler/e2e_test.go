@@ -264,6 +264,38 @@ func TestSplitFetchAndEvaluate(t *testing.T) {
 	}
 }
 
+// TestSplitEvaluationGetsPrivateInputsFromTheCache: the flake's input is
+// reachable only by the fetching worker (its repository is gone before
+// the evaluator starts); the evaluator pulls it from the cache, where the
+// fetch put it.
+func TestSplitEvaluationGetsPrivateInputsFromTheCache(t *testing.T) {
+	w := newWorld(t, storagetest.SQLiteURL(t), 0)
+	lib, _ := nixtest.Repo(t, map[string]string{"flake.nix": `{ outputs = { self }: { lib.word = "private"; }; }`})
+	app, _ := nixtest.Repo(t, map[string]string{"flake.nix": `{
+  inputs.lib.url = "git+file://` + lib + `";
+  outputs = { self, lib }: {
+    packages.x86_64-linux.word = builtins.derivation {
+      name = "word"; system = "x86_64-linux"; builder = "/bin/sh"; args = [ "-c" "echo ${lib.lib.word} > $out" ];
+    };
+  };
+}`})
+	w.repo, w.commit = app, nixtest.Lock(t, app)
+	w.startWorkerWith(wire.GradientCapabilities{Fetch: true})
+	ev := w.evaluate("packages.x86_64-linux.word")
+	w.waitFor(ev.ID, "the fetch", 2*time.Minute, func(ev storage.Evaluation, _ []storage.Build) bool {
+		return ev.FlakeSource != "" && ev.Status == storage.EvaluationQueued
+	})
+	if err := os.RemoveAll(lib); err != nil {
+		t.Fatal(err)
+	}
+	w.startWorkerWith(wire.GradientCapabilities{Eval: true, Build: true})
+	done, builds := w.waitDone(ev.ID)
+	if done.Status != storage.EvaluationSucceeded || len(builds) != 1 || builds[0].Status != storage.BuildSucceeded {
+		log, _ := w.db.EvaluationLog(t.Context(), ev.ID)
+		t.Fatalf("evaluation %s (%q), builds %+v\nlog:\n%s", done.Status, done.Error, builds, log)
+	}
+}
+
 // TestPrivateRepositoryWithDeployKey: a repository reached over SSH is
 // fetched with the project's deploy key (the workers' "ssh" serves it
 // only to a caller presenting an OpenSSH key).
