@@ -600,9 +600,9 @@ const scoreWindow = 32
 // download (missing NAR bytes, then paths); unscored jobs last. Ties keep
 // the queue's order (oldest ready first).
 type jobRank struct {
-	class          int
-	missingBytes   uint64
-	missingEntries uint64
+	class        int
+	missingBytes uint64
+	missingPaths uint64
 }
 
 func (r jobRank) better(than jobRank) bool {
@@ -612,7 +612,7 @@ func (r jobRank) better(than jobRank) bool {
 	if r.missingBytes != than.missingBytes {
 		return r.missingBytes < than.missingBytes
 	}
-	return r.missingEntries < than.missingEntries
+	return r.missingPaths < than.missingPaths
 }
 
 func rank(scores map[string]wire.CandidateScore, jobID string) jobRank {
@@ -625,7 +625,7 @@ func rank(scores map[string]wire.CandidateScore, jobID string) jobRank {
 	case sc.MissingCount == 0:
 		return jobRank{class: 1}
 	}
-	return jobRank{class: 2, missingBytes: sc.MissingNarSize, missingEntries: uint64(sc.MissingCount)}
+	return jobRank{class: 2, missingBytes: sc.MissingNarSize, missingPaths: uint64(sc.MissingCount)}
 }
 
 // keepScores records a worker's scores.
