@@ -73,15 +73,19 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 			return err
 		}
 		for _, o := range outputs {
-			have := required[x.buildID]
-			if o.Path == "" || slices.ContainsFunc(have, func(p RequiredPath) bool { return p.Path == o.Path }) {
+			if o.Path == "" {
 				continue
 			}
-			required[x.buildID] = append(have, RequiredPath{Path: o.Path})
+			required[x.buildID] = append(required[x.buildID], RequiredPath{Path: o.Path})
 			if h, err := StorePathHash(o.Path); err == nil {
 				hashes[project[x.buildID]] = append(hashes[project[x.buildID]], h)
 			}
 		}
+	}
+	// Sorted, each path once (an input may be reported by two rows).
+	for buildID, paths := range required {
+		slices.SortFunc(paths, func(a, b RequiredPath) int { return strings.Compare(a.Path, b.Path) })
+		required[buildID] = slices.CompactFunc(paths, func(a, b RequiredPath) bool { return a.Path == b.Path })
 	}
 	for p, list := range hashes {
 		cached, err := db.projectCachedSizes(ctx, p, list)
@@ -99,9 +103,6 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 				}
 			}
 		}
-	}
-	for _, paths := range required {
-		slices.SortFunc(paths, func(a, b RequiredPath) int { return strings.Compare(a.Path, b.Path) })
 	}
 	for i := range jobs {
 		if j := &jobs[i]; j.Kind == JobBuild {

@@ -47,11 +47,13 @@ func TestPendingJobsRequiredPaths(t *testing.T) {
 		}
 		worker := NewID()
 
-		// An earlier evaluation built "known"; only another project's
-		// cache holds its output.
-		first := newEvaluationIn(t, db, project.ID)
-		for _, j := range startEvaluation(t, db, first.ID, worker, drv("known", knownOut)) {
-			buildOK(t, db, j, worker)
+		// Two earlier evaluations built "known" (two rows name its
+		// output); only another project's cache holds it.
+		for range 2 {
+			earlier := newEvaluationIn(t, db, project.ID)
+			for _, j := range startEvaluation(t, db, earlier.ID, worker, drv("known", knownOut)) {
+				buildOK(t, db, j, worker)
+			}
 		}
 		put(otherCache.ID, knownOut, 5, 6)
 
