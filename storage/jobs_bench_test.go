@@ -130,3 +130,92 @@ func benchEvalOf(b *testing.B, db *DB, jobs []string) string {
 	}
 	return list[0].ID
 }
+
+// BenchmarkFillRequiredPaths reads the required paths of 200 ready builds
+// with 20 inputs each, half of them in the project's cache: what offering
+// an evaluation's newly ready builds costs.
+func BenchmarkFillRequiredPaths(b *testing.B) {
+	engines := []struct {
+		name string
+		url  func(b *testing.B) string
+	}{
+		{"sqlite", func(b *testing.B) string { return "sqlite://" + filepath.Join(b.TempDir(), "gradient.db") }},
+		{"postgres", func(b *testing.B) string { return testdb.PostgresURLOrSkip(b) }},
+	}
+	for _, e := range engines {
+		b.Run(e.name, func(b *testing.B) {
+			ctx := b.Context()
+			db, err := Open(ctx, e.url(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			team, _ := db.CreateTeam(ctx, "bench")
+			project, err := db.CreateProject(ctx, NewProject{TeamID: team.ID, Name: "p", Repository: "r", Branch: "main"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cache, _ := db.CreateCache(ctx, NewCache{Name: "c"})
+			if _, err := db.SubscribeProject(ctx, project.ID, cache.ID); err != nil {
+				b.Fatal(err)
+			}
+			ev, err := db.CreateEvaluation(ctx, NewEvaluation{ProjectID: project.ID, RepositoryURL: "r", Commit: "c"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pending, _ := db.PendingJobs(ctx)
+			if _, err := db.ClaimJob(ctx, pending[0].JobID, NewID()); err != nil {
+				b.Fatal(err)
+			}
+			out := func(i int) string { return fmt.Sprintf("/nix/store/%032d-lib", i) }
+			var libs, drvs []DiscoveredBuild
+			var libDrvs []string
+			for i := range 20 {
+				d := DiscoveredBuild{DrvPath: fmt.Sprintf("/nix/store/%032d-lib.drv", i), Architecture: "x86_64-linux",
+					Outputs: []BuildOutputPath{{Name: "out", Path: out(i)}}}
+				libs = append(libs, d)
+				libDrvs = append(libDrvs, d.DrvPath)
+				if i%2 == 0 {
+					if _, _, err := db.PutCachePath(ctx, CachePath{CacheID: cache.ID, StorePath: out(i), NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73",
+						NarSize: 2000, FileHash: "sha256:094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic", FileSize: 1000,
+						Compression: "zstd", ObjectKey: "094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic"}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			for i := range 200 {
+				drvs = append(drvs, DiscoveredBuild{DrvPath: fmt.Sprintf("/nix/store/%032d-app.drv", i), Architecture: "x86_64-linux",
+					Outputs: []BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%032d-app", i)}}, Dependencies: libDrvs})
+			}
+			if err := db.AddDiscoveredDerivations(ctx, ev.ID, append(libs, drvs...)); err != nil {
+				b.Fatal(err)
+			}
+			builds, err := db.EvaluationBuilds(ctx, ev.ID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if db.engine == EnginePostgres {
+				// As autovacuum would have by now: plans from real row counts.
+				if _, err := db.sql.ExecContext(ctx, `ANALYZE`); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var jobs []PendingJob
+			for _, bl := range builds {
+				if len(bl.DrvPath) > 4 && bl.DrvPath[len(bl.DrvPath)-8:] == "-app.drv" {
+					jobs = append(jobs, PendingJob{JobID: NewID(), Kind: JobBuild, BuildID: bl.ID, ProjectID: project.ID})
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := db.FillRequiredPaths(ctx, jobs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if len(jobs) != 200 || len(jobs[0].RequiredPaths) != 20 || !jobs[0].RequiredPaths[0].Cached {
+				b.Fatalf("%d jobs, the first requires %+v", len(jobs), jobs[0].RequiredPaths)
+			}
+		})
+	}
+}

@@ -67,10 +67,15 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 	}
 	required := map[string][]RequiredPath{} // by build ID
 	hashes := map[string][]string{}         // by project, for the cache lookup
+	// Many builds share inputs: decode each input's outputs once.
+	decoded := map[string][]BuildOutputPath{}
 	for _, x := range rows {
-		outputs, err := decodeJSON[[]BuildOutputPath](x.outputs, "build outputs")
-		if err != nil {
-			return err
+		outputs, ok := decoded[x.outputs.String]
+		if !ok {
+			if outputs, err = decodeJSON[[]BuildOutputPath](x.outputs, "build outputs"); err != nil {
+				return err
+			}
+			decoded[x.outputs.String] = outputs
 		}
 		for _, o := range outputs {
 			if o.Path == "" {
