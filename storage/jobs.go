@@ -194,8 +194,15 @@ func (b Build) StatusText() string {
 	if b.Status == BuildFailed && b.FailureKind == FailureTimeout {
 		return "timed out"
 	}
+	if b.Cached() {
+		return "cached"
+	}
 	return strings.ReplaceAll(string(b.Status), "_", " ")
 }
+
+// Cached reports a build that succeeded without running: its outputs
+// were in the project's caches already (MarkBuildsCached).
+func (b Build) Cached() bool { return b.Status == BuildSucceeded && b.WorkerID == "" }
 
 // Duration is how long the latest run took (or has taken so far, when
 // still building); 0 before the build started.

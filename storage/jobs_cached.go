@@ -78,7 +78,7 @@ func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[s
 				return err
 			}
 			res, err := tx.ExecContext(ctx, `UPDATE builds SET status = 'succeeded', output_info = $3, started_at = $4, finished_at = $4,
-				error = NULL, failure_kind = NULL WHERE id = $1 AND evaluation_id = $2 AND status IN ('waiting', 'queued')`,
+				error = NULL, failure_kind = NULL, worker_id = NULL WHERE id = $1 AND evaluation_id = $2 AND status IN ('waiting', 'queued')`,
 				buildID, evalID, info, now)
 			if err != nil {
 				return err

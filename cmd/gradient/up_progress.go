@@ -144,6 +144,9 @@ func (u *upRun) describeBuild(b storage.Build) string {
 	case storage.BuildBuilding:
 		return "building on " + w
 	case storage.BuildSucceeded:
+		if b.Cached() {
+			return "already in the cache: not built"
+		}
 		return fmt.Sprintf("succeeded on %s in %s", w, upRound(b.Duration()))
 	case storage.BuildFailed:
 		return fmt.Sprintf("%s on %s after %s: %s", b.StatusText(), w, upRound(b.Duration()), upFirstLine(b.Error))
@@ -212,7 +215,7 @@ func (u *upRun) printSummary(builds []storage.Build) {
 	fmt.Fprintln(tw, "ATTRIBUTE\tSTATUS\tDURATION\tWORKER\tOUTPUT")
 	for _, b := range builds {
 		dur, w := "-", "-"
-		if !b.StartedAt.IsZero() {
+		if !b.StartedAt.IsZero() && !b.Cached() {
 			dur = upRound(b.Duration()).String()
 			w = u.workerName(b.WorkerID)
 		}
@@ -240,9 +243,13 @@ func (u *upRun) verdict(ev storage.Evaluation, builds []storage.Build, evalError
 		return exitFail
 	}
 	var failed, notBuilt []storage.Build
+	cached := 0
 	for _, b := range builds {
 		switch b.Status {
 		case storage.BuildSucceeded:
+			if b.Cached() {
+				cached++
+			}
 		case storage.BuildDependencyFailed, storage.BuildCancelled:
 			notBuilt = append(notBuilt, b)
 		default:
@@ -250,7 +257,11 @@ func (u *upRun) verdict(ev storage.Evaluation, builds []storage.Build, evalError
 		}
 	}
 	if len(failed) == 0 && len(notBuilt) == 0 && ev.Status == storage.EvaluationSucceeded && evalErrors == 0 {
-		fmt.Fprintf(u.stderr, "\ngradient up: all %d builds succeeded in %s\n", len(builds), upRound(time.Since(u.start)))
+		fromCache := ""
+		if cached > 0 {
+			fromCache = fmt.Sprintf(" (%d of them already in the cache)", cached)
+		}
+		fmt.Fprintf(u.stderr, "\ngradient up: all %d builds succeeded%s in %s\n", len(builds), fromCache, upRound(time.Since(u.start)))
 		return exitOK
 	}
 	if n := len(failed) + len(notBuilt); n > 0 {

@@ -229,3 +229,34 @@ func TestUpEvaluationError(t *testing.T) {
 		t.Errorf("stderr does not name the evaluation error")
 	}
 }
+
+// TestUpAgainUsesTheCache: a second run over the same data directory finds
+// every output in the cache and builds nothing, and says so.
+func TestUpAgainUsesTheCache(t *testing.T) {
+	upRequireNix(t)
+	data := filepath.Join(t.TempDir(), "data")
+	run := func() (int, string, string) {
+		var out, errOut bytes.Buffer
+		args := []string{"--data-dir", data, "--store", filepath.Join(t.TempDir(), "store"), "--workers", "1", "--timeout", "55s"}
+		code := runUpContext(t.Context(), args, &out, &errOut)
+		t.Logf("gradient up: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+		return code, out.String(), errOut.String()
+	}
+	if code, _, _ := run(); code != exitOK {
+		t.Fatalf("first run: exit %d", code)
+	}
+	code, stdout, stderr := run()
+	if code != exitOK {
+		t.Fatalf("second run: exit %d, want 0", code)
+	}
+	system := upSystemOf(t, stdout)
+	for _, attr := range examples.FlakeAttrs {
+		if status, output, ok := upSummaryRow(stdout, "packages."+system+"."+attr); !ok || status != "cached" || !strings.HasPrefix(output, "/nix/store/") {
+			t.Errorf("%s: row (%q, %q, %v), want cached with its output path", attr, status, output, ok)
+		}
+	}
+	if !strings.Contains(stderr, "already in the cache: not built") || strings.Contains(stderr, "succeeded on") ||
+		!strings.Contains(stderr, "all 5 builds succeeded (5 of them already in the cache)") {
+		t.Errorf("the progress does not say the builds were cached, or says they ran")
+	}
+}

@@ -541,7 +541,7 @@ func TestCachedOutputsAreNotRebuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range builds {
-		if b.DrvPath == pushed.DrvPath && (b.Status != storage.BuildSucceeded || b.WorkerID != "" || len(b.OutputInfo) != 1) {
+		if b.DrvPath == pushed.DrvPath && (b.Status != storage.BuildSucceeded || b.StatusText() != "cached" || b.WorkerID != "" || len(b.OutputInfo) != 1) {
 			t.Errorf("cached build: %s on %q with %v; want succeeded without a worker", b.Status, b.WorkerID, b.OutputInfo)
 		}
 	}
