@@ -146,6 +146,15 @@ func (b buildInfo) statusText() string {
 	return strings.ReplaceAll(b.Status, "_", " ")
 }
 
+// duration is how long the build ran; "-" for one that never ran (its
+// outputs were cached already) or has not started.
+func (b buildInfo) duration() string {
+	if b.StatusText == "cached" {
+		return "-"
+	}
+	return evalDuration(b.DurationMS, b.StartedAt)
+}
+
 func evaluationsPath(project string) string {
 	return "/api/v1/projects/" + seg(project) + "/evaluations"
 }
@@ -285,7 +294,7 @@ func printEvaluation(w io.Writer, ev evaluationInfo) {
 	fmt.Fprintln(w)
 	rows := make([][]string, 0, len(ev.Builds))
 	for _, b := range ev.Builds {
-		rows = append(rows, []string{b.ID, b.name(), b.statusText(), evalDuration(b.DurationMS, b.StartedAt),
+		rows = append(rows, []string{b.ID, b.name(), b.statusText(), b.duration(),
 			orDash(b.WorkerID), b.outputPaths(), orDash(evalClip(b.failure(), 80))})
 	}
 	table(w, []string{"BUILD", "ATTR", "STATUS", "DURATION", "WORKER", "OUTPUT", "FAILURE"}, rows)
@@ -366,7 +375,7 @@ func buildShow(c *adminCmd, args []string) int {
 		"created", when(b.CreatedAt),
 		"started", when(b.StartedAt),
 		"finished", when(b.FinishedAt),
-		"duration", evalDuration(b.DurationMS, b.StartedAt),
+		"duration", b.duration(),
 		"outputs", listOrDash(outputs),
 		"failure kind", orDash(b.FailureKind),
 		"error", orDash(evalOneLine(b.Error)))
