@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -181,7 +182,8 @@ func (s *benchServer) stop() {
 
 // protoWorker is a protocol-level worker: it polls for one kind of job and
 // finishes every assigned job at once. It reconnects like the real worker
-// (1 s initial backoff, doubling to 60 s, no jitter; reset by a session).
+// (1 s initial backoff, doubling to 60 s, each wait up to 20 % shorter at
+// random; reset by a session).
 type protoWorker struct {
 	id     identity
 	url    string
@@ -267,7 +269,7 @@ func (p *protoWorker) run(ctx context.Context, projectID string) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(delay):
+		case <-time.After(delay - time.Duration(rand.Int64N(int64(delay)/5+1))):
 		}
 		delay = min(delay*2, maxDelay)
 	}

@@ -231,7 +231,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // connected and polling; the server and scheduler stop and a new pair
 // starts on the same address and database. Each op is one restart;
 // storm-s is the time from the stop until every worker has reconnected
-// (its own backoff: 1 s, then doubling, as the real worker), passed the
+// (its own backoff: 1 s, then doubling, jittered as the real worker), passed the
 // handshake and had its RequestJob handled by the new scheduler;
 // after-listen-s counts from the new server listening. PostgreSQL only.
 //
