@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
 )
 
 // Evaluations and builds in the admin API (mounted by routes in admin.go):
@@ -101,6 +102,39 @@ type buildView struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	StartedAt   time.Time         `json:"started_at,omitzero"`
 	FinishedAt  time.Time         `json:"finished_at,omitzero"`
+	// Progress is the worker's latest BuildProgress while it builds.
+	Progress *buildProgressView `json:"progress,omitempty"`
+}
+
+// buildProgressView is a running build's transfer progress: the phase
+// (download, prefetch, upload), bytes and store paths so far, and the
+// totals when known.
+type buildProgressView struct {
+	Phase      string  `json:"phase"`
+	BytesDone  uint64  `json:"bytes_done"`
+	BytesTotal *uint64 `json:"bytes_total,omitempty"`
+	PathsDone  uint32  `json:"paths_done"`
+	PathsTotal *uint32 `json:"paths_total,omitempty"`
+}
+
+// BuildProgressSource is the job loop's view of running builds' progress
+// (the scheduler implements it).
+type BuildProgressSource interface {
+	BuildProgress(buildID string) (wire.BuildProgress, bool)
+}
+
+// viewBuildNow is viewBuild with the live progress of a running build.
+func (a *adminAPI) viewBuildNow(b storage.Build) buildView {
+	v := viewBuild(b)
+	src, ok := a.s.cfg.Jobs.(BuildProgressSource)
+	if !ok || b.Status != storage.BuildBuilding {
+		return v
+	}
+	if p, ok := src.BuildProgress(b.ID); ok {
+		phase := map[wire.BuildProgressPhase]string{wire.ProgressDownload: "download", wire.ProgressPrefetch: "prefetch", wire.ProgressUpload: "upload"}[p.Phase]
+		v.Progress = &buildProgressView{Phase: phase, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, PathsDone: p.PathsDone, PathsTotal: p.PathsTotal}
+	}
+	return v
 }
 
 func viewBuild(b storage.Build) buildView {
@@ -243,7 +277,7 @@ func (a *adminAPI) showEvaluation(w http.ResponseWriter, r *http.Request) {
 	v := viewEvaluation(e, a.projectNameByID(ctx, e.ProjectID))
 	v.Builds = make([]buildView, 0, len(builds))
 	for _, b := range builds {
-		v.Builds = append(v.Builds, viewBuild(b))
+		v.Builds = append(v.Builds, a.viewBuildNow(b))
 	}
 	writeJSON(w, http.StatusOK, v)
 }
@@ -277,7 +311,7 @@ func (a *adminAPI) showBuild(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewBuild(b))
+	writeJSON(w, http.StatusOK, a.viewBuildNow(b))
 }
 
 func (a *adminAPI) buildLog(w http.ResponseWriter, r *http.Request) {

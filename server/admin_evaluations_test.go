@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
 )
 
 // text sends an authorized GET and returns status, Content-Type and body
@@ -254,5 +255,55 @@ func TestAdminEvaluationsWithoutJobLoop(t *testing.T) {
 	e.must(200, "GET", "/api/v1/evaluations/"+ev.ID, nil, &shown)
 	if shown.Status != "queued" || shown.Builds != nil {
 		t.Fatalf("shown %+v", shown)
+	}
+}
+
+// A running build shows its worker's latest transfer progress.
+func TestAdminBuildProgress(t *testing.T) {
+	t.Parallel()
+	e, fake := newEvalEnv(t, Config{})
+	ctx := t.Context()
+	p := newProjectAt(t, e.db, "ops", "web", "https://example.invalid/web.git", "main")
+	ev, err := e.db.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: p.ID, RepositoryURL: p.Repository, Commit: strings.Repeat("a", 40)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := storage.NewID()
+	pending, _ := e.db.PendingJobs(ctx)
+	flake, err := e.db.ClaimJob(ctx, pending[0].JobID, worker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := storage.DiscoveredBuild{Attr: "packages.x86_64-linux.hello", DrvPath: "/nix/store/00000000000000000000000000000000-hello.drv",
+		Outputs: []storage.BuildOutputPath{{Name: "out", Path: "/nix/store/00000000000000000000000000000000-hello"}}, Architecture: "x86_64-linux"}
+	if err := e.db.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{drv}); err != nil {
+		t.Fatal(err)
+	}
+	ready, err := e.db.CompleteFlakeJob(ctx, flake)
+	if err != nil || len(ready) != 1 {
+		t.Fatalf("ready %v, %v", ready, err)
+	}
+	if _, err := e.db.ClaimJob(ctx, ready[0], worker); err != nil {
+		t.Fatal(err)
+	}
+	builds, _ := e.db.EvaluationBuilds(ctx, ev.ID)
+	id := builds[0].ID
+	var bv buildView
+	e.must(200, "GET", "/api/v1/builds/"+id, nil, &bv)
+	if bv.Status != "building" || bv.Progress != nil {
+		t.Fatalf("build before any progress: %s, progress %+v", bv.Status, bv.Progress)
+	}
+	total := uint32(5)
+	fake.mu.Lock()
+	fake.progress = map[string]wire.BuildProgress{id: {BuildID: id, Phase: wire.ProgressUpload, BytesDone: 3 << 20, PathsDone: 2, PathsTotal: &total}}
+	fake.mu.Unlock()
+	e.must(200, "GET", "/api/v1/builds/"+id, nil, &bv)
+	if p := bv.Progress; p == nil || p.Phase != "upload" || p.BytesDone != 3<<20 || p.PathsDone != 2 || p.PathsTotal == nil || *p.PathsTotal != 5 || p.BytesTotal != nil {
+		t.Fatalf("progress %+v", bv.Progress)
+	}
+	var shown evaluationView
+	e.must(200, "GET", "/api/v1/evaluations/"+ev.ID, nil, &shown)
+	if len(shown.Builds) != 1 || shown.Builds[0].Progress == nil {
+		t.Fatalf("evaluation's builds %+v: want the progress", shown.Builds)
 	}
 }

@@ -23,6 +23,14 @@ type fakeEvaluations struct {
 	db        *storage.DB // set once the test's database is open
 	started   []storage.NewEvaluation
 	cancelled []string
+	progress  map[string]wire.BuildProgress // by build ID
+}
+
+func (f *fakeEvaluations) BuildProgress(buildID string) (wire.BuildProgress, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.progress[buildID]
+	return p, ok
 }
 
 func (f *fakeEvaluations) SessionStarted(*LiveWorker)                       {}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -65,4 +66,20 @@ func when(t time.Time) string {
 		return "-"
 	}
 	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// humanBytes shows a byte count as 512 B, 12.0 KiB, 3.4 MiB or 1.2 GiB.
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	value, suffix := float64(n)/unit, "KiB"
+	for _, next := range []string{"MiB", "GiB", "TiB"} {
+		if value < unit {
+			break
+		}
+		value, suffix = value/unit, next
+	}
+	return strconv.FormatFloat(value, 'f', 1, 64) + " " + suffix
 }

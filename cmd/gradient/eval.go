@@ -105,6 +105,33 @@ type buildInfo struct {
 	CreatedAt    time.Time         `json:"created_at"`
 	StartedAt    time.Time         `json:"started_at"`
 	FinishedAt   time.Time         `json:"finished_at"`
+	Progress     *progressInfo     `json:"progress"`
+}
+
+// progressInfo is a running build's transfer progress.
+type progressInfo struct {
+	Phase      string  `json:"phase"`
+	BytesDone  uint64  `json:"bytes_done"`
+	BytesTotal *uint64 `json:"bytes_total"`
+	PathsDone  uint32  `json:"paths_done"`
+	PathsTotal *uint32 `json:"paths_total"`
+}
+
+// String reads "upload: 2 of 5 paths, 12.0 MiB of 40.1 MiB".
+func (p progressInfo) String() string {
+	paths, bytes := strconv.FormatUint(uint64(p.PathsDone), 10), humanBytes(p.BytesDone)
+	switch {
+	case p.PathsTotal != nil:
+		paths += " of " + strconv.FormatUint(uint64(*p.PathsTotal), 10) + " paths"
+	case p.PathsDone == 1:
+		paths += " path"
+	default:
+		paths += " paths"
+	}
+	if p.BytesTotal != nil {
+		bytes += " of " + humanBytes(*p.BytesTotal)
+	}
+	return p.Phase + ": " + paths + ", " + bytes
 }
 
 // name is the build's attribute, or for a dependency its derivation's
@@ -140,10 +167,14 @@ func (b buildInfo) failure() string {
 }
 
 func (b buildInfo) statusText() string {
-	if b.StatusText != "" {
-		return b.StatusText
+	text := b.StatusText
+	if text == "" {
+		text = strings.ReplaceAll(b.Status, "_", " ")
 	}
-	return strings.ReplaceAll(b.Status, "_", " ")
+	if b.Progress != nil {
+		text += " (" + b.Progress.String() + ")"
+	}
+	return text
 }
 
 // duration is how long the build ran; "-" for one that never ran (its

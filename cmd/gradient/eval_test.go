@@ -340,3 +340,21 @@ func TestEvalFormatting(t *testing.T) {
 		t.Errorf("failure = %q", got)
 	}
 }
+
+func TestBuildStatusShowsProgress(t *testing.T) {
+	total, bytesTotal := uint32(5), uint64(40<<20+100<<10)
+	b := buildInfo{Status: "building", StatusText: "building",
+		Progress: &progressInfo{Phase: "upload", BytesDone: 12 << 20, BytesTotal: &bytesTotal, PathsDone: 2, PathsTotal: &total}}
+	if got, want := b.statusText(), "building (upload: 2 of 5 paths, 12.0 MiB of 40.1 MiB)"; got != want {
+		t.Errorf("statusText = %q, want %q", got, want)
+	}
+	b.Progress = &progressInfo{Phase: "prefetch", BytesDone: 512, PathsDone: 1}
+	if got, want := b.statusText(), "building (prefetch: 1 path, 512 B)"; got != want {
+		t.Errorf("statusText = %q, want %q", got, want)
+	}
+	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 5 << 30: "5.0 GiB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"time"
 
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
@@ -38,8 +39,35 @@ func (s *Scheduler) forget(a *assignment) {
 	s.mu.Lock()
 	if s.running[a.job.JobID] == a {
 		delete(s.running, a.job.JobID)
+		delete(s.progress, a.job.BuildID)
 	}
 	s.mu.Unlock()
+}
+
+// progressTTL is how long a BuildProgress is shown without a newer one
+// (JOBS.md §9.2).
+var progressTTL = 15 * time.Second
+
+// keepProgress records the progress of a build the session runs.
+func (s *Scheduler) keepProgress(a *assignment, m *wire.BuildProgress) {
+	if a.job.Kind != storage.JobBuild {
+		return
+	}
+	s.mu.Lock()
+	s.progress[a.job.BuildID] = buildProgress{jobID: a.job.JobID, at: time.Now(), m: *m}
+	s.mu.Unlock()
+}
+
+// BuildProgress returns the latest progress of a running build, if its
+// worker reported one in the last 15 s.
+func (s *Scheduler) BuildProgress(buildID string) (wire.BuildProgress, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.progress[buildID]
+	if !ok || s.running[p.jobID] == nil || time.Since(p.at) > progressTTL {
+		return wire.BuildProgress{}, false
+	}
+	return p.m, true
 }
 
 // update applies a JobUpdate of an owned job.

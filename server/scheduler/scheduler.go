@@ -115,6 +115,15 @@ type Scheduler struct {
 	sessions map[uint64]*workerState
 	running  map[string]*assignment // by job ID
 	imports  []*importRequest       // import-from-derivation requests waiting
+	// progress is the latest BuildProgress of each running build, by
+	// build ID (JOBS.md §9.2: kept 15 s, shown while building).
+	progress map[string]buildProgress
+}
+
+type buildProgress struct {
+	jobID string
+	at    time.Time
+	m     wire.BuildProgress
 }
 
 // workerState is what the scheduler knows of one live session.
@@ -154,6 +163,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"), m: newLoopMetrics(cfg.Metrics),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
 		queue: newJobQueue(), sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
+		progress: map[string]buildProgress{},
 	}
 	s.logs = newLogBuffer(s)
 	return s
@@ -336,6 +346,7 @@ func (s *Scheduler) SessionEnded(w *server.LiveWorker, reason string) {
 	}
 	for _, a := range lost {
 		delete(s.running, a.job.JobID)
+		delete(s.progress, a.job.BuildID)
 	}
 	s.mu.Unlock()
 	if len(lost) == 0 {
@@ -425,8 +436,12 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 		} else {
 			w.Send(server.RefuseImport(m)) // never left waiting
 		}
-	case *wire.BuildProgress, *wire.EvalProgress:
-		// Progress is for live views; nothing to keep.
+	case *wire.BuildProgress:
+		if a := s.owned(w, m.JobID, m.AssignmentID); a != nil {
+			s.keepProgress(a, m)
+		}
+	case *wire.EvalProgress:
+		// Only the evaluation's status is shown; nothing to keep.
 	}
 }
 
@@ -797,6 +812,7 @@ func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
 			continue
 		}
 		delete(s.running, o.JobID)
+		delete(s.progress, a.job.BuildID)
 		if ws := s.sessions[a.session]; ws != nil {
 			aborts = append(aborts, abort{ws.w, o.JobID})
 		}

@@ -871,3 +871,34 @@ func TestDeployKeyGoesWithTheFetch(t *testing.T) {
 		}
 	}
 }
+
+// A running build's latest BuildProgress is kept for the operator's view
+// while it builds and is fresh; reports of other sessions are dropped.
+func TestBuildProgressWhileBuilding(t *testing.T) {
+	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
+	ev := e.evaluate(leaf("one"))
+	w := e.worker([]string{e.project}, allCaps, x86)
+	other := e.worker([]string{e.project}, allCaps, x86)
+	w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
+	a := w.mustAssigned("build")
+	buildID := e.build(ev.ID).ID
+	if _, ok := e.sched.BuildProgress(buildID); ok {
+		t.Fatal("progress before any report")
+	}
+	w.send(&wire.BuildProgress{JobID: a.JobID, AssignmentID: a.AssignmentID, BuildID: buildID, Phase: wire.ProgressUpload, BytesDone: 10, PathsDone: 1})
+	other.send(&wire.BuildProgress{JobID: a.JobID, AssignmentID: a.AssignmentID, BuildID: buildID, Phase: wire.ProgressUpload, BytesDone: 99, PathsDone: 9})
+	if p, ok := e.sched.BuildProgress(buildID); !ok || p.BytesDone != 10 || p.PathsDone != 1 || p.Phase != wire.ProgressUpload {
+		t.Fatalf("progress %+v, %v; want the running session's report only", p, ok)
+	}
+	restore := scheduler.SetProgressTTL(20 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	if _, ok := e.sched.BuildProgress(buildID); ok {
+		t.Fatal("a stale report is still shown")
+	}
+	restore()
+	w.send(&wire.BuildProgress{JobID: a.JobID, AssignmentID: a.AssignmentID, BuildID: buildID, Phase: wire.ProgressUpload, BytesDone: 20, PathsDone: 2})
+	w.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
+	if _, ok := e.sched.BuildProgress(buildID); ok {
+		t.Fatal("progress of a finished build is still shown")
+	}
+}
