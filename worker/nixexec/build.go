@@ -74,7 +74,7 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	}
 
 	j.r.Update(wire.BuildStagePrefetch)
-	if err := j.prefetch(ctx, drv); err != nil {
+	if err := j.prefetch(ctx, spec.BuildID, drv); err != nil {
 		j.r.Send(&wire.EvalMessage{JobID: j.id, Level: wire.EvalLevelError, Source: "build-prefetch", Message: errorText(err)})
 		return err
 	}
@@ -138,7 +138,8 @@ func (j *job) substitute(ctx context.Context, spec wire.BuildSpec) error {
 
 // prefetch makes the build's inputs valid locally (WORKER.md §7.3): the
 // .drv's input sources and the outputs it uses of each input derivation.
-func (j *job) prefetch(ctx context.Context, drv *nix.Derivation) error {
+// What it pulled is reported as the build's Prefetch progress.
+func (j *job) prefetch(ctx context.Context, buildID string, drv *nix.Derivation) error {
 	inputDrvs := make([]string, 0, len(drv.InputDrvs))
 	for in := range drv.InputDrvs {
 		inputDrvs = append(inputDrvs, in)
@@ -159,9 +160,10 @@ func (j *job) prefetch(ctx context.Context, drv *nix.Derivation) error {
 			}
 		}
 	}
-	n, err := j.ensure(ctx, wanted)
+	n, compressed, err := j.ensureCounting(ctx, wanted)
 	if err == nil && n > 0 {
-		j.log.Info("prefetched inputs", "paths", n)
+		j.log.Info("prefetched inputs", "paths", n, "compressed_bytes", compressed)
+		j.progress(buildID, wire.ProgressPrefetch, n).update(n, int64(compressed), true)
 	}
 	return err
 }
@@ -196,13 +198,14 @@ func (j *job) reportOutputs(ctx context.Context, buildID string, outputs map[str
 
 func (j *job) uploadOutputs(ctx context.Context, buildID string, paths []string) error {
 	j.r.Update(wire.BuildStageUpload)
-	n, bytes, err := j.upload(ctx, paths)
+	progress := j.progress(buildID, wire.ProgressUpload, 0)
+	n, bytes, err := j.uploadReporting(ctx, paths, progress)
 	if err != nil {
 		return err
 	}
 	if n > 0 {
-		total := uint32(n)
-		j.r.BuildProgress(wire.BuildProgress{BuildID: buildID, Phase: wire.ProgressUpload, BytesDone: uint64(bytes), PathsDone: total, PathsTotal: &total})
+		progress.total = new(uint32(n))
+		progress.update(n, bytes, true)
 	}
 	return nil
 }

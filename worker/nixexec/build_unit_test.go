@@ -182,13 +182,34 @@ func TestUnitBuildPullsClosureBuildsAndUploads(t *testing.T) {
 			t.Errorf("%s uploaded before the build", p)
 		}
 	}
-	// BuildProgress{Upload} for the uploads.
-	ps := h.rec.of("progress")
-	if len(ps) != 1 {
-		t.Fatalf("BuildProgress reports = %d, want 1", len(ps))
+	// BuildProgress: the prefetch's tally, then the uploads, at most one a
+	// second while they run and the final counts at the end.
+	var prefetch, upload []*wire.BuildProgress
+	for _, e := range h.rec.of("progress") {
+		p := e.msg.(*wire.BuildProgress)
+		if p.BuildID != "b1" {
+			t.Errorf("BuildProgress of build %q", p.BuildID)
+		}
+		switch p.Phase {
+		case wire.ProgressPrefetch:
+			prefetch = append(prefetch, p)
+		case wire.ProgressUpload:
+			upload = append(upload, p)
+		}
 	}
-	if p := ps[0].msg.(*wire.BuildProgress); p.BuildID != "b1" || p.Phase != wire.ProgressUpload || p.PathsDone != 2 || p.PathsTotal == nil || *p.PathsTotal != 2 {
-		t.Errorf("BuildProgress = %+v", p)
+	if len(prefetch) != 1 || prefetch[0].PathsDone == 0 || prefetch[0].PathsTotal == nil || *prefetch[0].PathsTotal != prefetch[0].PathsDone || prefetch[0].BytesDone == 0 {
+		t.Errorf("prefetch progress %+v, want one final tally of what was pulled", prefetch)
+	}
+	if len(upload) == 0 || len(upload) > 2 {
+		t.Fatalf("%d upload reports, want the first path's and the final one", len(upload))
+	}
+	for _, p := range upload {
+		if p.PathsTotal == nil || *p.PathsTotal != 2 {
+			t.Errorf("upload progress %+v, want 2 paths in all", p)
+		}
+	}
+	if last := upload[len(upload)-1]; last.PathsDone != 2 {
+		t.Errorf("last upload progress %+v, want 2 of 2 paths", last)
 	}
 }
 

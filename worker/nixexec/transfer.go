@@ -30,6 +30,12 @@ const (
 // time. The first failure cancels the rest and fails the job as
 // Transient: a later job must never miss a path this one reported.
 func (j *job) upload(ctx context.Context, paths []string) (uploaded int, bytes int64, err error) {
+	return j.uploadReporting(ctx, paths, nil)
+}
+
+// uploadReporting is upload with each uploaded path counted in progress
+// (nil: none), throttled to one report a second.
+func (j *job) uploadReporting(ctx context.Context, paths []string, progress *buildProgress) (uploaded int, bytes int64, err error) {
 	paths = slices.Compact(slices.Sorted(slices.Values(paths)))
 	if len(paths) == 0 {
 		return 0, 0, nil
@@ -56,6 +62,9 @@ func (j *job) upload(ctx context.Context, paths []string) (uploaded int, bytes i
 	infos, err := j.e.Nix.PathInfo(ctx, missing...)
 	if err != nil {
 		return 0, 0, worker.Fail(wire.FailureTransient, fmt.Errorf("path info for upload: %w", err))
+	}
+	if progress != nil && progress.total == nil {
+		progress.total = new(uint32(len(infos)))
 	}
 	j.log.Info("uploading paths", "paths", len(missing), "already_cached", len(paths)-len(missing))
 
@@ -89,6 +98,7 @@ func (j *job) upload(ctx context.Context, paths []string) (uploaded int, bytes i
 			mu.Lock()
 			uploaded++
 			bytes += info.NarSize
+			progress.update(uploaded, bytes, false)
 			mu.Unlock()
 		})
 	}
@@ -127,29 +137,34 @@ func (j *job) uploadOne(ctx context.Context, info nix.PathInfo) error {
 // orders the import by references). A path the cache does not have fails
 // the job as InputsUnavailable naming it.
 func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error) {
+	pulled, _, err = j.ensureCounting(ctx, paths)
+	return pulled, err
+}
+
+// ensureCounting is ensure that also returns the compressed bytes pulled.
+func (j *job) ensureCounting(ctx context.Context, paths []string) (pulled int, compressed uint64, err error) {
 	want, err := j.missing(ctx, paths)
 	if err != nil || len(want) == 0 {
-		return 0, err
+		return 0, 0, err
 	}
 	dir, cleanup, err := j.tempDir()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer cleanup()
 	start := time.Now()
 	queried := map[string]bool{}
 	var imports []nix.NarImport
-	var compressed uint64
 	for round := 0; len(want) > 0; round++ {
 		if round == pullRounds {
-			return 0, worker.Fail(wire.FailureTransient, fmt.Errorf("closure of %d paths did not converge in %d rounds", len(paths), pullRounds))
+			return 0, 0, worker.Fail(wire.FailureTransient, fmt.Errorf("closure of %d paths did not converge in %d rounds", len(paths), pullRounds))
 		}
 		for _, p := range want {
 			queried[p] = true
 		}
 		entries, err := j.cache.Query(ctx, j.id, want, wire.QueryPull)
 		if err != nil {
-			return 0, worker.Fail(wire.FailureTransient, fmt.Errorf("pull query: %w", err))
+			return 0, 0, worker.Fail(wire.FailureTransient, fmt.Errorf("pull query: %w", err))
 		}
 		byPath := map[string]wire.CachedPath{}
 		for _, e := range entries {
@@ -162,18 +177,18 @@ func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error
 			}
 		}
 		if len(uncached) > 0 {
-			return 0, &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: uncached,
+			return 0, 0, &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: uncached,
 				Err: fmt.Errorf("not in the cache: %s", strings.Join(uncached, ", "))}
 		}
 		files, err := j.cache.Pull(ctx, j.id, want, dir)
 		if err != nil {
-			return 0, classifyPull(err)
+			return 0, 0, classifyPull(err)
 		}
 		var next []string
 		for _, p := range want {
 			e := byPath[p]
 			if e.FileHash != nil && files[p].FileHash != *e.FileHash {
-				return 0, &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: []string{p},
+				return 0, 0, &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: []string{p},
 					Err: fmt.Errorf("pulled %s: file hash %s, the cache says %s", p, files[p].FileHash, *e.FileHash)}
 			}
 			item := nix.NarImport{StorePath: p, NarHash: *e.NarHash, NarZst: files[p].File}
@@ -202,18 +217,18 @@ func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error
 			imports = append(imports, item)
 		}
 		if want, err = j.missing(ctx, next); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	j.log.Info("importing pulled paths", "paths", len(imports), "compressed_bytes", compressed)
 	if err := j.e.Nix.ImportNARs(ctx, imports); err != nil {
-		return 0, worker.Fail(wire.FailureTransient, fmt.Errorf("importing pulled paths: %w", err))
+		return 0, 0, worker.Fail(wire.FailureTransient, fmt.Errorf("importing pulled paths: %w", err))
 	}
 	for _, it := range imports {
 		j.pin(it.StorePath)
 	}
 	j.log.Info("pulled paths", "paths", len(imports), "took", time.Since(start).Round(time.Millisecond))
-	return len(imports), nil
+	return len(imports), compressed, nil
 }
 
 // missing returns which of paths the local store lacks.
