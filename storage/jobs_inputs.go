@@ -66,7 +66,6 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 		return err
 	}
 	required := map[string][]RequiredPath{} // by build ID
-	hashes := map[string][]string{}         // by project, for the cache lookup
 	// Many builds share inputs: decode each input's outputs once.
 	decoded := map[string][]BuildOutputPath{}
 	for _, x := range rows {
@@ -78,22 +77,24 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 			decoded[x.outputs.String] = outputs
 		}
 		for _, o := range outputs {
-			if o.Path == "" {
-				continue
-			}
-			required[x.buildID] = append(required[x.buildID], RequiredPath{Path: o.Path})
-			if h, err := StorePathHash(o.Path); err == nil {
-				hashes[project[x.buildID]] = append(hashes[project[x.buildID]], h)
+			if o.Path != "" {
+				required[x.buildID] = append(required[x.buildID], RequiredPath{Path: o.Path})
 			}
 		}
 	}
-	// Sorted, each path once (an input may be reported by two rows).
+	// Sorted, each path once (an input may be reported by two rows); the
+	// paths of each project, for its caches.
+	byProject := map[string][]string{}
 	for buildID, paths := range required {
 		slices.SortFunc(paths, func(a, b RequiredPath) int { return strings.Compare(a.Path, b.Path) })
-		required[buildID] = slices.CompactFunc(paths, func(a, b RequiredPath) bool { return a.Path == b.Path })
+		paths = slices.CompactFunc(paths, func(a, b RequiredPath) bool { return a.Path == b.Path })
+		required[buildID] = paths
+		for _, p := range paths {
+			byProject[project[buildID]] = append(byProject[project[buildID]], p.Path)
+		}
 	}
-	for p, list := range hashes {
-		cached, err := db.projectCachedSizes(ctx, p, list)
+	for p, paths := range byProject {
+		cached, err := db.projectCachedPaths(ctx, p, paths)
 		if err != nil {
 			return err
 		}
@@ -102,9 +103,8 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 				continue
 			}
 			for k := range paths {
-				h, _ := StorePathHash(paths[k].Path)
-				if c, ok := cached[h]; ok {
-					paths[k] = RequiredPath{Path: paths[k].Path, Cached: true, FileSize: c.FileSize, NarSize: c.NarSize}
+				if c, ok := cached[paths[k].Path]; ok {
+					paths[k] = RequiredPath{Path: c.StorePath, Cached: true, FileSize: uint64(max(c.FileSize, 0)), NarSize: uint64(max(c.NarSize, 0))}
 				}
 			}
 		}
@@ -120,37 +120,35 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 	return nil
 }
 
-// projectCachedSizes returns the sizes of those of the store hashes that a
-// cache the project subscribes to holds.
-func (db *DB) projectCachedSizes(ctx context.Context, projectID string, storeHashes []string) (map[string]RequiredPath, error) {
-	slices.Sort(storeHashes)
-	storeHashes = slices.Compact(storeHashes)
-	out := map[string]RequiredPath{}
-	for len(storeHashes) > 0 {
-		n := min(len(storeHashes), inListMax)
-		args, in := inList([]any{projectID}, storeHashes[:n])
-		storeHashes = storeHashes[n:]
-		rows, err := db.sql.QueryContext(ctx, `SELECT cp.store_hash, cp.file_size, cp.nar_size
-			FROM cache_paths cp JOIN project_caches pc ON pc.cache_id = cp.cache_id
-			WHERE pc.project_id = $1 AND cp.store_hash IN (`+in+`)`, args...)
-		found, err := collect(rows, err, func(r *sql.Rows) (struct {
-			hash string
-			p    RequiredPath
-		}, error) {
-			var x struct {
-				hash string
-				p    RequiredPath
-			}
-			var file, nar int64
-			err := r.Scan(&x.hash, &file, &nar)
-			x.p = RequiredPath{Cached: true, FileSize: uint64(max(file, 0)), NarSize: uint64(max(nar, 0))}
-			return x, err
-		})
+// projectCachedPaths returns, by store path, the rows of those of paths
+// that a cache the project subscribes to holds.
+func (db *DB) projectCachedPaths(ctx context.Context, projectID string, paths []string) (map[string]CachePath, error) {
+	caches, err := db.ProjectCaches(ctx, projectID)
+	if err != nil || len(caches) == 0 {
+		return nil, err
+	}
+	cacheIDs := make([]string, len(caches))
+	for i, c := range caches {
+		cacheIDs[i] = c.ID
+	}
+	var hashes []string
+	for _, p := range paths {
+		if h, err := StorePathHash(p); err == nil {
+			hashes = append(hashes, h)
+		}
+	}
+	slices.Sort(hashes)
+	hashes = slices.Compact(hashes)
+	out := map[string]CachePath{}
+	for len(hashes) > 0 {
+		n := min(len(hashes), inListMax)
+		found, err := db.FindCachePaths(ctx, cacheIDs, hashes[:n])
 		if err != nil {
 			return nil, err
 		}
-		for _, x := range found {
-			out[x.hash] = x.p
+		hashes = hashes[n:]
+		for _, c := range found {
+			out[c.StorePath] = c
 		}
 	}
 	return out, nil

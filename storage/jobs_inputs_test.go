@@ -114,6 +114,13 @@ func TestCompleteFetch(t *testing.T) {
 		ctx := t.Context()
 		e := newEvaluation(t, db)
 		worker := NewID()
+		// A worker lost while fetching: with a limit of two lost workers
+		// in a row, one more would fail the job, unless the fetch that
+		// completes starts the count over.
+		lost := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, worker)
+		if failed, err := db.ReleaseLostAssignment(ctx, lost, 2); err != nil || failed {
+			t.Fatalf("first lost worker: failed %v, %v", failed, err)
+		}
 		a := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, worker)
 		if err := db.CompleteFetch(ctx, a); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("CompleteFetch without a recorded source: %v, want ErrInvalid", err)
@@ -139,9 +146,12 @@ func TestCompleteFetch(t *testing.T) {
 		if ev.Attempts != 0 {
 			t.Fatalf("evaluation attempts %d after a fetch, want 0", ev.Attempts)
 		}
-		mustClaim(t, db, job.JobID, worker)
+		evaluating := mustClaim(t, db, job.JobID, worker)
 		if ev := wantEvalStatus(t, db, e.ID, EvaluationEvaluating); ev.Attempts != 1 {
 			t.Fatalf("evaluation attempts %d, want 1", ev.Attempts)
+		}
+		if failed, err := db.ReleaseLostAssignment(ctx, evaluating, 2); err != nil || failed {
+			t.Fatalf("a lost evaluator after a completed fetch: failed %v, %v; want the count started over", failed, err)
 		}
 	})
 }

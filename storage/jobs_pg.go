@@ -15,8 +15,9 @@ import (
 // one statement (see batcher): ClaimJob is one statement for a whole
 // batch, CompleteBuild one for a batch plus, per call, one when it
 // readies dependents or may end the evaluation. A call alone runs a
-// cheaper one-call form of the same statement. The semantics are those of the generic versions, which SQLite
-// runs (it has no data-modifying CTEs, and one writer).
+// cheaper one-call form of the same statement. The semantics are those
+// of the generic versions, which SQLite runs (it has no data-modifying
+// CTEs, and one writer).
 
 // lazyCommitCTE sets synchronous_commit off for the statement's
 // (implicit or explicit) transaction; see lazyCommit.
@@ -33,7 +34,7 @@ const claimJobSQL = `WITH ` + lazyCommitCTE + `,
 	      SELECT $2::text, $1::text, $3::text, $4::bigint FROM j),
 	b AS (UPDATE builds SET status = 'building', attempts = builds.attempts + 1, worker_id = $3,
 	      started_at = $4, finished_at = NULL FROM j WHERE builds.id = j.build_id),
-	e AS (UPDATE evaluations SET status = CASE WHEN evaluations.flake_source IS NULL THEN 'fetching' ELSE 'evaluating' END,
+	e AS (UPDATE evaluations SET status = ` + claimedEvaluationStatus + `,
 	      attempts = evaluations.attempts + 1,
 	      started_at = COALESCE(evaluations.started_at, $4)
 	      FROM j WHERE j.kind = 'flake' AND evaluations.id = j.evaluation_id)
@@ -54,7 +55,7 @@ const claimJobsSQL = `WITH ` + lazyCommitCTE + `,
 	      SELECT assignment_id, id, worker_id, $4::bigint FROM j),
 	b AS (UPDATE builds SET status = 'building', attempts = builds.attempts + 1, worker_id = j.worker_id,
 	      started_at = $4, finished_at = NULL FROM j WHERE builds.id = j.build_id),
-	e AS (UPDATE evaluations SET status = CASE WHEN evaluations.flake_source IS NULL THEN 'fetching' ELSE 'evaluating' END,
+	e AS (UPDATE evaluations SET status = ` + claimedEvaluationStatus + `,
 	      attempts = evaluations.attempts + 1,
 	      started_at = COALESCE(evaluations.started_at, $4)
 	      FROM j WHERE j.kind = 'flake' AND evaluations.id = j.evaluation_id)

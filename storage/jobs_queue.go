@@ -20,6 +20,11 @@ const (
 	dependencyFailedError = "dependency failed: "
 )
 
+// claimedEvaluationStatus is the status of an evaluation whose flake job
+// is claimed: fetching, or evaluating once its source is fetched (the
+// follow-up of a fetch-only job, a retry).
+const claimedEvaluationStatus = `CASE WHEN evaluations.flake_source IS NULL THEN 'fetching' ELSE 'evaluating' END`
+
 // ClaimJob hands a pending job to a worker by opening an assignment, and
 // returns the assignment's ID. A job that is not pending, or already has
 // an open assignment, is ErrConflict; an unknown job ErrNotFound. The job
@@ -76,7 +81,7 @@ func (db *DB) ClaimJob(ctx context.Context, jobID, workerID string) (string, err
 				buildID.String, workerID, now)
 		} else {
 			_, err = db.txExec(ctx, tx,
-				`UPDATE evaluations SET status = CASE WHEN flake_source IS NULL THEN 'fetching' ELSE 'evaluating' END,
+				`UPDATE evaluations SET status = `+claimedEvaluationStatus+`,
 				 attempts = attempts + 1,
 				 started_at = COALESCE(started_at, $2) WHERE id = $1`,
 				evalID, now)
@@ -566,10 +571,11 @@ func (db *DB) CompleteFetch(ctx context.Context, assignmentID string) error {
 		if err != nil {
 			return err
 		}
+		// The fetching worker survived: the count of lost workers starts over.
 		var kind JobKind
 		var source sql.NullString
-		if err := db.txRow(ctx, tx, `SELECT j.kind, e.flake_source FROM jobs j
-			JOIN evaluations e ON e.id = j.evaluation_id WHERE j.id = $1`, jobID).Scan(&kind, &source); err != nil {
+		if err := db.txRow(ctx, tx, `UPDATE jobs SET lost_workers = 0 WHERE id = $1
+			RETURNING kind, (SELECT flake_source FROM evaluations e WHERE e.id = jobs.evaluation_id)`, jobID).Scan(&kind, &source); err != nil {
 			return err
 		}
 		if kind != JobFlake {
@@ -845,17 +851,16 @@ func (db *DB) FailJob(ctx context.Context, assignmentID string, kind FailureKind
 		if err != nil {
 			return err
 		}
+		// A report: its worker survived the job, so the count of lost
+		// workers starts over.
 		var attempts int
 		var status JobStatus
-		if err := db.txRow(ctx, tx, `SELECT status, attempts FROM jobs WHERE id = $1`, jobID).Scan(&status, &attempts); err != nil {
+		if err := db.txRow(ctx, tx, `UPDATE jobs SET lost_workers = 0 WHERE id = $1 RETURNING status, attempts`,
+			jobID).Scan(&status, &attempts); err != nil {
 			return err
 		}
 		if status != JobAssigned {
 			return conflict("job %s is %s, not assigned", jobID, status)
-		}
-		// A report: its worker survived the job.
-		if _, err := db.txExec(ctx, tx, `UPDATE jobs SET lost_workers = 0 WHERE id = $1 AND lost_workers > 0`, jobID); err != nil {
-			return err
 		}
 		failure := &jobFailure{kind: kind, message: message}
 		requeue := kind == FailureAborted || kind == FailureCanceled
