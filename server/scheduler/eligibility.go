@@ -42,11 +42,11 @@ func (e eligibility) may(job *storage.PendingJob, kind wire.JobKind) bool {
 		if job.FlakeSource != "" {
 			// Fetched already (the follow-up of a fetch-only job, or a
 			// retry): the evaluation steps are left, from the cache.
-			return e.caps.Eval && allowed.Eval
+			return e.mayEvaluate(job.ProjectID)
 		}
 		// Fetching first; a worker that may not evaluate gets the
 		// fetch step alone (JOBS.md §6, flake-job splitting).
-		return e.caps.Fetch && allowed.Fetch
+		return e.mayFetch(job.ProjectID)
 	case storage.JobBuild:
 		if kind != wire.JobKindBuild || !e.caps.Build || !allowed.Build || !e.hasHostCaps {
 			return false

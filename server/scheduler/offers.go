@@ -23,7 +23,7 @@ func (s *Scheduler) offer(ids []string, all bool) {
 		return
 	}
 	if !all {
-		s.fillRequiredPaths(ids) // a full pass follows a reload, which read them
+		s.fillRequiredPaths(ids) // a full pass follows a reload, which reads them
 	}
 	type offer struct {
 		w          *server.LiveWorker
@@ -85,8 +85,9 @@ func (s *Scheduler) offer(ids []string, all bool) {
 }
 
 // fillRequiredPaths reads the required paths of those of the build jobs
-// ids still queued. Jobs join the queue without them, so an idle worker's
-// assignment does not wait for the query; offers, which carry them, do.
+// ids still queued that have none yet. Jobs join the queue without them,
+// so an idle worker's assignment does not wait for the query; offers,
+// which carry them, do (and a reload reads those of jobs new to it).
 func (s *Scheduler) fillRequiredPaths(ids []string) {
 	s.mu.Lock()
 	var jobs []storage.PendingJob

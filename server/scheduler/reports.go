@@ -38,10 +38,15 @@ func (s *Scheduler) assignResponse(ctx context.Context, w *server.LiveWorker, m 
 func (s *Scheduler) forget(a *assignment) {
 	s.mu.Lock()
 	if s.running[a.job.JobID] == a {
-		delete(s.running, a.job.JobID)
-		delete(s.progress, a.job.BuildID)
+		s.untrack(a)
 	}
 	s.mu.Unlock()
+}
+
+// untrack drops an assignment and its build's progress; s.mu is held.
+func (s *Scheduler) untrack(a *assignment) {
+	delete(s.running, a.job.JobID)
+	delete(s.progress, a.job.BuildID)
 }
 
 // progressTTL is how long a BuildProgress is shown without a newer one

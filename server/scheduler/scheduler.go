@@ -245,41 +245,28 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A job's inputs do not change while it waits: the queue's copy
-	// serves, and only jobs new to it are read.
-	var unread []int
 	s.mu.Lock()
-	for i := range jobs {
-		if old := s.queue.get(jobs[i].JobID); old != nil && old.RequiredPaths != nil {
-			jobs[i].RequiredPaths = old.RequiredPaths
-		} else if jobs[i].Kind == storage.JobBuild {
-			unread = append(unread, i)
-		}
-	}
-	s.mu.Unlock()
-	if len(unread) > 0 {
-		read := make([]storage.PendingJob, len(unread))
-		for k, i := range unread {
-			read[k] = jobs[i]
-		}
-		if err := s.db.FillRequiredPaths(ctx, read); err != nil {
-			return err
-		}
-		for k, i := range unread {
-			jobs[i].RequiredPaths = read[k].RequiredPaths
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	old := s.queue
 	s.queue = newJobQueue()
+	var unread []string
 	for i := range jobs {
 		j := &jobs[i]
 		if s.running[j.JobID] != nil {
 			continue // claimed in the meantime
 		}
+		// A job's inputs do not change while it waits: the old queue's
+		// copy serves, and only jobs new to it are read (below).
+		if o := old.get(j.JobID); o != nil {
+			j.RequiredPaths = o.RequiredPaths
+		}
+		if j.Kind == storage.JobBuild && j.RequiredPaths == nil {
+			unread = append(unread, j.JobID)
+		}
 		s.queue.add(j)
 	}
 	s.m.pending.Set(float64(s.queue.len()))
+	s.mu.Unlock()
+	s.fillRequiredPaths(unread)
 	return nil
 }
 
@@ -345,8 +332,7 @@ func (s *Scheduler) SessionEnded(w *server.LiveWorker, reason string) {
 		}
 	}
 	for _, a := range lost {
-		delete(s.running, a.job.JobID)
-		delete(s.progress, a.job.BuildID)
+		s.untrack(a)
 	}
 	s.mu.Unlock()
 	if len(lost) == 0 {
@@ -811,8 +797,7 @@ func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
 		if a == nil || a.id != o.AssignmentID {
 			continue
 		}
-		delete(s.running, o.JobID)
-		delete(s.progress, a.job.BuildID)
+		s.untrack(a)
 		if ws := s.sessions[a.session]; ws != nil {
 			aborts = append(aborts, abort{ws.w, o.JobID})
 		}
