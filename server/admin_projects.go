@@ -125,12 +125,7 @@ func (a *adminAPI) generateDeployKey(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	names, err := a.teamNames(ctx)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	name := names[p.TeamID] + "/" + p.Name
+	name := a.projectName(ctx, p)
 	public, err := a.s.GenerateDeployKey(ctx, p, "gradient-"+strings.ReplaceAll(name, "/", "-"))
 	if err != nil {
 		a.fail(w, r, err)

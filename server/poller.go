@@ -205,10 +205,10 @@ type gitAccess struct {
 
 func (s *Server) gitAccess(ctx context.Context, p storage.Project, name string) gitAccess {
 	access := gitAccess{ssh: s.cfg.SSH}
-	if s.cfg.DialKey == nil {
+	if s.deployKeys == nil {
 		return access
 	}
-	key, err := NewDeployKeys(s.db, s.cfg.DialKey).Private(ctx, p.ID)
+	key, err := s.deployKeys.Private(ctx, p.ID)
 	if err != nil {
 		s.log.Warn("branch poll: the project's deploy key is not used", "project", name, "error", err)
 	}
@@ -252,7 +252,10 @@ func lsRemote(ctx context.Context, repository, branch string, access gitAccess) 
 		if err := os.WriteFile(keyFile, access.sshKey, 0o600); err != nil {
 			return "", fmt.Errorf("writing the deploy key: %w", err)
 		}
-		cmd.Env = append(cmd.Env, "GIT_SSH_COMMAND="+ssh+" -i '"+keyFile+"' -o IdentitiesOnly=yes -o BatchMode=yes")
+		// As the worker's fetch does (nix.FetchFlake): the host's key is
+		// not checked, the server may never have met the host.
+		cmd.Env = append(cmd.Env, "GIT_SSH_COMMAND="+ssh+" -i '"+keyFile+"' -o IdentitiesOnly=yes"+
+			" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes")
 	case os.Getenv("GIT_SSH_COMMAND") == "":
 		cmd.Env = append(cmd.Env, "GIT_SSH_COMMAND="+ssh+" -o BatchMode=yes")
 	}

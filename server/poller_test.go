@@ -316,6 +316,14 @@ func TestPollerUsesDeployKey(t *testing.T) {
 			t.Errorf("the deploy key file %s outlived the poll (%v)", keyFile, err)
 		}
 	}
+	// The server may never have met the host: its key is not checked
+	// (as the worker's fetch does), or a real ssh would refuse in batch mode.
+	options, _ := os.ReadFile(host.Options)
+	for _, want := range []string{"StrictHostKeyChecking=no", "IdentitiesOnly=yes", "BatchMode=yes"} {
+		if !strings.Contains(string(options), want+"\n") {
+			t.Errorf("ssh options %q lack %s", options, want)
+		}
+	}
 	if strings.Contains(e.logs.String(), "PRIVATE KEY") {
 		t.Error("the private key appears in the server log")
 	}

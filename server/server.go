@@ -130,11 +130,13 @@ type Server struct {
 	// (hash, token) pairs remembered across reconnects.
 	verifier *secret.Verifier
 
-	live      *liveSessions
-	offline   *offlineReasons
-	dialer    *dialer // nil without a dial key
-	accepting atomic.Bool
-	slots     chan struct{} // connection limiter: one token per session
+	live    *liveSessions
+	offline *offlineReasons
+	dialer  *dialer // nil without a dial key
+	// deployKeys opens projects' deploy keys; nil without a dial key.
+	deployKeys *DeployKeys
+	accepting  atomic.Bool
+	slots      chan struct{} // connection limiter: one token per session
 	// anonymousCache caps anonymous read-only cache sessions per IP.
 	anonymousCache *limit.PerIP
 	uploadLeases   *uploadLeases
@@ -170,6 +172,7 @@ func New(db *storage.DB, cfg Config) *Server {
 	s.verifier = secret.NewVerifier(0)
 	s.accepting.Store(true)
 	if cfg.DialKey != nil {
+		s.deployKeys = NewDeployKeys(db, cfg.DialKey)
 		s.dialer = newDialer(s)
 		s.wg.Add(1)
 		go func() {
