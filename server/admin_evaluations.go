@@ -131,8 +131,7 @@ func (a *adminAPI) viewBuildNow(b storage.Build) buildView {
 		return v
 	}
 	if p, ok := src.BuildProgress(b.ID); ok {
-		phase := map[wire.BuildProgressPhase]string{wire.ProgressDownload: "download", wire.ProgressPrefetch: "prefetch", wire.ProgressUpload: "upload"}[p.Phase]
-		v.Progress = &buildProgressView{Phase: phase, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, PathsDone: p.PathsDone, PathsTotal: p.PathsTotal}
+		v.Progress = &buildProgressView{Phase: strings.ToLower(p.Phase.String()), BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, PathsDone: p.PathsDone, PathsTotal: p.PathsTotal}
 	}
 	return v
 }

@@ -54,7 +54,7 @@ func (ls *liveSession) runJob(j *runningJob) {
 	idleAfterDrain := ls.drained && len(ls.jobs) == 0
 	ls.mu.Unlock()
 	ls.w.slots.release(a.Kind)
-	kind := kindLabel(a.Kind)
+	kind := kindName(a.Kind)
 	ls.w.m.jobsRunning.Add(-1, kind)
 	ls.w.m.jobSeconds.Add(time.Since(j.started).Seconds(), kind)
 
@@ -77,7 +77,7 @@ func (ls *liveSession) runJob(j *runningJob) {
 			msg = cause.Error()
 		}
 		log.Info("job failed", "kind", failure, "error", msg, "elapsed_ms", elapsed)
-		ls.w.m.jobsFinished.Inc(kind, failureLabel(failure))
+		ls.w.m.jobsFinished.Inc(kind, failure.String())
 		ls.send(&wire.JobFailed{JobID: a.JobID, AssignmentID: aid, Error: msg, Kind: failure,
 			MissingPaths: nonNil(missing), Spans: []wire.JobPhaseSpan{}, ElapsedMS: elapsed})
 	}

@@ -116,7 +116,7 @@ func TestAssignAbortAndCapacity(t *testing.T) {
 		t.Fatalf("JobFailed %+v", failed)
 	}
 	wantMetrics(t, cfg.Metrics, `gradient_worker_jobs_running{kind="build"} 0`,
-		`gradient_worker_jobs_finished_total{kind="build",outcome="aborted"} 1`)
+		`gradient_worker_jobs_finished_total{kind="build",outcome="Aborted"} 1`)
 }
 
 // wantMetrics requires each line in the registry's text form.

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"gradient.dev/gradient/metrics"
-	"gradient.dev/gradient/wire"
 )
 
 // workerMetrics are the worker's Prometheus series, in Config.Metrics
@@ -27,40 +26,9 @@ func newWorkerMetrics(r *metrics.Registry, w *Worker) *workerMetrics {
 		connectFailures: r.NewCounter("gradient_worker_connect_failures_total", "Dials or handshakes that failed."),
 		jobsRunning:     r.NewGauge("gradient_worker_jobs_running", "Jobs running now.", "kind"),
 		jobsFinished: r.NewCounter("gradient_worker_jobs_finished_total",
-			"Jobs ended: completed, a failure kind, or lost with their session.", "kind", "outcome"),
+			"Jobs ended: completed, the failure kind (as on the wire), or lost with their session.", "kind", "outcome"),
 		jobSeconds: r.NewCounter("gradient_worker_job_seconds_total", "Time spent running jobs.", "kind"),
 		narBytes: r.NewCounter("gradient_worker_nar_bytes_total",
 			"Compressed NAR bytes moved over the session: pulled from or uploaded to the server's cache.", "direction"),
 	}
-}
-
-// kindLabel names a job kind for the series.
-func kindLabel(k wire.JobKind) string {
-	if k == wire.JobKindBuild {
-		return "build"
-	}
-	return "flake"
-}
-
-// failureLabel names a failure kind for the series.
-func failureLabel(k wire.BuildFailureKind) string {
-	switch k {
-	case wire.FailureTransient:
-		return "transient"
-	case wire.FailurePermanent:
-		return "permanent"
-	case wire.FailureTimeout:
-		return "timeout"
-	case wire.FailureSubstituteUnavailable:
-		return "substitute unavailable"
-	case wire.FailureInputsUnavailable:
-		return "inputs unavailable"
-	case wire.FailureCorruptEvalCache:
-		return "corrupt eval cache"
-	case wire.FailureAborted:
-		return "aborted"
-	case wire.FailureCanceled:
-		return "canceled"
-	}
-	return "unknown"
 }

@@ -265,7 +265,7 @@ func (ls *liveSession) assign(m *wire.AssignJob) {
 	}
 	ls.log.Info("accepted job", "job", m.JobID, "assignment", m.AssignmentID, "kind", kindName(kind))
 	ls.send(&wire.AssignJobResponse{JobID: m.JobID, Accepted: true})
-	ls.w.m.jobsRunning.Add(1, kindLabel(kind))
+	ls.w.m.jobsRunning.Add(1, kindName(kind))
 	go ls.runJob(j)
 	ls.requestIfFree(kind)
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -732,16 +733,11 @@ func steps(m *wire.AssignJob) string {
 	if !ok {
 		return "build"
 	}
-	names := map[wire.FlakeStep]string{wire.FlakeStepFetchFlake: "fetch", wire.FlakeStepEvaluateFlake: "evaluate flake",
-		wire.FlakeStepEvaluateDerivations: "evaluate derivations"}
-	out := ""
+	names := make([]string, len(flake.Steps))
 	for i, st := range flake.Steps {
-		if i > 0 {
-			out += ", "
-		}
-		out += names[st]
+		names[i] = st.String()
 	}
-	return out
+	return strings.Join(names, ", ")
 }
 
 func describe(job *storage.PendingJob) string {
