@@ -3,23 +3,26 @@ package storage
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"gradient.dev/gradient/storage/internal/testdb"
 )
 
+// benchEngines give each benchmark a fresh database of each engine.
+var benchEngines = []struct {
+	name string
+	url  func(b *testing.B) string
+}{
+	{"sqlite", func(b *testing.B) string { return "sqlite://" + filepath.Join(b.TempDir(), "gradient.db") }},
+	{"postgres", func(b *testing.B) string { return testdb.PostgresURLOrSkip(b) }},
+}
+
 // BenchmarkClaimCompleteBuild measures one ClaimJob + CompleteBuild (the
 // hot loop of the scheduler) on independent builds of one evaluation:
 // serially, and from parallel goroutines (throughput of the whole pool).
 func BenchmarkClaimCompleteBuild(b *testing.B) {
-	engines := []struct {
-		name string
-		url  func(b *testing.B) string
-	}{
-		{"sqlite", func(b *testing.B) string { return "sqlite://" + filepath.Join(b.TempDir(), "gradient.db") }},
-		{"postgres", func(b *testing.B) string { return testdb.PostgresURLOrSkip(b) }},
-	}
-	for _, e := range engines {
+	for _, e := range benchEngines {
 		for _, parallel := range []bool{false, true} {
 			name := e.name + "/serial"
 			if parallel {
@@ -135,14 +138,7 @@ func benchEvalOf(b *testing.B, db *DB, jobs []string) string {
 // with 20 inputs each, half of them in the project's cache: what offering
 // an evaluation's newly ready builds costs.
 func BenchmarkFillRequiredPaths(b *testing.B) {
-	engines := []struct {
-		name string
-		url  func(b *testing.B) string
-	}{
-		{"sqlite", func(b *testing.B) string { return "sqlite://" + filepath.Join(b.TempDir(), "gradient.db") }},
-		{"postgres", func(b *testing.B) string { return testdb.PostgresURLOrSkip(b) }},
-	}
-	for _, e := range engines {
+	for _, e := range benchEngines {
 		b.Run(e.name, func(b *testing.B) {
 			ctx := b.Context()
 			db, err := Open(ctx, e.url(b))
@@ -202,7 +198,7 @@ func BenchmarkFillRequiredPaths(b *testing.B) {
 			}
 			var jobs []PendingJob
 			for _, bl := range builds {
-				if len(bl.DrvPath) > 4 && bl.DrvPath[len(bl.DrvPath)-8:] == "-app.drv" {
+				if strings.HasSuffix(bl.DrvPath, "-app.drv") {
 					jobs = append(jobs, PendingJob{JobID: NewID(), Kind: JobBuild, BuildID: bl.ID, ProjectID: project.ID})
 				}
 			}
