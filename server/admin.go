@@ -56,14 +56,17 @@ import (
 //	POST   /api/v1/server/resume-accepting
 //
 // Errors are {"error": "sentence"}: 400 invalid input, 401 wrong or
-// missing token, 404 unknown record, 409 conflict, 503 API disabled.
+// missing token, 404 unknown record, 409 conflict, 429 too many wrong
+// tokens from the address (Retry-After), 503 API disabled.
 
 // adminAPI serves the admin endpoints of one Server.
 type adminAPI struct {
 	s *Server
-	// verifySlots bounds concurrent token checks: each argon2id Verify
-	// takes ~19 MiB, so a flood of bad tokens must not multiply that.
-	verifySlots chan struct{}
+	// tokens checks the admin token: each argon2id check takes ~19 MiB,
+	// so at most a few run at once, and the token that matched is
+	// remembered, so the operator's requests skip the queue that wrong
+	// tokens wait in (those are also limited per address, authHeldBack).
+	tokens *secret.Verifier
 }
 
 // adminVerifyConcurrency is how many admin token checks run at once.
@@ -71,7 +74,7 @@ const adminVerifyConcurrency = 4
 
 // mountAdminAPI mounts the operator's JSON API under /api/v1.
 func (s *Server) mountAdminAPI(mux *http.ServeMux) {
-	a := &adminAPI{s: s, verifySlots: make(chan struct{}, adminVerifyConcurrency)}
+	a := &adminAPI{s: s, tokens: secret.NewVerifier(adminVerifyConcurrency)}
 	api := http.NewServeMux()
 	a.routes(api)
 	// Unknown paths under /api/v1/ answer JSON 404 too, after the token
@@ -137,25 +140,17 @@ func (a *adminAPI) requireAdmin(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "missing admin token: send Authorization: Bearer <admin token>")
 			return
 		}
-		if !a.verify(r, hash, token) {
+		if a.s.authHeldBack(w, r, writeError) {
+			return
+		}
+		if !a.tokens.Verify(hash, token) { // constant time
+			a.s.authFailed(r, "admin token")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gradient-admin", error="invalid_token"`)
 			writeError(w, http.StatusUnauthorized, "wrong admin token")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// verify checks token against hash (secret.Verify is constant time),
-// waiting for a verification slot or the client giving up.
-func (a *adminAPI) verify(r *http.Request, hash, token string) bool {
-	select {
-	case a.verifySlots <- struct{}{}:
-	case <-r.Context().Done():
-		return false
-	}
-	defer func() { <-a.verifySlots }()
-	return secret.Verify(hash, token)
 }
 
 func bearerToken(r *http.Request) (string, bool) {

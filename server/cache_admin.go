@@ -11,6 +11,7 @@ import (
 
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storepath"
 )
 
 // Admin endpoints for a cache's content (mounted by adminAPI.routes):
@@ -160,8 +161,8 @@ func uploadMetadata(r *http.Request) (storage.CachePath, [32]byte, error) {
 		Deriver:    strings.TrimSpace(h.Get(headerDeriver)),
 		CA:         strings.TrimSpace(h.Get(headerCA)),
 	}
-	if _, err := storage.StorePathHash(in.StorePath); err != nil || !strings.HasPrefix(in.StorePath, storage.StoreDir+"/") {
-		return in, [32]byte{}, invalidf("%s %q is not a /nix/store path", headerStorePath, in.StorePath)
+	if err := checkPathMetadata(in.StorePath, in.References, in.Deriver, in.CA); err != nil {
+		return in, [32]byte{}, invalidf("upload refused, nothing stored: %v", err)
 	}
 	narHash, err := parseSHA256(in.NarHash)
 	if err != nil {
@@ -172,6 +173,31 @@ func uploadMetadata(r *http.Request) (storage.CachePath, [32]byte, error) {
 		return in, narHash, invalidf("%s %q is not a positive size", headerNarSize, h.Get(headerNarSize))
 	}
 	return in, narHash, nil
+}
+
+// checkPathMetadata checks what a narinfo will carry of an upload's
+// metadata by Nix's rules (package storepath), before anything is stored
+// or signed. Admin pushes and worker uploads both pass through it.
+func checkPathMetadata(storePath string, references []string, deriver, ca string) error {
+	if _, _, err := storepath.Parse(storePath); err != nil {
+		return fmt.Errorf("store path: %w", err)
+	}
+	for _, ref := range references {
+		if _, err := storepath.Base(ref); err != nil {
+			return fmt.Errorf("reference: %w", err)
+		}
+	}
+	if deriver != "" {
+		if _, err := storepath.Base(deriver); err != nil {
+			return fmt.Errorf("deriver: %w", err)
+		}
+	}
+	if ca != "" {
+		if err := storepath.CheckCA(ca); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // cachePathHash reads the {path} segment: a hash part, base name or full path.
@@ -225,8 +251,13 @@ func (a *adminAPI) showCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	narinfo, err := renderNarinfo(p, key)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	v := viewCachePath(p)
-	v.Narinfo = string(renderNarinfo(p, key))
+	v.Narinfo = string(narinfo)
 	writeJSON(w, http.StatusOK, v)
 }
 

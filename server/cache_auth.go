@@ -1,38 +1,15 @@
 package server
 
 import (
-	"context"
-	"crypto/sha256"
 	"encoding/base64"
+	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
-	"sync"
-	"time"
 
-	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/storage"
 )
-
-// cacheKeyTTL is how long a verified cache API key is trusted without a
-// new argon2id check: Nix sends one request per narinfo and NAR, and each
-// check costs ~30 ms and 19 MiB. A deleted key keeps working this long.
-const cacheKeyTTL = time.Minute
-
-// cacheKeyVerifier checks cache API keys against their stored hashes and
-// remembers keys that matched.
-type cacheKeyVerifier struct {
-	db    *storage.DB
-	slots chan struct{} // bounds concurrent argon2id checks
-
-	mu       sync.Mutex
-	verified map[[32]byte]verifiedKey // SHA-256 of cache ID + token
-}
-
-type verifiedKey struct{ until time.Time }
-
-func newCacheKeyVerifier(db *storage.DB) *cacheKeyVerifier {
-	return &cacheKeyVerifier{db: db, slots: make(chan struct{}, adminVerifyConcurrency), verified: map[[32]byte]verifiedKey{}}
-}
 
 // cacheKeyFromRequest takes the key from Authorization: "Bearer GRAD…",
 // a bare "GRAD…", or HTTP Basic with the key as password (what a netrc
@@ -61,42 +38,49 @@ func cacheKeyFromRequest(r *http.Request) (string, bool) {
 	return token, token != ""
 }
 
-// allows reports whether token is a key of cacheID.
-func (v *cacheKeyVerifier) allows(ctx context.Context, cacheID, token string) (bool, error) {
-	id := sha256.Sum256([]byte(cacheID + "\x00" + token))
-	now := time.Now()
-	v.mu.Lock()
-	hit, ok := v.verified[id]
-	v.mu.Unlock()
-	if ok && now.Before(hit.until) {
-		return true, nil
+// cacheKeyAllows reports whether token is a key of cacheID: one SHA-256
+// and one indexed lookup (storage.CacheKeyByToken), the same for a right
+// key, a wrong one and any number of keys on the cache. A failure counts
+// against the client's address.
+func (s *Server) cacheKeyAllows(r *http.Request, cacheID, token string) (bool, error) {
+	_, err := s.db.CacheKeyByToken(r.Context(), cacheID, token)
+	if errors.Is(err, storage.ErrNotFound) {
+		s.authFailed(r, "cache API key")
+		return false, nil
 	}
-	keys, err := v.db.CacheKeys(ctx, cacheID)
-	if err != nil {
-		return false, err
-	}
-	select {
-	case v.slots <- struct{}{}:
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-	defer func() { <-v.slots }()
-	for _, k := range keys {
-		if secret.Verify(k.TokenHash, token) {
-			v.remember(id, now)
-			return true, nil
-		}
-	}
-	return false, nil
+	return err == nil, err
 }
 
-func (v *cacheKeyVerifier) remember(id [32]byte, now time.Time) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for k, e := range v.verified { // few keys: sweeping on insert is enough
-		if now.After(e.until) {
-			delete(v.verified, k)
-		}
+// authHeldBack answers 429 when the request's address has no failed
+// authentications left (Config.AuthFailuresPerMinute); true when it did.
+// Callers ask before checking a presented credential, so a held-back
+// address costs no check at all; requests without credentials are not
+// asked about.
+func (s *Server) authHeldBack(w http.ResponseWriter, r *http.Request, answer func(w http.ResponseWriter, status int, msg string)) bool {
+	if s.authFailures == nil {
+		return false
 	}
-	v.verified[id] = verifiedKey{until: now.Add(cacheKeyTTL)}
+	wait, blocked := s.authFailures.Blocked(clientIP(r))
+	if !blocked {
+		return false
+	}
+	seconds := strconv.Itoa(int(math.Ceil(wait.Seconds())))
+	w.Header().Set("Retry-After", seconds)
+	answer(w, http.StatusTooManyRequests, "too many failed authentications from this address: retry in "+seconds+" s")
+	return true
 }
+
+// authFailed records a wrong credential of the request's address.
+func (s *Server) authFailed(r *http.Request, what string) {
+	if s.authFailures == nil {
+		return
+	}
+	ip := clientIP(r)
+	s.authFailures.Fail(ip)
+	if _, blocked := s.authFailures.Blocked(ip); blocked {
+		s.log.Warn("failed authentications: address held back", "remote", ip, "credential", what)
+	}
+}
+
+// plainError is http.Error in authHeldBack's answer shape.
+func plainError(w http.ResponseWriter, status int, msg string) { http.Error(w, msg, status) }

@@ -21,7 +21,7 @@ import (
 //
 // Unknown caches, paths and objects answer 404, which Nix reads as "not
 // here". A private cache wants a cache API key (cache_auth.go): missing
-// or wrong → 401.
+// or wrong → 401; an address with too many wrong keys → 429.
 
 // binaryCachePriority is announced in nix-cache-info: the reference's
 // default 10 (CACHE.md §9), below cache.nixos.org's 40, so Nix asks the
@@ -31,13 +31,12 @@ const binaryCachePriority = 10
 // binaryCache serves the HTTP binary cache of one Server.
 type binaryCache struct {
 	s       *Server
-	keys    *cacheKeyVerifier
 	metrics *binaryCacheMetrics
 }
 
 // mountBinaryCache mounts /cache/{cache}/….
 func (s *Server) mountBinaryCache(mux *http.ServeMux) {
-	bc := &binaryCache{s: s, keys: newCacheKeyVerifier(s.db), metrics: newBinaryCacheMetrics(s.metrics.registry)}
+	bc := &binaryCache{s: s, metrics: newBinaryCacheMetrics(s.metrics.registry)}
 	// GET patterns also match HEAD.
 	mux.HandleFunc("GET /cache/{cache}/nix-cache-info", bc.serveCacheInfo)
 	mux.HandleFunc("GET /cache/{cache}/{file}", bc.serveNarinfo)
@@ -62,7 +61,10 @@ func (bc *binaryCache) open(w http.ResponseWriter, r *http.Request) (storage.Cac
 	}
 	token, ok := cacheKeyFromRequest(r)
 	if ok {
-		allowed, err := bc.keys.allows(r.Context(), c.ID, token)
+		if bc.s.authHeldBack(w, r, plainError) {
+			return c, false
+		}
+		allowed, err := bc.s.cacheKeyAllows(r, c.ID, token)
 		if err != nil {
 			bc.internal(w, r, err)
 			return c, false
@@ -119,7 +121,10 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 			bc.internal(w, r, err)
 			return
 		}
-		body = renderNarinfo(p, key)
+		if body, err = renderNarinfo(p, key); err != nil {
+			bc.internal(w, r, err)
+			return
+		}
 		bc.s.cacheMemo.storeNarinfo(c.ID, hash, body, stamp)
 	}
 	bc.metrics.narinfos.Inc(c.Name, "hit")

@@ -16,12 +16,18 @@ import (
 // putObject stores nar under storePath in the env's cache, bypassing Nix.
 func (e *cacheEnv) putObject(t testing.TB, storePath string, nar []byte) storage.CachePath {
 	t.Helper()
+	return e.putObjectIn(t, e.cache.ID, storePath, nar)
+}
+
+// putObjectIn is putObject into the cache with ID cacheID.
+func (e *cacheEnv) putObjectIn(t testing.TB, cacheID, storePath string, nar []byte) storage.CachePath {
+	t.Helper()
 	obj, err := e.srv.cfg.NarStore.Put(t.Context(), bytes.NewReader(nar), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, _, err := e.db.PutCachePath(t.Context(), storage.CachePath{
-		CacheID: e.cache.ID, StorePath: storePath, NarHash: obj.NarHashText(), NarSize: obj.NarSize,
+		CacheID: cacheID, StorePath: storePath, NarHash: obj.NarHashText(), NarSize: obj.NarSize,
 		FileHash: obj.FileHashText(), FileSize: obj.FileSize, Compression: narstore.Compression, ObjectKey: obj.Key,
 	})
 	if err != nil {

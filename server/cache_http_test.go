@@ -31,11 +31,17 @@ type cacheEnv struct {
 
 func newCacheEnv(t testing.TB, cfg Config) *cacheEnv {
 	t.Helper()
-	tt, _ := t.(*testing.T) // nil in benchmarks, which never use it
 	db, err := storage.Open(t.Context(), "sqlite://"+filepath.Join(t.TempDir(), "gradient.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newCacheEnvOn(t, db, cfg)
+}
+
+// newCacheEnvOn is newCacheEnv on a given database, which it closes.
+func newCacheEnvOn(t testing.TB, db *storage.DB, cfg Config) *cacheEnv {
+	t.Helper()
+	tt, _ := t.(*testing.T) // nil in benchmarks, which never use it
 	store, err := narstore.OpenLocal(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -63,13 +69,17 @@ func newCacheEnv(t testing.TB, cfg Config) *cacheEnv {
 
 // upload PUTs a NAR with its metadata through the admin API.
 func (e *cacheEnv) upload(cache, storePath string, nar []byte, narHash string, narSize int, refs []string, deriver string) (int, []byte) {
+	return e.uploadWith(cache, nar, map[string]string{headerStorePath: storePath, headerNarHash: narHash,
+		headerNarSize: strconv.Itoa(narSize), headerReferences: strings.Join(refs, " "), headerDeriver: deriver})
+}
+
+// uploadWith PUTs a NAR with the given X-Nix-* headers.
+func (e *cacheEnv) uploadWith(cache string, nar []byte, headers map[string]string) (int, []byte) {
 	req, _ := http.NewRequest("PUT", e.url+"/api/v1/caches/"+cache+"/paths", bytes.NewReader(nar))
 	req.Header.Set("Authorization", "Bearer "+testAdminToken)
-	req.Header.Set(headerStorePath, storePath)
-	req.Header.Set(headerNarHash, narHash)
-	req.Header.Set(headerNarSize, strconv.Itoa(narSize))
-	req.Header.Set(headerReferences, strings.Join(refs, " "))
-	req.Header.Set(headerDeriver, deriver)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

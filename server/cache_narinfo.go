@@ -24,8 +24,16 @@ func narURL(p storage.CachePath) string {
 	return "nar/" + p.ObjectKey + ".nar.zst"
 }
 
-// renderNarinfo writes the narinfo of CACHE.md §7, signed with key.
-func renderNarinfo(p storage.CachePath, key storage.SigningKey) []byte {
+// renderNarinfo writes the narinfo of CACHE.md §7, signed with key. The
+// fields were checked on upload; a line break in one is still refused
+// here, as the last guard against a value adding a line of its own.
+func renderNarinfo(p storage.CachePath, key storage.SigningKey) ([]byte, error) {
+	fields := append([]string{p.StorePath, p.ObjectKey, p.Compression, p.FileHash, p.NarHash, p.Deriver, p.CA}, p.References...)
+	for _, f := range fields {
+		if strings.ContainsAny(f, "\r\n") {
+			return nil, fmt.Errorf("narinfo of %q not rendered: a field holds a line break", p.StorePath)
+		}
+	}
 	sig := key.Sign(narinfoFingerprint(p))
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "StorePath: %s\n", p.StorePath)
@@ -45,5 +53,5 @@ func renderNarinfo(p storage.CachePath, key storage.SigningKey) []byte {
 	if p.CA != "" {
 		fmt.Fprintf(&b, "CA: %s\n", p.CA)
 	}
-	return b.Bytes()
+	return b.Bytes(), nil
 }

@@ -38,7 +38,10 @@ func (bc *binaryCache) serveSession(w http.ResponseWriter, r *http.Request) {
 	token, hasKey := cacheKeyFromRequest(r)
 	anonymous := !hasKey
 	if hasKey {
-		allowed, err := bc.keys.allows(r.Context(), cache.ID, token)
+		if s.authHeldBack(w, r, plainError) {
+			return
+		}
+		allowed, err := s.cacheKeyAllows(r, cache.ID, token)
 		if err != nil {
 			bc.internal(w, r, err)
 			return

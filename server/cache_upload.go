@@ -9,6 +9,7 @@ import (
 
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storepath"
 	"gradient.dev/gradient/wire"
 )
 
@@ -68,9 +69,9 @@ func (us *uploads) request(m *wire.UploadRequest) {
 		c.send(&wire.UploadGrant{RequestID: m.RequestID, Target: &wire.GrantSkip{}})
 		return
 	}
-	hash, err := storage.StorePathHash(nar.StorePath)
+	hash, _, err := storepath.Parse(nar.StorePath)
 	if err != nil {
-		us.answer(m.RequestID, &wire.UploadRejected{Reason: "malformed store path " + nar.StorePath})
+		us.answer(m.RequestID, &wire.UploadRejected{Reason: "store path: " + err.Error()})
 		return
 	}
 	if c.s.cfg.NarStore == nil {
@@ -242,6 +243,18 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 		c.log.Warn("upload rejected", "path", u.storePath, "reason", reason)
 		return &wire.UploadRejected{Reason: reason}, false
 	}
+	// Nothing the narinfo would carry is trusted: check it before the
+	// object becomes visible.
+	var deriver, ca string
+	if meta.Deriver != nil {
+		deriver = *meta.Deriver
+	}
+	if meta.CA != nil {
+		ca = *meta.CA
+	}
+	if err := checkPathMetadata(u.storePath, meta.References, deriver, ca); err != nil {
+		return reject("metadata: " + err.Error())
+	}
 	fileHash, err := parseSHA256(meta.FileHash)
 	if err != nil {
 		return reject("file_hash: " + err.Error())
@@ -277,13 +290,7 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	}
 	row := storage.CachePath{StorePath: u.storePath, NarHash: obj.NarHashText(), NarSize: obj.NarSize,
 		FileHash: obj.FileHashText(), FileSize: obj.FileSize, Compression: narstore.Compression,
-		References: meta.References, ObjectKey: obj.Key}
-	if meta.Deriver != nil {
-		row.Deriver = *meta.Deriver
-	}
-	if meta.CA != nil {
-		row.CA = *meta.CA
-	}
+		References: meta.References, Deriver: deriver, CA: ca, ObjectKey: obj.Key}
 	for _, cache := range caches {
 		row.CacheID = cache.ID
 		_, _, err := c.s.db.PutCachePath(u.ctx, row)

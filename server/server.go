@@ -64,6 +64,12 @@ type Config struct {
 	// AnonymousCacheSessionsPerIP caps anonymous cache sessions per client
 	// IP (proto.anonymousCache.maxConnectionsPerIp, 32).
 	AnonymousCacheSessionsPerIP int
+	// AuthFailuresPerMinute is how many failed authentications (admin
+	// token, cache API keys over HTTP and on cache sessions) one client
+	// address may make per minute; beyond them its credentials are not
+	// checked and it gets HTTP 429 until it regains attempts at that rate.
+	// 0 takes the default 30; negative disables the limit.
+	AuthFailuresPerMinute int
 	// CacheSessionIdleTimeout closes a cache session that had no NAR
 	// transfer for this long (120 s).
 	CacheSessionIdleTimeout time.Duration
@@ -82,6 +88,8 @@ type Config struct {
 	// narinfoHook, if set, rewrites every signed narinfo (tests tamper
 	// with it to check that Nix refuses a bad signature).
 	narinfoHook func([]byte) []byte
+	// authClock, if set, is the failed-authentication limit's clock.
+	authClock func() time.Time
 }
 
 func (c *Config) defaults() {
@@ -99,6 +107,9 @@ func (c *Config) defaults() {
 	}
 	if c.AnonymousCacheSessionsPerIP <= 0 {
 		c.AnonymousCacheSessionsPerIP = 32
+	}
+	if c.AuthFailuresPerMinute == 0 {
+		c.AuthFailuresPerMinute = 30
 	}
 	if c.CacheSessionIdleTimeout <= 0 {
 		c.CacheSessionIdleTimeout = 120 * time.Second
@@ -139,7 +150,10 @@ type Server struct {
 	slots      chan struct{} // connection limiter: one token per session
 	// anonymousCache caps anonymous read-only cache sessions per IP.
 	anonymousCache *limit.PerIP
-	uploadLeases   *uploadLeases
+	// authFailures limits failed authentications per client address; nil
+	// when disabled.
+	authFailures *limit.Failures
+	uploadLeases *uploadLeases
 	// cacheMemo keeps cache rows, signing keys and narinfos for the
 	// binary cache; the admin API forgets the paths it deletes.
 	cacheMemo *cacheMemo
@@ -167,6 +181,9 @@ func New(db *storage.DB, cfg Config) *Server {
 		cacheMemo:      newCacheMemo(),
 		ctx:            ctx,
 		cancel:         cancel,
+	}
+	if cfg.AuthFailuresPerMinute > 0 {
+		s.authFailures = limit.NewFailures(cfg.AuthFailuresPerMinute, time.Minute, cfg.authClock)
 	}
 	s.metrics = newServerMetrics(s)
 	s.verifier = secret.NewVerifier(0)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"gradient.dev/gradient/storepath"
 )
 
 // CachePath is one store path a cache serves: the narinfo metadata and
@@ -27,37 +29,19 @@ type CachePath struct {
 }
 
 // StoreDir is the only Nix store directory the caches serve.
-const StoreDir = "/nix/store"
+const StoreDir = storepath.Dir
 
 // StoreHashLen is the length of a store path's hash part.
-const StoreHashLen = 32
+const StoreHashLen = storepath.HashLen
 
 // StorePathHash returns the hash part of /nix/store/<hash>-<name> or of a
-// base name <hash>-<name>.
+// base name <hash>-<name>, checked by Nix's rules (package storepath).
 func StorePathHash(path string) (string, error) {
-	base := strings.TrimPrefix(path, StoreDir+"/")
-	hash, name, ok := strings.Cut(base, "-")
-	if !ok || len(hash) != StoreHashLen || name == "" || strings.Contains(base, "/") || !isNix32(hash) {
-		return "", invalid("%q is not a store path", path)
+	hash, err := storepath.Hash(path)
+	if err != nil {
+		return "", invalid("%v", err)
 	}
 	return hash, nil
-}
-
-func isNix32(s string) bool {
-	for _, c := range []byte(s) {
-		if !strings.ContainsRune("0123456789abcdfghijklmnpqrsvwxyz", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
-// baseName turns a full store path or a base name into the base name.
-func baseName(path string) (string, error) {
-	if _, err := StorePathHash(path); err != nil {
-		return "", err
-	}
-	return strings.TrimPrefix(path, StoreDir+"/"), nil
 }
 
 const cachePathColumns = `cache_id, store_path, nar_hash, nar_size, file_hash, file_size,
@@ -82,18 +66,16 @@ func (db *DB) PutCachePath(ctx context.Context, in CachePath) (p CachePath, crea
 	if err != nil {
 		return CachePath{}, false, err
 	}
-	hash, err := StorePathHash(in.StorePath)
+	// The last check before a row that narinfos are signed from.
+	hash, _, err := storepath.Parse(in.StorePath)
 	if err != nil {
-		return CachePath{}, false, err
-	}
-	if !strings.HasPrefix(in.StorePath, StoreDir+"/") {
-		return CachePath{}, false, invalid("store path %q is not under %s", in.StorePath, StoreDir)
+		return CachePath{}, false, invalid("%v", err)
 	}
 	refs := make([]string, 0, len(in.References))
 	for _, r := range in.References {
-		b, err := baseName(r)
+		b, err := storepath.Base(r)
 		if err != nil {
-			return CachePath{}, false, invalid("reference %q is not a store path", r)
+			return CachePath{}, false, invalid("reference: %v", err)
 		}
 		refs = append(refs, b)
 	}
@@ -101,8 +83,13 @@ func (db *DB) PutCachePath(ctx context.Context, in CachePath) (p CachePath, crea
 	refs = slices.Compact(refs)
 	deriver := in.Deriver
 	if deriver != "" {
-		if deriver, err = baseName(deriver); err != nil {
-			return CachePath{}, false, invalid("deriver %q is not a store path", in.Deriver)
+		if deriver, err = storepath.Base(deriver); err != nil {
+			return CachePath{}, false, invalid("deriver: %v", err)
+		}
+	}
+	if in.CA != "" {
+		if err := storepath.CheckCA(in.CA); err != nil {
+			return CachePath{}, false, invalid("%v", err)
 		}
 	}
 	if in.NarHash == "" || in.FileHash == "" || in.ObjectKey == "" || in.NarSize <= 0 || in.FileSize <= 0 {

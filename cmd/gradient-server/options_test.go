@@ -23,7 +23,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{Listen: "127.0.0.1:3000", Database: "./gradient-data", HeartbeatTimeout: 120 * time.Second,
-		PollInterval: time.Minute, MaxConnections: 256, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		PollInterval: time.Minute, MaxConnections: 256, AuthFailures: 30, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -34,19 +34,20 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		"GRADIENT_LISTEN": "0.0.0.0:4000", "GRADIENT_DATABASE": "postgres://db/gradient",
 		"GRADIENT_HEARTBEAT_TIMEOUT": "30", "GRADIENT_MAX_CONNECTIONS": "10",
 		"GRADIENT_LOG_LEVEL": "debug", "GRADIENT_LOG_FORMAT": "json", "GRADIENT_ADMIN_TOKEN": "from-env",
-		"GRADIENT_POLL_INTERVAL": "5m",
+		"GRADIENT_POLL_INTERVAL": "5m", "GRADIENT_AUTH_FAILURES_PER_MINUTE": "5",
 	})
 	opts, err := parseOptions(nil, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := options{Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
-		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, MaxConnections: 10, LogLevel: slog.LevelDebug, LogFormat: "json"}
+		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, MaxConnections: 10, AuthFailures: 5, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if opts != want {
 		t.Errorf("environment: got %+v, want %+v", opts, want)
 	}
 	opts, err = parseOptions([]string{"--listen", "127.0.0.1:5000", "--database=/data", "--heartbeat-timeout", "0",
-		"--max-connections", "3", "--log-level", "warn", "--log-format", "text", "--admin-token", "from-flag", "--poll-interval", "0"}, env, io.Discard)
+		"--max-connections", "3", "--log-level", "warn", "--log-format", "text", "--admin-token", "from-flag", "--poll-interval", "0",
+		"--auth-failures-per-minute", "0"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +106,7 @@ func TestBadOptions(t *testing.T) {
 		{[]string{"--heartbeat-timeout", "soon"}, nil, "heartbeat-timeout"},
 		{nil, map[string]string{"GRADIENT_HEARTBEAT_TIMEOUT": "-5s"}, "heartbeat-timeout"},
 		{[]string{"--max-connections", "0"}, nil, "max-connections"},
+		{[]string{"--auth-failures-per-minute", "-1"}, nil, "auth-failures-per-minute"},
 		{nil, map[string]string{"GRADIENT_LOG_LEVEL": "loud"}, "log-level"},
 		{[]string{"--log-format", "xml"}, nil, "log-format"},
 		{[]string{"--no-such-flag"}, nil, "not defined"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,6 +90,9 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		DialKey:          dialKey,
 		Logger:           log,
 		PollInterval:     opts.PollInterval,
+
+		// The flag's 0 disables the limit; Config reads 0 as its default.
+		AuthFailuresPerMinute: cmp.Or(opts.AuthFailures, -1),
 	})
 
 	ln, err := net.Listen("tcp", opts.Listen)
