@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/storage"
@@ -100,6 +101,8 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	// Narinfos may be read by web pages of any origin (CACHE.md §9).
+	w.Header().Set("Access-Control-Allow-Origin", "*")
 	c, ok := bc.open(w, r)
 	if !ok {
 		return
@@ -170,17 +173,51 @@ func (bc *binaryCache) serveNar(w http.ResponseWriter, r *http.Request) {
 	}
 	defer obj.Close()
 	w.Header().Set("Content-Type", "application/x-nix-nar")
-	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-	w.WriteHeader(http.StatusOK)
-	if r.Method == http.MethodHead {
+	sent := &countingWriter{ResponseWriter: w}
+	if seeker, ok := obj.(io.ReadSeeker); ok {
+		// The object is the served file itself (stored compressed as
+		// served), so ranges are byte ranges of it: a resumed download
+		// gets 206 with Content-Range, an unsatisfiable range 416. The
+		// key is the file's hash, so it is a strong ETag for If-Range.
+		w.Header().Set("ETag", `"`+key+`"`)
+		http.ServeContent(sent, r, "", time.Time{}, seeker)
+	} else {
+		// A store without seekable objects streams the whole body.
+		w.Header().Set("Accept-Ranges", "none")
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		w.WriteHeader(http.StatusOK)
+		if r.Method != http.MethodHead {
+			_, err = io.Copy(sent, obj)
+		}
+	}
+	if sent.n == 0 { // HEAD, 304, 416
 		return
 	}
-	// io.Copy hands an *os.File to the connection's ReadFrom (sendfile).
-	n, err := io.Copy(w, obj)
-	bc.metrics.narBytes.Add(float64(n), c.Name)
+	bc.metrics.narBytes.Add(float64(sent.n), c.Name)
 	bc.metrics.narDownloads.Inc(c.Name)
-	bc.s.log.Debug("binary cache: NAR sent", "cache", c.Name, "path", p.StorePath, "bytes", n, "error", err)
+	bc.s.log.Debug("binary cache: NAR sent", "cache", c.Name, "path", p.StorePath, "bytes", sent.n, "range", r.Header.Get("Range"), "error", err)
 }
+
+// countingWriter counts the body bytes of a response. ReadFrom keeps the
+// connection's sendfile path for a file body.
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) ReadFrom(src io.Reader) (int64, error) {
+	n, err := io.Copy(c.ResponseWriter, src)
+	c.n += n
+	return n, err
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // writeText answers a small text document (HEAD gets the headers only).
 func writeText(w http.ResponseWriter, r *http.Request, contentType string, body []byte) {

@@ -165,3 +165,86 @@ func TestBinaryCacheNarinfoAfterDelete(t *testing.T) {
 		}
 	}
 }
+
+// NAR downloads honour Range: a single range is 206 with Content-Range,
+// an unsatisfiable one 416, and a download broken off and resumed with
+// Range and If-Range adds up to the object.
+func TestNarDownloadRanges(t *testing.T) {
+	e := newCacheEnv(t, Config{})
+	nar := make([]byte, 300_000)
+	rand.Read(nar) // incompressible: the object is about as large
+	p := e.putObject(t, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", nar)
+	url := e.url + "/cache/main/nar/" + p.ObjectKey + ".nar.zst"
+	get := func(header map[string]string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("GET", url, nil)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	resp, whole := get(nil)
+	if resp.StatusCode != 200 || int64(len(whole)) != p.FileSize || resp.Header.Get("Accept-Ranges") != "bytes" {
+		t.Fatalf("whole object: %d, %d bytes, Accept-Ranges %q", resp.StatusCode, len(whole), resp.Header.Get("Accept-Ranges"))
+	}
+	etag := resp.Header.Get("ETag")
+	size := strconv.FormatInt(p.FileSize, 10)
+
+	resp, part := get(map[string]string{"Range": "bytes=100-199"})
+	if resp.StatusCode != 206 || resp.Header.Get("Content-Range") != "bytes 100-199/"+size || !bytes.Equal(part, whole[100:200]) {
+		t.Fatalf("bytes=100-199: %d, Content-Range %q, %d bytes", resp.StatusCode, resp.Header.Get("Content-Range"), len(part))
+	}
+	for _, bad := range []string{"bytes=" + size + "-", "bytes=999999999-"} {
+		if resp, _ := get(map[string]string{"Range": bad}); resp.StatusCode != 416 || resp.Header.Get("Content-Range") != "bytes */"+size {
+			t.Errorf("Range %s: %d, Content-Range %q; want 416", bad, resp.StatusCode, resp.Header.Get("Content-Range"))
+		}
+	}
+
+	// A client that read part of the body and lost the connection resumes.
+	req, _ := http.NewRequest("GET", url, nil)
+	first, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 70_000)
+	if _, err := io.ReadFull(first.Body, head); err != nil {
+		t.Fatal(err)
+	}
+	first.Body.Close()
+	resp, rest := get(map[string]string{"Range": "bytes=70000-", "If-Range": etag})
+	if resp.StatusCode != 206 || !bytes.Equal(append(head, rest...), whole) {
+		t.Fatalf("resume: %d, %d + %d bytes of %d", resp.StatusCode, len(head), len(rest), len(whole))
+	}
+	// If-Range naming another object gets the whole current one.
+	if resp, b := get(map[string]string{"Range": "bytes=70000-", "If-Range": `"other"`}); resp.StatusCode != 200 || !bytes.Equal(b, whole) {
+		t.Fatalf("stale If-Range: %d, %d bytes", resp.StatusCode, len(b))
+	}
+}
+
+// Narinfos carry Access-Control-Allow-Origin: * (CACHE.md §9).
+func TestNarinfoAllowsAnyOrigin(t *testing.T) {
+	e := newCacheEnv(t, Config{})
+	e.putObject(t, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", []byte("nar"))
+	for path, want := range map[string]int{
+		"/cache/main/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr.narinfo": 200,
+		"/cache/main/" + strings.Repeat("1", 32) + ".narinfo":  404,
+	} {
+		for _, method := range []string{"GET", "HEAD"} {
+			req, _ := http.NewRequest(method, e.url+path, nil)
+			req.Header.Set("Origin", "https://example.org")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+				t.Errorf("%s %s: %d, Access-Control-Allow-Origin %q", method, path, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+			}
+		}
+	}
+}
