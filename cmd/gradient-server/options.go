@@ -42,7 +42,7 @@ var (
 	databaseSetting  = newSetting("database", "GRADIENT_DATABASE", "./gradient-data", "a postgres:// URL, or a data directory for embedded SQLite")
 	tokenSetting     = newSetting("admin-token", "GRADIENT_ADMIN_TOKEN", "", "admin API token (prefer the file: flags show in ps)")
 	tokenFileSetting = newSetting("admin-token-file", "GRADIENT_ADMIN_TOKEN_FILE", "", "file holding the admin API token")
-	dialKeySetting   = newSetting("dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the secrets the server presents again: tokens of workers it dials and projects' deploy keys; without it, registrations with a URL and deploy keys are refused")
+	dialKeySetting   = newSetting("dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the server's secrets at rest: tokens of workers it dials, projects' deploy keys and caches' signing keys; without it, registrations with a URL and deploy keys are refused and signing keys are stored in the clear")
 	narDirSetting    = newSetting("nar-dir", "GRADIENT_NAR_DIR", "", "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data")
 	heartbeatSetting = newSetting("heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables")
 	pollSetting      = newSetting("poll-interval", "GRADIENT_POLL_INTERVAL", "60s", "poll each project's branch this often, starting an evaluation for a new head; 0 disables")
