@@ -106,7 +106,7 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		p, err := bc.s.db.CachePath(r.Context(), c.ID, hash)
 		if errors.Is(err, storage.ErrNotFound) {
-			bc.metrics.narinfos.Inc(c.Name, "miss")
+			bc.metrics.narinfos.Inc(cacheLabel(c), "miss")
 			http.NotFound(w, r)
 			return
 		}
@@ -122,7 +122,7 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 		body = renderNarinfo(p, key)
 		bc.s.cacheMemo.storeNarinfo(c.ID, hash, body, stamp)
 	}
-	bc.metrics.narinfos.Inc(c.Name, "hit")
+	bc.metrics.narinfos.Inc(cacheLabel(c), "hit")
 	if hook := bc.s.cfg.narinfoHook; hook != nil {
 		body = hook(bytes.Clone(body))
 	}
@@ -172,8 +172,8 @@ func (bc *binaryCache) serveNar(w http.ResponseWriter, r *http.Request) {
 	}
 	// io.Copy hands an *os.File to the connection's ReadFrom (sendfile).
 	n, err := io.Copy(w, obj)
-	bc.metrics.narBytes.Add(float64(n), c.Name)
-	bc.metrics.narDownloads.Inc(c.Name)
+	bc.metrics.narBytes.Add(float64(n), cacheLabel(c))
+	bc.metrics.narDownloads.Inc(cacheLabel(c))
 	bc.s.log.Debug("binary cache: NAR sent", "cache", c.Name, "path", p.StorePath, "bytes", n, "error", err)
 }
 
