@@ -25,6 +25,7 @@ type options struct {
 	HeartbeatTimeout time.Duration
 	PollInterval     time.Duration // 0: no branch polling
 	MaxConnections   int
+	HandshakesPerIP  int
 	LogLevel         slog.Level
 	LogFormat        string
 }
@@ -47,12 +48,13 @@ var (
 	heartbeatSetting = newSetting("heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables")
 	pollSetting      = newSetting("poll-interval", "GRADIENT_POLL_INTERVAL", "60s", "poll each project's branch this often, starting an evaluation for a new head; 0 disables")
 	maxConnSetting   = newSetting("max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once")
+	handshakesPerIP  = newSetting("max-handshakes-per-ip", "GRADIENT_MAX_HANDSHAKES_PER_IP", "32", "most worker connections per client IP that have not finished the handshake; raise it for many workers behind one NAT address")
 	logLevelSetting  = newSetting("log-level", "GRADIENT_LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormatSetting = newSetting("log-format", "GRADIENT_LOG_FORMAT", "text", "text or json")
 )
 
 var allSettings = []setting{listenSetting, databaseSetting, tokenSetting, tokenFileSetting,
-	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, maxConnSetting, logLevelSetting, logFormatSetting}
+	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, maxConnSetting, handshakesPerIP, logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-server [flags]
 
@@ -95,6 +97,9 @@ func buildOptions(vals *envflag.Values, getenv func(string) string) (options, er
 	}
 	if opts.MaxConnections, err = strconv.Atoi(value(maxConnSetting)); err != nil || opts.MaxConnections < 1 {
 		return options{}, fmt.Errorf("--%s %q: want a positive number", maxConnSetting.Flag, value(maxConnSetting))
+	}
+	if opts.HandshakesPerIP, err = strconv.Atoi(value(handshakesPerIP)); err != nil || opts.HandshakesPerIP < 1 {
+		return options{}, fmt.Errorf("--%s %q: want a positive number", handshakesPerIP.Flag, value(handshakesPerIP))
 	}
 	if err := opts.LogLevel.UnmarshalText([]byte(value(logLevelSetting))); err != nil {
 		return options{}, fmt.Errorf("--%s %q: want debug, info, warn or error", logLevelSetting.Flag, value(logLevelSetting))

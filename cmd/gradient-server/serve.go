@@ -88,6 +88,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		NarStore:         nars,
 		HeartbeatTimeout: heartbeat,
 		MaxConnections:   opts.MaxConnections,
+		HandshakesPerIP:  opts.HandshakesPerIP,
 		AdminTokenHash:   adminHash,
 		DialKey:          dialKey,
 		Logger:           log,
