@@ -111,7 +111,7 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		p, err := bc.s.db.CachePath(r.Context(), c.ID, hash)
 		if errors.Is(err, storage.ErrNotFound) {
-			bc.metrics.narinfos.Inc(c.Name, "miss")
+			bc.metrics.narinfos.Inc(cacheLabel(c), "miss")
 			http.NotFound(w, r)
 			return
 		}
@@ -130,7 +130,7 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 		}
 		bc.s.cacheMemo.storeNarinfo(c.ID, hash, body, stamp)
 	}
-	bc.metrics.narinfos.Inc(c.Name, "hit")
+	bc.metrics.narinfos.Inc(cacheLabel(c), "hit")
 	if hook := bc.s.cfg.narinfoHook; hook != nil {
 		body = hook(bytes.Clone(body))
 	}
@@ -193,8 +193,8 @@ func (bc *binaryCache) serveNar(w http.ResponseWriter, r *http.Request) {
 	if sent.n == 0 { // HEAD, 304, 416
 		return
 	}
-	bc.metrics.narBytes.Add(float64(sent.n), c.Name)
-	bc.metrics.narDownloads.Inc(c.Name)
+	bc.metrics.narBytes.Add(float64(sent.n), cacheLabel(c))
+	bc.metrics.narDownloads.Inc(cacheLabel(c))
 	bc.s.log.Debug("binary cache: NAR sent", "cache", c.Name, "path", p.StorePath, "bytes", sent.n, "range", r.Header.Get("Range"), "error", err)
 }
 

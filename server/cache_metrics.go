@@ -1,6 +1,9 @@
 package server
 
-import "gradient.dev/gradient/metrics"
+import (
+	"gradient.dev/gradient/metrics"
+	"gradient.dev/gradient/storage"
+)
 
 // binaryCacheMetrics count what the plain HTTP binary cache serves.
 type binaryCacheMetrics struct {
@@ -19,4 +22,17 @@ func newBinaryCacheMetrics(r *metrics.Registry) *binaryCacheMetrics {
 		narinfos:     r.NewCounter("gradient_cache_narinfo_requests_total", "narinfo requests by result.", "cache", "result"),
 		narUploads:   r.NewCounter("gradient_cache_nar_uploads_total", "NAR uploads through the admin API by outcome.", "outcome"),
 	}
+}
+
+// privateCacheLabel stands for every private cache in the cache label:
+// /metrics answers without credentials, and a private cache's name is
+// not for everyone to read.
+const privateCacheLabel = "private"
+
+// cacheLabel is c's value of the cache label.
+func cacheLabel(c storage.Cache) string {
+	if !c.Public {
+		return privateCacheLabel
+	}
+	return c.Name
 }

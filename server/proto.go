@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"gradient.dev/gradient/session"
@@ -15,6 +16,14 @@ import (
 // serveProto upgrades /proto and runs one worker session: version
 // agreement, the authority handshake, then the dispatch loop.
 func (s *Server) serveProto(w http.ResponseWriter, r *http.Request) {
+	// Unauthenticated sockets are capped per IP and in all before they
+	// may take a session slot, so one client holding idle sockets locks
+	// no worker out.
+	handshakeDone, ok := s.admitHandshake(w, r)
+	if !ok {
+		return
+	}
+	defer handshakeDone()
 	// The connection limiter refuses instead of queueing (SESSION.md §9).
 	select {
 	case s.slots <- struct{}{}:
@@ -32,16 +41,46 @@ func (s *Server) serveProto(w http.ResponseWriter, r *http.Request) {
 	s.wg.Add(1)
 	defer s.wg.Done()
 	defer t.Close(session.CloseNormal, "")
-	s.runWorkerSession(t, r.RemoteAddr)
+	s.runWorkerSession(t, r.RemoteAddr, handshakeDone)
 }
 
-func (s *Server) runWorkerSession(t session.Transport, remote string) {
+// admitHandshake takes the pre-authentication permits of a /proto upgrade:
+// one of the client IP's and one of all unauthenticated sessions'. done
+// returns both; it may be called more than once.
+func (s *Server) admitHandshake(w http.ResponseWriter, r *http.Request) (done func(), ok bool) {
+	releaseIP, ok := s.handshakesPerIP.TryAcquire(clientIP(r))
+	if !ok {
+		s.metrics.refused.Inc("handshakes per IP")
+		http.Error(w, "too many unauthenticated connections from this address", http.StatusServiceUnavailable)
+		return nil, false
+	}
+	select {
+	case s.handshakes <- struct{}{}:
+	default:
+		releaseIP()
+		s.metrics.refused.Inc("handshake limit")
+		http.Error(w, "too many unauthenticated connections", http.StatusServiceUnavailable)
+		return nil, false
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			<-s.handshakes
+			releaseIP()
+		})
+	}, true
+}
+
+// runWorkerSession runs a worker-dialed session; handshakeDone is called
+// once the handshake has ended, either way.
+func (s *Server) runWorkerSession(t session.Transport, remote string, handshakeDone func()) {
 	ctx := s.ctx
 	log := s.log.With("remote", remote)
 	conn := &workerConn{connectedAt: time.Now()}
 	auth := &connAuthority{s: s, conn: conn}
 	c := session.NewConn(t, session.ConnOptions{Logger: log})
 	est, err := session.RunAuthority(ctx, c, session.AuthorityConfig{Policy: auth, Timeout: s.cfg.HandshakeTimeout})
+	handshakeDone()
 	if err != nil {
 		if auth.reserved {
 			s.live.release(conn)

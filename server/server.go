@@ -32,6 +32,11 @@ type Config struct {
 	// MaxConnections caps concurrent /proto sessions (proto.maxConnections,
 	// 256); an upgrade beyond it gets HTTP 503.
 	MaxConnections int
+	// HandshakesPerIP caps the /proto sessions of one client IP that have
+	// not finished the handshake (32); an upgrade beyond it gets HTTP 503.
+	// All unauthenticated sessions together hold at most half of
+	// MaxConnections, so idle sockets cannot starve the workers' slots.
+	HandshakesPerIP int
 	// AdminTokenHash is the hash (secret.Hash, or hex SHA-256) of the token
 	// the admin API requires. Empty disables the admin API.
 	AdminTokenHash string
@@ -105,6 +110,9 @@ func (c *Config) defaults() {
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = 256
 	}
+	if c.HandshakesPerIP <= 0 {
+		c.HandshakesPerIP = 32
+	}
 	if c.AnonymousCacheSessionsPerIP <= 0 {
 		c.AnonymousCacheSessionsPerIP = 32
 	}
@@ -148,6 +156,10 @@ type Server struct {
 	deployKeys *DeployKeys
 	accepting  atomic.Bool
 	slots      chan struct{} // connection limiter: one token per session
+	// handshakes and handshakesPerIP cap worker sessions that have not
+	// finished the handshake: in all (half of slots) and per client IP.
+	handshakes      chan struct{}
+	handshakesPerIP *limit.PerIP
 	// anonymousCache caps anonymous read-only cache sessions per IP.
 	anonymousCache *limit.PerIP
 	// authFailures limits failed authentications per client address; nil
@@ -175,6 +187,9 @@ func New(db *storage.DB, cfg Config) *Server {
 		live:    newLiveSessions(),
 		offline: newOfflineReasons(),
 		slots:   make(chan struct{}, cfg.MaxConnections),
+
+		handshakes:      make(chan struct{}, max(cfg.MaxConnections/2, 1)),
+		handshakesPerIP: limit.NewPerIP(cfg.HandshakesPerIP),
 
 		anonymousCache: limit.NewPerIP(cfg.AnonymousCacheSessionsPerIP),
 		uploadLeases:   newUploadLeases(),

@@ -60,7 +60,7 @@ func (db *DB) CreateCache(ctx context.Context, in NewCache) (Cache, error) {
 	_, err = db.exec(ctx,
 		`INSERT INTO caches (id, name, public, secret_key, public_key, created_at)
 		 VALUES ($1, $2, $3, $4, $5, $6)`,
-		c.ID, c.Name, c.Public, key.SecretKeyText(), c.publicKey, c.CreatedAt.UnixMilli())
+		c.ID, c.Name, c.Public, db.storedSigningKey(c.ID, key), c.publicKey, c.CreatedAt.UnixMilli())
 	if constraintOf(err) == uniqueViolation {
 		return Cache{}, conflict("cache %q already exists", in.Name)
 	}
@@ -106,7 +106,8 @@ func (db *DB) SetCachePublic(ctx context.Context, id string, public bool) error 
 }
 
 // CacheSigningKey returns a cache's secret signing key, for signing
-// narinfos. Keep it out of logs and API responses.
+// narinfos. Keep it out of logs and API responses. A sealed key the
+// database cannot open is ErrSealedKey.
 func (db *DB) CacheSigningKey(ctx context.Context, id string) (SigningKey, error) {
 	id, err := canonicalUUID("cache ID", id)
 	if err != nil {
@@ -120,7 +121,7 @@ func (db *DB) CacheSigningKey(ctx context.Context, id string) (SigningKey, error
 	if err != nil {
 		return SigningKey{}, err
 	}
-	return ParseSigningKey(text)
+	return db.openSigningKey(id, text)
 }
 
 // DeleteCache removes a cache with its subscriptions and worker registrations.

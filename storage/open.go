@@ -46,6 +46,9 @@ type DB struct {
 	// SQLite lets one writer in at a time; the others would wait in its
 	// busy handler, which polls with sleeps of up to 100 ms.
 	writers sync.Mutex
+
+	// sealer, when set, seals caches' signing keys at rest (SealSecretsWith).
+	sealer SecretSealer
 }
 
 // Open connects to the database at rawURL and applies pending migrations.

@@ -26,6 +26,7 @@ type options struct {
 	PollInterval     time.Duration // 0: no branch polling
 	MaxConnections   int
 	AuthFailures     int // per minute and client address; 0: no limit
+	HandshakesPerIP  int
 	LogLevel         slog.Level
 	LogFormat        string
 }
@@ -43,18 +44,19 @@ var (
 	databaseSetting  = newSetting("database", "GRADIENT_DATABASE", "./gradient-data", "a postgres:// URL, or a data directory for embedded SQLite")
 	tokenSetting     = newSetting("admin-token", "GRADIENT_ADMIN_TOKEN", "", "admin API token (prefer the file: flags show in ps)")
 	tokenFileSetting = newSetting("admin-token-file", "GRADIENT_ADMIN_TOKEN_FILE", "", "file holding the admin API token")
-	dialKeySetting   = newSetting("dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the secrets the server presents again: tokens of workers it dials and projects' deploy keys; without it, registrations with a URL and deploy keys are refused")
+	dialKeySetting   = newSetting("dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the server's secrets at rest: tokens of workers it dials, projects' deploy keys and caches' signing keys; without it, registrations with a URL and deploy keys are refused and signing keys are stored in the clear")
 	narDirSetting    = newSetting("nar-dir", "GRADIENT_NAR_DIR", "", "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data")
 	heartbeatSetting = newSetting("heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables")
 	pollSetting      = newSetting("poll-interval", "GRADIENT_POLL_INTERVAL", "60s", "poll each project's branch this often, starting an evaluation for a new head; 0 disables")
 	maxConnSetting   = newSetting("max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once")
 	authFailSetting  = newSetting("auth-failures-per-minute", "GRADIENT_AUTH_FAILURES_PER_MINUTE", "30", "wrong admin tokens and cache API keys one client address may send per minute; beyond them it gets HTTP 429 until it regains attempts at that rate (addresses as the connection shows them: behind a reverse proxy, the proxy's); 0 disables")
+	handshakesPerIP  = newSetting("max-handshakes-per-ip", "GRADIENT_MAX_HANDSHAKES_PER_IP", "32", "most worker connections per client IP that have not finished the handshake; raise it for many workers behind one NAT address")
 	logLevelSetting  = newSetting("log-level", "GRADIENT_LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormatSetting = newSetting("log-format", "GRADIENT_LOG_FORMAT", "text", "text or json")
 )
 
 var allSettings = []setting{listenSetting, databaseSetting, tokenSetting, tokenFileSetting,
-	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, maxConnSetting, authFailSetting, logLevelSetting, logFormatSetting}
+	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, maxConnSetting, authFailSetting, handshakesPerIP, logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-server [flags]
 
@@ -100,6 +102,9 @@ func buildOptions(vals *envflag.Values, getenv func(string) string) (options, er
 	}
 	if opts.AuthFailures, err = strconv.Atoi(value(authFailSetting)); err != nil || opts.AuthFailures < 0 {
 		return options{}, fmt.Errorf("--%s %q: want a number, 0 to disable", authFailSetting.Flag, value(authFailSetting))
+	}
+	if opts.HandshakesPerIP, err = strconv.Atoi(value(handshakesPerIP)); err != nil || opts.HandshakesPerIP < 1 {
+		return options{}, fmt.Errorf("--%s %q: want a positive number", handshakesPerIP.Flag, value(handshakesPerIP))
 	}
 	if err := opts.LogLevel.UnmarshalText([]byte(value(logLevelSetting))); err != nil {
 		return options{}, fmt.Errorf("--%s %q: want debug, info, warn or error", logLevelSetting.Flag, value(logLevelSetting))

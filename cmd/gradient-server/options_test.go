@@ -23,7 +23,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{Listen: "127.0.0.1:3000", Database: "./gradient-data", HeartbeatTimeout: 120 * time.Second,
-		PollInterval: time.Minute, MaxConnections: 256, AuthFailures: 30, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		PollInterval: time.Minute, MaxConnections: 256, AuthFailures: 30, HandshakesPerIP: 32, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -41,7 +41,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
-		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, MaxConnections: 10, AuthFailures: 5, LogLevel: slog.LevelDebug, LogFormat: "json"}
+		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, MaxConnections: 10, AuthFailures: 5, HandshakesPerIP: 32, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if opts != want {
 		t.Errorf("environment: got %+v, want %+v", opts, want)
 	}
@@ -52,7 +52,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = options{Listen: "127.0.0.1:5000", Database: "/data", AdminToken: "from-flag",
-		HeartbeatTimeout: 0, MaxConnections: 3, LogLevel: slog.LevelWarn, LogFormat: "text"}
+		HeartbeatTimeout: 0, MaxConnections: 3, HandshakesPerIP: 32, LogLevel: slog.LevelWarn, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("flags: got %+v, want %+v", opts, want)
 	}

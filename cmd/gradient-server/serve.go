@@ -59,6 +59,9 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		return err
 	}
 	defer db.Close()
+	if err := sealSigningKeys(ctx, db, dialKey, log); err != nil {
+		return err
+	}
 
 	heartbeat := opts.HeartbeatTimeout
 	if heartbeat == 0 {
@@ -86,6 +89,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		NarStore:         nars,
 		HeartbeatTimeout: heartbeat,
 		MaxConnections:   opts.MaxConnections,
+		HandshakesPerIP:  opts.HandshakesPerIP,
 		AdminTokenHash:   adminHash,
 		DialKey:          dialKey,
 		Logger:           log,
@@ -154,4 +158,32 @@ func narDir(opts options) string {
 	default:
 		return opts.Database // a data directory
 	}
+}
+
+// sealSigningKeys keeps caches' signing keys sealed under the dial key:
+// keys stored in the clear by an earlier run without one are sealed now.
+// Without a key, the keys stay in the clear (anyone who reads the database
+// can sign paths that clients trust), and a database whose keys are
+// sealed refuses to start rather than fail every narinfo later.
+func sealSigningKeys(ctx context.Context, db *storage.DB, dialKey *sealbox.Box, log *slog.Logger) error {
+	if dialKey == nil {
+		sealed, err := db.CountSealedSigningKeys(ctx)
+		if err != nil {
+			return err
+		}
+		if sealed > 0 {
+			return fmt.Errorf("the signing keys of %d caches are sealed: start the server with the --dial-key-file they were sealed with", sealed)
+		}
+		log.Warn("no dial key configured: caches' signing keys are stored in the clear in the database (set --dial-key-file or GRADIENT_DIAL_KEY_FILE)")
+		return nil
+	}
+	db.SealSecretsWith(dialKey)
+	sealed, err := db.SealStoredSigningKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("seal caches' signing keys: %w", err)
+	}
+	if sealed > 0 {
+		log.Info("sealed caches' signing keys stored in the clear", "caches", sealed)
+	}
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/storage"
 )
 
 // syncBuffer collects the server's log from its goroutines.
@@ -170,5 +171,68 @@ func TestRunFailsOnBadDatabase(t *testing.T) {
 	err := run(t.Context(), []string{"--listen", "127.0.0.1:0", "--database", "mysql://nope"}, envOf(nil), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "unsupported database URL scheme") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A server started with a dial key seals the signing keys an earlier run
+// stored in the clear; started again without the key, it refuses to start
+// instead of failing every narinfo of those caches.
+func TestServeSealsCachesSigningKeys(t *testing.T) {
+	dataDir := t.TempDir()
+	db, err := storage.Open(t.Context(), dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreateCache(t.Context(), storage.NewCache{Name: "main", Public: true}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	keyFile := filepath.Join(t.TempDir(), "dial.key")
+	if err := os.WriteFile(keyFile, []byte(sealbox.EncodeKey(sealbox.NewKey())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serveUntilListening := func(args ...string) (string, error) {
+		t.Helper()
+		opts, err := parseOptions(append([]string{"--listen", "127.0.0.1:0", "--database", dataDir}, args...), envOf(nil), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &syncBuffer{}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		listening := make(chan net.Addr, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- serve(ctx, opts, slog.New(slog.NewTextHandler(logs, nil)), func(a net.Addr) { listening <- a })
+		}()
+		select {
+		case <-listening:
+			cancel()
+			return logs.String(), <-done
+		case err := <-done:
+			return logs.String(), err
+		}
+	}
+
+	logs, err := serveUntilListening("--dial-key-file", keyFile)
+	if err != nil {
+		t.Fatalf("serve with a dial key: %v\n%s", err, logs)
+	}
+	if !strings.Contains(logs, "sealed caches' signing keys") {
+		t.Errorf("no log line about the sealed keys:\n%s", logs)
+	}
+	db, err = storage.Open(t.Context(), dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := db.CountSealedSigningKeys(t.Context())
+	db.Close()
+	if err != nil || sealed != 1 {
+		t.Fatalf("sealed signing keys after the start: %d, %v; want 1", sealed, err)
+	}
+
+	if _, err := serveUntilListening(); err == nil || !strings.Contains(err.Error(), "--dial-key-file") {
+		t.Fatalf("serve without the key: %v, want a refusal naming --dial-key-file", err)
 	}
 }

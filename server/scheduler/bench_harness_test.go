@@ -153,7 +153,9 @@ func startBenchServer(b testing.TB, db *storage.DB, addr string, maxConns int) *
 		b.Fatal(err)
 	}
 	loop := &countingLoop{Scheduler: sched, polling: map[string]bool{}, changed: make(chan struct{}, 1)}
-	srv := server.New(db, server.Config{Jobs: loop, Metrics: reg, Logger: quiet, MaxConnections: maxConns})
+	// Every benchmark worker dials from 127.0.0.1: one address may hold as
+	// many handshakes as there are connections.
+	srv := server.New(db, server.Config{Jobs: loop, Metrics: reg, Logger: quiet, MaxConnections: maxConns, HandshakesPerIP: maxConns})
 	var ln net.Listener
 	var err error
 	for range 50 { // the old listener's port may take a moment to free
