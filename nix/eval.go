@@ -151,11 +151,17 @@ func parseWildcards(wildcards []string) (patterns []pattern, exclusions []string
 		if text == "" {
 			continue
 		}
+		if strings.Count(text, `"`)%2 != 0 {
+			return nil, nil, fmt.Errorf("nix: pattern %q has an unterminated quote", text)
+		}
 		if rest, ok := strings.CutPrefix(text, "!"); ok {
 			if strings.ContainsAny(rest, "*#") {
 				return nil, nil, fmt.Errorf("nix: exclusion %q may not contain wildcards", text)
 			}
 			segs := splitOutsideQuotes(rest, '.')
+			if slices.Contains(segs, "") {
+				return nil, nil, fmt.Errorf("nix: exclusion %q has an empty segment", text)
+			}
 			exclusions = append(exclusions, formatAttr(unquoteAll(segs)))
 			continue
 		}
@@ -170,6 +176,33 @@ func parseWildcards(wildcards []string) (patterns []pattern, exclusions []string
 		patterns = append(patterns, p)
 	}
 	return patterns, exclusions, nil
+}
+
+// SplitWildcards checks comma-separated wildcards against the syntax of
+// WORKER.md §6.2 and returns their patterns and exclusions one per
+// element, trimmed, in order. Unlike an evaluation it adds no default: an
+// empty pattern, or wildcards with no pattern besides exclusions, are
+// errors.
+func SplitWildcards(wildcards []string) ([]string, error) {
+	var out []string
+	included := false
+	for _, w := range wildcards {
+		for _, text := range splitOutsideQuotes(w, ',') {
+			text = strings.TrimSpace(text)
+			if text == "" {
+				return nil, fmt.Errorf("nix: empty pattern in %q", w)
+			}
+			if _, _, err := parseWildcards([]string{text}); err != nil {
+				return nil, err
+			}
+			included = included || !strings.HasPrefix(text, "!")
+			out = append(out, text)
+		}
+	}
+	if !included {
+		return nil, errors.New("nix: no pattern to evaluate (exclusions alone select nothing)")
+	}
+	return out, nil
 }
 
 func parsePattern(text string) (pattern, error) {

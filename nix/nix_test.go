@@ -275,3 +275,18 @@ func TestParseWildcards(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitWildcards(t *testing.T) {
+	got, err := SplitWildcards([]string{` packages.*.* ,checks.x86_64-linux.*`, `!packages.x."y.z"`})
+	if err != nil || !slices.Equal(got, []string{"packages.*.*", "checks.x86_64-linux.*", `!packages.x."y.z"`}) {
+		t.Errorf("SplitWildcards = %q, %v", got, err)
+	}
+	for _, bad := range [][]string{
+		nil, {""}, {"packages.*,"}, {"packages.*, , checks.*"}, {"foo.*"}, {"packages..x"},
+		{`packages."a.b`}, {"!packages.x"}, {"!packages..x"}, {"!"},
+	} {
+		if got, err := SplitWildcards(bad); err == nil {
+			t.Errorf("SplitWildcards(%q) = %q, want an error", bad, got)
+		}
+	}
+}

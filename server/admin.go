@@ -21,9 +21,10 @@ import (
 //	GET    /api/v1/teams/{team}/workers
 //	DELETE /api/v1/teams/{team}/workers/{worker}
 //
-//	POST   /api/v1/projects                             {team, name, repository, branch?}
+//	POST   /api/v1/projects                             {team, name, repository, branch?, wildcards?}
 //	GET    /api/v1/projects                             ?team=TEAM to filter
 //	GET    /api/v1/projects/{project}                   with its caches and granted teams
+//	PATCH  /api/v1/projects/{project}                   {wildcards}: what later evaluations build
 //	DELETE /api/v1/projects/{project}
 //	PUT    /api/v1/projects/{project}/caches/{cache}    subscribe (reauths the project's workers)
 //	DELETE /api/v1/projects/{project}/caches/{cache}    unsubscribe
@@ -97,6 +98,7 @@ func (a *adminAPI) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/projects", a.createProject)
 	mux.HandleFunc("GET /api/v1/projects", a.listProjects)
 	mux.HandleFunc("GET /api/v1/projects/{project}", a.showProject)
+	mux.HandleFunc("PATCH /api/v1/projects/{project}", a.updateProject)
 	mux.HandleFunc("DELETE /api/v1/projects/{project}", a.deleteProject)
 	mux.HandleFunc("PUT /api/v1/projects/{project}/caches/{cache}", a.subscribe)
 	mux.HandleFunc("DELETE /api/v1/projects/{project}/caches/{cache}", a.unsubscribe)

@@ -216,7 +216,7 @@ func (a *adminAPI) startEvaluation(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ev, err := ctl.StartEvaluation(ctx, newEvaluationOf(p, commit))
+	ev, err := ctl.StartEvaluation(ctx, p.EvaluationAt(commit))
 	if err != nil {
 		a.fail(w, r, err)
 		return

@@ -239,7 +239,7 @@ func TestAdminEvaluationsWithoutJobLoop(t *testing.T) {
 	t.Parallel()
 	e := newAdminEnvWith(t, Config{AdminTokenHash: sha256Hex(testAdminToken)})
 	p := newProjectAt(t, e.db, "ops", "web", "https://example.invalid/web.git", "main")
-	ev, err := e.db.CreateEvaluation(t.Context(), newEvaluationOf(p, strings.Repeat("d", 40)))
+	ev, err := e.db.CreateEvaluation(t.Context(), p.EvaluationAt(strings.Repeat("d", 40)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/storage"
 )
 
@@ -15,10 +16,20 @@ func (a *adminAPI) createProject(w http.ResponseWriter, r *http.Request) {
 		Name       string `json:"name"`
 		Repository string `json:"repository"`
 		Branch     string `json:"branch"`
+		// Wildcards: none is the default (storage.DefaultWildcards).
+		Wildcards []string `json:"wildcards"`
 	}
 	if err := decodeBody(w, r, &in); err != nil {
 		a.fail(w, r, err)
 		return
+	}
+	var wildcards []string
+	if in.Wildcards != nil {
+		var err error
+		if wildcards, err = ParseWildcards(in.Wildcards); err != nil {
+			a.fail(w, r, err)
+			return
+		}
 	}
 	if in.Team == "" {
 		a.fail(w, r, invalidf("team is empty: name the team that owns the project"))
@@ -33,14 +44,80 @@ func (a *adminAPI) createProject(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := a.s.db.CreateProject(r.Context(), storage.NewProject{
-		TeamID: t.ID, Name: in.Name, Repository: in.Repository, Branch: in.Branch,
+		TeamID: t.ID, Name: in.Name, Repository: in.Repository, Branch: in.Branch, Wildcards: wildcards,
 	})
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: project created", "project", t.Name+"/"+p.Name, "project_id", p.ID)
+	a.s.log.Info("admin: project created", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
 	writeJSON(w, http.StatusCreated, viewProject(p, t.Name))
+}
+
+// Bounds on a project's wildcards: a few patterns are the norm, and each
+// one goes to every evaluation of the project.
+const (
+	maxWildcards      = 64
+	maxWildcardLength = 256
+)
+
+// ParseWildcards checks wildcards given by an operator (WORKER.md §6.2;
+// each element may hold several, comma-separated) and returns one trimmed
+// pattern or exclusion per element. Its errors are ErrInvalid and say
+// what is wrong.
+func ParseWildcards(in []string) ([]string, error) {
+	list, err := nix.SplitWildcards(in)
+	if err != nil {
+		return nil, invalidf("wildcards: %s", strings.TrimPrefix(err.Error(), "nix: "))
+	}
+	if len(list) > maxWildcards {
+		return nil, invalidf("wildcards: %d patterns, at most %d allowed", len(list), maxWildcards)
+	}
+	for _, w := range list {
+		if len(w) > maxWildcardLength {
+			return nil, invalidf("wildcards: pattern %.40q… is longer than %d bytes", w, maxWildcardLength)
+		}
+	}
+	return list, nil
+}
+
+// updateProject changes what a project's evaluations build from now on;
+// evaluations already queued keep the wildcards they were queued with.
+func (a *adminAPI) updateProject(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var in struct {
+		Wildcards []string `json:"wildcards"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if in.Wildcards == nil {
+		a.fail(w, r, invalidf("nothing to update: give wildcards"))
+		return
+	}
+	wildcards, err := ParseWildcards(in.Wildcards)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err == nil {
+		err = a.s.db.UpdateProjectWildcards(ctx, p.ID, wildcards)
+	}
+	if err == nil {
+		p, err = a.s.db.Project(ctx, p.ID)
+	}
+	var t storage.Team
+	if err == nil {
+		t, err = a.s.db.Team(ctx, p.TeamID)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.s.log.Info("admin: project updated", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
+	writeJSON(w, http.StatusOK, viewProject(p, t.Name))
 }
 
 func (a *adminAPI) listProjects(w http.ResponseWriter, r *http.Request) {

@@ -20,13 +20,15 @@ func viewTeam(t storage.Team) teamView {
 }
 
 type projectView struct {
-	ID         string    `json:"id"`
-	TeamID     string    `json:"team_id"`
-	Team       string    `json:"team"`
-	Name       string    `json:"name"`
-	Repository string    `json:"repository"`
-	Branch     string    `json:"branch"`
-	CreatedAt  time.Time `json:"created_at"`
+	ID         string `json:"id"`
+	TeamID     string `json:"team_id"`
+	Team       string `json:"team"`
+	Name       string `json:"name"`
+	Repository string `json:"repository"`
+	Branch     string `json:"branch"`
+	// Wildcards are the patterns its evaluations build, one per element.
+	Wildcards []string  `json:"wildcards"`
+	CreatedAt time.Time `json:"created_at"`
 	// Caches, GrantedTeams and DeployKey are filled by show only.
 	Caches       []string `json:"caches,omitempty"`
 	GrantedTeams []string `json:"granted_teams,omitempty"`
@@ -37,7 +39,7 @@ type projectView struct {
 func viewProject(p storage.Project, teamName string) projectView {
 	return projectView{
 		ID: p.ID, TeamID: p.TeamID, Team: teamName, Name: p.Name,
-		Repository: p.Repository, Branch: p.Branch, CreatedAt: p.CreatedAt,
+		Repository: p.Repository, Branch: p.Branch, Wildcards: listOf(p.Wildcards), CreatedAt: p.CreatedAt,
 	}
 }
 

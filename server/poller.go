@@ -35,10 +35,6 @@ type EvaluationControl interface {
 	CancelEvaluation(ctx context.Context, evalID string) error
 }
 
-// DefaultWildcards are the attributes a new evaluation builds when the
-// project does not choose its own (WORKER.md §6.2).
-var DefaultWildcards = []string{"packages.x86_64-linux.*"}
-
 // lsRemoteTimeout bounds one git ls-remote (below the CLI's 30 s request
 // timeout, since the API resolves a branch head while the client waits).
 const lsRemoteTimeout = 20 * time.Second
@@ -155,7 +151,7 @@ func (s *Server) pollProject(ctx context.Context, ctl EvaluationControl, p stora
 	case strings.EqualFold(latest.Commit, head):
 		return storage.Evaluation{}, false
 	}
-	ev, err := ctl.StartEvaluation(ctx, newEvaluationOf(p, head))
+	ev, err := ctl.StartEvaluation(ctx, p.EvaluationAt(head))
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("branch poll: starting an evaluation failed", "project", name, "commit", head, "error", err)
@@ -185,15 +181,6 @@ func (s *Server) projectNames(ctx context.Context, projects []storage.Project) m
 		}
 	}
 	return names
-}
-
-// newEvaluationOf is the evaluation of p at commit, with the project's
-// wildcards (the default ones: projects do not store their own yet).
-func newEvaluationOf(p storage.Project, commit string) storage.NewEvaluation {
-	return storage.NewEvaluation{
-		ProjectID: p.ID, RepositoryURL: p.Repository, Commit: commit,
-		Wildcards: append([]string(nil), DefaultWildcards...),
-	}
 }
 
 // gitAccess is how a poll reaches a project's repository: with its deploy

@@ -42,7 +42,7 @@ func (db *DB) TeamGrantingProjects(ctx context.Context, teamID string) ([]Projec
 
 func teamGrantingProjects(ctx context.Context, q querier, teamID string) ([]Project, error) {
 	rows, err := q.QueryContext(ctx,
-		`SELECT p.id, p.team_id, p.name, p.repository, p.branch, p.created_at
+		`SELECT `+projectColumnsOf("p")+`
 		 FROM projects p JOIN team_grants g ON g.project_id = p.id
 		 WHERE g.team_id = $1 ORDER BY p.team_id, p.name`, teamID)
 	return collect(rows, err, func(r *sql.Rows) (Project, error) { return scanProject(r) })

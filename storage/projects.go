@@ -3,7 +3,10 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -15,7 +18,10 @@ type Project struct {
 	Name       string // unique within the team
 	Repository string // flake repository URL
 	Branch     string
-	CreatedAt  time.Time
+	// Wildcards are the attribute patterns its evaluations build
+	// (WORKER.md §6.2), one pattern or exclusion per element.
+	Wildcards []string
+	CreatedAt time.Time
 }
 
 // NewProject is the input of CreateProject.
@@ -24,16 +30,60 @@ type NewProject struct {
 	Name       string
 	Repository string
 	Branch     string
+	Wildcards  []string // none: DefaultWildcards
 }
 
-const projectColumns = `id, team_id, name, repository, branch, created_at`
+// DefaultWildcards are the patterns of a project created without its own
+// (the default of migration 0013 too).
+func DefaultWildcards() []string { return []string{"packages.x86_64-linux.*"} }
+
+// EvaluationAt is the evaluation of p's repository at commit, with a
+// snapshot of p's wildcards: changing them later does not change it.
+func (p Project) EvaluationAt(commit string) NewEvaluation {
+	return NewEvaluation{
+		ProjectID: p.ID, RepositoryURL: p.Repository, Commit: commit,
+		Wildcards: slices.Clone(p.Wildcards),
+	}
+}
+
+const projectColumns = `id, team_id, name, repository, branch, wildcards, created_at`
+
+// projectColumnsOf is projectColumns of the projects table named alias
+// in a join.
+func projectColumnsOf(alias string) string {
+	cols := strings.Split(projectColumns, ", ")
+	for i, c := range cols {
+		cols[i] = alias + "." + c
+	}
+	return strings.Join(cols, ", ")
+}
 
 func scanProject(row interface{ Scan(...any) error }) (Project, error) {
 	var p Project
+	var wildcards string
 	var created int64
-	err := row.Scan(&p.ID, &p.TeamID, &p.Name, &p.Repository, &p.Branch, &created)
+	if err := row.Scan(&p.ID, &p.TeamID, &p.Name, &p.Repository, &p.Branch, &wildcards, &created); err != nil {
+		return Project{}, err
+	}
 	p.CreatedAt = fromMillis(created)
-	return p, err
+	if err := json.Unmarshal([]byte(wildcards), &p.Wildcards); err != nil {
+		return Project{}, fmt.Errorf("decode wildcards of project %s: %w", p.ID, err)
+	}
+	return p, nil
+}
+
+// validWildcards checks the shape storage relies on; the API checks the
+// patterns' syntax.
+func validWildcards(wildcards []string) error {
+	if len(wildcards) == 0 {
+		return invalid("project wildcards are empty")
+	}
+	for _, w := range wildcards {
+		if strings.TrimSpace(w) == "" {
+			return invalid("project wildcards hold an empty pattern")
+		}
+	}
+	return nil
 }
 
 func validSource(repository, branch string) error {
@@ -59,15 +109,26 @@ func (db *DB) CreateProject(ctx context.Context, in NewProject) (Project, error)
 	if err := validSource(in.Repository, in.Branch); err != nil {
 		return Project{}, err
 	}
+	wildcards := slices.Clone(in.Wildcards)
+	if len(wildcards) == 0 {
+		wildcards = DefaultWildcards()
+	}
+	if err := validWildcards(wildcards); err != nil {
+		return Project{}, err
+	}
+	encoded, err := jsonText(wildcards)
+	if err != nil {
+		return Project{}, err
+	}
 	p := Project{
 		ID: NewID(), TeamID: teamID, Name: in.Name,
-		Repository: in.Repository, Branch: in.Branch,
+		Repository: in.Repository, Branch: in.Branch, Wildcards: wildcards,
 		CreatedAt: fromMillis(nowMillis()),
 	}
 	_, err = db.exec(ctx,
-		`INSERT INTO projects (id, team_id, name, repository, branch, created_at)
-		 VALUES ($1, $2, $3, $4, $5, $6)`,
-		p.ID, p.TeamID, p.Name, p.Repository, p.Branch, p.CreatedAt.UnixMilli())
+		`INSERT INTO projects (id, team_id, name, repository, branch, wildcards, created_at)
+		 VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		p.ID, p.TeamID, p.Name, p.Repository, p.Branch, encoded, p.CreatedAt.UnixMilli())
 	switch constraintOf(err) {
 	case uniqueViolation:
 		return Project{}, conflict("team %s already has a project %q", teamID, in.Name)
@@ -136,6 +197,24 @@ func (db *DB) UpdateProjectSource(ctx context.Context, id, repository, branch st
 	}
 	res, err := db.exec(ctx,
 		`UPDATE projects SET repository = $1, branch = $2 WHERE id = $3`, repository, branch, id)
+	return affectedOne(res, err, "project %s", id)
+}
+
+// UpdateProjectWildcards replaces the patterns a project's evaluations
+// build from now on; queued and running evaluations keep theirs.
+func (db *DB) UpdateProjectWildcards(ctx context.Context, id string, wildcards []string) error {
+	id, err := canonicalUUID("project ID", id)
+	if err != nil {
+		return err
+	}
+	if err := validWildcards(wildcards); err != nil {
+		return err
+	}
+	encoded, err := jsonText(wildcards)
+	if err != nil {
+		return err
+	}
+	res, err := db.exec(ctx, `UPDATE projects SET wildcards = $1 WHERE id = $2`, encoded, id)
 	return affectedOne(res, err, "project %s", id)
 }
 

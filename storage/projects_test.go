@@ -2,6 +2,8 @@ package storage
 
 import (
 	"errors"
+	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -24,7 +26,7 @@ func TestProjects(t *testing.T) {
 		}
 
 		got, err := db.Project(ctx, web.ID)
-		if err != nil || got != web {
+		if err != nil || !reflect.DeepEqual(got, web) {
 			t.Fatalf("Project = %+v, %v; want %+v", got, err, web)
 		}
 		if got, err := db.ProjectByName(ctx, a.ID, "web"); err != nil || got.ID != web.ID {
@@ -88,6 +90,102 @@ func TestDeleteProjectRemovesItsLinks(t *testing.T) {
 		// The worker ID is free for a team worker again.
 		if _, _, err := db.CreateTeamWorker(ctx, team.ID, worker, DefaultWorkerSettings()); err != nil {
 			t.Fatalf("team worker with a freed ID: %v", err)
+		}
+	})
+}
+
+func TestProjectWildcards(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		team := mustTeam(t, db, "a")
+		plain := mustProject(t, db, team.ID, "plain")
+		if got, _ := db.Project(ctx, plain.ID); !slices.Equal(got.Wildcards, DefaultWildcards()) {
+			t.Fatalf("project created without wildcards has %q, want the default", got.Wildcards)
+		}
+		own := []string{"packages.*.*", "checks.x86_64-linux.*", "!checks.x86_64-linux.slow"}
+		checked, err := db.CreateProject(ctx, NewProject{TeamID: team.ID, Name: "checked", Repository: "r", Branch: "main", Wildcards: own})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := db.ProjectByName(ctx, team.ID, "checked"); !slices.Equal(got.Wildcards, own) {
+			t.Fatalf("read back %q, want %q", got.Wildcards, own)
+		}
+		for _, bad := range [][]string{{""}, {"packages.*.*", "  "}} {
+			if _, err := db.CreateProject(ctx, NewProject{TeamID: team.ID, Name: "bad", Repository: "r", Branch: "main", Wildcards: bad}); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("create with %q: err = %v, want ErrInvalid", bad, err)
+			}
+		}
+
+		// An evaluation keeps the wildcards of when it was queued.
+		queued, err := db.CreateEvaluation(ctx, checked.EvaluationAt("c0ffee"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.UpdateProjectWildcards(ctx, checked.ID, []string{"hydraJobs.*"}); err != nil {
+			t.Fatal(err)
+		}
+		updated, err := db.Project(ctx, checked.ID)
+		if err != nil || !slices.Equal(updated.Wildcards, []string{"hydraJobs.*"}) {
+			t.Fatalf("after update: %q, %v", updated.Wildcards, err)
+		}
+		if ev, err := db.Evaluation(ctx, queued.ID); err != nil || !slices.Equal(ev.Wildcards, own) {
+			t.Fatalf("queued evaluation's wildcards %q, %v; want the ones it was queued with", ev.Wildcards, err)
+		}
+		if ev, err := db.CreateEvaluation(ctx, updated.EvaluationAt("c0ffee")); err != nil || !slices.Equal(ev.Wildcards, []string{"hydraJobs.*"}) {
+			t.Fatalf("new evaluation's wildcards %q, %v", ev.Wildcards, err)
+		}
+		for _, bad := range [][]string{nil, {}, {" "}} {
+			if err := db.UpdateProjectWildcards(ctx, checked.ID, bad); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("update to %q: err = %v, want ErrInvalid", bad, err)
+			}
+		}
+		if err := db.UpdateProjectWildcards(ctx, NewID(), own); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("update unknown: err = %v", err)
+		}
+		cache := mustCache(t, db, "main")
+		if _, err := db.SubscribeProject(ctx, checked.ID, cache.ID); err != nil {
+			t.Fatal(err)
+		}
+		if subscribed, err := db.CacheProjects(ctx, cache.ID); err != nil || len(subscribed) != 1 || !slices.Equal(subscribed[0].Wildcards, []string{"hydraJobs.*"}) {
+			t.Fatalf("CacheProjects = %+v, %v", subscribed, err)
+		}
+		list, err := db.ListTeamProjects(ctx, team.ID)
+		if err != nil || len(list) != 2 || !slices.Equal(list[0].Wildcards, []string{"hydraJobs.*"}) || !slices.Equal(list[1].Wildcards, DefaultWildcards()) {
+			t.Fatalf("ListTeamProjects = %+v, %v", list, err)
+		}
+	})
+}
+
+// TestProjectWildcardsMigration: projects that exist when migration 0013
+// runs get the default wildcards, the pattern every evaluation used before.
+func TestProjectWildcardsMigration(t *testing.T) {
+	t.Parallel()
+	forEachEngineURL(t, func(t *testing.T, engine Engine, dbURL string) {
+		ctx := t.Context()
+		db := openTestDB(t, dbURL)
+		team := mustTeam(t, db, "a")
+		// Back to the schema before 0013, with a project in it.
+		for _, stmt := range []string{
+			`ALTER TABLE projects DROP COLUMN wildcards`,
+			`DELETE FROM schema_migrations WHERE version = 13`,
+		} {
+			if _, err := db.sql.ExecContext(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		id := NewID()
+		if _, err := db.sql.ExecContext(ctx,
+			`INSERT INTO projects (id, team_id, name, repository, branch, created_at) VALUES ($1, $2, 'old', 'r', 'main', 0)`,
+			id, team.ID); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+
+		again := openTestDB(t, dbURL)
+		p, err := again.Project(ctx, id)
+		if err != nil || !slices.Equal(p.Wildcards, DefaultWildcards()) {
+			t.Fatalf("existing project after the migration: %q, %v; want %q", p.Wildcards, err, DefaultWildcards())
 		}
 	})
 }

@@ -38,7 +38,7 @@ func (db *DB) CacheProjects(ctx context.Context, cacheID string) ([]Project, err
 		return nil, err
 	}
 	rows, err := db.sql.QueryContext(ctx,
-		`SELECT p.id, p.team_id, p.name, p.repository, p.branch, p.created_at
+		`SELECT `+projectColumnsOf("p")+`
 		 FROM projects p JOIN project_caches pc ON pc.project_id = p.id
 		 WHERE pc.cache_id = $1 ORDER BY p.team_id, p.name`, cacheID)
 	return collect(rows, err, func(r *sql.Rows) (Project, error) { return scanProject(r) })

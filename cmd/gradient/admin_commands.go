@@ -18,7 +18,10 @@ const adminUsage = `Admin commands (talk to gradient-server's admin API):
   team worker list TEAM | remove TEAM WORKER_ID
   team grant TEAM/PROJECT TEAM     let TEAM's workers run the project's jobs
   team revoke TEAM/PROJECT TEAM
-  project create TEAM/NAME --repository URL [--branch main]
+  project create TEAM/NAME --repository URL [--branch main] [--wildcards PATTERNS]
+  project update PROJECT --wildcards PATTERNS
+                                   what later evaluations build, e.g.
+                                   'packages.*.*, checks.x86_64-linux.*'
   project list [--team TEAM] | show PROJECT | delete PROJECT
   project subscribe PROJECT CACHE | unsubscribe PROJECT CACHE
   project deploy-key PROJECT [--delete]
@@ -64,6 +67,7 @@ var adminCommands = map[string]adminCommand{
 	"project create":      projectCreate,
 	"project list":        projectList,
 	"project show":        projectShow,
+	"project update":      projectUpdate,
 	"project delete":      projectDelete,
 	"project subscribe":   projectSubscribe,
 	"project unsubscribe": projectUnsubscribe,

@@ -10,6 +10,7 @@ func projectCreate(c *adminCmd, args []string) int {
 	fs := c.flags()
 	repository := fs.String("repository", "", "flake repository URL (required)")
 	branch := fs.String("branch", "main", "branch to evaluate and build")
+	wildcards := fs.String("wildcards", "", "comma-separated attribute patterns to build, e.g. 'packages.*.*, checks.x86_64-linux.*' (default packages.x86_64-linux.*)")
 	pos, code, ok := c.parse(fs, args, "TEAM/NAME")
 	if !ok {
 		return code
@@ -23,16 +24,19 @@ func projectCreate(c *adminCmd, args []string) int {
 		fmt.Fprintf(c.stderr, "gradient %s: --repository is required\n", c.name)
 		return exitUsage
 	}
+	body := map[string]any{"team": team, "name": name, "repository": *repository, "branch": *branch}
+	if *wildcards != "" {
+		body["wildcards"] = []string{*wildcards}
+	}
 	var p projectInfo
-	raw, ok := c.call("POST", "/api/v1/projects",
-		map[string]any{"team": team, "name": name, "repository": *repository, "branch": *branch}, &p)
+	raw, ok := c.call("POST", "/api/v1/projects", body, &p)
 	if !ok {
 		return exitFail
 	}
 	if c.settings.json {
 		return c.printJSON(raw)
 	}
-	fmt.Fprintf(c.stdout, "Created project %s (%s)\n", p.fullName(), p.ID)
+	fmt.Fprintf(c.stdout, "Created project %s (%s), building %s\n", p.fullName(), p.ID, p.wildcards())
 	fmt.Fprintf(c.stdout, "Next: subscribe it to a cache (gradient project subscribe %s CACHE); workers refuse projects without one.\n", p.fullName())
 	return exitOK
 }
@@ -57,9 +61,9 @@ func projectList(c *adminCmd, args []string) int {
 	}
 	rows := make([][]string, 0, len(projects))
 	for _, p := range projects {
-		rows = append(rows, []string{p.fullName(), p.Repository, p.Branch, p.ID})
+		rows = append(rows, []string{p.fullName(), p.Repository, p.Branch, p.wildcards(), p.ID})
 	}
-	table(c.stdout, []string{"PROJECT", "REPOSITORY", "BRANCH", "ID"}, rows)
+	table(c.stdout, []string{"PROJECT", "REPOSITORY", "BRANCH", "WILDCARDS", "ID"}, rows)
 	return exitOK
 }
 
@@ -81,10 +85,35 @@ func projectShow(c *adminCmd, args []string) int {
 		"id", p.ID,
 		"repository", p.Repository,
 		"branch", p.Branch,
+		"wildcards", p.wildcards(),
 		"caches", listOrDash(p.Caches),
 		"granted teams", listOrDash(p.GrantedTeams),
 		"deploy key", orDash(p.DeployKey),
 		"created", when(p.CreatedAt))
+	return exitOK
+}
+
+// projectUpdate changes what the project's later evaluations build.
+func projectUpdate(c *adminCmd, args []string) int {
+	fs := c.flags()
+	wildcards := fs.String("wildcards", "", "comma-separated attribute patterns to build from now on (required)")
+	pos, code, ok := c.parse(fs, args, "PROJECT")
+	if !ok {
+		return code
+	}
+	if *wildcards == "" {
+		fmt.Fprintf(c.stderr, "gradient %s: --wildcards is required\n", c.name)
+		return exitUsage
+	}
+	var p projectInfo
+	raw, ok := c.call("PATCH", "/api/v1/projects/"+seg(pos[0]), map[string]any{"wildcards": []string{*wildcards}}, &p)
+	if !ok {
+		return exitFail
+	}
+	if c.settings.json {
+		return c.printJSON(raw)
+	}
+	fmt.Fprintf(c.stdout, "Project %s builds %s from its next evaluation on\n", p.fullName(), p.wildcards())
 	return exitOK
 }
 

@@ -1,6 +1,9 @@
 package main
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // The admin API's JSON answers, as far as the CLI prints them.
 
@@ -17,6 +20,7 @@ type projectInfo struct {
 	Name         string    `json:"name"`
 	Repository   string    `json:"repository"`
 	Branch       string    `json:"branch"`
+	Wildcards    []string  `json:"wildcards"`
 	CreatedAt    time.Time `json:"created_at"`
 	Caches       []string  `json:"caches"`
 	GrantedTeams []string  `json:"granted_teams"`
@@ -29,6 +33,9 @@ type deployKeyInfo struct {
 }
 
 func (p projectInfo) fullName() string { return p.Team + "/" + p.Name }
+
+// wildcards is the project's patterns as --wildcards takes them.
+func (p projectInfo) wildcards() string { return orDash(strings.Join(p.Wildcards, ", ")) }
 
 type cacheInfo struct {
 	ID        string    `json:"id"`

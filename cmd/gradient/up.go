@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,8 +42,8 @@ const upUsage = `Usage: gradient up [flags] [FLAKE]
 
 Runs a server, local workers and one evaluation of FLAKE (a local git
 directory or a git URL; default: the example flake shipped with Gradient),
-building packages.<system>.* and printing a summary. Exits 0 when every
-build succeeded.
+building packages.<system>.* (or what --wildcards names) and printing a
+summary. Exits 0 when every build succeeded.
 
 Flags:
 `
@@ -58,6 +59,8 @@ type upOptions struct {
 	timeout time.Duration
 	verbose bool
 	poll    time.Duration
+	// wildcards are the patterns to build, checked; none: packages.<system>.*
+	wildcards []string
 }
 
 // upTeam, upCache: the names gradient up gives what it creates.
@@ -88,6 +91,7 @@ func parseUp(args []string, stderr io.Writer) (upOptions, int, bool) {
 	fs.BoolVar(&o.serve, "serve", false, "keep the server running afterwards and print the cache URL and public key")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	fs.BoolVar(&o.verbose, "verbose", false, "log the embedded server and workers at info level")
+	wildcards := fs.String("wildcards", "", "comma-separated attribute patterns to build, e.g. 'packages.*.*, checks.x86_64-linux.*' (default packages.<system>.*)")
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -116,6 +120,14 @@ func parseUp(args []string, stderr io.Writer) (upOptions, int, bool) {
 	if o.timeout <= 0 {
 		fmt.Fprintln(stderr, "gradient up: --timeout must be positive")
 		return o, exitUsage, false
+	}
+	if *wildcards != "" {
+		list, err := server.ParseWildcards([]string{*wildcards})
+		if err != nil {
+			fmt.Fprintf(stderr, "gradient up: --%v\n", err)
+			return o, exitUsage, false
+		}
+		o.wildcards = list
 	}
 	return o, exitOK, true
 }
@@ -343,13 +355,27 @@ func (u *upRun) prepareDatabase(ctx context.Context, flakeLabel string) error {
 	if err != nil {
 		return fmt.Errorf("cache: %w", err)
 	}
+	// The project builds what this run builds; its evaluation takes them
+	// from the project as every evaluation does.
+	wildcards := u.opts.wildcards
+	if len(wildcards) == 0 {
+		wildcards = []string{"packages." + u.system + ".*"}
+	}
 	name := upProjectName(flakeLabel)
 	u.project, err = u.db.ProjectByName(ctx, team.ID, name)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		u.project, err = u.db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: name, Repository: u.repoURL, Branch: "main"})
-	case err == nil && u.project.Repository != u.repoURL:
-		err = u.db.UpdateProjectSource(ctx, u.project.ID, u.repoURL, u.project.Branch)
+		u.project, err = u.db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: name, Repository: u.repoURL, Branch: "main", Wildcards: wildcards})
+	case err == nil:
+		if u.project.Repository != u.repoURL {
+			err = u.db.UpdateProjectSource(ctx, u.project.ID, u.repoURL, u.project.Branch)
+		}
+		if err == nil && !slices.Equal(u.project.Wildcards, wildcards) {
+			err = u.db.UpdateProjectWildcards(ctx, u.project.ID, wildcards)
+		}
+		if err == nil {
+			u.project, err = u.db.Project(ctx, u.project.ID)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("project: %w", err)

@@ -19,15 +19,12 @@ const upLogTail = 15
 // evaluate runs the evaluation, printing one progress line per state
 // change, then the summary table, and returns the exit code.
 func (u *upRun) evaluate(ctx context.Context) int {
-	wildcard := "packages." + u.system + ".*"
-	ev, err := u.sched.StartEvaluation(ctx, storage.NewEvaluation{
-		ProjectID: u.project.ID, RepositoryURL: u.repoURL, Commit: u.commit, Wildcards: []string{wildcard},
-	})
+	ev, err := u.sched.StartEvaluation(ctx, u.project.EvaluationAt(u.commit))
 	if err != nil {
 		fmt.Fprintf(u.stderr, "gradient up: starting the evaluation: %v\n", err)
 		return exitFail
 	}
-	u.progress("evaluation of %s queued", wildcard)
+	u.progress("evaluation of %s queued", strings.Join(ev.Wildcards, ", "))
 
 	lastEval := storage.EvaluationStatus("")
 	type seen struct {
@@ -238,7 +235,7 @@ func (u *upRun) verdict(ev storage.Evaluation, builds []storage.Build, evalError
 		} else if evalErrors > 0 {
 			fmt.Fprintf(u.stderr, "\ngradient up: nothing to build: the evaluation reported %d errors (above)\n", evalErrors)
 		} else {
-			fmt.Fprintf(u.stderr, "\ngradient up: the flake has no packages.%s.* derivations\n", u.system)
+			fmt.Fprintf(u.stderr, "\ngradient up: the flake has no %s derivations\n", strings.Join(ev.Wildcards, ", "))
 		}
 		return exitFail
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -141,9 +142,12 @@ func TestUpUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"-h"}, exitOK, "-workers"},
+		{[]string{"-h"}, exitOK, "-wildcards"},
 		{[]string{"a", "b"}, exitUsage, "one FLAKE at most"},
 		{[]string{"--workers", "0"}, exitUsage, "--workers must be at least 1"},
 		{[]string{"--timeout", "0s"}, exitUsage, "--timeout must be positive"},
+		{[]string{"--wildcards", "nixpkgs.*"}, exitUsage, "--wildcards: pattern \"nixpkgs.*\" must start with one of"},
+		{[]string{"--wildcards", "packages.*,"}, exitUsage, "--wildcards: empty pattern"},
 	} {
 		var out, errOut bytes.Buffer
 		code := runUpContext(t.Context(), c.args, &out, &errOut)
@@ -258,5 +262,75 @@ func TestUpAgainUsesTheCache(t *testing.T) {
 	if !strings.Contains(stderr, "already in the cache: not built") || strings.Contains(stderr, "succeeded on") ||
 		!strings.Contains(stderr, "all 5 builds succeeded (5 of them already in the cache)") {
 		t.Errorf("the progress does not say the builds were cached, or says they ran")
+	}
+}
+
+const upChecksFlake = `{
+  outputs = { self }:
+    let
+      forAllSystems = f: builtins.listToAttrs (map (system: { name = system; value = f system; })
+        [ "x86_64-linux" "aarch64-linux" ]);
+      sh = system: name: script: builtins.derivation {
+        inherit name system; builder = "/bin/sh"; args = [ "-c" script ];
+      };
+    in {
+      packages = forAllSystems (system: { app = sh system "app" "echo app > $out"; });
+      checks = forAllSystems (system: {
+        unit = sh system "unit" "echo the-unit-check-ran; echo ok > $out";
+        broken = sh system "broken" "exit 1";
+      });
+    };
+}
+`
+
+// TestUpWildcards: --wildcards chooses what the project builds, checks
+// here (with an exclusion); a later run without it builds packages again.
+func TestUpWildcards(t *testing.T) {
+	upRequireNix(t)
+	system := map[string]string{"amd64": "x86_64-linux", "arm64": "aarch64-linux"}[runtime.GOARCH]
+	if system == "" {
+		t.Skipf("the test flake has no systems for %s", runtime.GOARCH)
+	}
+	repo := t.TempDir()
+	if _, err := upCommitFiles(t.Context(), repo, map[string][]byte{"flake.nix": []byte(upChecksFlake)}); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		full := append([]string{"--data-dir", data, "--store", filepath.Join(t.TempDir(), "store"), "--workers", "1", "--timeout", "55s"}, args...)
+		code := runUpContext(t.Context(), append(full, repo), &out, &errOut)
+		t.Logf("gradient up %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(full, " "), code, out.String(), errOut.String())
+		return code, out.String(), errOut.String()
+	}
+	attr := func(output, name string) string { return output + "." + system + "." + name }
+
+	code, stdout, stderr := run("--wildcards", "checks."+system+".*, !"+attr("checks", "broken"))
+	if code != exitOK {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	if status, output, ok := upSummaryRow(stdout, attr("checks", "unit")); !ok || status != "succeeded" || !strings.HasPrefix(output, "/nix/store/") {
+		t.Errorf("checks.unit: row (%q, %q, %v), want succeeded", status, output, ok)
+	}
+	for _, other := range []string{attr("checks", "broken"), attr("packages", "app")} {
+		if _, _, ok := upSummaryRow(stdout, other); ok {
+			t.Errorf("%s was built although the wildcards do not select it", other)
+		}
+	}
+	if !strings.Contains(stderr, "evaluation of checks."+system+".*, !"+attr("checks", "broken")+" queued") ||
+		!strings.Contains(stderr, "all 1 builds succeeded") {
+		t.Errorf("stderr does not name the wildcards or the verdict")
+	}
+
+	// Without --wildcards the project goes back to packages.<system>.*.
+	code, stdout, _ = run()
+	if code != exitOK {
+		t.Fatalf("second run: exit %d, want 0", code)
+	}
+	if status, _, ok := upSummaryRow(stdout, attr("packages", "app")); !ok || status != "succeeded" {
+		t.Errorf("packages.app: row (%q, %v), want succeeded", status, ok)
+	}
+	if _, _, ok := upSummaryRow(stdout, attr("checks", "unit")); ok {
+		t.Error("checks were built again without --wildcards")
 	}
 }

@@ -1,0 +1,120 @@
+package server
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestAdminProjectWildcards(t *testing.T) {
+	t.Parallel()
+	e, fake := newEvalEnv(t, Config{})
+	e.must(201, "POST", "/api/v1/teams", map[string]any{"name": "ops"}, nil)
+	create := func(name string, wildcards any) map[string]any {
+		body := map[string]any{"team": "ops", "name": name, "repository": "https://example.invalid/" + name + ".git"}
+		if wildcards != nil {
+			body["wildcards"] = wildcards
+		}
+		return body
+	}
+
+	var plain, checked projectView
+	e.must(201, "POST", "/api/v1/projects", create("plain", nil), &plain)
+	if !slices.Equal(plain.Wildcards, []string{"packages.x86_64-linux.*"}) {
+		t.Errorf("created without wildcards: %q, want the default", plain.Wildcards)
+	}
+	// Comma-separated, spaces around the commas trimmed, one pattern per element.
+	e.must(201, "POST", "/api/v1/projects", create("checked", []string{" packages.*.*,checks.x86_64-linux.* ", "!packages.x86_64-linux.slow"}), &checked)
+	want := []string{"packages.*.*", "checks.x86_64-linux.*", "!packages.x86_64-linux.slow"}
+	if !slices.Equal(checked.Wildcards, want) {
+		t.Fatalf("created with wildcards: %q, want %q", checked.Wildcards, want)
+	}
+	var shown projectView
+	e.must(200, "GET", projectPath("ops/checked"), nil, &shown)
+	var listed []projectView
+	e.must(200, "GET", "/api/v1/projects?team=ops", nil, &listed)
+	if !slices.Equal(shown.Wildcards, want) || len(listed) != 2 || !slices.Equal(listed[0].Wildcards, want) {
+		t.Fatalf("show %q, list %+v", shown.Wildcards, listed)
+	}
+
+	tooMany := make([]string, maxWildcards+1)
+	for i := range tooMany {
+		tooMany[i] = "packages.x86_64-linux.*"
+	}
+	for _, bad := range []struct {
+		wildcards any
+		reason    string
+	}{
+		{[]string{}, "no pattern to evaluate"},
+		{[]string{"!packages.x86_64-linux.slow"}, "no pattern to evaluate"},
+		{[]string{""}, "empty pattern"},
+		{[]string{"packages.*, , checks.*"}, "empty pattern"},
+		{[]string{"packages.*.*,"}, "empty pattern"},
+		{[]string{"foo.*"}, "must start with one of"},
+		{[]string{"packages..x"}, "empty segment"},
+		{[]string{`packages."a.b`}, "unterminated quote"},
+		{[]string{"!packages.*"}, "may not contain wildcards"},
+		{tooMany, "at most 64"},
+		{[]string{"packages." + strings.Repeat("x", maxWildcardLength)}, "longer than 256 bytes"},
+		{"packages.*.*", "not valid JSON"},
+	} {
+		e.fails(400, bad.reason, "POST", "/api/v1/projects", create("bad", bad.wildcards))
+		e.fails(400, bad.reason, "PATCH", projectPath("ops/checked"), map[string]any{"wildcards": bad.wildcards})
+	}
+	e.fails(404, "does not exist", "GET", projectPath("ops/bad"), nil)
+	e.fails(400, "nothing to update", "PATCH", projectPath("ops/checked"), map[string]any{})
+	e.fails(400, "unknown field", "PATCH", projectPath("ops/checked"), map[string]any{"branch": "x"})
+	e.fails(404, "does not exist", "PATCH", projectPath("ops/nope"), map[string]any{"wildcards": []string{"checks.*"}})
+	e.must(200, "GET", projectPath("ops/checked"), nil, &shown)
+	if !slices.Equal(shown.Wildcards, want) {
+		t.Fatalf("refused updates changed the wildcards to %q", shown.Wildcards)
+	}
+
+	// Evaluations take the project's wildcards of when they are queued.
+	commit := strings.Repeat("a", 40)
+	var first, second evaluationView
+	e.must(201, "POST", projectPath("ops/checked")+"/evaluations", map[string]any{"commit": commit}, &first)
+	var updated projectView
+	e.must(200, "PATCH", projectPath("ops/checked"), map[string]any{"wildcards": []string{"hydraJobs.*, checks.aarch64-linux.lint"}}, &updated)
+	later := []string{"hydraJobs.*", "checks.aarch64-linux.lint"}
+	if !slices.Equal(updated.Wildcards, later) || updated.Team != "ops" || updated.ID != checked.ID {
+		t.Fatalf("updated %+v", updated)
+	}
+	e.must(201, "POST", projectPath("ops/checked")+"/evaluations", map[string]any{"commit": commit}, &second)
+	if !slices.Equal(first.Wildcards, want) || !slices.Equal(second.Wildcards, later) {
+		t.Fatalf("evaluations' wildcards %q then %q, want %q then %q", first.Wildcards, second.Wildcards, want, later)
+	}
+	e.must(200, "GET", "/api/v1/evaluations/"+first.ID, nil, &first)
+	if !slices.Equal(first.Wildcards, want) {
+		t.Fatalf("the update changed a queued evaluation's wildcards to %q", first.Wildcards)
+	}
+	fake.mu.Lock()
+	started := slices.Clone(fake.started)
+	fake.mu.Unlock()
+	if len(started) != 2 || !slices.Equal(started[1].Wildcards, later) {
+		t.Fatalf("the job loop was asked for %+v", started)
+	}
+	if !strings.Contains(e.logs.String(), "admin: project updated") {
+		t.Error("no log line for the update")
+	}
+}
+
+// TestPollerUsesProjectWildcards: the branch poller evaluates what the
+// project says, not a fixed pattern.
+func TestPollerUsesProjectWildcards(t *testing.T) {
+	t.Parallel()
+	e, _ := newEvalEnv(t, Config{})
+	repo := newGitRepo(t)
+	head := repo.commit("first")
+	web := newProjectAt(t, e.db, "ops", "web", repo.dir, "main")
+	own := []string{"checks.x86_64-linux.*", "packages.*.*"}
+	if err := e.db.UpdateProjectWildcards(t.Context(), web.ID, own); err != nil {
+		t.Fatal(err)
+	}
+	if started := e.srv.pollBranches(t.Context()); len(started) != 1 || started[0].Commit != head {
+		t.Fatalf("poll started %+v", started)
+	}
+	if evals := evaluationsOf(t, e.db, web.ID); len(evals) != 1 || !slices.Equal(evals[0].Wildcards, own) {
+		t.Fatalf("the poller's evaluation: %+v, want wildcards %q", evals, own)
+	}
+}
