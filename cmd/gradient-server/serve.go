@@ -70,7 +70,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// The job loop recovers what a previous run left open before the
 	// first worker session can report anything.
 	registry := metrics.NewRegistry()
-	schedCfg := scheduler.Config{Logger: log, Metrics: registry}
+	schedCfg := jobLoopConfig(opts, log, registry)
 	if dialKey != nil {
 		schedCfg.DeployKeys = server.NewDeployKeys(db, dialKey)
 	}
@@ -150,4 +150,10 @@ func narDir(opts options) string {
 	default:
 		return opts.Database // a data directory
 	}
+}
+
+// jobLoopConfig is the scheduler's configuration from the options.
+func jobLoopConfig(opts options, log *slog.Logger, registry *metrics.Registry) scheduler.Config {
+	return scheduler.Config{Logger: log, Metrics: registry,
+		DefaultTimeoutSecs: new(opts.BuildDefaultTimeoutSecs), DefaultMaxSilentSecs: new(opts.BuildDefaultMaxSilentSecs)}
 }

@@ -36,11 +36,11 @@ type Config struct {
 	// build that crashes its worker does not go round the pool for ever.
 	MaxLostWorkers int
 	// DefaultTimeoutSecs and DefaultMaxSilentSecs apply to derivations
-	// without their own timeout / maxSilent (build.defaultTimeoutSecs
-	// 14400, build.defaultMaxSilentSecs 3600). A resulting 0 means no
-	// limit.
-	DefaultTimeoutSecs   uint64
-	DefaultMaxSilentSecs uint64
+	// without their own timeout / maxSilent (build.defaultTimeoutSecs,
+	// build.defaultMaxSilentSecs); nil is 14400 / 3600, and 0 (configured
+	// or the derivation's own) means no limit.
+	DefaultTimeoutSecs   *uint64
+	DefaultMaxSilentSecs *uint64
 	// Tick is how often the queue is re-read from the database and idle
 	// workers are served again (5 s).
 	Tick time.Duration
@@ -66,11 +66,11 @@ func (c *Config) defaults() {
 	if c.MaxLostWorkers <= 0 {
 		c.MaxLostWorkers = 10
 	}
-	if c.DefaultTimeoutSecs == 0 {
-		c.DefaultTimeoutSecs = 14400
+	if c.DefaultTimeoutSecs == nil {
+		c.DefaultTimeoutSecs = new(DefaultTimeoutSecs)
 	}
-	if c.DefaultMaxSilentSecs == 0 {
-		c.DefaultMaxSilentSecs = 3600
+	if c.DefaultMaxSilentSecs == nil {
+		c.DefaultMaxSilentSecs = new(DefaultMaxSilentSecs)
 	}
 	if c.Tick <= 0 {
 		c.Tick = 5 * time.Second
@@ -689,13 +689,22 @@ func (s *Scheduler) assignJob(job *storage.PendingJob, assignmentID string, fetc
 		Builds: []wire.BuildSpec{{
 			BuildID: job.BuildID, DrvPath: job.DrvPath, Kind: wire.BuildSpecBuild, IsFixedOutput: job.IsFixedOutput,
 			Outputs:     []wire.DerivationOutput{},
-			TimeoutSecs: limit(job.TimeoutSecs, s.cfg.DefaultTimeoutSecs), MaxSilentSecs: limit(job.MaxSilentSecs, s.cfg.DefaultMaxSilentSecs),
+			TimeoutSecs: limit(job.TimeoutSecs, *s.cfg.DefaultTimeoutSecs), MaxSilentSecs: limit(job.MaxSilentSecs, *s.cfg.DefaultMaxSilentSecs),
 		}},
 		Requirement: wire.BuildRequirement{Architecture: job.Architecture, RequiredFeatures: features},
 	}}
 }
 
-// limit is a derivation's own limit, else the default; 0 is no limit.
+// The build limits' defaults (build.defaultTimeoutSecs,
+// build.defaultMaxSilentSecs).
+const (
+	DefaultTimeoutSecs   uint64 = 14400
+	DefaultMaxSilentSecs uint64 = 3600
+)
+
+// limit is a derivation's own limit, else the default. A resulting 0 is
+// no limit and goes out as none (JOBS.md §8.2: the reference sends None),
+// which every worker reads as unlimited.
 func limit(own *uint64, def uint64) *uint64 {
 	v := def
 	if own != nil {

@@ -81,6 +81,7 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 
 	j.r.Update(wire.BuildStageBuild)
 	logs := &logForwarder{r: j.r, task: task, limit: newLogLimit(j.e.logBurst(), j.e.logSustained(), time.Now())}
+	// A limit of 0 (or none) is no limit.
 	opts := nix.BuildOptions{Cores: j.e.Cores, LogWriter: logs}
 	if spec.TimeoutSecs != nil {
 		opts.Timeout = time.Duration(*spec.TimeoutSecs) * time.Second
