@@ -383,11 +383,11 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 			s.update(ctx, a, m.Update)
 		}
 	case *wire.LogChunk:
-		if a := s.owned(w, m.JobID, ""); a != nil {
+		if a := s.ownedJob(w, m.JobID); a != nil {
 			s.logs.add(ctx, m.JobID, m.Data) // copies: the frame is not ours
 		}
 	case *wire.EvalMessage:
-		if a := s.owned(w, m.JobID, ""); a != nil {
+		if a := s.ownedJob(w, m.JobID); a != nil {
 			line := "[" + evalLevel(m.Level) + "] " + m.Source + ": " + m.Message + "\n"
 			s.logs.add(ctx, m.JobID, []byte(line))
 			// An attribute that failed to evaluate fails the evaluation
@@ -418,7 +418,7 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 			s.failed(ctx, a, m)
 		}
 	case *wire.ImportRequest:
-		if a := s.owned(w, m.JobID, ""); a != nil {
+		if a := s.ownedJob(w, m.JobID); a != nil {
 			s.importRequest(ctx, w, a, m)
 		} else {
 			w.Send(server.RefuseImport(m)) // never left waiting
@@ -443,14 +443,26 @@ func (s *Scheduler) setIdle(w *server.LiveWorker, kind wire.JobKind, idle bool) 
 	s.mu.Unlock()
 }
 
-// owned returns the assignment of jobID if this session holds it (and,
-// when assignmentID is given, under that ID). Reports for anything else
-// are dropped (JOBS.md §17.6).
+// owned returns the assignment of jobID if this session holds it under
+// assignmentID: a report carrying an assignment ID counts only with the
+// one this session handed out, so an empty one never does. Reports for
+// anything else are dropped (connection.txt Server Restart, JOBS.md
+// §17.6).
 func (s *Scheduler) owned(w *server.LiveWorker, jobID, assignmentID string) *assignment {
+	return s.held(w, jobID, func(a *assignment) bool { return a.id == assignmentID })
+}
+
+// ownedJob is owned for the messages that carry no assignment ID (log
+// lines, eval messages, declines, imports): the session must hold jobID.
+func (s *Scheduler) ownedJob(w *server.LiveWorker, jobID string) *assignment {
+	return s.held(w, jobID, func(*assignment) bool { return true })
+}
+
+func (s *Scheduler) held(w *server.LiveWorker, jobID string, match func(*assignment) bool) *assignment {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.running[jobID]
-	if a == nil || a.session != w.Session || (assignmentID != "" && a.id != assignmentID) {
+	if a == nil || a.session != w.Session || !match(a) {
 		s.m.dropped.Inc()
 		return nil
 	}
