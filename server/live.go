@@ -131,15 +131,20 @@ type offlineReason struct {
 func newOfflineReasons() *offlineReasons { return &offlineReasons{reasons: map[string]offlineReason{}} }
 
 func (o *offlineReasons) set(workerID, reason string) {
+	id, ok := canonicalWorkerID(workerID)
+	if !ok {
+		return
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.reasons[workerID] = offlineReason{Reason: reason, At: time.Now()}
+	o.reasons[id] = offlineReason{Reason: reason, At: time.Now()}
 }
 
 func (o *offlineReasons) get(workerID string) (offlineReason, bool) {
+	id, _ := canonicalWorkerID(workerID)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	r, ok := o.reasons[workerID]
+	r, ok := o.reasons[id]
 	return r, ok
 }
 

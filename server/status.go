@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"gradient.dev/gradient/session"
@@ -43,6 +44,18 @@ func (s *Server) WorkerStatus(workerID string) WorkerStatus {
 		st.OfflineReason, st.OfflineSince = r.Reason, r.At
 	}
 	return st
+}
+
+// canonicalWorkerID is the key of a worker ID's offline reason: the
+// lower-case form, which the database and the live sessions use too, so
+// however a worker spells its UUID the reason is found under the ID the
+// operator asks for, and one registered ID is one entry. ok is false for
+// an ID that is not a UUID: no peer can have registered it.
+func canonicalWorkerID(id string) (string, bool) {
+	if !isUUID(id) {
+		return "", false
+	}
+	return strings.ToLower(id), true
 }
 
 // ProjectWorker is one worker of a project's worker list.
