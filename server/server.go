@@ -29,6 +29,9 @@ type Config struct {
 	SSH string
 	// HandshakeTimeout bounds agreement and handshake (15 s).
 	HandshakeTimeout time.Duration
+	// Federate offers the reserved federate capability (proto.federate,
+	// off): negotiated with workers that offer it, no behaviour yet.
+	Federate bool
 	// MaxConnections caps concurrent /proto sessions (proto.maxConnections,
 	// 256); an upgrade beyond it gets HTTP 503.
 	MaxConnections int

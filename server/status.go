@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/wire"
 )
 
 // WorkerStatus is the operator's view of one worker ID.
@@ -44,6 +46,12 @@ func (s *Server) WorkerStatus(workerID string) WorkerStatus {
 		st.OfflineReason, st.OfflineSince = r.Reason, r.At
 	}
 	return st
+}
+
+// capabilities are the server's own in every worker handshake.
+func (s *Server) capabilities() *wire.GradientCapabilities {
+	c := handshake.ServerCapabilities(s.cfg.Federate)
+	return &c
 }
 
 // canonicalWorkerID is the key of a worker ID's offline reason: the

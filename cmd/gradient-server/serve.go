@@ -85,6 +85,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		NarStore:         nars,
 		HeartbeatTimeout: heartbeat,
 		MaxConnections:   opts.MaxConnections,
+		Federate:         opts.Federate,
 		AdminTokenHash:   adminHash,
 		DialKey:          dialKey,
 		Logger:           log,
