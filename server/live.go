@@ -131,8 +131,11 @@ type offlineReason struct {
 func newOfflineReasons() *offlineReasons { return &offlineReasons{reasons: map[string]offlineReason{}} }
 
 func (o *offlineReasons) set(workerID, reason string) {
-	id, ok := canonicalWorkerID(workerID)
-	if !ok {
+	// Keyed by the canonical ID: however a worker spells its UUID, the
+	// reason is found under the ID the operator asks for, and one ID is
+	// one entry. No peer can have registered an ID that is not a UUID.
+	id, err := parseWorkerID(workerID)
+	if err != nil {
 		return
 	}
 	o.mu.Lock()
@@ -141,7 +144,7 @@ func (o *offlineReasons) set(workerID, reason string) {
 }
 
 func (o *offlineReasons) get(workerID string) (offlineReason, bool) {
-	id, _ := canonicalWorkerID(workerID)
+	id, _ := parseWorkerID(workerID)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r, ok := o.reasons[id]

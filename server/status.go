@@ -3,12 +3,9 @@ package server
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	"gradient.dev/gradient/session"
-	"gradient.dev/gradient/session/handshake"
-	"gradient.dev/gradient/wire"
 )
 
 // WorkerStatus is the operator's view of one worker ID.
@@ -46,24 +43,6 @@ func (s *Server) WorkerStatus(workerID string) WorkerStatus {
 		st.OfflineReason, st.OfflineSince = r.Reason, r.At
 	}
 	return st
-}
-
-// capabilities are the server's own in every worker handshake.
-func (s *Server) capabilities() *wire.GradientCapabilities {
-	c := handshake.ServerCapabilities(s.cfg.Federate)
-	return &c
-}
-
-// canonicalWorkerID is the key of a worker ID's offline reason: the
-// lower-case form, which the database and the live sessions use too, so
-// however a worker spells its UUID the reason is found under the ID the
-// operator asks for, and one registered ID is one entry. ok is false for
-// an ID that is not a UUID: no peer can have registered it.
-func canonicalWorkerID(id string) (string, bool) {
-	if !isUUID(id) {
-		return "", false
-	}
-	return strings.ToLower(id), true
 }
 
 // ProjectWorker is one worker of a project's worker list.
