@@ -168,6 +168,38 @@ func TestParseDerivationsJSON(t *testing.T) {
 	}
 }
 
+func limitIs(got *uint64, want uint64) bool { return got != nil && *got == want }
+
+// An explicit 0 is "no limit", kept apart from an unset attribute (the
+// server's default); a malformed or negative value counts as unset.
+func TestDerivationLimitsZeroAndUnset(t *testing.T) {
+	data := `{
+	  "abcdabcdabcdabcdabcdabcdabcdabcd-env.drv": {"name": "env", "outputs": {}, "inputSrcs": [], "inputDrvs": {},
+	    "system": "x86_64-linux", "builder": "/bin/sh", "args": [], "env": {"timeout": "0"}},
+	  "abcdabcdabcdabcdabcdabcdabcdabcd-bad.drv": {"name": "bad", "outputs": {}, "inputSrcs": [], "inputDrvs": {},
+	    "system": "x86_64-linux", "builder": "/bin/sh", "args": [], "env": {"timeout": "soon", "maxSilent": "-3"}},
+	  "abcdabcdabcdabcdabcdabcdabcdabcd-json.drv": {"version": 4, "name": "json", "outputs": {},
+	    "inputs": {"srcs": [], "drvs": {}}, "system": "x86_64-linux", "builder": "/bin/sh", "args": [], "env": {},
+	    "structuredAttrs": {"timeout": 0, "maxSilent": 12}}}`
+	drvs, err := parseDerivationsJSON([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, bad, structured := drvs["/nix/store/abcdabcdabcdabcdabcdabcdabcdabcd-env.drv"], drvs["/nix/store/abcdabcdabcdabcdabcdabcdabcdabcd-bad.drv"], drvs["/nix/store/abcdabcdabcdabcdabcdabcdabcdabcd-json.drv"]
+	if env == nil || bad == nil || structured == nil {
+		t.Fatalf("parsed %v", drvs)
+	}
+	if !limitIs(env.TimeoutSecs(), 0) || env.MaxSilentSecs() != nil {
+		t.Errorf("env: timeout %v maxSilent %v, want 0 and unset", env.TimeoutSecs(), env.MaxSilentSecs())
+	}
+	if bad.TimeoutSecs() != nil || bad.MaxSilentSecs() != nil {
+		t.Errorf("malformed: timeout %v maxSilent %v, want unset", bad.TimeoutSecs(), bad.MaxSilentSecs())
+	}
+	if !limitIs(structured.TimeoutSecs(), 0) || !limitIs(structured.MaxSilentSecs(), 12) {
+		t.Errorf("structured: timeout %v maxSilent %v, want 0 and 12", structured.TimeoutSecs(), structured.MaxSilentSecs())
+	}
+}
+
 func TestParseDerivationStructuredAttrs(t *testing.T) {
 	data := `{"abcdabcdabcdabcdabcdabcdabcdabcd-x.drv": {"version": 4, "name": "x",
 	  "outputs": {"out": {"method": "nar", "hashAlgo": "sha256"}},
@@ -179,7 +211,7 @@ func TestParseDerivationStructuredAttrs(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := drvs["/nix/store/abcdabcdabcdabcdabcdabcdabcdabcd-x.drv"]
-	if d == nil || !slices.Equal(d.RequiredSystemFeatures(), []string{"kvm"}) || d.TimeoutSecs() != 7 ||
+	if d == nil || !slices.Equal(d.RequiredSystemFeatures(), []string{"kvm"}) || !limitIs(d.TimeoutSecs(), 7) ||
 		!slices.Equal(d.InputSrcs, []string{"/nix/store/abcdabcdabcdabcdabcdabcdabcdabcd-src"}) {
 		t.Fatalf("%+v", d)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -317,17 +318,28 @@ func (d *Derivation) RequiredSystemFeatures() []string {
 	return nil
 }
 
-// intAttr reads a number or numeric string; 0 when absent or malformed.
-func (d *Derivation) intAttr(name string) int64 {
+// limitAttr reads a limit in seconds, a number or numeric string; nil when
+// absent, malformed or negative, so that an explicit 0 ("no limit") stays
+// apart from an unset attribute (the server's default).
+func (d *Derivation) limitAttr(name string) *uint64 {
 	v, _ := d.attr(name)
+	var n uint64
 	switch v := v.(type) {
 	case string:
-		i, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		return i
+		u, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return nil
+		}
+		n = u
 	case float64:
-		return int64(v)
+		if v < 0 || v != math.Trunc(v) || v > math.MaxInt64 {
+			return nil
+		}
+		n = uint64(v)
+	default:
+		return nil
 	}
-	return 0
+	return &n
 }
 
 // boolAttr reads Nix's env encoding ("1"/"" ) or a JSON value.
@@ -347,11 +359,12 @@ func (d *Derivation) boolAttr(name string, absent bool) bool {
 	return absent
 }
 
-// TimeoutSecs is the `timeout` attribute, 0 when unset.
-func (d *Derivation) TimeoutSecs() int64 { return d.intAttr("timeout") }
+// TimeoutSecs is the `timeout` attribute: nil when unset, 0 for no limit.
+func (d *Derivation) TimeoutSecs() *uint64 { return d.limitAttr("timeout") }
 
-// MaxSilentSecs is the `maxSilent` attribute, 0 when unset.
-func (d *Derivation) MaxSilentSecs() int64 { return d.intAttr("maxSilent") }
+// MaxSilentSecs is the `maxSilent` attribute: nil when unset, 0 for no
+// limit.
+func (d *Derivation) MaxSilentSecs() *uint64 { return d.limitAttr("maxSilent") }
 
 // PreferLocalBuild is the `preferLocalBuild` attribute.
 func (d *Derivation) PreferLocalBuild() bool { return d.boolAttr("preferLocalBuild", false) }

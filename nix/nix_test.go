@@ -99,8 +99,8 @@ func TestDerivationAttributes(t *testing.T) {
 	if got := d.RequiredSystemFeatures(); !slices.Equal(got, []string{"kvm", "big-parallel"}) {
 		t.Errorf("features %v", got)
 	}
-	if d.TimeoutSecs() != 7 || d.MaxSilentSecs() != 5 || !d.PreferLocalBuild() || d.AllowSubstitutes() || d.Pname() != "kvm-test" || d.IsFixedOutput() {
-		t.Errorf("timeout %d maxSilent %d preferLocal %v allowSubst %v pname %q fixed %v",
+	if !limitIs(d.TimeoutSecs(), 7) || !limitIs(d.MaxSilentSecs(), 5) || !d.PreferLocalBuild() || d.AllowSubstitutes() || d.Pname() != "kvm-test" || d.IsFixedOutput() {
+		t.Errorf("timeout %v maxSilent %v preferLocal %v allowSubst %v pname %q fixed %v",
 			d.TimeoutSecs(), d.MaxSilentSecs(), d.PreferLocalBuild(), d.AllowSubstitutes(), d.Pname(), d.IsFixedOutput())
 	}
 }

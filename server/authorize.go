@@ -238,10 +238,9 @@ func grant(rec *WorkerRecord, check func(peerID, hash string) (ok bool, reason s
 		return Grant{Decision: handshake.NoCacheSubscribed.Decide()}
 	}
 	allowed := wire.GradientCapabilities{
-		Fetch:    g.Abilities.Fetch,
-		Eval:     g.Abilities.Eval,
-		Build:    g.Abilities.Build,
-		Federate: len(g.Proxies) > 0,
+		Fetch: g.Abilities.Fetch,
+		Eval:  g.Abilities.Eval,
+		Build: g.Abilities.Build,
 	}
 	g.Decision = handshake.Accept(authorized, failed, allowed)
 	return g

@@ -53,7 +53,7 @@ func (s *Server) dialOnce(ctx context.Context, key dialKey) bool {
 	admitter := &dialAdmitter{s: s, conn: conn, url: key.url}
 	c := session.NewConn(t, session.ConnOptions{Logger: log})
 	est, err := session.RunDialer(ctx, c, session.DialerConfig{
-		WorkerID: key.workerID, Tokens: tokens, Policy: admitter, Timeout: s.cfg.HandshakeTimeout,
+		WorkerID: key.workerID, Tokens: tokens, Policy: admitter, Capabilities: s.capabilities(), Timeout: s.cfg.HandshakeTimeout,
 	})
 	if err != nil {
 		if admitter.reserved {

@@ -131,15 +131,23 @@ type offlineReason struct {
 func newOfflineReasons() *offlineReasons { return &offlineReasons{reasons: map[string]offlineReason{}} }
 
 func (o *offlineReasons) set(workerID, reason string) {
+	// Keyed by the canonical ID: however a worker spells its UUID, the
+	// reason is found under the ID the operator asks for, and one ID is
+	// one entry. No peer can have registered an ID that is not a UUID.
+	id, err := parseWorkerID(workerID)
+	if err != nil {
+		return
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.reasons[workerID] = offlineReason{Reason: reason, At: time.Now()}
+	o.reasons[id] = offlineReason{Reason: reason, At: time.Now()}
 }
 
 func (o *offlineReasons) get(workerID string) (offlineReason, bool) {
+	id, _ := parseWorkerID(workerID)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	r, ok := o.reasons[workerID]
+	r, ok := o.reasons[id]
 	return r, ok
 }
 

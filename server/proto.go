@@ -79,7 +79,7 @@ func (s *Server) runWorkerSession(t session.Transport, remote string, handshakeD
 	conn := &workerConn{connectedAt: time.Now()}
 	auth := &connAuthority{s: s, conn: conn}
 	c := session.NewConn(t, session.ConnOptions{Logger: log})
-	est, err := session.RunAuthority(ctx, c, session.AuthorityConfig{Policy: auth, Timeout: s.cfg.HandshakeTimeout})
+	est, err := session.RunAuthority(ctx, c, session.AuthorityConfig{Policy: auth, Capabilities: s.capabilities(), Timeout: s.cfg.HandshakeTimeout})
 	handshakeDone()
 	if err != nil {
 		if auth.reserved {

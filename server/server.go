@@ -14,8 +14,10 @@ import (
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
 )
 
 // Config is the server's configuration; zero values take the defaults of
@@ -29,6 +31,9 @@ type Config struct {
 	SSH string
 	// HandshakeTimeout bounds agreement and handshake (15 s).
 	HandshakeTimeout time.Duration
+	// Federate offers the reserved federate capability (proto.federate,
+	// off): negotiated with workers that offer it, no behaviour yet.
+	Federate bool
 	// MaxConnections caps concurrent /proto sessions (proto.maxConnections,
 	// 256); an upgrade beyond it gets HTTP 503.
 	MaxConnections int
@@ -248,6 +253,12 @@ func (s *Server) SetAccepting(on bool) {
 
 // Accepting reports whether new worker sessions are accepted.
 func (s *Server) Accepting() bool { return s.accepting.Load() }
+
+// capabilities are the server's own in every worker handshake.
+func (s *Server) capabilities() *wire.GradientCapabilities {
+	c := handshake.ServerCapabilities(s.cfg.Federate)
+	return &c
+}
 
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	if err := s.db.Ping(r.Context()); err != nil {

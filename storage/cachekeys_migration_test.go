@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Migration 0014 replaces argon2id key rows (which no digest lookup can
+// Migration 0013 replaces argon2id key rows (which no digest lookup can
 // find) by the digest table: old keys are gone, new ones are found.
 func TestCacheKeyDigestMigrationDropsArgon2Keys(t *testing.T) {
 	t.Parallel()
@@ -16,9 +16,9 @@ func TestCacheKeyDigestMigrationDropsArgon2Keys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Back to the schema before 0014, with a key made then.
+		// Back to the schema before 0013, with a key made then.
 		for _, stmt := range []string{
-			`DELETE FROM schema_migrations WHERE version = 14`,
+			`DELETE FROM schema_migrations WHERE version = 13`,
 			`DROP TABLE cache_api_keys`,
 			`CREATE TABLE cache_api_keys (id TEXT PRIMARY KEY, cache_id TEXT NOT NULL REFERENCES caches (id) ON DELETE CASCADE,
 				token_hash TEXT NOT NULL, created_at BIGINT NOT NULL)`,

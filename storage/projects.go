@@ -34,7 +34,7 @@ type NewProject struct {
 }
 
 // DefaultWildcards are the patterns of a project created without its own
-// (the default of migration 0013 too).
+// (the default of migration 0012 too).
 func DefaultWildcards() []string { return []string{"packages.x86_64-linux.*"} }
 
 // EvaluationAt is the evaluation of p's repository at commit, with a

@@ -157,7 +157,7 @@ func TestProjectWildcards(t *testing.T) {
 	})
 }
 
-// TestProjectWildcardsMigration: projects that exist when migration 0013
+// TestProjectWildcardsMigration: projects that exist when migration 0012
 // runs get the default wildcards, the pattern every evaluation used before.
 func TestProjectWildcardsMigration(t *testing.T) {
 	t.Parallel()
@@ -165,10 +165,10 @@ func TestProjectWildcardsMigration(t *testing.T) {
 		ctx := t.Context()
 		db := openTestDB(t, dbURL)
 		team := mustTeam(t, db, "a")
-		// Back to the schema before 0013, with a project in it.
+		// Back to the schema before 0012, with a project in it.
 		for _, stmt := range []string{
 			`ALTER TABLE projects DROP COLUMN wildcards`,
-			`DELETE FROM schema_migrations WHERE version = 13`,
+			`DELETE FROM schema_migrations WHERE version = 12`,
 		} {
 			if _, err := db.sql.ExecContext(ctx, stmt); err != nil {
 				t.Fatal(err)

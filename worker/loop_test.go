@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -271,5 +272,54 @@ func TestCredentialGoesWithTheNextAssignment(t *testing.T) {
 	c.send(t, flakeJob("eval:2", "a2"))
 	if a := recvChan(t, "the second job", exec.started); a.SSHKey != nil {
 		t.Fatalf("second job got key %q; a credential is for one assignment", a.SSHKey)
+	}
+}
+
+// stubbornExecutor ignores cancellation until release is closed, as a
+// build whose Nix takes its time to die does: its slot stays taken.
+type stubbornExecutor struct {
+	started chan Assignment
+	release chan struct{}
+}
+
+func (e *stubbornExecutor) Run(_ context.Context, job Assignment, _ Reporter) error {
+	e.started <- job
+	<-e.release
+	return Fail(wire.FailureTransient, errors.New("released"))
+}
+
+// After a server restart the worker sends the full session start, one
+// RequestJob per kind included, while the lost session's aborted jobs
+// still hold every slot (connection.txt, Server Restart).
+func TestReconnectRequestsEveryKindWhileOldJobsHoldSlots(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	exec := &stubbornExecutor{started: make(chan Assignment, 4), release: make(chan struct{})}
+	defer close(exec.release)
+	w, _ := startWorker(t, testConfig(t, f.url, exec))
+	c := f.accept()
+	expect[*wire.RequestJobList](t, c)
+	c.send(t, flakeJob("flake:1", "a1"))
+	c.send(t, buildJob("build:1", "a2"))
+	recvChan(t, "the flake job to start", exec.started)
+	recvChan(t, "the build job to start", exec.started)
+	c.sess.Close(1001, "server restarting")
+
+	c2 := f.accept()
+	for _, kind := range jobKinds {
+		if w.slots.free(kind) {
+			t.Fatalf("the old %s job no longer holds its slot: the test shows nothing", kindName(kind))
+		}
+	}
+	if _, ok := c2.next(t).(*wire.WorkerCapabilities); !ok {
+		t.Fatal("first message of the new session is not WorkerCapabilities")
+	}
+	if m, ok := c2.next(t).(*wire.RequestJobList); !ok {
+		t.Fatalf("got %+v, want RequestJobList", m)
+	}
+	for _, kind := range []wire.JobKind{wire.JobKindFlake, wire.JobKindBuild} {
+		if r, ok := c2.next(t).(*wire.RequestJob); !ok || r.Kind != kind {
+			t.Fatalf("got %+v, want RequestJob %s", r, kindName(kind))
+		}
 	}
 }

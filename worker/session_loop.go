@@ -107,14 +107,23 @@ func (ls *liveSession) run(ctx context.Context) sessionEnd {
 	return endServed
 }
 
-// start sends the session-start sequence (JOBS.md §2).
+// start sends the session-start sequence (JOBS.md §2, connection.txt
+// Server Restart): RequestJobList, then one RequestJob per kind the worker
+// can run, whether or not the kind has a free slot. After a reconnect the
+// old session's aborted jobs may still hold their slots; the server must
+// learn of the new session's kinds at once, not at the next heartbeat, and
+// an AssignJob arriving while a slot is still busy is declined as usual.
 func (ls *liveSession) start() {
 	if ls.sess.Capabilities.Build {
 		hw := ls.w.hw
 		ls.send(&hw)
 	}
 	ls.send(&wire.RequestJobList{})
-	ls.requestFreeSlots()
+	for _, kind := range jobKinds {
+		if ls.canRun(kind) {
+			ls.send(&wire.RequestJob{Kind: kind})
+		}
+	}
 }
 
 // heartbeat sends WorkerMetrics and capacity-gated RequestJobs (§12.1).
@@ -141,10 +150,15 @@ func (ls *liveSession) requestFreeSlots() {
 }
 
 func (ls *liveSession) requestIfFree(kind wire.JobKind) {
-	if ls.quiet() || !kindEnabled(ls.sess.Capabilities, kind) || ls.w.cfg.Executor == nil || !ls.w.slots.free(kind) {
-		return
+	if ls.canRun(kind) && ls.w.slots.free(kind) {
+		ls.send(&wire.RequestJob{Kind: kind})
 	}
-	ls.send(&wire.RequestJob{Kind: kind})
+}
+
+// canRun: jobs of kind are negotiated, there is an executor to run them,
+// and neither side is draining.
+func (ls *liveSession) canRun(kind wire.JobKind) bool {
+	return !ls.quiet() && kindEnabled(ls.sess.Capabilities, kind) && ls.w.cfg.Executor != nil
 }
 
 // quiet: the server or the worker is draining.

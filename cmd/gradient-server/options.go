@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"gradient.dev/gradient/internal/envflag"
+	"gradient.dev/gradient/server/scheduler"
 	"io"
 	"log/slog"
 	"os"
@@ -27,8 +28,14 @@ type options struct {
 	MaxConnections   int
 	AuthFailures     int // per minute and client address; 0: no limit
 	HandshakesPerIP  int
-	LogLevel         slog.Level
-	LogFormat        string
+	// Limits of builds whose derivation sets no timeout / maxSilent; 0
+	// disables the limit.
+	BuildDefaultTimeoutSecs   uint64
+	BuildDefaultMaxSilentSecs uint64
+	// Federate offers the reserved federate capability.
+	Federate  bool
+	LogLevel  slog.Level
+	LogFormat string
 }
 
 // setting is one flag, the environment variable that sets it when the
@@ -40,23 +47,29 @@ func newSetting(flag, env, def, usage string) setting {
 }
 
 var (
-	listenSetting    = newSetting("listen", "GRADIENT_LISTEN", "127.0.0.1:3000", "address to listen on")
-	databaseSetting  = newSetting("database", "GRADIENT_DATABASE", "./gradient-data", "a postgres:// URL, or a data directory for embedded SQLite")
-	tokenSetting     = newSetting("admin-token", "GRADIENT_ADMIN_TOKEN", "", "admin API token (prefer the file: flags show in ps)")
-	tokenFileSetting = newSetting("admin-token-file", "GRADIENT_ADMIN_TOKEN_FILE", "", "file holding the admin API token")
-	dialKeySetting   = newSetting("dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the server's secrets at rest: tokens of workers it dials, projects' deploy keys and caches' signing keys; without it, registrations with a URL and deploy keys are refused and signing keys are stored in the clear")
-	narDirSetting    = newSetting("nar-dir", "GRADIENT_NAR_DIR", "", "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data")
-	heartbeatSetting = newSetting("heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables")
-	pollSetting      = newSetting("poll-interval", "GRADIENT_POLL_INTERVAL", "60s", "poll each project's branch this often, starting an evaluation for a new head; 0 disables")
-	maxConnSetting   = newSetting("max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once")
-	authFailSetting  = newSetting("auth-failures-per-minute", "GRADIENT_AUTH_FAILURES_PER_MINUTE", "30", "wrong admin tokens and cache API keys one client address may send per minute; beyond them it gets HTTP 429 until it regains attempts at that rate (addresses as the connection shows them: behind a reverse proxy, the proxy's); 0 disables")
-	handshakesPerIP  = newSetting("max-handshakes-per-ip", "GRADIENT_MAX_HANDSHAKES_PER_IP", "32", "most worker connections per client IP that have not finished the handshake; raise it for many workers behind one NAT address")
+	listenSetting       = newSetting("listen", "GRADIENT_LISTEN", "127.0.0.1:3000", "address to listen on")
+	databaseSetting     = newSetting("database", "GRADIENT_DATABASE", "./gradient-data", "a postgres:// URL, or a data directory for embedded SQLite")
+	tokenSetting        = newSetting("admin-token", "GRADIENT_ADMIN_TOKEN", "", "admin API token (prefer the file: flags show in ps)")
+	tokenFileSetting    = newSetting("admin-token-file", "GRADIENT_ADMIN_TOKEN_FILE", "", "file holding the admin API token")
+	dialKeySetting      = newSetting("dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the server's secrets at rest: tokens of workers it dials, projects' deploy keys and caches' signing keys; without it, registrations with a URL and deploy keys are refused and signing keys are stored in the clear")
+	narDirSetting       = newSetting("nar-dir", "GRADIENT_NAR_DIR", "", "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data")
+	heartbeatSetting    = newSetting("heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables")
+	pollSetting         = newSetting("poll-interval", "GRADIENT_POLL_INTERVAL", "60s", "poll each project's branch this often, starting an evaluation for a new head; 0 disables")
+	maxConnSetting      = newSetting("max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once")
+	authFailSetting     = newSetting("auth-failures-per-minute", "GRADIENT_AUTH_FAILURES_PER_MINUTE", "30", "wrong admin tokens and cache API keys one client address may send per minute; beyond them it gets HTTP 429 until it regains attempts at that rate (addresses as the connection shows them: behind a reverse proxy, the proxy's); 0 disables")
+	handshakesPerIP     = newSetting("max-handshakes-per-ip", "GRADIENT_MAX_HANDSHAKES_PER_IP", "32", "most worker connections per client IP that have not finished the handshake; raise it for many workers behind one NAT address")
+	buildTimeoutSetting = newSetting("build-default-timeout-secs", "GRADIENT_BUILD_DEFAULT_TIMEOUT_SECS", strconv.FormatUint(scheduler.DefaultTimeoutSecs, 10),
+		"wall-clock limit in seconds of a build whose derivation sets no timeout; 0 disables")
+	buildMaxSilentSetting = newSetting("build-default-max-silent-secs", "GRADIENT_BUILD_DEFAULT_MAX_SILENT_SECS", strconv.FormatUint(scheduler.DefaultMaxSilentSecs, 10),
+		"limit in seconds on a build's time without log output when its derivation sets no maxSilent; 0 disables")
+	federateSetting  = newSetting("proto-federate", "GRADIENT_PROTO_FEDERATE", "false", "offer the federate capability to workers that offer it too (reserved: negotiated only, no behaviour yet)")
 	logLevelSetting  = newSetting("log-level", "GRADIENT_LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormatSetting = newSetting("log-format", "GRADIENT_LOG_FORMAT", "text", "text or json")
 )
 
 var allSettings = []setting{listenSetting, databaseSetting, tokenSetting, tokenFileSetting,
-	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, maxConnSetting, authFailSetting, handshakesPerIP, logLevelSetting, logFormatSetting}
+	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, maxConnSetting, authFailSetting, handshakesPerIP, buildTimeoutSetting, buildMaxSilentSetting,
+	federateSetting, logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-server [flags]
 
@@ -105,6 +118,17 @@ func buildOptions(vals *envflag.Values, getenv func(string) string) (options, er
 	}
 	if opts.HandshakesPerIP, err = strconv.Atoi(value(handshakesPerIP)); err != nil || opts.HandshakesPerIP < 1 {
 		return options{}, fmt.Errorf("--%s %q: want a positive number", handshakesPerIP.Flag, value(handshakesPerIP))
+	}
+	for _, limit := range []struct {
+		s   setting
+		dst *uint64
+	}{{buildTimeoutSetting, &opts.BuildDefaultTimeoutSecs}, {buildMaxSilentSetting, &opts.BuildDefaultMaxSilentSecs}} {
+		if *limit.dst, err = strconv.ParseUint(value(limit.s), 10, 63); err != nil {
+			return options{}, fmt.Errorf("--%s %q: want seconds, or 0 to disable", limit.s.Flag, value(limit.s))
+		}
+	}
+	if opts.Federate, err = strconv.ParseBool(value(federateSetting)); err != nil {
+		return options{}, fmt.Errorf("--%s %q: want true or false", federateSetting.Flag, value(federateSetting))
 	}
 	if err := opts.LogLevel.UnmarshalText([]byte(value(logLevelSetting))); err != nil {
 		return options{}, fmt.Errorf("--%s %q: want debug, info, warn or error", logLevelSetting.Flag, value(logLevelSetting))

@@ -23,7 +23,8 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{Listen: "127.0.0.1:3000", Database: "./gradient-data", HeartbeatTimeout: 120 * time.Second,
-		PollInterval: time.Minute, MaxConnections: 256, AuthFailures: 30, HandshakesPerIP: 32, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		PollInterval: time.Minute, MaxConnections: 256, BuildDefaultTimeoutSecs: 14400, BuildDefaultMaxSilentSecs: 3600,
+		AuthFailures: 30, HandshakesPerIP: 32, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -34,25 +35,28 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		"GRADIENT_LISTEN": "0.0.0.0:4000", "GRADIENT_DATABASE": "postgres://db/gradient",
 		"GRADIENT_HEARTBEAT_TIMEOUT": "30", "GRADIENT_MAX_CONNECTIONS": "10",
 		"GRADIENT_LOG_LEVEL": "debug", "GRADIENT_LOG_FORMAT": "json", "GRADIENT_ADMIN_TOKEN": "from-env",
-		"GRADIENT_POLL_INTERVAL": "5m", "GRADIENT_AUTH_FAILURES_PER_MINUTE": "5",
+		"GRADIENT_POLL_INTERVAL": "5m", "GRADIENT_BUILD_DEFAULT_TIMEOUT_SECS": "0", "GRADIENT_BUILD_DEFAULT_MAX_SILENT_SECS": "600",
+		"GRADIENT_PROTO_FEDERATE": "true", "GRADIENT_AUTH_FAILURES_PER_MINUTE": "5",
 	})
 	opts, err := parseOptions(nil, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := options{Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
-		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, MaxConnections: 10, AuthFailures: 5, HandshakesPerIP: 32, LogLevel: slog.LevelDebug, LogFormat: "json"}
+		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, MaxConnections: 10,
+		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, Federate: true, AuthFailures: 5, HandshakesPerIP: 32, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if opts != want {
 		t.Errorf("environment: got %+v, want %+v", opts, want)
 	}
 	opts, err = parseOptions([]string{"--listen", "127.0.0.1:5000", "--database=/data", "--heartbeat-timeout", "0",
 		"--max-connections", "3", "--log-level", "warn", "--log-format", "text", "--admin-token", "from-flag", "--poll-interval", "0",
+		"--build-default-timeout-secs", "60", "--build-default-max-silent-secs=0", "--proto-federate=false",
 		"--auth-failures-per-minute", "0"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = options{Listen: "127.0.0.1:5000", Database: "/data", AdminToken: "from-flag",
-		HeartbeatTimeout: 0, MaxConnections: 3, HandshakesPerIP: 32, LogLevel: slog.LevelWarn, LogFormat: "text"}
+		HeartbeatTimeout: 0, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, HandshakesPerIP: 32, LogLevel: slog.LevelWarn, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("flags: got %+v, want %+v", opts, want)
 	}
@@ -109,6 +113,9 @@ func TestBadOptions(t *testing.T) {
 		{[]string{"--auth-failures-per-minute", "-1"}, nil, "auth-failures-per-minute"},
 		{nil, map[string]string{"GRADIENT_LOG_LEVEL": "loud"}, "log-level"},
 		{[]string{"--log-format", "xml"}, nil, "log-format"},
+		{[]string{"--build-default-timeout-secs", "-1"}, nil, "build-default-timeout-secs"},
+		{nil, map[string]string{"GRADIENT_BUILD_DEFAULT_MAX_SILENT_SECS": "1h"}, "build-default-max-silent-secs"},
+		{[]string{"--proto-federate", "maybe"}, nil, "proto-federate"},
 		{[]string{"--no-such-flag"}, nil, "not defined"},
 		{[]string{"extra"}, nil, "unexpected argument"},
 	} {
@@ -117,6 +124,19 @@ func TestBadOptions(t *testing.T) {
 		if !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v %v: %v, stderr %q", c.args, c.env, err, stderr.String())
 		}
+	}
+}
+
+// A configured 0 reaches the job loop as "no limit", not as "unset" (which
+// would bring back the 14400 / 3600 defaults).
+func TestBuildLimitsReachTheJobLoop(t *testing.T) {
+	opts, err := parseOptions([]string{"--build-default-timeout-secs", "0", "--build-default-max-silent-secs", "90"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := jobLoopConfig(opts, slog.New(slog.DiscardHandler), nil)
+	if cfg.DefaultTimeoutSecs == nil || *cfg.DefaultTimeoutSecs != 0 || cfg.DefaultMaxSilentSecs == nil || *cfg.DefaultMaxSilentSecs != 90 {
+		t.Errorf("job loop limits %v / %v, want 0 and 90", cfg.DefaultTimeoutSecs, cfg.DefaultMaxSilentSecs)
 	}
 }
 

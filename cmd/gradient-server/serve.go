@@ -74,7 +74,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// The job loop recovers what a previous run left open before the
 	// first worker session can report anything.
 	registry := metrics.NewRegistry()
-	schedCfg := scheduler.Config{Logger: log, Metrics: registry}
+	schedCfg := jobLoopConfig(opts, log, registry)
 	if dialKey != nil {
 		schedCfg.DeployKeys = server.NewDeployKeys(db, dialKey)
 	}
@@ -90,6 +90,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		HeartbeatTimeout: heartbeat,
 		MaxConnections:   opts.MaxConnections,
 		HandshakesPerIP:  opts.HandshakesPerIP,
+		Federate:         opts.Federate,
 		AdminTokenHash:   adminHash,
 		DialKey:          dialKey,
 		Logger:           log,
@@ -186,4 +187,10 @@ func sealSigningKeys(ctx context.Context, db *storage.DB, dialKey *sealbox.Box, 
 		log.Info("sealed caches' signing keys stored in the clear", "caches", sealed)
 	}
 	return nil
+}
+
+// jobLoopConfig is the scheduler's configuration from the options.
+func jobLoopConfig(opts options, log *slog.Logger, registry *metrics.Registry) scheduler.Config {
+	return scheduler.Config{Logger: log, Metrics: registry,
+		DefaultTimeoutSecs: new(opts.BuildDefaultTimeoutSecs), DefaultMaxSilentSecs: new(opts.BuildDefaultMaxSilentSecs)}
 }

@@ -151,7 +151,7 @@ func workerConfig(opts options, log *slog.Logger) (worker.Config, error) {
 	cfg := worker.Config{
 		ServerURL: opts.ServerURL, WorkerID: id,
 		PeersFile: opts.PeersFile, Peers: opts.Peers,
-		Capabilities: wire.GradientCapabilities{Fetch: opts.Fetch, Eval: opts.Eval, Build: opts.Build},
+		Capabilities: wire.GradientCapabilities{Fetch: opts.Fetch, Eval: opts.Eval, Build: opts.Build, Federate: opts.Federate},
 		MaxBuilds:    opts.MaxBuilds, MaxEvals: opts.MaxEvals,
 		Architectures: opts.Architectures, SystemFeatures: opts.SystemFeatures,
 		CPUCoreScore: opts.CPUCoreScore, Zone: opts.Zone, Endpoint: opts.Endpoint,

@@ -32,6 +32,7 @@ type options struct {
 	Zone, Endpoint                      string
 	Fetch, Eval                         bool
 	Build                               bool
+	Federate                            bool
 	Architectures                       []string
 	SystemFeatures                      []string
 	CPUCoreScore                        uint32
@@ -63,9 +64,10 @@ var (
 	idSetting            = workerSetting("id", "", "fixed worker UUID, overriding <base-dir>/worker-id")
 	zoneSetting          = workerSetting("zone", "", "cluster placement label")
 	endpointSetting      = workerSetting("endpoint", "", "address listed in cluster rosters")
-	fetchSetting         = workerSetting("capabilities-fetch", "false", "advertise the fetch capability")
-	evalSetting          = workerSetting("capabilities-eval", "false", "advertise the eval capability")
-	buildSetting         = workerSetting("capabilities-build", "false", "advertise the build capability")
+	fetchSetting         = workerSetting("capabilities-fetch", "true", "advertise the fetch capability (clone repositories, prefetch flake inputs)")
+	evalSetting          = workerSetting("capabilities-eval", "true", "advertise the eval capability (evaluate flakes)")
+	buildSetting         = workerSetting("capabilities-build", "true", "advertise the build capability (run Nix builds)")
+	federateSetting      = workerSetting("capabilities-federate", "false", "advertise the federate capability (reserved: negotiated only, no behaviour yet)")
 	archSetting          = workerSetting("system-architectures", "", "comma list of Nix systems built for (default: the host system)")
 	featuresSetting      = workerSetting("system-features", "", "comma list of Nix system features")
 	cpuScoreSetting      = workerSetting("system-cpu-core-score", "0", "relative single-core speed; 0 measures it at start")
@@ -90,7 +92,7 @@ var (
 )
 
 var allSettings = []setting{serverURLSetting, peersSetting, peersFileSetting, baseDirSetting, idSetting,
-	zoneSetting, endpointSetting, fetchSetting, evalSetting, buildSetting, archSetting, featuresSetting,
+	zoneSetting, endpointSetting, fetchSetting, evalSetting, buildSetting, federateSetting, archSetting, featuresSetting,
 	cpuScoreSetting, maxBuildsSetting, maxEvalsSetting, discoverableSetting, listenAddrSetting, portSetting,
 	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, sshBinSetting, gcRootsSetting, maxCoresSetting, logBurstSetting, logSustainedSetting,
 	metricsAddrSetting, logLevelSetting, logFormatSetting}
@@ -147,6 +149,7 @@ func buildOptions(value func(setting) string) (options, error) {
 	boolean(fetchSetting, &opts.Fetch)
 	boolean(evalSetting, &opts.Eval)
 	boolean(buildSetting, &opts.Build)
+	boolean(federateSetting, &opts.Federate)
 	boolean(discoverableSetting, &opts.Discoverable)
 	boolean(insecureSetting, &opts.InsecureListen)
 	count(maxBuildsSetting, &opts.MaxBuilds)

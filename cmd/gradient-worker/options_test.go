@@ -22,7 +22,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{ServerURL: "wss://ci.example/proto", BaseDir: "/var/lib/gradient-worker", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, MaxBuilds: 1, MaxEvals: 1,
-		LogLevel: slog.LevelInfo, LogFormat: "text"}
+		Fetch: true, Eval: true, Build: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -31,16 +31,16 @@ func TestDefaults(t *testing.T) {
 func TestEnvironmentAndFlags(t *testing.T) {
 	env := envOf(map[string]string{
 		"GRADIENT_WORKER_SERVER_URL": "ws://env/proto", "GRADIENT_WORKER_BASE_DIR": "/env",
-		"GRADIENT_WORKER_CAPABILITIES_BUILD": "true", "GRADIENT_WORKER_SYSTEM_ARCHITECTURES": "x86_64-linux, aarch64-linux",
+		"GRADIENT_WORKER_CAPABILITIES_BUILD": "false", "GRADIENT_WORKER_CAPABILITIES_FEDERATE": "true", "GRADIENT_WORKER_SYSTEM_ARCHITECTURES": "x86_64-linux, aarch64-linux",
 		"GRADIENT_WORKER_SYSTEM_FEATURES": "kvm,big-parallel", "GRADIENT_WORKER_BUILD_MAX_CONCURRENT": "4",
 		"GRADIENT_WORKER_DISCOVERABLE": "true", "GRADIENT_WORKER_PORT": "4000", "GRADIENT_WORKER_INSECURE_LISTEN": "1",
 		"GRADIENT_WORKER_LOG_FORMAT": "json",
 	})
-	opts, err := parseOptions([]string{"--base-dir", "/flag", "--capabilities-eval=true", "--log-level", "debug"}, env, io.Discard)
+	opts, err := parseOptions([]string{"--base-dir", "/flag", "--capabilities-fetch=false", "--log-level", "debug"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{ServerURL: "ws://env/proto", BaseDir: "/flag", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, Eval: true, Build: true,
+	want := options{ServerURL: "ws://env/proto", BaseDir: "/flag", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, Eval: true, Federate: true,
 		Architectures: []string{"x86_64-linux", "aarch64-linux"}, SystemFeatures: []string{"kvm", "big-parallel"},
 		MaxBuilds: 4, MaxEvals: 1, Discoverable: true, ListenAddr: "127.0.0.1:4000", InsecureListen: true,
 		LogLevel: slog.LevelDebug, LogFormat: "json"}

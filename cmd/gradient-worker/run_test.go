@@ -28,27 +28,9 @@ func (openAuthority) Authorize(context.Context, string, []wire.Pair[string, stri
 // loopback authority: it connects, and the signal's context cancel makes
 // it send Draining and return.
 func TestRunConnectsAndStopsOnSignal(t *testing.T) {
-	got := make(chan wire.ClientMessage, 64)
-	discard := slog.New(slog.DiscardHandler)
-	hs := httptest.NewServer(session.Handler(func(r *http.Request, tr session.Transport) {
-		c := session.NewConn(tr, session.ConnOptions{Logger: discard})
-		est, err := session.RunAuthority(r.Context(), c, session.AuthorityConfig{Policy: openAuthority{}})
-		if err != nil {
-			return
-		}
-		sess := session.SplitServer(c, est, session.Options{Logger: discard})
-		for {
-			m, err := sess.Recv(r.Context())
-			if err != nil {
-				return
-			}
-			got <- m
-		}
-	}))
-	defer hs.Close()
+	url, _, got := loopbackAuthority(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	url := "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto"
 	metricsAddr := freeAddr(t)
 	go func() {
 		done <- run(ctx, []string{"--server-url", url, "--base-dir", t.TempDir(), "--capabilities-build", "true",
@@ -91,6 +73,71 @@ func TestRunConnectsAndStopsOnSignal(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after the signal")
+	}
+}
+
+// loopbackAuthority is a server on loopback offering every capability and
+// allowing all: what a session negotiates is what the worker offered. It
+// passes on each session's handshake result and every message received.
+func loopbackAuthority(t *testing.T) (url string, sessions <-chan *session.Established, messages <-chan wire.ClientMessage) {
+	t.Helper()
+	got := make(chan wire.ClientMessage, 64)
+	established := make(chan *session.Established, 4)
+	discard := slog.New(slog.DiscardHandler)
+	hs := httptest.NewServer(session.Handler(func(r *http.Request, tr session.Transport) {
+		c := session.NewConn(tr, session.ConnOptions{Logger: discard})
+		est, err := session.RunAuthority(r.Context(), c, session.AuthorityConfig{Policy: openAuthority{}})
+		if err != nil {
+			return
+		}
+		established <- est
+		sess := session.SplitServer(c, est, session.Options{Logger: discard})
+		for {
+			m, err := sess.Recv(r.Context())
+			if err != nil {
+				return
+			}
+			got <- m
+		}
+	}))
+	t.Cleanup(hs.Close)
+	return "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto", established, got
+}
+
+// A worker started without capability flags offers fetch, eval and build,
+// as the reference's defaults do, and not the reserved federate; the flag
+// offers federate.
+func TestDefaultCapabilitiesAreOffered(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want wire.GradientCapabilities
+	}{
+		{nil, wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}},
+		{[]string{"--capabilities-federate=true", "--capabilities-eval=false"}, wire.GradientCapabilities{Fetch: true, Build: true, Federate: true}},
+	} {
+		url, sessions, _ := loopbackAuthority(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- run(ctx, append([]string{"--server-url", url, "--base-dir", t.TempDir(), "--system-cpu-core-score", "1"}, c.args...),
+				func(string) string { return "" }, io.Discard)
+		}()
+		select {
+		case est := <-sessions:
+			got := est.Capabilities
+			got.Core, got.Cache = false, false // the server's own
+			if got != c.want {
+				t.Errorf("%q: negotiated %+v, want %+v", c.args, got, c.want)
+			}
+		case err := <-done:
+			t.Fatalf("%q: run returned before a session: %v", c.args, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q: no session", c.args)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
 	}
 }
 

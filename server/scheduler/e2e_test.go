@@ -61,14 +61,22 @@ type world struct {
 
 func newWorld(t *testing.T, dbURL string, workers int) *world {
 	t.Helper()
+	return newWorldWith(t, dbURL, workers, scheduler.Config{})
+}
+
+// newWorldWith is newWorld with a job loop configured by cfg (its metrics,
+// logger, tick and deploy keys are the world's).
+func newWorldWith(t *testing.T, dbURL string, workers int, cfg scheduler.Config) *world {
+	t.Helper()
 	db := testworld.Open(t, dbURL)
 	reg := metrics.NewRegistry()
 	secrets, err := sealbox.New(sealbox.NewKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched := scheduler.New(db, scheduler.Config{Metrics: reg, Logger: slog.New(slog.DiscardHandler), Tick: 200 * time.Millisecond,
-		DeployKeys: server.NewDeployKeys(db, secrets)})
+	cfg.Metrics, cfg.Logger, cfg.Tick = reg, slog.New(slog.DiscardHandler), 200*time.Millisecond
+	cfg.DeployKeys = server.NewDeployKeys(db, secrets)
+	sched := scheduler.New(db, cfg)
 	if err := sched.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}

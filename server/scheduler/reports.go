@@ -16,7 +16,7 @@ func (s *Scheduler) assignResponse(ctx context.Context, w *server.LiveWorker, m 
 	if m.Accepted {
 		return
 	}
-	a := s.owned(w, m.JobID, "")
+	a := s.ownedJob(w, m.JobID)
 	if a == nil {
 		return
 	}

@@ -36,11 +36,11 @@ type Config struct {
 	// build that crashes its worker does not go round the pool for ever.
 	MaxLostWorkers int
 	// DefaultTimeoutSecs and DefaultMaxSilentSecs apply to derivations
-	// without their own timeout / maxSilent (build.defaultTimeoutSecs
-	// 14400, build.defaultMaxSilentSecs 3600). A resulting 0 means no
-	// limit.
-	DefaultTimeoutSecs   uint64
-	DefaultMaxSilentSecs uint64
+	// without their own timeout / maxSilent (build.defaultTimeoutSecs,
+	// build.defaultMaxSilentSecs); nil is 14400 / 3600, and 0 (configured
+	// or the derivation's own) means no limit.
+	DefaultTimeoutSecs   *uint64
+	DefaultMaxSilentSecs *uint64
 	// Tick is how often the queue is re-read from the database and idle
 	// workers are served again (5 s).
 	Tick time.Duration
@@ -66,11 +66,11 @@ func (c *Config) defaults() {
 	if c.MaxLostWorkers <= 0 {
 		c.MaxLostWorkers = 10
 	}
-	if c.DefaultTimeoutSecs == 0 {
-		c.DefaultTimeoutSecs = 14400
+	if c.DefaultTimeoutSecs == nil {
+		c.DefaultTimeoutSecs = new(DefaultTimeoutSecs)
 	}
-	if c.DefaultMaxSilentSecs == 0 {
-		c.DefaultMaxSilentSecs = 3600
+	if c.DefaultMaxSilentSecs == nil {
+		c.DefaultMaxSilentSecs = new(DefaultMaxSilentSecs)
 	}
 	if c.Tick <= 0 {
 		c.Tick = 5 * time.Second
@@ -383,11 +383,11 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 			s.update(ctx, a, m.Update)
 		}
 	case *wire.LogChunk:
-		if a := s.owned(w, m.JobID, ""); a != nil {
+		if a := s.ownedJob(w, m.JobID); a != nil {
 			s.logs.add(ctx, m.JobID, m.Data) // copies: the frame is not ours
 		}
 	case *wire.EvalMessage:
-		if a := s.owned(w, m.JobID, ""); a != nil {
+		if a := s.ownedJob(w, m.JobID); a != nil {
 			line := "[" + evalLevel(m.Level) + "] " + m.Source + ": " + m.Message + "\n"
 			s.logs.add(ctx, m.JobID, []byte(line))
 			// An attribute that failed to evaluate fails the evaluation
@@ -418,7 +418,7 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 			s.failed(ctx, a, m)
 		}
 	case *wire.ImportRequest:
-		if a := s.owned(w, m.JobID, ""); a != nil {
+		if a := s.ownedJob(w, m.JobID); a != nil {
 			s.importRequest(ctx, w, a, m)
 		} else {
 			w.Send(server.RefuseImport(m)) // never left waiting
@@ -443,14 +443,26 @@ func (s *Scheduler) setIdle(w *server.LiveWorker, kind wire.JobKind, idle bool) 
 	s.mu.Unlock()
 }
 
-// owned returns the assignment of jobID if this session holds it (and,
-// when assignmentID is given, under that ID). Reports for anything else
-// are dropped (JOBS.md §17.6).
+// owned returns the assignment of jobID if this session holds it under
+// assignmentID: a report carrying an assignment ID counts only with the
+// one this session handed out, so an empty one never does. Reports for
+// anything else are dropped (connection.txt Server Restart, JOBS.md
+// §17.6).
 func (s *Scheduler) owned(w *server.LiveWorker, jobID, assignmentID string) *assignment {
+	return s.held(w, jobID, func(a *assignment) bool { return a.id == assignmentID })
+}
+
+// ownedJob is owned for the messages that carry no assignment ID (log
+// lines, eval messages, declines, imports): the session must hold jobID.
+func (s *Scheduler) ownedJob(w *server.LiveWorker, jobID string) *assignment {
+	return s.held(w, jobID, func(*assignment) bool { return true })
+}
+
+func (s *Scheduler) held(w *server.LiveWorker, jobID string, match func(*assignment) bool) *assignment {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.running[jobID]
-	if a == nil || a.session != w.Session || (assignmentID != "" && a.id != assignmentID) {
+	if a == nil || a.session != w.Session || !match(a) {
 		s.m.dropped.Inc()
 		return nil
 	}
@@ -689,13 +701,22 @@ func (s *Scheduler) assignJob(job *storage.PendingJob, assignmentID string, fetc
 		Builds: []wire.BuildSpec{{
 			BuildID: job.BuildID, DrvPath: job.DrvPath, Kind: wire.BuildSpecBuild, IsFixedOutput: job.IsFixedOutput,
 			Outputs:     []wire.DerivationOutput{},
-			TimeoutSecs: limit(job.TimeoutSecs, s.cfg.DefaultTimeoutSecs), MaxSilentSecs: limit(job.MaxSilentSecs, s.cfg.DefaultMaxSilentSecs),
+			TimeoutSecs: limit(job.TimeoutSecs, *s.cfg.DefaultTimeoutSecs), MaxSilentSecs: limit(job.MaxSilentSecs, *s.cfg.DefaultMaxSilentSecs),
 		}},
 		Requirement: wire.BuildRequirement{Architecture: job.Architecture, RequiredFeatures: features},
 	}}
 }
 
-// limit is a derivation's own limit, else the default; 0 is no limit.
+// The build limits' defaults (build.defaultTimeoutSecs,
+// build.defaultMaxSilentSecs).
+const (
+	DefaultTimeoutSecs   uint64 = 14400
+	DefaultMaxSilentSecs uint64 = 3600
+)
+
+// limit is a derivation's own limit, else the default. A resulting 0 is
+// no limit and goes out as none (JOBS.md §8.2: the reference sends None),
+// which every worker reads as unlimited.
 func limit(own *uint64, def uint64) *uint64 {
 	v := def
 	if own != nil {

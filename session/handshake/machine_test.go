@@ -147,9 +147,12 @@ func TestNegotiateTable(t *testing.T) {
 		{"both support", AllCapabilities, caps{Build: true, Eval: true}, AllCapabilities, caps{Core: true, Cache: true, Build: true, Eval: true}},
 		{"worker lacks", AllCapabilities, caps{}, AllCapabilities, caps{Core: true, Cache: true}},
 		{"server lacks", caps{Core: true, Cache: true, Build: true}, caps{Build: true, Fetch: true}, AllCapabilities, caps{Core: true, Cache: true, Build: true}},
-		{"not authorized", AllCapabilities, caps{Build: true, Fetch: true, Federate: true}, caps{Fetch: true}, caps{Core: true, Cache: true, Fetch: true}},
+		{"not authorized", AllCapabilities, caps{Build: true, Fetch: true}, caps{Fetch: true}, caps{Core: true, Cache: true, Fetch: true}},
 		{"worker claims core and cache", caps{Core: true, Cache: false, Eval: true}, caps{Core: true, Cache: true, Eval: true}, AllCapabilities, caps{Core: true, Eval: true}},
 		{"federate", AllCapabilities, caps{Federate: true}, AllCapabilities, caps{Core: true, Cache: true, Federate: true}},
+		{"federate needs no policy", ServerCapabilities(true), caps{Federate: true, Build: true}, caps{}, caps{Core: true, Cache: true, Federate: true}},
+		{"federate off on the server", ServerCapabilities(false), caps{Federate: true}, AllCapabilities, caps{Core: true, Cache: true}},
+		{"federate not offered", ServerCapabilities(true), caps{Build: true}, AllCapabilities, caps{Core: true, Cache: true, Build: true}},
 	}
 	for _, tc := range cases {
 		if got := Negotiate(tc.server, tc.worker, tc.allowed); got != tc.want {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -81,13 +82,8 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 
 	j.r.Update(wire.BuildStageBuild)
 	logs := &logForwarder{r: j.r, task: task, limit: newLogLimit(j.e.logBurst(), j.e.logSustained(), time.Now())}
-	opts := nix.BuildOptions{Cores: j.e.Cores, LogWriter: logs}
-	if spec.TimeoutSecs != nil {
-		opts.Timeout = time.Duration(*spec.TimeoutSecs) * time.Second
-	}
-	if spec.MaxSilentSecs != nil {
-		opts.MaxSilent = time.Duration(*spec.MaxSilentSecs) * time.Second
-	}
+	opts := nix.BuildOptions{Cores: j.e.Cores, LogWriter: logs,
+		Timeout: limitDuration(spec.TimeoutSecs), MaxSilent: limitDuration(spec.MaxSilentSecs)}
 	log.Info("building", "timeout", opts.Timeout, "max_silent", opts.MaxSilent)
 	start := time.Now()
 	built, err := j.e.Nix.Build(ctx, spec.DrvPath, opts)
@@ -331,4 +327,14 @@ func (b *bucket) spend(n int) {
 	if b.capacity != 0 {
 		b.tokens -= float64(n)
 	}
+}
+
+// limitDuration is a BuildSpec limit for Nix: none, 0, or more seconds
+// than a Duration holds (about 292 years, which would wrap round to a
+// short limit) is no limit.
+func limitDuration(secs *uint64) time.Duration {
+	if secs == nil || *secs > uint64(math.MaxInt64/int64(time.Second)) {
+		return 0
+	}
+	return time.Duration(*secs) * time.Second
 }

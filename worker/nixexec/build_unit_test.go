@@ -630,3 +630,20 @@ func TestUnitBuildPinsWithGCRoots(t *testing.T) {
 		t.Errorf("%d root links left after the job", len(entries))
 	}
 }
+
+// A BuildSpec limit of 0 runs Nix without that limit, and so does one too
+// large for a Duration (it must not wrap round into a short limit).
+func TestUnitBuildZeroAndHugeLimitsAreNone(t *testing.T) {
+	h := newHarness(t)
+	g := h.setupBuild()
+	zero, huge := uint64(0), uint64(1)<<62+12345 // × 1e9 ns wraps round to 12345 s
+	s := spec("b1", g.target)
+	s.TimeoutSecs, s.MaxSilentSecs = &zero, &huge
+	if err := h.run(context.Background(), buildJob(s)); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	bs := h.rec.of("build")
+	if len(bs) != 1 || bs[0].opts.Timeout != 0 || bs[0].opts.MaxSilent != 0 {
+		t.Fatalf("builds %+v, want one without a timeout or a max-silent limit", bs)
+	}
+}

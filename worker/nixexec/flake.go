@@ -284,14 +284,9 @@ func discovered(attr string, d *nix.Derivation) wire.DiscoveredDerivation {
 		IsFixedOutput:    d.IsFixedOutput(),
 		AllowSubstitutes: d.AllowSubstitutes(),
 	}
-	if v := d.TimeoutSecs(); v > 0 {
-		u := uint64(v)
-		dd.TimeoutSecs = &u
-	}
-	if v := d.MaxSilentSecs(); v > 0 {
-		u := uint64(v)
-		dd.MaxSilentSecs = &u
-	}
+	// Unset stays nil (the server's default applies); an explicit 0 goes
+	// out as 0, which disables the limit.
+	dd.TimeoutSecs, dd.MaxSilentSecs = d.TimeoutSecs(), d.MaxSilentSecs()
 	if p := d.Pname(); p != "" {
 		dd.Pname = &p
 	}
