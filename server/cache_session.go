@@ -2,11 +2,9 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"gradient.dev/gradient/session"
@@ -100,17 +98,14 @@ func (s *Server) runCacheSession(log *slog.Logger, t session.Transport, cache st
 		log.Info("cache session handshake failed", "error", err)
 		return
 	}
+	// SAFE_INFLIGHT_MESSAGE_SIZE caps every message of the session; the
+	// transport refuses a larger one unread (close 1009).
+	session.LimitMessageSize(t, safeInflightMessageSize)
 	sess := session.SplitServer(c, est, session.Options{Logger: log})
-	var oversize atomic.Int64
-	sess.Reader.Observe(func(_ wire.ClientMessage, size int) {
-		if size > safeInflightMessageSize {
-			oversize.Store(int64(size))
-		}
-	})
 	cc := newCacheConn(s, log, sess.Send, oneCacheScope{cache: cache}, true)
 	log.Info("cache session started", "version", est.Version)
 	go s.closeIdleCacheSession(sess, cc)
-	reason := s.dispatchCacheSession(sess, cc, &oversize)
+	reason := s.dispatchCacheSession(sess, cc)
 	sess.Close(session.CloseNormal, reason)
 	<-sess.Done()
 	cc.close()
@@ -120,8 +115,10 @@ func (s *Server) runCacheSession(log *slog.Logger, t session.Transport, cache st
 	log.Info("cache session ended", "reason", reason)
 }
 
-// dispatchCacheSession serves the session's messages until it ends.
-func (s *Server) dispatchCacheSession(sess *session.ServerSession, cc *cacheConn, oversize *atomic.Int64) string {
+// dispatchCacheSession serves the session's messages until it ends: only
+// CacheQuery (Normal, Pull) and NarRequest; every other message, bulk
+// frames too, is answered Reject 403 and the session goes on.
+func (s *Server) dispatchCacheSession(sess *session.ServerSession, cc *cacheConn) string {
 	for {
 		m, err := sess.Recv(s.ctx)
 		if err != nil {
@@ -129,11 +126,6 @@ func (s *Server) dispatchCacheSession(sess *session.ServerSession, cc *cacheConn
 				return "server stopping"
 			}
 			return "connection lost: " + err.Error()
-		}
-		if n := oversize.Load(); n > 0 {
-			msg := fmt.Sprintf("a message on a cache session is limited to %d bytes, got %d", safeInflightMessageSize, n)
-			sess.Send(&wire.ServerError{Code: 400, Message: msg})
-			return msg
 		}
 		switch m := m.(type) {
 		case *wire.CacheQuery:
@@ -144,10 +136,9 @@ func (s *Server) dispatchCacheSession(sess *session.ServerSession, cc *cacheConn
 			cc.handle(m)
 		case *wire.NarRequest:
 			cc.handle(m)
-		case *wire.UploadChunk, *wire.LogChunk:
-			// Bulk frames from the client are ignored (CACHE.md §8).
 		default:
 			sess.Send(&wire.ServerReject{Code: 403, Reason: m.WireName() + " not allowed on a read-only cache session"})
+			sess.Reader.Release() // nothing refers to the refused message: reuse its frame
 		}
 	}
 }

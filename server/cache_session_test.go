@@ -3,11 +3,15 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
@@ -110,18 +114,17 @@ func TestCacheSessionLimits(t *testing.T) {
 
 		a.Close(session.CloseNormal, "done")
 		ctx := dialCtx(t)
-		// Oversize message: Error 400, then closed.
+		// A message over SAFE_INFLIGHT_MESSAGE_SIZE is refused by the
+		// transport before it is read: close 1009, no answer decoded from it.
 		paths := make([]string, 1000)
 		for i := range paths {
-			paths[i] = "/nix/store/" + strings.Repeat("a", 3000)
+			paths[i] = "/nix/store/" + strings.Repeat("a", 3200) // 3 MiB in all
 		}
 		send(t, b, &wire.CacheQuery{QueryID: "big", Paths: paths, Mode: wire.QueryNormal})
 		m, err := b.Recv(ctx)
-		if se, ok := m.(*wire.ServerError); err != nil || !ok || se.Code != 400 || !strings.Contains(se.Message, "limited to") {
-			t.Fatalf("oversize: %+v %v", m, err)
-		}
-		if _, err := b.Recv(ctx); !errors.Is(err, session.ErrClosed) {
-			t.Fatalf("after oversize: %v", err)
+		var ce *session.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
+			t.Fatalf("oversize: got %+v, %v; want close 1009", m, err)
 		}
 		// Permits came back: anonymous sessions open again.
 		waitFor(t, "per-IP permits released", func() bool { return e.srv.anonymousCache.Tracked() == 0 })
@@ -169,4 +172,75 @@ func TestCacheSessionIdleClose(t *testing.T) {
 		}
 		waitFor(t, "idle close logged", func() bool { return strings.Contains(e.logs.String(), "idle: no NAR transfer") })
 	})
+}
+
+// Only CacheQuery (Normal, Pull) and NarRequest: every other message, bulk
+// frames included, is answered Reject 403 and the session goes on.
+func TestCacheSessionRejectsOtherMessages(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{})
+		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		p := e.putPath(t, e.cache.ID, testStorePath("p"), randomNar(4000))
+		s := mustCacheSession(t, e, "main", "")
+		for _, m := range []wire.ClientMessage{
+			&wire.UploadChunk{RequestID: 1, Offset: 0, Data: []byte("chunk")},
+			&wire.LogChunk{JobID: "j", TaskIndex: 0, Data: []byte("log")},
+			&wire.UploadRequest{RequestID: 2, Object: &wire.UploadNar{StorePath: p.StorePath}, Size: 1},
+			&wire.NarRequestResume{StorePath: p.StorePath},
+			&wire.JobUpdate{JobID: "j", Update: &wire.JobUpdateFetching{}},
+			&wire.JobCompleted{JobID: "j"},
+			&wire.RequestJob{Kind: wire.JobKindBuild},
+			&wire.ReauthRequest{},
+			&wire.AuthResponse{},
+			&wire.WorkerMetrics{},
+			&wire.QueryKnownDerivations{},
+		} {
+			send(t, s, m)
+			r := recvAs[*wire.ServerReject](t, s)
+			if r.Code != 403 || !strings.HasPrefix(r.Reason, m.WireName()+" ") {
+				t.Fatalf("%s answered %+v, want Reject 403 naming it", m.WireName(), r)
+			}
+		}
+		send(t, s, &wire.CacheQuery{QueryID: "after", Paths: []string{p.StorePath}, Mode: wire.QueryNormal})
+		if st := recvAs[*wire.CacheStatus](t, s); st.QueryID != "after" || len(st.Cached) != 1 || !st.Cached[0].Cached {
+			t.Fatalf("query after the rejects: %+v", st)
+		}
+	})
+}
+
+// InitAck of a cache session grants cache only, whatever the client offers.
+func TestCacheSessionGrantsCacheOnly(t *testing.T) {
+	t.Parallel()
+	db, err := storage.Open(t.Context(), storagetest.SQLiteURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	e := newCacheProtoEnv(t, db, Config{})
+	if err := e.db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	ctx := dialCtx(t)
+	quiet := slog.New(slog.DiscardHandler)
+	tr, err := session.Dial(ctx, strings.TrimSuffix(e.url, "/proto")+"/cache/main/proto", session.DialOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close(session.CloseNormal, "test over")
+	// A client claiming every capability, core and cache included.
+	c := session.NewConn(tr, session.ConnOptions{Logger: quiet})
+	if err := c.SendClient(ctx, &wire.InitConnection{Capabilities: handshake.AllCapabilities, ID: "reader"}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.RecvServer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, ok := m.(*wire.InitAck)
+	if !ok || ack.Capabilities != (wire.GradientCapabilities{Cache: true}) || len(ack.AuthorizedPeers) != 0 {
+		t.Fatalf("got %#v, want InitAck with cache only", m)
+	}
 }

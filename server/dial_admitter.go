@@ -3,24 +3,26 @@ package server
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
+	"slices"
 
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/wire"
 )
 
-// dialAdmitter is the session.Admitter of one session the server dialed at
-// url. It decides with the server's rules on the registrations at url
-// (those whose tokens the dial presented), claims the worker ID (496 when
-// the worker is connected already), and on reauth adds what the worker is
-// now granted.
+// dialAdmitter is the policy of one session the server dialed at url. Its
+// handshake decides with the server's rules on the registrations at url
+// whose tokens the dial presented, and claims the worker ID (496 when the
+// worker is connected already). Its reauths add what those tokens grant
+// now, and ask for a redial when a registration at url appeared whose
+// token the dial did not present.
 type dialAdmitter struct {
 	s    *Server
 	conn *workerConn
 	url  string
-	// established: the handshake is over, so Admit answers reauths.
-	established atomic.Bool
-	reserved    bool // the handshake claimed the worker ID
+	// presented are the peers whose tokens the dial presented: the
+	// worker proved only those registrations (and its team's).
+	presented []string
+	reserved  bool // the handshake claimed the worker ID
 }
 
 func (a *dialAdmitter) Admit(ctx context.Context, workerID string, _ wire.GradientCapabilities) (handshake.Decision, error) {
@@ -28,17 +30,11 @@ func (a *dialAdmitter) Admit(ctx context.Context, workerID string, _ wire.Gradie
 	if err != nil {
 		return handshake.Decision{}, fmt.Errorf("reading worker %s: %w", workerID, err)
 	}
-	g := admitDialed(rec.DialedAt(a.url))
-	if a.established.Load() {
-		// Reauth: add what the worker is granted now; never revoke.
-		if !g.Rejected() {
-			a.conn.merge(g)
-		}
-		return g.Decision, nil
-	}
 	if !a.s.Accepting() {
 		return handshake.Reject(403, "server is not accepting connections"), nil
 	}
+	atURL, _ := a.atURL(rec)
+	g := admitDialed(atURL)
 	if g.Rejected() {
 		return g.Decision, nil
 	}
@@ -49,4 +45,52 @@ func (a *dialAdmitter) Admit(ctx context.Context, workerID string, _ wire.Gradie
 	}
 	a.reserved = true
 	return g.Decision, nil
+}
+
+// Reauthorize adds what the presented tokens grant now (a project that
+// subscribed a cache, a project granting the team); never revokes. A new
+// registration at the URL is not granted on this session: its token was
+// not presented, so redial reports that the next dial must carry it.
+func (a *dialAdmitter) Reauthorize(ctx context.Context, workerID string) (handshake.Decision, bool, error) {
+	rec, err := a.s.workerRecord(ctx, workerID)
+	if err != nil {
+		return handshake.Decision{}, false, fmt.Errorf("reading worker %s: %w", workerID, err)
+	}
+	proven, redial := a.atURL(rec)
+	g := admitDialed(proven)
+	if !g.Rejected() {
+		a.conn.merge(g)
+	}
+	return g.Decision, redial, nil
+}
+
+// atURL narrows rec to the registrations at the dialed URL whose tokens
+// the dial presented; unpresented reports others at the URL.
+func (a *dialAdmitter) atURL(rec *WorkerRecord) (proven *WorkerRecord, unpresented bool) {
+	at := rec.DialedAt(a.url)
+	proven = &WorkerRecord{WorkerID: at.WorkerID, Deactivated: at.Deactivated}
+	for _, reg := range at.Registrations {
+		if slices.Contains(a.presented, reg.PeerID) {
+			proven.Registrations = append(proven.Registrations, reg)
+		} else {
+			unpresented = true
+		}
+	}
+	if at.Team != nil {
+		if slices.Contains(a.presented, at.Team.TeamID) {
+			proven.Team = at.Team
+		} else {
+			unpresented = true
+		}
+	}
+	return proven, unpresented
+}
+
+// presentedPeers are the peers of the tokens a dial presents.
+func presentedPeers(tokens []wire.Pair[string, string]) []string {
+	peers := make([]string, len(tokens))
+	for i, t := range tokens {
+		peers[i] = t.First
+	}
+	return peers
 }

@@ -50,7 +50,7 @@ func (s *Server) dialOnce(ctx context.Context, key dialKey) bool {
 	log := s.log.With("url", key.url) // serveSession adds the worker
 
 	conn := &workerConn{connectedAt: time.Now(), dialURL: key.url}
-	admitter := &dialAdmitter{s: s, conn: conn, url: key.url}
+	admitter := &dialAdmitter{s: s, conn: conn, url: key.url, presented: presentedPeers(tokens)}
 	c := session.NewConn(t, session.ConnOptions{Logger: log})
 	est, err := session.RunDialer(ctx, c, session.DialerConfig{
 		WorkerID: key.workerID, Tokens: tokens, Policy: admitter, Capabilities: s.capabilities(), Timeout: s.cfg.HandshakeTimeout,
@@ -62,7 +62,6 @@ func (s *Server) dialOnce(ctx context.Context, key dialKey) bool {
 		s.dialHandshakeFailed(key, c, err)
 		return false
 	}
-	admitter.established.Store(true)
 	s.serveSession(log, conn, c, est, session.NewServerDialedAuth(est, admitter))
 	return true
 }

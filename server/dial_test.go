@@ -379,6 +379,73 @@ func TestDialedReauth(t *testing.T) {
 	})
 }
 
+// A reauth that grants more through the tokens the dial presented (a
+// registered project subscribing a cache) keeps the dialed session; only
+// a new registration at its URL closes it, for a dial that carries it.
+func TestDialedReauthClosesOnlyForANewRegistration(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		ctx := t.Context()
+		e := newEnv(t, db, dialConfig(t))
+		w := newDialedWorker(t)
+		// Both registrations before the first dial: it presents both
+		// tokens; the bare project fails for want of a cache.
+		w.down.Store(true)
+		projectToken := e.createDialed(w, storage.PeerProject, e.project.ID)
+		bareToken := e.createDialed(w, storage.PeerProject, e.bare.ID)
+		w.accept(e.project.ID, projectToken)
+		w.accept(e.bare.ID, bareToken)
+		w.down.Store(false)
+		sess := w.session()
+		if !slices.Equal(sess.AuthorizedPeers, []string{e.project.ID}) || len(sess.FailedPeers) != 1 {
+			t.Fatalf("InitAck authorized %v failed %v", sess.AuthorizedPeers, sess.FailedPeers)
+		}
+
+		// The bare project subscribes a cache (the admin's reauth of its
+		// workers): AuthUpdate, and the session stays.
+		if _, err := db.SubscribeProject(ctx, e.bare.ID, e.cache.ID); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := e.srv.ReauthProject(ctx, e.bare.ID); err != nil || n != 1 {
+			t.Fatalf("reauthorized %d sessions: %v", n, err)
+		}
+		u, ok := recvWorker(t, sess).(*wire.AuthUpdate)
+		if !ok || !slices.Contains(u.AuthorizedPeers, e.bare.ID) || len(u.FailedPeers) != 0 {
+			t.Fatalf("reauth answered %#v, want AuthUpdate with the bare project", u)
+		}
+		if err := sess.Send(&wire.RequestJobList{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := recvWorker(t, sess).(*wire.JobListChunk); !ok {
+			t.Fatal("the session did not survive a reauth through presented tokens")
+		}
+		if st := e.srv.WorkerStatus(w.id); !st.Live || !slices.Contains(st.Projects, e.bare.ID) {
+			t.Fatalf("after the subscription: %+v", st)
+		}
+
+		// A cache registers the worker at its URL: AuthUpdate without the
+		// unproven cache, then the session closes and the redial presents
+		// all three tokens.
+		cacheToken := e.registerDialed(w, storage.PeerCache, e.cache.ID)
+		if !e.srv.Reauth(w.id) {
+			t.Fatal("Server.Reauth did not reach the dialed session")
+		}
+		if u, ok := recvWorker(t, sess).(*wire.AuthUpdate); !ok || slices.Contains(u.AuthorizedPeers, e.cache.ID) {
+			t.Fatalf("reauth answered %#v, want AuthUpdate without the new registration", u)
+		}
+		expectClosed(t, sess)
+		next := w.session()
+		want := sortedPairs([]wire.Pair[string, string]{pair(e.project.ID, projectToken), pair(e.bare.ID, bareToken), pair(e.cache.ID, cacheToken)})
+		if got := sortedPairs(w.lastPresented()); !slices.Equal(got, want) {
+			t.Fatalf("the redial presented %v, want all three tokens", got)
+		}
+		if len(next.AuthorizedPeers) != 3 {
+			t.Fatalf("InitAck authorized %v", next.AuthorizedPeers)
+		}
+		e.assertNoTokenLogged()
+	})
+}
+
 func TestDialedTeamWorker(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {

@@ -233,10 +233,11 @@ func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerCon
 
 // Reauth runs a server-side reauth of a live session, after a peer
 // registered the worker or a project changed what it grants. A
-// worker-dialed session is challenged; a server-dialed one gets an
-// AuthUpdate at once, and is closed when a new registration appeared, so
-// the next dial presents its token. It reports whether a session was
-// reauthorized.
+// worker-dialed session is challenged (or, with a challenge outstanding,
+// challenged again after its response); a server-dialed one gets an
+// AuthUpdate at once, and is closed when a new registration appeared at
+// its URL, so the next dial presents its token. It reports whether a
+// session was reauthorized.
 func (s *Server) Reauth(workerID string) bool {
 	conn := s.live.get(workerID)
 	if conn == nil {
@@ -253,35 +254,18 @@ func (s *Server) Reauth(workerID string) bool {
 	if sess == nil {
 		return true
 	}
-	if conn.dialURL != "" {
-		return s.reauthDialed(workerID, sess, reauth)
-	}
-	ch, err := reauth.Challenge(s.ctx)
-	if err != nil {
-		s.log.Warn("reauth challenge failed", "worker", workerID, "error", err)
-		return false
-	}
-	if err := sess.Send(ch); err != nil {
-		return false
-	}
-	s.log.Info("reauthorizing worker", "worker", workerID, "peers", len(ch.Peers))
-	return true
-}
-
-// reauthDialed answers a server-dialed session as if it had asked for a
-// reauth (SESSION.md §5: never an AuthChallenge).
-func (s *Server) reauthDialed(workerID string, sess *session.ServerSession, reauth *session.ServerAuth) bool {
-	update, closeAfter, err := reauth.OnReauthRequest(s.ctx)
+	sent, redial, err := session.Reauth(s.ctx, sess, reauth)
 	if err != nil {
 		s.log.Warn("reauth failed", "worker", workerID, "error", err)
 		return false
 	}
-	if err := sess.Send(update); err != nil {
-		return false
-	}
-	s.log.Info("reauthorized dialed worker", "worker", workerID, "redial", closeAfter)
-	if closeAfter {
-		sess.Close(session.CloseNormal, "new registration: reconnect")
+	switch m := sent.(type) {
+	case nil:
+		s.log.Info("reauth joins the outstanding challenge", "worker", workerID)
+	case *wire.AuthChallenge:
+		s.log.Info("reauthorizing worker", "worker", workerID, "peers", len(m.Peers))
+	default:
+		s.log.Info("reauthorized dialed worker", "worker", workerID, "redial", redial)
 	}
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -355,6 +356,71 @@ func TestReauth(t *testing.T) {
 		list, err := e.srv.ProjectWorkers(ctx, e.bare.ID)
 		if err != nil || len(list) != 1 || !list[0].Live {
 			t.Errorf("bare project's workers %+v %v", list, err)
+		}
+		e.assertNoTokenLogged()
+	})
+}
+
+// Reauths in quick succession (peers registering through the admin path
+// while the worker's peers file changes) overlap an outstanding
+// challenge: the session survives every one and ends with all peers.
+func TestReauthOverlappingTriggers(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		ctx := t.Context()
+		e := newEnv(t, db, Config{})
+		id := newWorkerID(t)
+		tokens := map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)}
+		w := e.mustConnect(id, maps.Clone(tokens))
+
+		// Three registrations, each reauthing the live session before the
+		// worker answered anything.
+		second, err := db.CreateCache(ctx, storage.NewCache{Name: "second"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.SubscribeProject(ctx, e.bare.ID, e.cache.ID); err != nil {
+			t.Fatal(err)
+		}
+		for _, peer := range []struct {
+			kind storage.PeerKind
+			id   string
+		}{{storage.PeerCache, e.cache.ID}, {storage.PeerCache, second.ID}, {storage.PeerProject, e.bare.ID}} {
+			tokens[peer.id] = e.register(peer.kind, peer.id, id)
+			if !e.srv.Reauth(id) {
+				t.Fatal("no live session to reauth")
+			}
+		}
+		// The worker's peers file now holds every token: ReauthRequest.
+		if err := w.auth.RequestReauth(w.sess, tokens); err != nil {
+			t.Fatal(err)
+		}
+
+		want := []string{e.project.ID, e.cache.ID, second.ID, e.bare.ID}
+		slices.Sort(want)
+		for done := false; !done; {
+			switch m := w.recv(t).(type) {
+			case *wire.AuthChallenge:
+				if err := w.sess.Send(w.auth.Answer(m)); err != nil {
+					t.Fatal(err)
+				}
+			case *wire.AuthUpdate:
+				got := slices.Sorted(slices.Values(m.AuthorizedPeers))
+				done = slices.Equal(got, want)
+			default:
+				t.Fatalf("got %#v during reauth", m)
+			}
+		}
+		// The session lives on, with both projects.
+		if err := w.sess.Send(&wire.RequestJobList{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := w.recv(t).(*wire.JobListChunk); !ok {
+			t.Fatal("the session did not survive the reauths")
+		}
+		st := e.srv.WorkerStatus(id)
+		if !st.Live || !slices.Contains(st.Projects, e.project.ID) || !slices.Contains(st.Projects, e.bare.ID) {
+			t.Fatalf("after the reauths: %+v", st)
 		}
 		e.assertNoTokenLogged()
 	})

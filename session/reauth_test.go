@@ -71,6 +71,7 @@ func nextUpdate(t *testing.T, seen <-chan wire.ServerMessage, wantChallenge bool
 type mutablePolicy struct {
 	mu sync.Mutex
 	testPolicy
+	redial bool // a dialed session's reauth finds a new registration at its URL
 }
 
 func (p *mutablePolicy) set(peers []string, valid map[string]string) {
@@ -89,6 +90,13 @@ func (p *mutablePolicy) Authorize(ctx context.Context, id string, tokens []wire.
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.testPolicy.Authorize(ctx, id, tokens)
+}
+
+func (p *mutablePolicy) Reauthorize(ctx context.Context, id string) (handshake.Decision, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d, err := p.testPolicy.Admit(ctx, id, wire.GradientCapabilities{})
+	return d, p.redial, err
 }
 
 func (p *mutablePolicy) Admit(ctx context.Context, id string, offered wire.GradientCapabilities) (handshake.Decision, error) {
@@ -174,13 +182,98 @@ func TestReauthServerDialed(t *testing.T) {
 		t.Fatalf("challenge on a server-dialed session: %v", err)
 	}
 
-	// A new registration: AuthUpdate, then the server closes the session.
+	// More peers through the tokens the dial presented: AuthUpdate, and
+	// the session stays.
 	policy.set([]string{"p1", "p2"}, nil)
+	wAuth.RequestReauth(ws, nil)
+	if u := nextUpdate(t, seen, false); !slices.Equal(u.AuthorizedPeers, []string{"p1", "p2"}) {
+		t.Fatalf("update %+v", u)
+	}
+	if err := ws.Send(&wire.ReauthRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	nextUpdate(t, seen, false)
+	select {
+	case <-ss.Done():
+		t.Fatal("the session closed without a new registration at its URL")
+	default:
+	}
+
+	// A new registration at the URL: AuthUpdate, then the server closes
+	// the session.
+	policy.mu.Lock()
+	policy.redial = true
+	policy.mu.Unlock()
 	wAuth.RequestReauth(ws, nil)
 	nextUpdate(t, seen, false)
 	select {
 	case <-ss.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("session kept after a new registration")
+	}
+}
+
+// Triggers that overlap an outstanding challenge (peers registering, the
+// worker's peers file changing) merge into one more challenge after its
+// response: the session survives and ends with every peer.
+func TestReauthOverlappingTriggers(t *testing.T) {
+	policy := &mutablePolicy{testPolicy: testPolicy{peers: []string{"p1"}, valid: map[string]string{"p1": "t1"}, allowed: workerCaps}}
+	ss, ws := establish(t, &policy.testPolicy, map[string]string{"p1": "t1"}, Options{}, Options{})
+	sAuth := NewWorkerDialedAuth(&ss.Established, policy)
+	serveLoop(t, ss, sAuth)
+	ctx := context.Background()
+
+	all := []string{"p1", "p2", "p3", "p4"}
+	tokens := map[string]string{"p1": "t1", "p2": "t2", "p3": "t3", "p4": "t4"}
+	for n := 2; n <= len(all); n++ {
+		policy.set(all[:n], tokens)
+		if _, _, err := Reauth(ctx, ss, sAuth); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ws.Send(&wire.ReauthRequest{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The worker answers each challenge only now, with every token it holds.
+	recv := func() wire.ServerMessage {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		m, err := ws.Recv(rctx)
+		if err != nil {
+			t.Fatalf("session ended: %v", err)
+		}
+		return m
+	}
+	challenges := 0
+	for done := false; !done; {
+		switch v := recv().(type) {
+		case *wire.AuthChallenge:
+			challenges++
+			if err := ws.Send(&wire.AuthResponse{Tokens: handshake.AnswerChallenge(v.Peers, tokens)}); err != nil {
+				t.Fatal(err)
+			}
+		case *wire.AuthUpdate:
+			done = slices.Equal(v.AuthorizedPeers, all)
+		default:
+			t.Fatalf("got %s", v.WireName())
+		}
+	}
+	if challenges != 2 {
+		t.Fatalf("%d challenges for four overlapping triggers, want the first and one merged", challenges)
+	}
+
+	// The session goes on: another reauth is one more round.
+	if err := ws.Send(&wire.ReauthRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	ch, ok := recv().(*wire.AuthChallenge)
+	if !ok {
+		t.Fatal("no challenge")
+	}
+	ws.Send(&wire.AuthResponse{Tokens: handshake.AnswerChallenge(ch.Peers, tokens)})
+	if u, ok := recv().(*wire.AuthUpdate); !ok || !slices.Equal(u.AuthorizedPeers, all) || !slices.Equal(sAuth.Granted(), all) {
+		t.Fatalf("update %+v, granted %v", u, sAuth.Granted())
 	}
 }

@@ -86,7 +86,7 @@ func authorityAsk(p Authority) asker {
 // → InitAck with no peers. Access (API key, anonymous limits) was decided on
 // the upgrade request.
 func RunCache(ctx context.Context, c *Conn, timeout time.Duration) (*Established, error) {
-	m := handshake.NewCache(handshake.AllCapabilities)
+	m := handshake.NewCache()
 	return drive(ctx, c, m, m.Start(), timeout, nil)
 }
 

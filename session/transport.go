@@ -26,6 +26,23 @@ type pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// readLimiter is implemented by transports that refuse an oversized
+// message before reading it.
+type readLimiter interface {
+	SetReadLimit(n int64)
+}
+
+// LimitMessageSize lowers the largest message t accepts to n bytes. A
+// WebSocket refuses a larger message as soon as its frame header arrives,
+// before the payload is read or buffered, and closes the connection with
+// 1009 (message too big). Call it between reads: after the handshake,
+// before the split. Transports without a limit (in-memory pipes) ignore it.
+func LimitMessageSize(t Transport, n int) {
+	if l, ok := t.(readLimiter); ok {
+		l.SetReadLimit(int64(n))
+	}
+}
+
 // maxCloseReason is the longest reason a close frame carries (RFC 6455:
 // 125 payload bytes minus the 2-byte code).
 const maxCloseReason = 123

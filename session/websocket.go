@@ -79,6 +79,24 @@ func NewWebSocketTransport(c *websocket.Conn) Transport {
 	return t
 }
 
+// SetReadLimit lowers the message cap to n bytes (see LimitMessageSize).
+func (t *wsTransport) SetReadLimit(n int64) { t.c.SetReadLimit(n) }
+
+// readFailed maps a read error. After gorilla refused an oversized
+// message (a frame header took it past the limit) it has sent 1009 and
+// stopped reading mid-message. Closing the socket with the peer's bytes
+// unread would reset the connection, and a reset can destroy the close
+// frame before the peer reads it; so the rest is discarded until the peer
+// closes, at most closeWait.
+func (t *wsTransport) readFailed(ctx context.Context, err error) error {
+	if errors.Is(err, websocket.ErrReadLimit) {
+		nc := t.c.NetConn()
+		nc.SetReadDeadline(time.Now().Add(closeWait))
+		io.Copy(io.Discard, nc)
+	}
+	return t.mapErr(ctx, err)
+}
+
 // firstRead is how much of a message is read before its size is guessed:
 // control messages fit, bulk messages move this prefix once.
 const firstRead = 1024
@@ -104,7 +122,7 @@ func (t *wsTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	for {
 		typ, r, err := t.c.NextReader()
 		if err != nil {
-			return nil, t.mapErr(ctx, err)
+			return nil, t.readFailed(ctx, err)
 		}
 		if typ != websocket.BinaryMessage {
 			// The next NextReader discards the rest of a text message.
@@ -112,7 +130,7 @@ func (t *wsTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 		}
 		buf, err := t.readAll(r)
 		if err != nil {
-			return nil, t.mapErr(ctx, err)
+			return nil, t.readFailed(ctx, err)
 		}
 		return buf, nil
 	}

@@ -60,6 +60,52 @@ func TestPeersFileChangeReauthorizesLiveSession(t *testing.T) {
 	})
 }
 
+// Admin reauths in a burst while the peers file changes: the worker
+// answers every challenge, and the session survives with both projects.
+func TestOverlappingReauthsKeepTheSession(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		r := newRealServer(t, db, server.Config{})
+		cfg := testConfig(t, r.url, newBlockingExecutor())
+		cfg.PeersFile = filepath.Join(t.TempDir(), "peers")
+		cfg.PeersPollInterval = 5 * time.Millisecond
+		var workerLogs *lockedBuffer
+		cfg.Logger, workerLogs = testLogger(t, "worker")
+		first := r.register(r.project.ID, cfg.WorkerID)
+		if err := os.WriteFile(cfg.PeersFile, []byte(r.project.ID+":"+first+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		startWorker(t, cfg)
+		waitFor(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+		connectedAt := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt
+
+		second := r.register(r.second.ID, cfg.WorkerID)
+		if err := os.WriteFile(cfg.PeersFile, []byte(r.project.ID+":"+first+"\n"+r.second.ID+":"+second+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if !r.srv.Reauth(cfg.WorkerID) {
+				t.Fatal("no live session to reauth")
+			}
+		}
+		waitFor(t, "the second project on the live session", func() bool {
+			return slices.Contains(r.srv.WorkerStatus(cfg.WorkerID).Projects, r.second.ID)
+		})
+		// Every challenge the worker saw was answered by an AuthUpdate.
+		waitFor(t, "every challenge answered", func() bool {
+			logs := workerLogs.String()
+			updates := strings.Count(logs, "authorization updated")
+			return updates >= 2 && updates == strings.Count(logs, "server challenged the session")
+		})
+		if st := r.srv.WorkerStatus(cfg.WorkerID); !st.Live || !st.ConnectedAt.Equal(connectedAt) {
+			t.Fatalf("the session did not survive the reauths: %+v (connected at %v before)", st, connectedAt)
+		}
+		if strings.Contains(workerLogs.String(), "server reported an error") {
+			t.Fatal("a reauth ended in a protocol error")
+		}
+	})
+}
+
 func TestReconnectsAfterServerRestart(t *testing.T) {
 	t.Parallel()
 	r := newRealServer(t, openSQLite(t), server.Config{})

@@ -103,11 +103,15 @@ func NewAuthority(server wire.GradientCapabilities) *Machine {
 	return &Machine{role: Authority, state: awaitInit, ours: server}
 }
 
+// CacheSessionCapabilities are what a cache session grants: serving the
+// cache, whatever the client offers (CACHE.md §8: "cache only").
+var CacheSessionCapabilities = wire.GradientCapabilities{Cache: true}
+
 // NewCache is the server side of a cache session (/cache/{cache}/proto):
-// InitConnection is answered by InitAck with no peers and no challenge;
-// access was decided on the upgrade request.
-func NewCache(server wire.GradientCapabilities) *Machine {
-	return &Machine{role: Cache, state: awaitInit, ours: server}
+// InitConnection is answered by InitAck with no peers, no challenge and
+// CacheSessionCapabilities; access was decided on the upgrade request.
+func NewCache() *Machine {
+	return &Machine{role: Cache, state: awaitInit, ours: CacheSessionCapabilities}
 }
 
 // NewDialer is the server dialing workerID with one (peer, token) pair per
@@ -211,7 +215,7 @@ func (m *Machine) onInit(msg wire.Message) Step {
 	m.workerID = init.ID
 	if m.role == Cache {
 		m.state = deciding
-		return m.Decided(Accept(nil, nil, AllCapabilities), nil)
+		return m.Decided(Accept(nil, nil, CacheSessionCapabilities), nil)
 	}
 	m.state = challenging
 	return Step{Action: AskChallenge, WorkerID: m.workerID}

@@ -35,6 +35,16 @@ func TestAuthoritySteps(t *testing.T) {
 	}
 }
 
+func TestCacheSessionGrantsCacheOnly(t *testing.T) {
+	m := NewCache()
+	m.Start()
+	s := m.Received(&wire.InitConnection{ID: "reader", Capabilities: AllCapabilities})
+	ack, ok := s.Send.(*wire.InitAck)
+	if !ok || s.Action != Done || ack.Capabilities != CacheSessionCapabilities || len(ack.AuthorizedPeers) != 0 {
+		t.Fatalf("cache session answered %+v", s)
+	}
+}
+
 func TestWrongVariantsBecomeRejects(t *testing.T) {
 	draining := &wire.ClientDraining{}
 	cases := []struct {
