@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+
+	"gradient.dev/gradient/gitsource"
 )
 
 // FetchedFlake is a flake source brought into the store.
@@ -34,11 +36,24 @@ type FetchOptions struct {
 	SSHKey []byte
 	// SSH is the ssh program ("" means ssh from PATH).
 	SSH string
+	// AllowLocal lets the repository be a file:// URL or a local path
+	// (the worker operator's --allow-local-repositories); otherwise git
+	// may use only https, ssh and git.
+	AllowLocal bool
 }
 
 // FetchFlake clones repoURL, checks out commit, and copies the flake source
-// and its locked inputs into the store (`nix flake archive`).
+// and its locked inputs into the store (`nix flake archive`). The URL and
+// commit are checked by the gitsource rules first (they come from the
+// server, which the worker does not trust); a refusal wraps
+// gitsource.ErrInvalid and runs nothing.
 func (n *Nix) FetchFlake(ctx context.Context, repoURL, commit string, opts FetchOptions) (*FetchedFlake, error) {
+	if err := gitsource.ValidateRepositoryURL(repoURL, opts.AllowLocal); err != nil {
+		return nil, fmt.Errorf("nix: not fetching: %w", err)
+	}
+	if err := gitsource.ValidateCommit(commit); err != nil {
+		return nil, fmt.Errorf("nix: not fetching: %w", err)
+	}
 	n.logger().Info("nix: fetching flake", "repo", repoURL, "commit", commit, "ssh_key", len(opts.SSHKey) > 0)
 	dir, err := os.MkdirTemp(n.WorkDir, "gradient-flake-")
 	if err != nil {
@@ -59,7 +74,7 @@ func (n *Nix) FetchFlake(ctx context.Context, repoURL, commit string, opts Fetch
 			" -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")
 	}
 	checkout := filepath.Join(dir, "checkout")
-	if err := n.cloneAt(ctx, repoURL, commit, checkout); err != nil {
+	if err := n.cloneAt(ctx, repoURL, commit, checkout, opts.AllowLocal); err != nil {
 		return nil, err
 	}
 	ref := (&url.URL{Scheme: "git+file", Path: checkout, RawQuery: "rev=" + url.QueryEscape(commit)}).String()
@@ -131,16 +146,22 @@ func (n *Nix) archive(ctx context.Context, flakeRef string, dryRun bool) (*Fetch
 
 // cloneAt makes dir a git checkout of repoURL at commit. The commit is
 // fetched explicitly in case no branch reaches it (servers may refuse).
-func (n *Nix) cloneAt(ctx context.Context, repoURL, commit, dir string) error {
-	if _, err := n.output(ctx, "git", "clone", "--quiet", "--no-checkout", repoURL, dir); err != nil {
+// Every git call speaks only the allowed transports, and every argument
+// that came from outside follows --end-of-options.
+func (n *Nix) cloneAt(ctx context.Context, repoURL, commit, dir string, allowLocal bool) error {
+	git := func(args ...string) error {
+		_, err := n.output(ctx, "git", append(gitsource.ConfigArgs(allowLocal), args...)...)
+		return err
+	}
+	if err := git("clone", "--quiet", "--no-checkout", "--end-of-options", gitsource.Remote(repoURL), dir); err != nil {
 		return fmt.Errorf("nix: cloning %s: %w", repoURL, err)
 	}
-	if _, err := n.output(ctx, "git", "-C", dir, "cat-file", "-e", commit+"^{commit}"); err != nil {
-		if _, err := n.output(ctx, "git", "-C", dir, "fetch", "--quiet", "origin", commit); err != nil {
+	if err := git("-C", dir, "cat-file", "-e", "--end-of-options", commit+"^{commit}"); err != nil {
+		if err := git("-C", dir, "fetch", "--quiet", "--end-of-options", "origin", commit); err != nil {
 			return fmt.Errorf("nix: fetching commit %s of %s: %w", commit, repoURL, err)
 		}
 	}
-	if _, err := n.output(ctx, "git", "-C", dir, "checkout", "--quiet", "--detach", commit); err != nil {
+	if err := git("-C", dir, "switch", "--quiet", "--detach", "--end-of-options", commit); err != nil {
 		return fmt.Errorf("nix: checking out %s of %s: %w", commit, repoURL, err)
 	}
 	return nil
