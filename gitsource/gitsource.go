@@ -38,92 +38,93 @@ func invalid(format string, args ...any) error {
 // machine's disk). Remote helpers (<name>::…), other schemes, a leading
 // "-", control characters and spaces are refused.
 func ValidateRepositoryURL(raw string, allowLocal bool) error {
+	shown := Redact(raw)
 	switch {
 	case raw == "":
 		return invalid("repository URL is empty")
 	case len(raw) > MaxURLLength:
 		return invalid("repository URL is longer than %d bytes", MaxURLLength)
 	case !utf8.ValidString(raw):
-		return invalid("repository URL %q is not UTF-8", raw)
+		return invalid("repository URL %q is not UTF-8", shown)
 	case strings.HasPrefix(raw, "-"):
-		return invalid("repository URL %q starts with '-'", raw)
+		return invalid("repository URL %q starts with '-'", shown)
 	}
 	for _, r := range raw {
 		if r <= ' ' || r == 0x7f {
-			return invalid("repository URL %q contains a space or control character", raw)
+			return invalid("repository URL %q contains a space or control character", shown)
 		}
 	}
 	remote := Remote(raw)
 	if strings.HasPrefix(remote, "/") {
 		if !allowLocal {
-			return invalid("repository %q is a local path: local repositories are not allowed here", raw)
+			return invalid("repository %q is a local path: local repositories are not allowed here", shown)
 		}
 		return nil
 	}
 	scheme, rest, isURL := strings.Cut(remote, "://")
 	if !isURL {
-		return validateSCPLike(raw, remote)
+		return validateSCPLike(shown, remote)
 	}
 	if strings.Contains(scheme, "::") {
-		return invalid("repository URL %q names a git remote helper", raw)
+		return invalid("repository URL %q names a git remote helper", shown)
 	}
 	switch strings.ToLower(scheme) {
 	case "https", "ssh", "git":
 	case "file":
 		if !strings.HasPrefix(rest, "/") {
-			return invalid("repository URL %q: a file:// URL needs an absolute path", raw)
+			return invalid("repository URL %q: a file:// URL needs an absolute path", shown)
 		}
 		if !allowLocal {
-			return invalid("repository %q is a file:// URL: local repositories are not allowed here", raw)
+			return invalid("repository %q is a file:// URL: local repositories are not allowed here", shown)
 		}
 		return nil
 	default:
-		return invalid("repository URL %q: scheme %q is not allowed (use https, ssh or git)", raw, scheme)
+		return invalid("repository URL %q: scheme %q is not allowed (use https, ssh or git)", shown, scheme)
 	}
 	u, err := url.Parse(remote)
 	if err != nil {
-		return invalid("repository URL %q does not parse: %v", raw, err)
+		return invalid("repository URL %q does not parse: %v", shown, err)
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return invalid("repository URL %q names no host", raw)
+		return invalid("repository URL %q names no host", shown)
 	}
 	if strings.HasPrefix(u.Hostname(), "-") {
-		return invalid("repository URL %q: the host starts with '-'", raw)
+		return invalid("repository URL %q: the host starts with '-'", shown)
 	}
 	if u.User != nil && strings.HasPrefix(u.User.Username(), "-") {
-		return invalid("repository URL %q: the user starts with '-'", raw)
+		return invalid("repository URL %q: the user starts with '-'", shown)
 	}
 	if u.Path == "" || u.Path == "/" {
-		return invalid("repository URL %q names no repository path", raw)
+		return invalid("repository URL %q names no repository path", shown)
 	}
 	return nil
 }
 
 // validateSCPLike accepts [user@]host:path, git's short form of ssh://.
-func validateSCPLike(raw, remote string) error {
+func validateSCPLike(shown, remote string) error {
 	colon := strings.IndexByte(remote, ':')
 	if colon < 0 || strings.IndexByte(remote[:colon], '/') >= 0 {
 		// git reads "a/b:c" and "a" as local paths; only absolute ones
 		// are allowed (above), relative ones depend on the working
 		// directory.
-		return invalid("repository %q is neither a URL (https://, ssh://, git://) nor user@host:path", raw)
+		return invalid("repository %q is neither a URL (https://, ssh://, git://) nor user@host:path", shown)
 	}
 	userHost, path := remote[:colon], remote[colon+1:]
 	if strings.HasPrefix(path, ":") {
-		return invalid("repository URL %q names a git remote helper", raw)
+		return invalid("repository URL %q names a git remote helper", shown)
 	}
 	if path == "" {
-		return invalid("repository URL %q names no repository path", raw)
+		return invalid("repository URL %q names no repository path", shown)
 	}
 	user, host, hasUser := strings.Cut(userHost, "@")
 	if !hasUser {
 		host, user = user, ""
 	}
 	if hasUser && !validSCPPart(user) {
-		return invalid("repository URL %q: the user %q is not a plain name", raw, user)
+		return invalid("repository URL %q: the user %q is not a plain name", shown, user)
 	}
 	if !validSCPPart(host) {
-		return invalid("repository URL %q: the host %q is not a host name", raw, host)
+		return invalid("repository URL %q: the host %q is not a host name", shown, host)
 	}
 	return nil
 }
@@ -141,6 +142,21 @@ func validSCPPart(s string) bool {
 		}
 	}
 	return true
+}
+
+// Redact hides credentials in a repository URL for messages and logs: a
+// password, and over HTTP(S) the user too (often a token).
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	switch strings.TrimPrefix(u.Scheme, "git+") {
+	case "http", "https":
+		u.User = url.User("xxxxx")
+		return u.String()
+	}
+	return u.Redacted()
 }
 
 // Remote is the URL as git takes it: flake-style URLs lose their "git+"

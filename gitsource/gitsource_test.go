@@ -37,6 +37,7 @@ func TestValidateRepositoryURL(t *testing.T) {
 		{url: "ssh://-oProxyCommand=touch/x", wantReason: "host starts with '-'"},
 		{url: "ssh://-oProxyCommand=x@host/r", wantReason: "user starts with '-'"},
 		{url: "-x@host:r", wantReason: "starts with '-'"},
+		{url: "https://-oProxyCommand=x:token@host/r", wantReason: "user starts with '-'"},
 		{url: "git@-oProxyCommand=x:r", wantReason: "not a host name"},
 		{url: "http://example.com/r", wantReason: `scheme "http" is not allowed`},
 		{url: "ftp://example.com/r", wantReason: "not allowed"},
@@ -66,6 +67,31 @@ func TestValidateRepositoryURL(t *testing.T) {
 					t.Errorf("ValidateRepositoryURL(%q, local=%v) = %v, want ErrInvalid saying %q", tc.url, allowLocal, err, tc.wantReason)
 				}
 			}
+		}
+	}
+}
+
+// A refusal does not repeat the credentials of the URL it refuses.
+func TestRefusalsHideCredentials(t *testing.T) {
+	for _, u := range []string{"http://user:s3cret@example.com/r", "https://s3cret@example.com/" + strings.Repeat("a", MaxURLLength), "ssh://git:s3cret@example.com"} {
+		if err := ValidateRepositoryURL(u, false); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("ValidateRepositoryURL(%q) = %v", u, err)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"https://token@github.com/o/r":       "https://xxxxx@github.com/o/r",
+		"git+https://u:secret@host/r.git":    "git+https://xxxxx@host/r.git",
+		"ssh://git:secret@host/r.git":        "ssh://git:xxxxx@host/r.git",
+		"ssh://git@host/r.git":               "ssh://git@host/r.git",
+		"/srv/git/repo":                      "/srv/git/repo",
+		"https://github.com/example/project": "https://github.com/example/project",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

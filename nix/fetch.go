@@ -2,12 +2,17 @@ package nix
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"gradient.dev/gradient/gitsource"
 )
@@ -54,7 +59,7 @@ func (n *Nix) FetchFlake(ctx context.Context, repoURL, commit string, opts Fetch
 	if err := gitsource.ValidateCommit(commit); err != nil {
 		return nil, fmt.Errorf("nix: not fetching: %w", err)
 	}
-	n.logger().Info("nix: fetching flake", "repo", repoURL, "commit", commit, "ssh_key", len(opts.SSHKey) > 0)
+	n.logger().Info("nix: fetching flake", "repo", gitsource.Redact(repoURL), "commit", commit, "ssh_key", len(opts.SSHKey) > 0)
 	dir, err := os.MkdirTemp(n.WorkDir, "gradient-flake-")
 	if err != nil {
 		return nil, err
@@ -77,8 +82,48 @@ func (n *Nix) FetchFlake(ctx context.Context, repoURL, commit string, opts Fetch
 	if err := n.cloneAt(ctx, repoURL, commit, checkout, opts.AllowLocal); err != nil {
 		return nil, err
 	}
+	if !opts.AllowLocal {
+		// Nix reads local inputs itself, whatever git allows.
+		if err := refuseLocalInputs(checkout); err != nil {
+			return nil, fmt.Errorf("nix: not fetching the inputs of %s: %w", gitsource.Redact(repoURL), err)
+		}
+	}
 	ref := (&url.URL{Scheme: "git+file", Path: checkout, RawQuery: "rev=" + url.QueryEscape(commit)}).String()
 	return n.ArchiveFlake(ctx, ref)
+}
+
+// refuseLocalInputs refuses a flake whose lock file names an input on the
+// machine's disk (a path input, a file:// URL): archiving it would copy
+// whatever the worker can read into the store and on to the cache.
+func refuseLocalInputs(checkout string) error {
+	raw, err := os.ReadFile(filepath.Join(checkout, "flake.lock"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // no locked inputs
+	}
+	if err != nil {
+		return err
+	}
+	var lock struct {
+		Nodes map[string]struct {
+			Locked, Original map[string]any
+		}
+	}
+	if err := json.Unmarshal(raw, &lock); err != nil {
+		return fmt.Errorf("reading flake.lock: %w", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(lock.Nodes)) {
+		node := lock.Nodes[name]
+		for _, attrs := range []map[string]any{node.Locked, node.Original} {
+			typ, _ := attrs["type"].(string)
+			u, _ := attrs["url"].(string)
+			u = strings.TrimPrefix(u, "git+")
+			if typ == "path" || strings.HasPrefix(u, "file:") || strings.HasPrefix(u, "/") {
+				return fmt.Errorf("%w: flake input %q is local (%s %s): local repositories are not allowed here",
+					gitsource.ErrInvalid, name, typ, u)
+			}
+		}
+	}
+	return nil
 }
 
 type envKey struct{}
@@ -154,15 +199,15 @@ func (n *Nix) cloneAt(ctx context.Context, repoURL, commit, dir string, allowLoc
 		return err
 	}
 	if err := git("clone", "--quiet", "--no-checkout", "--end-of-options", gitsource.Remote(repoURL), dir); err != nil {
-		return fmt.Errorf("nix: cloning %s: %w", repoURL, err)
+		return fmt.Errorf("nix: cloning %s: %w", gitsource.Redact(repoURL), err)
 	}
 	if err := git("-C", dir, "cat-file", "-e", "--end-of-options", commit+"^{commit}"); err != nil {
 		if err := git("-C", dir, "fetch", "--quiet", "--end-of-options", "origin", commit); err != nil {
-			return fmt.Errorf("nix: fetching commit %s of %s: %w", commit, repoURL, err)
+			return fmt.Errorf("nix: fetching commit %s of %s: %w", commit, gitsource.Redact(repoURL), err)
 		}
 	}
 	if err := git("-C", dir, "switch", "--quiet", "--detach", "--end-of-options", commit); err != nil {
-		return fmt.Errorf("nix: checking out %s of %s: %w", commit, repoURL, err)
+		return fmt.Errorf("nix: checking out %s of %s: %w", commit, gitsource.Redact(repoURL), err)
 	}
 	return nil
 }

@@ -2,8 +2,10 @@ package nix
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"gradient.dev/gradient/gitsource"
@@ -46,4 +48,59 @@ func TestFetchFlakeRefusesInjection(t *testing.T) {
 	if _, err := n.FetchFlake(testContext(t), "file://"+repo, commit, FetchOptions{AllowLocal: true}); err != nil {
 		t.Fatalf("file:// with AllowLocal: %v", err)
 	}
+}
+
+// A flake from a remote repository whose lock file names an input on the
+// worker's disk is refused unless local repositories are allowed: Nix
+// reads such inputs itself, so git's transport rules do not stop it, and
+// the archive would carry the input to the cache.
+func TestFetchFlakeRefusesLocalInputs(t *testing.T) {
+	n := newTestNix(t)
+	ctx := testContext(t)
+	secret := "worker-local-secret-" + filepath.Base(t.TempDir())
+	lib, _ := gitRepo(t, map[string]string{"flake.nix": `{ outputs = { self }: { lib.word = "` + secret + `"; }; }`}, nil)
+	app, commit := gitRepo(t, map[string]string{"flake.nix": `{
+  inputs.lib.url = "git+file://` + lib + `";
+  outputs = { self, lib }: { };
+}`}, func(dir string) {
+		// Locked with a store of its own: n's store starts without lib.
+		if _, err := newTestNix(t).output(ctx, "nix", "flake", "lock", "path:"+dir); err != nil {
+			t.Fatal(err)
+		}
+	})
+	fakeSSH, _ := newFakeSSH(t)
+	remote := "ssh://git.example.invalid" + app
+	opts := FetchOptions{SSHKey: []byte("KEY"), SSH: fakeSSH}
+	before := storeHolding(t, n, secret)
+
+	_, err := n.FetchFlake(ctx, remote, commit, opts)
+	if !errors.Is(err, gitsource.ErrInvalid) || !strings.Contains(err.Error(), `flake input "lib" is local`) {
+		t.Fatalf("FetchFlake = %v, want a refusal naming the local input", err)
+	}
+	if after := storeHolding(t, n, secret); after != before {
+		t.Fatalf("the local input reached the store (%d paths hold it, %d before)", after, before)
+	}
+	opts.AllowLocal = true
+	fetched, err := n.FetchFlake(ctx, remote, commit, opts)
+	if err != nil || len(fetched.InputPaths) != 1 {
+		t.Fatalf("with AllowLocal: %+v, %v", fetched, err)
+	}
+	if storeHolding(t, n, secret) == before {
+		t.Fatal("the allowed fetch did not bring the input either: the store probe sees nothing")
+	}
+}
+
+// storeHolding counts the files of n's store that contain word.
+func storeHolding(t *testing.T, n *Nix, word string) int {
+	t.Helper()
+	count := 0
+	filepath.WalkDir(n.Store, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(path); strings.Contains(string(b), word) {
+				count++
+			}
+		}
+		return nil
+	})
+	return count
 }
