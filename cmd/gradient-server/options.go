@@ -24,9 +24,12 @@ type options struct {
 	NarDir           string // empty: the SQLite data directory, or ./gradient-data
 	HeartbeatTimeout time.Duration
 	PollInterval     time.Duration // 0: no branch polling
-	MaxConnections   int
-	LogLevel         slog.Level
-	LogFormat        string
+	// AllowLocalRepositories lets projects name file:// URLs and local
+	// paths (the API, the branch poll and eval start).
+	AllowLocalRepositories bool
+	MaxConnections         int
+	LogLevel               slog.Level
+	LogFormat              string
 }
 
 // setting is one flag, the environment variable that sets it when the
@@ -38,21 +41,22 @@ func newSetting(flag, env, def, usage string) setting {
 }
 
 var (
-	listenSetting    = newSetting("listen", "GRADIENT_LISTEN", "127.0.0.1:3000", "address to listen on")
-	databaseSetting  = newSetting("database", "GRADIENT_DATABASE", "./gradient-data", "a postgres:// URL, or a data directory for embedded SQLite")
-	tokenSetting     = newSetting("admin-token", "GRADIENT_ADMIN_TOKEN", "", "admin API token (prefer the file: flags show in ps)")
-	tokenFileSetting = newSetting("admin-token-file", "GRADIENT_ADMIN_TOKEN_FILE", "", "file holding the admin API token")
-	dialKeySetting   = newSetting("dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the secrets the server presents again: tokens of workers it dials and projects' deploy keys; without it, registrations with a URL and deploy keys are refused")
-	narDirSetting    = newSetting("nar-dir", "GRADIENT_NAR_DIR", "", "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data")
-	heartbeatSetting = newSetting("heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables")
-	pollSetting      = newSetting("poll-interval", "GRADIENT_POLL_INTERVAL", "60s", "poll each project's branch this often, starting an evaluation for a new head; 0 disables")
-	maxConnSetting   = newSetting("max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once")
-	logLevelSetting  = newSetting("log-level", "GRADIENT_LOG_LEVEL", "info", "debug, info, warn or error")
-	logFormatSetting = newSetting("log-format", "GRADIENT_LOG_FORMAT", "text", "text or json")
+	listenSetting     = newSetting("listen", "GRADIENT_LISTEN", "127.0.0.1:3000", "address to listen on")
+	databaseSetting   = newSetting("database", "GRADIENT_DATABASE", "./gradient-data", "a postgres:// URL, or a data directory for embedded SQLite")
+	tokenSetting      = newSetting("admin-token", "GRADIENT_ADMIN_TOKEN", "", "admin API token (prefer the file: flags show in ps)")
+	tokenFileSetting  = newSetting("admin-token-file", "GRADIENT_ADMIN_TOKEN_FILE", "", "file holding the admin API token")
+	dialKeySetting    = newSetting("dial-key-file", "GRADIENT_DIAL_KEY_FILE", "", "32-byte key (raw or base64) sealing the secrets the server presents again: tokens of workers it dials and projects' deploy keys; without it, registrations with a URL and deploy keys are refused")
+	narDirSetting     = newSetting("nar-dir", "GRADIENT_NAR_DIR", "", "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data")
+	heartbeatSetting  = newSetting("heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables")
+	pollSetting       = newSetting("poll-interval", "GRADIENT_POLL_INTERVAL", "60s", "poll each project's branch this often, starting an evaluation for a new head; 0 disables")
+	allowLocalSetting = newSetting("allow-local-repositories", "GRADIENT_ALLOW_LOCAL_REPOSITORIES", "false", "let projects use file:// URLs and local paths as repositories (off: a project cannot make the server read repositories on its disk)")
+	maxConnSetting    = newSetting("max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once")
+	logLevelSetting   = newSetting("log-level", "GRADIENT_LOG_LEVEL", "info", "debug, info, warn or error")
+	logFormatSetting  = newSetting("log-format", "GRADIENT_LOG_FORMAT", "text", "text or json")
 )
 
 var allSettings = []setting{listenSetting, databaseSetting, tokenSetting, tokenFileSetting,
-	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, maxConnSetting, logLevelSetting, logFormatSetting}
+	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, allowLocalSetting, maxConnSetting, logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-server [flags]
 
@@ -92,6 +96,9 @@ func buildOptions(vals *envflag.Values, getenv func(string) string) (options, er
 	}
 	if opts.PollInterval, err = parseSeconds(value(pollSetting)); err != nil {
 		return options{}, fmt.Errorf("--%s: %w", pollSetting.Flag, err)
+	}
+	if opts.AllowLocalRepositories, err = strconv.ParseBool(value(allowLocalSetting)); err != nil {
+		return options{}, fmt.Errorf("--%s %q: want true or false", allowLocalSetting.Flag, value(allowLocalSetting))
 	}
 	if opts.MaxConnections, err = strconv.Atoi(value(maxConnSetting)); err != nil || opts.MaxConnections < 1 {
 		return options{}, fmt.Errorf("--%s %q: want a positive number", maxConnSetting.Flag, value(maxConnSetting))

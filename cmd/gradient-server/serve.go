@@ -80,15 +80,16 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	}
 	defer sched.Close()
 	srv := server.New(db, server.Config{
-		Jobs:             sched,
-		Metrics:          registry,
-		NarStore:         nars,
-		HeartbeatTimeout: heartbeat,
-		MaxConnections:   opts.MaxConnections,
-		AdminTokenHash:   adminHash,
-		DialKey:          dialKey,
-		Logger:           log,
-		PollInterval:     opts.PollInterval,
+		Jobs:                   sched,
+		Metrics:                registry,
+		NarStore:               nars,
+		HeartbeatTimeout:       heartbeat,
+		MaxConnections:         opts.MaxConnections,
+		AdminTokenHash:         adminHash,
+		DialKey:                dialKey,
+		Logger:                 log,
+		PollInterval:           opts.PollInterval,
+		AllowLocalRepositories: opts.AllowLocalRepositories,
 	})
 
 	ln, err := net.Listen("tcp", opts.Listen)
