@@ -2,12 +2,19 @@ package nix
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
+
+	"gradient.dev/gradient/gitsource"
 )
 
 // FetchedFlake is a flake source brought into the store.
@@ -34,12 +41,25 @@ type FetchOptions struct {
 	SSHKey []byte
 	// SSH is the ssh program ("" means ssh from PATH).
 	SSH string
+	// AllowLocal lets the repository be a file:// URL or a local path
+	// (the worker operator's --allow-local-repositories); otherwise git
+	// may use only https, ssh and git.
+	AllowLocal bool
 }
 
 // FetchFlake clones repoURL, checks out commit, and copies the flake source
-// and its locked inputs into the store (`nix flake archive`).
+// and its locked inputs into the store (`nix flake archive`). The URL and
+// commit are checked by the gitsource rules first (they come from the
+// server, which the worker does not trust); a refusal wraps
+// gitsource.ErrInvalid and runs nothing.
 func (n *Nix) FetchFlake(ctx context.Context, repoURL, commit string, opts FetchOptions) (*FetchedFlake, error) {
-	n.logger().Info("nix: fetching flake", "repo", repoURL, "commit", commit, "ssh_key", len(opts.SSHKey) > 0)
+	if err := gitsource.ValidateRepositoryURL(repoURL, opts.AllowLocal); err != nil {
+		return nil, fmt.Errorf("nix: not fetching: %w", err)
+	}
+	if err := gitsource.ValidateCommit(commit); err != nil {
+		return nil, fmt.Errorf("nix: not fetching: %w", err)
+	}
+	n.logger().Info("nix: fetching flake", "repo", gitsource.Redact(repoURL), "commit", commit, "ssh_key", len(opts.SSHKey) > 0)
 	dir, err := os.MkdirTemp(n.WorkDir, "gradient-flake-")
 	if err != nil {
 		return nil, err
@@ -59,11 +79,51 @@ func (n *Nix) FetchFlake(ctx context.Context, repoURL, commit string, opts Fetch
 			" -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")
 	}
 	checkout := filepath.Join(dir, "checkout")
-	if err := n.cloneAt(ctx, repoURL, commit, checkout); err != nil {
+	if err := n.cloneAt(ctx, repoURL, commit, checkout, opts.AllowLocal); err != nil {
 		return nil, err
+	}
+	if !opts.AllowLocal {
+		// Nix reads local inputs itself, whatever git allows.
+		if err := refuseLocalInputs(checkout); err != nil {
+			return nil, fmt.Errorf("nix: not fetching the inputs of %s: %w", gitsource.Redact(repoURL), err)
+		}
 	}
 	ref := (&url.URL{Scheme: "git+file", Path: checkout, RawQuery: "rev=" + url.QueryEscape(commit)}).String()
 	return n.ArchiveFlake(ctx, ref)
+}
+
+// refuseLocalInputs refuses a flake whose lock file names an input on the
+// machine's disk (a path input, a file:// URL): archiving it would copy
+// whatever the worker can read into the store and on to the cache.
+func refuseLocalInputs(checkout string) error {
+	raw, err := os.ReadFile(filepath.Join(checkout, "flake.lock"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // no locked inputs
+	}
+	if err != nil {
+		return err
+	}
+	var lock struct {
+		Nodes map[string]struct {
+			Locked, Original map[string]any
+		}
+	}
+	if err := json.Unmarshal(raw, &lock); err != nil {
+		return fmt.Errorf("reading flake.lock: %w", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(lock.Nodes)) {
+		node := lock.Nodes[name]
+		for _, attrs := range []map[string]any{node.Locked, node.Original} {
+			typ, _ := attrs["type"].(string)
+			u, _ := attrs["url"].(string)
+			u = strings.TrimPrefix(u, "git+")
+			if typ == "path" || strings.HasPrefix(u, "file:") || strings.HasPrefix(u, "/") {
+				return fmt.Errorf("%w: flake input %q is local (%s %s): local repositories are not allowed here",
+					gitsource.ErrInvalid, name, typ, u)
+			}
+		}
+	}
+	return nil
 }
 
 type envKey struct{}
@@ -131,17 +191,23 @@ func (n *Nix) archive(ctx context.Context, flakeRef string, dryRun bool) (*Fetch
 
 // cloneAt makes dir a git checkout of repoURL at commit. The commit is
 // fetched explicitly in case no branch reaches it (servers may refuse).
-func (n *Nix) cloneAt(ctx context.Context, repoURL, commit, dir string) error {
-	if _, err := n.output(ctx, "git", "clone", "--quiet", "--no-checkout", repoURL, dir); err != nil {
-		return fmt.Errorf("nix: cloning %s: %w", repoURL, err)
+// Every git call speaks only the allowed transports, and every argument
+// that came from outside follows --end-of-options.
+func (n *Nix) cloneAt(ctx context.Context, repoURL, commit, dir string, allowLocal bool) error {
+	git := func(args ...string) error {
+		_, err := n.output(ctx, "git", append(gitsource.ConfigArgs(allowLocal), args...)...)
+		return err
 	}
-	if _, err := n.output(ctx, "git", "-C", dir, "cat-file", "-e", commit+"^{commit}"); err != nil {
-		if _, err := n.output(ctx, "git", "-C", dir, "fetch", "--quiet", "origin", commit); err != nil {
-			return fmt.Errorf("nix: fetching commit %s of %s: %w", commit, repoURL, err)
+	if err := git("clone", "--quiet", "--no-checkout", "--end-of-options", gitsource.Remote(repoURL), dir); err != nil {
+		return fmt.Errorf("nix: cloning %s: %w", gitsource.Redact(repoURL), err)
+	}
+	if err := git("-C", dir, "cat-file", "-e", "--end-of-options", commit+"^{commit}"); err != nil {
+		if err := git("-C", dir, "fetch", "--quiet", "--end-of-options", "origin", commit); err != nil {
+			return fmt.Errorf("nix: fetching commit %s of %s: %w", commit, gitsource.Redact(repoURL), err)
 		}
 	}
-	if _, err := n.output(ctx, "git", "-C", dir, "checkout", "--quiet", "--detach", commit); err != nil {
-		return fmt.Errorf("nix: checking out %s of %s: %w", commit, repoURL, err)
+	if err := git("-C", dir, "switch", "--quiet", "--detach", "--end-of-options", commit); err != nil {
+		return fmt.Errorf("nix: checking out %s of %s: %w", commit, gitsource.Redact(repoURL), err)
 	}
 	return nil
 }

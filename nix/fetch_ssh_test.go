@@ -14,24 +14,7 @@ import (
 func TestFetchFlakeWithSSHKey(t *testing.T) {
 	n := newTestNix(t)
 	repo, commit := newTestRepo(t)
-	dir := t.TempDir()
-	log := filepath.Join(dir, "ssh.log")
-	fakeSSH := filepath.Join(dir, "fake-ssh")
-	script := `#!/bin/bash
-key=""
-while [ $# -gt 1 ]; do
-  case "$1" in
-    -i) key="$2"; shift 2 ;;
-    -o) shift 2 ;;
-    *) host="$1"; shift ;;
-  esac
-done
-{ echo "host=$host"; echo "key=$key"; stat -c 'mode=%a' "$key"; echo "content=$(cat "$key")"; } >> ` + log + `
-exec bash -c "$1"
-`
-	if err := os.WriteFile(fakeSSH, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	fakeSSH, log := newFakeSSH(t)
 	fetched, err := n.FetchFlake(testContext(t), "ssh://git.example.invalid"+repo, commit, FetchOptions{SSHKey: []byte("THE-DEPLOY-KEY"), SSH: fakeSSH})
 	if err != nil {
 		t.Fatal(err)
@@ -54,4 +37,30 @@ exec bash -c "$1"
 	if _, err := os.Stat(keyFile); !os.IsNotExist(err) {
 		t.Errorf("key file %s still exists after the fetch (%v)", keyFile, err)
 	}
+}
+
+// newFakeSSH writes an "ssh" that runs the remote git command locally, as
+// an SSH server would, and logs the host, the key file, its mode and its
+// content to log.
+func newFakeSSH(t *testing.T) (program, log string) {
+	t.Helper()
+	dir := t.TempDir()
+	log = filepath.Join(dir, "ssh.log")
+	program = filepath.Join(dir, "fake-ssh")
+	script := `#!/bin/bash
+key=""
+while [ $# -gt 1 ]; do
+  case "$1" in
+    -i) key="$2"; shift 2 ;;
+    -o) shift 2 ;;
+    *) host="$1"; shift ;;
+  esac
+done
+{ echo "host=$host"; echo "key=$key"; stat -c 'mode=%a' "$key"; echo "content=$(cat "$key")"; } >> ` + log + `
+exec bash -c "$1"
+`
+	if err := os.WriteFile(program, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return program, log
 }

@@ -63,7 +63,7 @@ func TestLockedInputPathsWithoutFetching(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	fetched, err := fetcher.FetchFlake(ctx, app, commit, FetchOptions{})
+	fetched, err := fetcher.FetchFlake(ctx, app, commit, FetchOptions{AllowLocal: true})
 	if err != nil {
 		t.Fatal(err)
 	}

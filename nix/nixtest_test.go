@@ -84,7 +84,7 @@ func trimNewline(s string) string {
 func fetchedTestFlake(t *testing.T, n *Nix) (flakeRef string, fetched *FetchedFlake) {
 	t.Helper()
 	dir, commit := newTestRepo(t)
-	fetched, err := n.FetchFlake(testContext(t), dir, commit, FetchOptions{})
+	fetched, err := n.FetchFlake(testContext(t), dir, commit, FetchOptions{AllowLocal: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -196,9 +197,15 @@ func (a *adminAPI) startEvaluation(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// A project stored before the API checked repositories may name one
+	// git must not be given; its evaluation would reach the workers.
+	if err := gitsource.ValidateRepositoryURL(p.Repository, a.s.cfg.AllowLocalRepositories); err != nil {
+		a.fail(w, r, invalidf("the project's repository cannot be evaluated: %v", err))
+		return
+	}
 	commit := strings.TrimSpace(in.Commit)
 	if commit != "" {
-		if !isCommitHash(commit) {
+		if gitsource.ValidateCommit(commit) != nil {
 			a.fail(w, r, invalidf("commit %q: give the full 40-character (or 64 for SHA-256) hex hash", commit))
 			return
 		}

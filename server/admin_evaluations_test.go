@@ -110,7 +110,7 @@ func runEvaluation(t *testing.T, db *storage.DB, evalID, worker string) (hello, 
 
 func TestAdminEvaluations(t *testing.T) {
 	t.Parallel()
-	e, fake := newEvalEnv(t, Config{})
+	e, fake := newEvalEnv(t, Config{AllowLocalRepositories: true})
 	repo := newGitRepo(t)
 	head := repo.commit("first")
 	p := newProjectAt(t, e.db, "ops", "web", repo.dir, "main")
@@ -220,7 +220,7 @@ func TestAdminEvaluations(t *testing.T) {
 
 func TestAdminEvaluationBranchHeadErrors(t *testing.T) {
 	t.Parallel()
-	e, fake := newEvalEnv(t, Config{})
+	e, fake := newEvalEnv(t, Config{AllowLocalRepositories: true})
 	repo := newGitRepo(t)
 	repo.commit("first")
 	newProjectAt(t, e.db, "ops", "nobranch", repo.dir, "release")

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/storage"
 )
@@ -40,6 +41,10 @@ func (a *adminAPI) createProject(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := a.team(r.Context(), in.Team)
 	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if err := a.checkSource(in.Repository, in.Branch); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -118,6 +123,20 @@ func (a *adminAPI) updateProject(w http.ResponseWriter, r *http.Request) {
 	}
 	a.s.log.Info("admin: project updated", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
 	writeJSON(w, http.StatusOK, viewProject(p, t.Name))
+}
+
+// checkSource refuses a repository or branch that git must not be given
+// (an option, a remote helper, a local repository the operator did not
+// allow, a branch git check-ref-format refuses) when a project's source
+// is set, rather than at every poll.
+func (a *adminAPI) checkSource(repository, branch string) error {
+	if err := gitsource.ValidateRepositoryURL(repository, a.s.cfg.AllowLocalRepositories); err != nil {
+		return invalidf("repository: %v", err)
+	}
+	if err := gitsource.ValidateBranch(branch); err != nil {
+		return invalidf("branch: %v", err)
+	}
+	return nil
 }
 
 func (a *adminAPI) listProjects(w http.ResponseWriter, r *http.Request) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/storage"
 )
 
@@ -136,7 +136,7 @@ func (s *Server) pollProject(ctx context.Context, ctl EvaluationControl, p stora
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("branch poll: cannot read the branch head", "project", name, "project_id", p.ID,
-				"repository", redactURL(p.Repository), "branch", p.Branch, "error", err)
+				"repository", gitsource.Redact(p.Repository), "branch", p.Branch, "error", err)
 		}
 		return storage.Evaluation{}, false
 	}
@@ -186,12 +186,13 @@ func (s *Server) projectNames(ctx context.Context, projects []storage.Project) m
 // gitAccess is how a poll reaches a project's repository: with its deploy
 // key when it has one (else as the server's own user).
 type gitAccess struct {
-	sshKey []byte
-	ssh    string // the ssh program ("" = ssh)
+	sshKey     []byte
+	ssh        string // the ssh program ("" = ssh)
+	allowLocal bool   // Config.AllowLocalRepositories
 }
 
 func (s *Server) gitAccess(ctx context.Context, p storage.Project, name string) gitAccess {
-	access := gitAccess{ssh: s.cfg.SSH}
+	access := gitAccess{ssh: s.cfg.SSH, allowLocal: s.cfg.AllowLocalRepositories}
 	if s.deployKeys == nil {
 		return access
 	}
@@ -211,17 +212,19 @@ var errBranchMissing = errors.New("no such branch")
 // credentials; over SSH with access's key when it has one). A repository
 // without the branch is errBranchMissing.
 func lsRemote(ctx context.Context, repository, branch string, access gitAccess) (string, error) {
-	remote := gitRemote(repository)
-	if remote == "" || strings.HasPrefix(remote, "-") {
-		return "", fmt.Errorf("repository %q is not a git URL", redactURL(repository))
+	// Projects stored before the API checked them are checked here.
+	if err := gitsource.ValidateRepositoryURL(repository, access.allowLocal); err != nil {
+		return "", err
 	}
-	if branch == "" || strings.HasPrefix(branch, "-") || strings.ContainsAny(branch, " \t\n*?[\\") {
-		return "", fmt.Errorf("branch %q is not a valid branch name", branch)
+	if err := gitsource.ValidateBranch(branch); err != nil {
+		return "", err
 	}
+	remote := gitsource.Remote(repository)
 	ref := "refs/heads/" + branch
 	ctx, cancel := context.WithTimeout(ctx, lsRemoteTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "git", "ls-remote", remote, ref)
+	args := append(gitsource.ConfigArgs(access.allowLocal), "ls-remote", "--end-of-options", remote, ref)
+	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GCM_INTERACTIVE=never")
 	ssh := access.ssh
 	if ssh == "" {
@@ -251,58 +254,23 @@ func lsRemote(ctx context.Context, repository, branch string, access gitAccess) 
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("git ls-remote %s: no answer within %s", redactURL(repository), lsRemoteTimeout)
+			return "", fmt.Errorf("git ls-remote %s: no answer within %s", gitsource.Redact(repository), lsRemoteTimeout)
 		}
 		msg := strings.TrimSpace(stderr.String())
-		msg = strings.ReplaceAll(msg, remote, redactURL(remote))
+		msg = strings.ReplaceAll(msg, remote, gitsource.Redact(remote))
 		if len(msg) > 500 {
 			msg = msg[:500] + "…"
 		}
 		if msg == "" {
 			msg = err.Error()
 		}
-		return "", fmt.Errorf("git ls-remote %s: %s", redactURL(repository), msg)
+		return "", fmt.Errorf("git ls-remote %s: %s", gitsource.Redact(repository), msg)
 	}
 	for line := range strings.Lines(stdout.String()) {
 		sha, name, ok := strings.Cut(strings.TrimSpace(line), "\t")
-		if ok && name == ref && isCommitHash(sha) {
+		if ok && name == ref && gitsource.ValidateCommit(sha) == nil {
 			return strings.ToLower(sha), nil
 		}
 	}
-	return "", fmt.Errorf("%w %q in %s", errBranchMissing, branch, redactURL(repository))
-}
-
-// gitRemote turns a flake-style URL (git+https://…) into what git takes.
-func gitRemote(repository string) string {
-	r := strings.TrimSpace(repository)
-	return strings.TrimPrefix(r, "git+")
-}
-
-// redactURL hides credentials in a repository URL for messages and logs:
-// a password, and over HTTP(S) the user too (often a token).
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	switch strings.TrimPrefix(u.Scheme, "git+") {
-	case "http", "https":
-		u.User = url.User("xxxxx")
-		return u.String()
-	}
-	return u.Redacted()
-}
-
-// isCommitHash: a full SHA-1 or SHA-256 commit hash in hex.
-func isCommitHash(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return false
-		}
-	}
-	return true
+	return "", fmt.Errorf("%w %q in %s", errBranchMissing, branch, gitsource.Redact(repository))
 }

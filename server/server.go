@@ -29,6 +29,11 @@ type Config struct {
 	// SSH is the ssh program branch polls use for SSH repositories (""
 	// = ssh from PATH).
 	SSH string
+	// AllowLocalRepositories lets projects name file:// URLs and local
+	// paths: the admin API accepts them and branch polls read them.
+	// Off, a project cannot make the server (or, through the job, a
+	// worker) read repositories on its disk.
+	AllowLocalRepositories bool
 	// HandshakeTimeout bounds agreement and handshake (15 s).
 	HandshakeTimeout time.Duration
 	// Federate offers the reserved federate capability (proto.federate,

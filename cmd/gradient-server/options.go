@@ -25,9 +25,12 @@ type options struct {
 	NarDir           string // empty: the SQLite data directory, or ./gradient-data
 	HeartbeatTimeout time.Duration
 	PollInterval     time.Duration // 0: no branch polling
-	MaxConnections   int
-	AuthFailures     int // per minute and client address; 0: no limit
-	HandshakesPerIP  int
+	// AllowLocalRepositories lets projects name file:// URLs and local
+	// paths (the API, the branch poll and eval start).
+	AllowLocalRepositories bool
+	MaxConnections         int
+	AuthFailures           int // per minute and client address; 0: no limit
+	HandshakesPerIP        int
 	// Limits of builds whose derivation sets no timeout / maxSilent; 0
 	// disables the limit.
 	BuildDefaultTimeoutSecs   uint64
@@ -56,6 +59,7 @@ var (
 	heartbeatSetting    = newSetting("heartbeat-timeout", "GRADIENT_HEARTBEAT_TIMEOUT", "120s", "drop a worker silent this long; 0 disables")
 	pollSetting         = newSetting("poll-interval", "GRADIENT_POLL_INTERVAL", "60s", "poll each project's branch this often, starting an evaluation for a new head; 0 disables")
 	maxConnSetting      = newSetting("max-connections", "GRADIENT_MAX_CONNECTIONS", "256", "most worker sessions at once")
+	allowLocalSetting   = newSetting("allow-local-repositories", "GRADIENT_ALLOW_LOCAL_REPOSITORIES", "false", "let projects use file:// URLs and local paths as repositories (off: a project cannot make the server read repositories on its disk)")
 	authFailSetting     = newSetting("auth-failures-per-minute", "GRADIENT_AUTH_FAILURES_PER_MINUTE", "30", "wrong admin tokens and cache API keys one client address may send per minute; beyond them it gets HTTP 429 until it regains attempts at that rate (addresses as the connection shows them: behind a reverse proxy, the proxy's); 0 disables")
 	handshakesPerIP     = newSetting("max-handshakes-per-ip", "GRADIENT_MAX_HANDSHAKES_PER_IP", "32", "most worker connections per client IP that have not finished the handshake; raise it for many workers behind one NAT address")
 	buildTimeoutSetting = newSetting("build-default-timeout-secs", "GRADIENT_BUILD_DEFAULT_TIMEOUT_SECS", strconv.FormatUint(scheduler.DefaultTimeoutSecs, 10),
@@ -68,7 +72,7 @@ var (
 )
 
 var allSettings = []setting{listenSetting, databaseSetting, tokenSetting, tokenFileSetting,
-	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, maxConnSetting, authFailSetting, handshakesPerIP, buildTimeoutSetting, buildMaxSilentSetting,
+	dialKeySetting, narDirSetting, heartbeatSetting, pollSetting, allowLocalSetting, maxConnSetting, authFailSetting, handshakesPerIP, buildTimeoutSetting, buildMaxSilentSetting,
 	federateSetting, logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-server [flags]
@@ -112,6 +116,9 @@ func buildOptions(vals *envflag.Values, getenv func(string) string) (options, er
 	}
 	if opts.MaxConnections, err = strconv.Atoi(value(maxConnSetting)); err != nil || opts.MaxConnections < 1 {
 		return options{}, fmt.Errorf("--%s %q: want a positive number", maxConnSetting.Flag, value(maxConnSetting))
+	}
+	if opts.AllowLocalRepositories, err = strconv.ParseBool(value(allowLocalSetting)); err != nil {
+		return options{}, fmt.Errorf("--%s %q: want true or false", allowLocalSetting.Flag, value(allowLocalSetting))
 	}
 	if opts.AuthFailures, err = strconv.Atoi(value(authFailSetting)); err != nil || opts.AuthFailures < 0 {
 		return options{}, fmt.Errorf("--%s %q: want a number, 0 to disable", authFailSetting.Flag, value(authFailSetting))

@@ -36,14 +36,14 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		"GRADIENT_HEARTBEAT_TIMEOUT": "30", "GRADIENT_MAX_CONNECTIONS": "10",
 		"GRADIENT_LOG_LEVEL": "debug", "GRADIENT_LOG_FORMAT": "json", "GRADIENT_ADMIN_TOKEN": "from-env",
 		"GRADIENT_POLL_INTERVAL": "5m", "GRADIENT_BUILD_DEFAULT_TIMEOUT_SECS": "0", "GRADIENT_BUILD_DEFAULT_MAX_SILENT_SECS": "600",
-		"GRADIENT_PROTO_FEDERATE": "true", "GRADIENT_AUTH_FAILURES_PER_MINUTE": "5",
+		"GRADIENT_PROTO_FEDERATE": "true", "GRADIENT_AUTH_FAILURES_PER_MINUTE": "5", "GRADIENT_ALLOW_LOCAL_REPOSITORIES": "true",
 	})
 	opts, err := parseOptions(nil, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := options{Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
-		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, MaxConnections: 10,
+		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, AllowLocalRepositories: true, MaxConnections: 10,
 		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, Federate: true, AuthFailures: 5, HandshakesPerIP: 32, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if opts != want {
 		t.Errorf("environment: got %+v, want %+v", opts, want)
@@ -51,7 +51,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	opts, err = parseOptions([]string{"--listen", "127.0.0.1:5000", "--database=/data", "--heartbeat-timeout", "0",
 		"--max-connections", "3", "--log-level", "warn", "--log-format", "text", "--admin-token", "from-flag", "--poll-interval", "0",
 		"--build-default-timeout-secs", "60", "--build-default-max-silent-secs=0", "--proto-federate=false",
-		"--auth-failures-per-minute", "0"}, env, io.Discard)
+		"--auth-failures-per-minute", "0", "--allow-local-repositories=false"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,6 +96,8 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		Logger:           log,
 		PollInterval:     opts.PollInterval,
 
+		AllowLocalRepositories: opts.AllowLocalRepositories,
+
 		// The flag's 0 disables the limit; Config reads 0 as its default.
 		AuthFailuresPerMinute: cmp.Or(opts.AuthFailures, -1),
 	})

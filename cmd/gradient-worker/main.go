@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	executor := &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, SSH: opts.SSHBin, Logger: log,
-		GCRootsDir:        gcRootsDir(opts.GCRootsDir, log),
+		GCRootsDir: gcRootsDir(opts.GCRootsDir, log), AllowLocalRepositories: opts.AllowLocalRepositories,
 		LogBurstPerMinute: unlimitedIfZero(opts.LogBurstPerMin), LogSustainedPerHour: unlimitedIfZero(opts.LogSustainedPerHour)}
 	if err := executor.ResetGCRoots(); err != nil {
 		log.Warn("cannot clear GC roots left by an earlier run", "dir", executor.GCRootsDir, "error", err)

@@ -44,6 +44,7 @@ type options struct {
 	TLSKeyFile                          string
 	InsecureListen                      bool
 	AcceptedTokenFile                   string
+	AllowLocalRepositories              bool
 	LogLevel                            slog.Level
 	LogFormat                           string
 }
@@ -82,6 +83,7 @@ var (
 	acceptedTokenSetting = workerSetting("accepted-server-tokens-file", "", "peer_id:hash lines a dialing server's tokens must match; without it every server is accepted")
 	nixBinSetting        = workerSetting("nix-bin", "", "directory holding nix, nix-store and git (default: looked up in PATH)")
 	gcRootsSetting       = workerSetting("gcroots-dir", "/nix/var/nix/gcroots/gradient", "GC root links pinning what running jobs need; empty disables")
+	allowLocalSetting    = workerSetting("allow-local-repositories", "false", "let flake jobs fetch file:// URLs and local paths (off: a project cannot make the worker read repositories on its disk)")
 	sshBinSetting        = workerSetting("ssh-bin", "ssh", "ssh program git uses with a project's deploy key")
 	logBurstSetting      = workerSetting("log-burst-bytes-per-min", "8388608", "build log bytes one build may send per minute before its log is cut; 0 is unlimited")
 	logSustainedSetting  = workerSetting("log-sustained-bytes-per-hour", "67108864", "build log bytes one build may send per hour before its log is cut; 0 is unlimited")
@@ -94,7 +96,7 @@ var (
 var allSettings = []setting{serverURLSetting, peersSetting, peersFileSetting, baseDirSetting, idSetting,
 	zoneSetting, endpointSetting, fetchSetting, evalSetting, buildSetting, federateSetting, archSetting, featuresSetting,
 	cpuScoreSetting, maxBuildsSetting, maxEvalsSetting, discoverableSetting, listenAddrSetting, portSetting,
-	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, sshBinSetting, gcRootsSetting, maxCoresSetting, logBurstSetting, logSustainedSetting,
+	tlsCertSetting, tlsKeySetting, insecureSetting, acceptedTokenSetting, nixBinSetting, sshBinSetting, allowLocalSetting, gcRootsSetting, maxCoresSetting, logBurstSetting, logSustainedSetting,
 	metricsAddrSetting, logLevelSetting, logFormatSetting}
 
 const usageIntroduction = `Usage: gradient-worker [flags]
@@ -152,6 +154,7 @@ func buildOptions(value func(setting) string) (options, error) {
 	boolean(federateSetting, &opts.Federate)
 	boolean(discoverableSetting, &opts.Discoverable)
 	boolean(insecureSetting, &opts.InsecureListen)
+	boolean(allowLocalSetting, &opts.AllowLocalRepositories)
 	count(maxBuildsSetting, &opts.MaxBuilds)
 	count(maxEvalsSetting, &opts.MaxEvals)
 	count(maxCoresSetting, &opts.BuildCores)

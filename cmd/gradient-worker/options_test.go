@@ -34,7 +34,7 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		"GRADIENT_WORKER_CAPABILITIES_BUILD": "false", "GRADIENT_WORKER_CAPABILITIES_FEDERATE": "true", "GRADIENT_WORKER_SYSTEM_ARCHITECTURES": "x86_64-linux, aarch64-linux",
 		"GRADIENT_WORKER_SYSTEM_FEATURES": "kvm,big-parallel", "GRADIENT_WORKER_BUILD_MAX_CONCURRENT": "4",
 		"GRADIENT_WORKER_DISCOVERABLE": "true", "GRADIENT_WORKER_PORT": "4000", "GRADIENT_WORKER_INSECURE_LISTEN": "1",
-		"GRADIENT_WORKER_LOG_FORMAT": "json",
+		"GRADIENT_WORKER_LOG_FORMAT": "json", "GRADIENT_WORKER_ALLOW_LOCAL_REPOSITORIES": "true",
 	})
 	opts, err := parseOptions([]string{"--base-dir", "/flag", "--capabilities-fetch=false", "--log-level", "debug"}, env, io.Discard)
 	if err != nil {
@@ -43,7 +43,7 @@ func TestEnvironmentAndFlags(t *testing.T) {
 	want := options{ServerURL: "ws://env/proto", BaseDir: "/flag", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, Eval: true, Federate: true,
 		Architectures: []string{"x86_64-linux", "aarch64-linux"}, SystemFeatures: []string{"kvm", "big-parallel"},
 		MaxBuilds: 4, MaxEvals: 1, Discoverable: true, ListenAddr: "127.0.0.1:4000", InsecureListen: true,
-		LogLevel: slog.LevelDebug, LogFormat: "json"}
+		AllowLocalRepositories: true, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v\nwant %+v", opts, want)
 	}

@@ -51,8 +51,9 @@ func newEvalServer(t *testing.T) *adminServer {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte(cliAdminToken))
+	// The tests' repositories are local.
 	srv := server.New(db, server.Config{AdminTokenHash: hex.EncodeToString(sum[:]), Jobs: evalJobs{db},
-		Logger: slog.New(slog.DiscardHandler)})
+		AllowLocalRepositories: true, Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		hs.Close()

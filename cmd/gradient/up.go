@@ -324,7 +324,9 @@ func (u *upRun) setUp(ctx context.Context) error {
 	if err := u.sched.Start(ctx); err != nil {
 		return fmt.Errorf("starting the scheduler: %w", err)
 	}
-	u.srv = server.New(u.db, server.Config{NarStore: nars, Jobs: u.sched, Metrics: reg, Logger: u.log})
+	// up builds a flake from a local repository by design: its own server
+	// and workers allow local repositories.
+	u.srv = server.New(u.db, server.Config{NarStore: nars, Jobs: u.sched, Metrics: reg, Logger: u.log, AllowLocalRepositories: true})
 	ln, err := net.Listen("tcp", u.opts.listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", u.opts.listen, err)
@@ -491,7 +493,7 @@ func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []
 			SystemFeatures: features,
 			CPUCoreScore:   score,
 			BackoffInitial: 100 * time.Millisecond, BackoffMax: 2 * time.Second,
-			Executor: &nixexec.Executor{Nix: n, TempDir: tmp, Logger: wlog},
+			Executor: &nixexec.Executor{Nix: n, TempDir: tmp, Logger: wlog, AllowLocalRepositories: true},
 			TempDir:  tmp,
 			Logger:   wlog,
 		})

@@ -45,6 +45,10 @@ type Executor struct {
 	Cores int
 	// SSH is the ssh program for fetches with a deploy key ("" = ssh).
 	SSH string
+	// AllowLocalRepositories lets flake jobs fetch file:// URLs and local
+	// paths (--allow-local-repositories); off, a project cannot make the
+	// worker read repositories on its disk.
+	AllowLocalRepositories bool
 	// GCRootsDir holds the GC root links pinning what running jobs need
 	// (WORKER.md: /nix/var/nix/gcroots/gradient); "" pins nothing.
 	GCRootsDir string

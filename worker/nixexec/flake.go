@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
@@ -24,6 +25,9 @@ const (
 
 // runFlake runs a flake job's steps in order; the first failure ends it.
 func (j *job) runFlake(ctx context.Context, spec *wire.FlakeJob) error {
+	if err := j.checkSource(spec.Source); err != nil {
+		return err
+	}
 	source := "" // the flake's source in the local store, once known
 	for _, step := range spec.Steps {
 		if err := ctx.Err(); err != nil {
@@ -53,6 +57,26 @@ func (j *job) runFlake(ctx context.Context, spec *wire.FlakeJob) error {
 	return nil
 }
 
+// checkSource refuses a repository source git must not be given (an
+// option as the URL or commit, a remote helper, a local repository the
+// operator did not allow) before any step runs: the server is not
+// trusted with the worker's command lines.
+func (j *job) checkSource(src wire.FlakeSource) error {
+	repo, ok := src.(*wire.FlakeSourceRepository)
+	if !ok {
+		return nil
+	}
+	err := gitsource.ValidateRepositoryURL(repo.URL, j.e.AllowLocalRepositories)
+	if err == nil {
+		err = gitsource.ValidateCommit(repo.Commit)
+	}
+	if err != nil {
+		j.log.Warn("refusing the flake job's source", "error", err)
+		return worker.Fail(wire.FailurePermanent, fmt.Errorf("refusing the flake source: %w", err))
+	}
+	return nil
+}
+
 // fetch is the FetchFlake step (WORKER.md §6.1): the source and its locked
 // inputs into the store, uploaded, then FetchResult.
 func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
@@ -63,7 +87,7 @@ func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
 	source := ""
 	switch src := spec.Source.(type) {
 	case *wire.FlakeSourceRepository:
-		j.log.Info("fetching flake", "repository", src.URL, "commit", src.Commit)
+		j.log.Info("fetching flake", "repository", gitsource.Redact(src.URL), "commit", src.Commit)
 		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
 		if err != nil {
 			return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
@@ -310,5 +334,5 @@ func errorText(err error) string {
 }
 
 func (j *job) fetchOptions() nix.FetchOptions {
-	return nix.FetchOptions{SSHKey: j.sshKey, SSH: j.e.SSH}
+	return nix.FetchOptions{SSHKey: j.sshKey, SSH: j.e.SSH, AllowLocal: j.e.AllowLocalRepositories}
 }

@@ -12,10 +12,13 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
+// testCommit is a well-formed commit hash for jobs of the fake store.
+const testCommit = "0123456789abcdef0123456789abcdef01234567"
+
 func fetchJob() *wire.FlakeJob {
 	return &wire.FlakeJob{
 		Steps:  []wire.FlakeStep{wire.FlakeStepFetchFlake},
-		Source: &wire.FlakeSourceRepository{URL: "https://example.org/repo.git", Commit: "abc123"},
+		Source: &wire.FlakeSourceRepository{URL: "https://example.org/repo.git", Commit: testCommit},
 	}
 }
 
@@ -49,7 +52,7 @@ func TestUnitFetchUploadsBeforeFetchResult(t *testing.T) {
 		t.Fatalf("second update = %#v, want FetchResult{%s}", ups[1], source)
 	}
 	fetchIdx := h.index(func(e event) bool { return e.kind == "fetch" })
-	if f := h.rec.of("fetch"); len(f) != 1 || f[0].paths[0] != "https://example.org/repo.git" || f[0].paths[1] != "abc123" {
+	if f := h.rec.of("fetch"); len(f) != 1 || f[0].paths[0] != "https://example.org/repo.git" || f[0].paths[1] != testCommit {
 		t.Errorf("FetchFlake calls = %v", f)
 	}
 	resultIdx := h.index(func(e event) bool { _, ok := e.update.(*wire.JobUpdateFetchResult); return ok })

@@ -194,8 +194,10 @@ func startServer(t *testing.T) *testWorld {
 	return &testWorld{loop: loop, db: db, url: url, project: project}
 }
 
-// startWorker runs a registered worker with its own Nix store.
-func (tw *testWorld) startWorker(t *testing.T, caps wire.GradientCapabilities) (string, *nix.Nix) {
+// startWorker runs a registered worker with its own Nix store; allowLocal
+// is its --allow-local-repositories (the tests' flakes are in local
+// repositories).
+func (tw *testWorld) startWorker(t *testing.T, caps wire.GradientCapabilities, allowLocal bool) (string, *nix.Nix) {
 	t.Helper()
 	n := nixtest.New(t)
 	id, peers := testworld.Register(t, tw.db, tw.project.ID)
@@ -203,7 +205,7 @@ func (tw *testWorld) startWorker(t *testing.T, caps wire.GradientCapabilities) (
 		ServerURL: tw.url, WorkerID: id, Peers: peers,
 		Capabilities: caps, CPUCoreScore: 1, Heartbeat: time.Hour,
 		BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Executor: &nixexec.Executor{Nix: n, TempDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)},
+		Executor: &nixexec.Executor{Nix: n, TempDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: allowLocal},
 		TempDir:  t.TempDir(),
 	})
 	return id, n
@@ -227,8 +229,8 @@ func ptr[T any](v T) *T { return &v }
 func TestFlakeFetchEvaluateBuild(t *testing.T) {
 	tw := startServer(t)
 	all := wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}
-	first, _ := tw.startWorker(t, all)
-	second, secondNix := tw.startWorker(t, wire.GradientCapabilities{Build: true})
+	first, _ := tw.startWorker(t, all, true)
+	second, secondNix := tw.startWorker(t, wire.GradientCapabilities{Build: true}, true)
 	repo, commit := nixtest.Repo(t, map[string]string{"flake.nix": testFlake})
 
 	tw.loop.enqueue(first, &wire.AssignJob{JobID: "eval", AssignmentID: "eval-a1", Job: &wire.FlakeJob{
