@@ -5,15 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"gradient.dev/gradient/internal/halfopen"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -199,89 +199,6 @@ func (e *testEnv) splitSession(workerID string) *workerConn {
 	return c
 }
 
-// freezingProxy forwards TCP connections to target until freeze: then the
-// connections open so far stay open but carry nothing more (a socket that
-// died half-open, no FIN). Connections accepted later are forwarded.
-type freezingProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	frozen chan struct{}
-	conns  []net.Conn
-}
-
-func newFreezingProxy(t *testing.T, target string) *freezingProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &freezingProxy{ln: ln, target: target, frozen: make(chan struct{})}
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-	})
-	go p.serve()
-	return p
-}
-
-func (p *freezingProxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
-		frozen := p.frozen
-		p.mu.Unlock()
-		go p.pipe(in, out, frozen)
-		go p.pipe(out, in, frozen)
-	}
-}
-
-// pipe copies until frozen is closed, then holds both ends open.
-func (p *freezingProxy) pipe(dst, src net.Conn, frozen chan struct{}) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		select {
-		case <-frozen:
-			return // swallowed: nothing crosses a frozen connection
-		default:
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if err == io.EOF {
-				dst.(*net.TCPConn).CloseWrite()
-			}
-			return
-		}
-	}
-}
-
-// freeze stops every connection open now; later ones are forwarded.
-func (p *freezingProxy) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	close(p.frozen)
-	p.frozen = make(chan struct{})
-}
-
-func (p *freezingProxy) url() string { return "ws://" + p.ln.Addr().String() + "/proto" }
-
 // A worker whose old socket died half-open is refused with 496 once, and
 // the old session is probed and dropped, so the next attempt succeeds
 // long before the 120 s heartbeat; a healthy old session survives the
@@ -290,7 +207,7 @@ func TestSecondConnectionProbesTheOldSession(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		e := newEnv(t, db, Config{HandshakeTimeout: 15 * time.Second})
-		proxy := newFreezingProxy(t, strings.TrimSuffix(strings.TrimPrefix(e.url, "ws://"), "/proto"))
+		proxy := halfopen.New(t, strings.TrimSuffix(strings.TrimPrefix(e.url, "ws://"), "/proto"))
 
 		healthy := newWorkerID(t)
 		tokens := map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, healthy)}
@@ -310,10 +227,10 @@ func TestSecondConnectionProbesTheOldSession(t *testing.T) {
 
 		id := newWorkerID(t)
 		tokens = map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)}
-		old := bareDial(t, proxy.url())
+		old := bareDial(t, "ws://"+proxy.Addr()+"/proto")
 		bareHandshake(t, old, id, tokens)
 		oldConn := e.splitSession(id)
-		proxy.freeze()
+		proxy.Freeze()
 
 		fresh := bareDial(t, e.url)
 		ver := bareAgree(t, fresh)
@@ -334,5 +251,52 @@ func TestSecondConnectionProbesTheOldSession(t *testing.T) {
 		again := bareDial(t, e.url)
 		bareHandshake(t, again, id, tokens)
 		waitFor(t, "the reconnected worker live", func() bool { return e.srv.WorkerStatus(id).Live })
+	})
+}
+
+// A worker the server dials that speaks only newer versions gets 1002 and
+// the refusal from the server's dial, too.
+func TestDialRefusalReachesAForeignWorker(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newEnv(t, db, dialConfig(t))
+		closes := make(chan *websocket.CloseError, 64)
+		up := websocket.Upgrader{}
+		worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := up.Upgrade(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			if _, _, err := c.ReadMessage(); err != nil { // the server's version frame
+				return
+			}
+			c.WriteMessage(websocket.BinaryMessage, wire.VersionFrame(wire.VersionRange{Oldest: 34, Newest: 35}))
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			for {
+				if _, _, err := c.ReadMessage(); err != nil {
+					var ce *websocket.CloseError
+					errors.As(err, &ce)
+					closes <- ce
+					return
+				}
+			}
+		}))
+		t.Cleanup(worker.Close)
+		settings := storage.DefaultWorkerSettings()
+		settings.URL = "ws" + strings.TrimPrefix(worker.URL, "http") + "/proto"
+		if _, _, err := e.srv.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: e.project.ID}, newWorkerID(t), settings); err != nil {
+			t.Fatal(err)
+		}
+		var ce *websocket.CloseError
+		select {
+		case ce = <-closes:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the server never dialed")
+		}
+		want := fmt.Sprintf("no shared protocol version: ours %d..=%d, peer 34..=35", wire.Supported.Oldest, wire.Supported.Newest)
+		if ce == nil || ce.Code != session.CloseProtocolError || ce.Text != want {
+			t.Fatalf("close frame %v, want 1002 %q", ce, want)
+		}
 	})
 }
