@@ -15,6 +15,8 @@ import (
 	"gradient.dev/gradient/internal/halfopen"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 )
 
@@ -195,23 +197,25 @@ func TestWorkerStopSendsCloseFrame(t *testing.T) {
 // freed the ID.
 func TestWorkerReconnectsPastAHalfOpenSession(t *testing.T) {
 	t.Parallel()
-	r := newRealServer(t, openSQLite(t), server.Config{})
-	proxy := halfopen.New(t, r.addr)
-	cfg := testConfig(t, "ws://"+proxy.Addr()+"/proto", newBlockingExecutor())
-	cfg.Peers = r.project.ID + ":" + r.register(r.project.ID, cfg.WorkerID)
-	cfg.AckTimeout = time.Second
-	var logs *lockedBuffer
-	cfg.Logger, logs = testLogger(t, "worker")
-	startWorker(t, cfg)
-	waitFor(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
-	first := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		r := newRealServer(t, db, server.Config{})
+		proxy := halfopen.New(t, r.addr)
+		cfg := testConfig(t, "ws://"+proxy.Addr()+"/proto", newBlockingExecutor())
+		cfg.Peers = r.project.ID + ":" + r.register(r.project.ID, cfg.WorkerID)
+		cfg.AckTimeout = time.Second
+		var logs *lockedBuffer
+		cfg.Logger, logs = testLogger(t, "worker")
+		startWorker(t, cfg)
+		waitFor(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+		first := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt
 
-	proxy.Freeze()
-	waitForWithin(t, 60*time.Second, "the worker live on a new connection", func() bool {
-		st := r.srv.WorkerStatus(cfg.WorkerID)
-		return st.Live && st.ConnectedAt.After(first)
+		proxy.Freeze()
+		waitForWithin(t, 60*time.Second, "the worker live on a new connection", func() bool {
+			st := r.srv.WorkerStatus(cfg.WorkerID)
+			return st.Live && st.ConnectedAt.After(first)
+		})
+		if !strings.Contains(logs.String(), "worker already connected") {
+			t.Error("the reconnect was not refused with 496 first: the probe was not exercised")
+		}
 	})
-	if !strings.Contains(logs.String(), "worker already connected") {
-		t.Error("the reconnect was not refused with 496 first: the probe was not exercised")
-	}
 }
