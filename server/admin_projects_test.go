@@ -103,7 +103,7 @@ func TestAdminProjectWildcards(t *testing.T) {
 // project says, not a fixed pattern.
 func TestPollerUsesProjectWildcards(t *testing.T) {
 	t.Parallel()
-	e, _ := newEvalEnv(t, Config{})
+	e, _ := newEvalEnv(t, Config{AllowLocalRepositories: true}) // the repository is a local one
 	repo := newGitRepo(t)
 	head := repo.commit("first")
 	web := newProjectAt(t, e.db, "ops", "web", repo.dir, "main")

@@ -40,7 +40,7 @@ func (a *dialAdmitter) Admit(ctx context.Context, workerID string, _ wire.Gradie
 	}
 	a.conn.workerID = rec.WorkerID
 	a.conn.grant = g
-	if !a.s.live.reserve(a.conn) {
+	if !a.s.live.reserve(ctx, a.conn) {
 		return handshake.AlreadyConnected.Decide(), nil
 	}
 	a.reserved = true

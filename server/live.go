@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -58,20 +60,69 @@ func (c *workerConn) merge(g Grant) {
 type liveSessions struct {
 	mu    sync.Mutex
 	conns map[string]*workerConn
+	// released is closed when a conn frees its worker ID, so a refused
+	// connection can wait for a dropped holder to be gone.
+	released map[*workerConn]chan struct{}
 }
 
-func newLiveSessions() *liveSessions { return &liveSessions{conns: map[string]*workerConn{}} }
+func newLiveSessions() *liveSessions {
+	return &liveSessions{conns: map[string]*workerConn{}, released: map[*workerConn]chan struct{}{}}
+}
+
+// Probing the holder of a worker ID that a second connection claims: a
+// socket that died half-open (no FIN) would otherwise hold the ID until
+// the heartbeat timeout, locking the reconnecting worker out for minutes.
+const (
+	// holderProbeTimeout bounds the ping; a worker whose reader is alive
+	// answers within milliseconds.
+	holderProbeTimeout = 5 * time.Second
+	// holderReleaseWait bounds the wait for a dropped holder to free the
+	// ID, so the refused worker's next attempt finds it free.
+	holderReleaseWait = 2 * time.Second
+)
 
 // reserve claims the worker ID for a handshake that passed authorization;
-// false when another session holds it.
-func (l *liveSessions) reserve(c *workerConn) bool {
+// false when another session holds it. That session is pinged first
+// (bounded by ctx and holderProbeTimeout) and dropped if it does not
+// answer: the answer is still 496, but the worker's next attempt succeeds.
+// A healthy holder is never dropped.
+func (l *liveSessions) reserve(ctx context.Context, c *workerConn) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, taken := l.conns[c.workerID]; taken {
-		return false
+	holder, taken := l.conns[c.workerID]
+	if !taken {
+		l.conns[c.workerID] = c
+		l.released[c] = make(chan struct{})
 	}
-	l.conns[c.workerID] = c
-	return true
+	released := l.released[holder]
+	l.mu.Unlock()
+	if taken {
+		l.probe(ctx, holder, released)
+	}
+	return !taken
+}
+
+// probe pings the session of holder and drops it when no pong arrives.
+func (l *liveSessions) probe(ctx context.Context, holder *workerConn, released <-chan struct{}) {
+	holder.mu.Lock()
+	sess := holder.sess
+	holder.mu.Unlock()
+	if sess == nil {
+		return // still in its handshake, which has a deadline of its own
+	}
+	pctx, cancel := context.WithTimeout(ctx, holderProbeTimeout)
+	err := sess.Probe(pctx)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	sess.Drop(fmt.Sprintf("no answer to a ping within %s when the worker connected again", holderProbeTimeout))
+	wait := time.NewTimer(holderReleaseWait)
+	defer wait.Stop()
+	select {
+	case <-released:
+	case <-wait.C:
+	case <-ctx.Done():
+	}
 }
 
 // release frees the worker ID if c still holds it.
@@ -80,6 +131,8 @@ func (l *liveSessions) release(c *workerConn) {
 	defer l.mu.Unlock()
 	if l.conns[c.workerID] == c {
 		delete(l.conns, c.workerID)
+		close(l.released[c])
+		delete(l.released, c)
 	}
 }
 
@@ -105,16 +158,20 @@ func (l *liveSessions) count() int {
 	return len(l.conns)
 }
 
-// closeAll ends every established session at once.
+// closeAll ends every established session at once with 1001 and reason,
+// and returns once every close frame is claimed (queued messages drain in
+// parallel, each bounded by the session's drain timeout).
 func (l *liveSessions) closeAll(reason string) {
+	var wg sync.WaitGroup
 	for _, c := range l.all() {
 		c.mu.Lock()
 		sess := c.sess
 		c.mu.Unlock()
 		if sess != nil {
-			sess.Close(closeGoingAway, reason)
+			wg.Go(func() { sess.Close(session.CloseGoingAway, reason) })
 		}
 	}
+	wg.Wait()
 }
 
 // offlineReasons keeps the last failure of every registered worker ID.
@@ -150,6 +207,3 @@ func (o *offlineReasons) get(workerID string) (offlineReason, bool) {
 	r, ok := o.reasons[id]
 	return r, ok
 }
-
-// closeGoingAway is WebSocket close code 1001: the server is going down.
-const closeGoingAway = 1001

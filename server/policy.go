@@ -122,7 +122,7 @@ func (a *connAuthority) Authorize(ctx context.Context, workerID string, tokens [
 	}
 	a.conn.workerID = rec.WorkerID
 	a.conn.grant = g
-	if !a.s.live.reserve(a.conn) {
+	if !a.s.live.reserve(ctx, a.conn) {
 		return handshake.AlreadyConnected.Decide(), nil
 	}
 	a.reserved = true

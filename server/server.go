@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -180,16 +181,17 @@ type Server struct {
 	// binary cache; the admin API forgets the paths it deletes.
 	cacheMemo *cacheMemo
 
-	// ctx ends every session at once on Close (SIGTERM).
+	// ctx ends every session at once on Close (SIGTERM); its cause,
+	// errServerStopping, is the reason of the close frames it triggers.
 	ctx    context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
 }
 
 // New builds a server on an opened database.
 func New(db *storage.DB, cfg Config) *Server {
 	cfg.defaults()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Server{
 		cfg:     cfg,
 		db:      db,
@@ -240,12 +242,18 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// Close stops dialing, ends every session at once (Server Stop) and waits
-// for their handlers to return.
+// errServerStopping ends the server's context on Close.
+var errServerStopping = errors.New("server stopping")
+
+// Close stops dialing, ends every session at once (Server Stop) with 1001
+// and waits for their handlers to return. Established sessions are closed
+// before the context ends, so their queued messages drain first; the
+// context then ends handshakes (and whatever closeAll missed) with 1001
+// too.
 func (s *Server) Close() {
 	s.accepting.Store(false)
-	s.cancel()
-	s.live.closeAll("server stopping")
+	s.live.closeAll(errServerStopping.Error())
+	s.cancel(errServerStopping)
 	s.wg.Wait()
 }
 

@@ -18,6 +18,7 @@ var (
 // WebSocket close codes the session layer uses.
 const (
 	CloseNormal        = 1000
+	CloseGoingAway     = 1001 // the endpoint is stopping (SIGTERM)
 	CloseProtocolError = 1002
 	ClosePolicy        = 1008
 )

@@ -82,3 +82,6 @@ func (p *pipeEnd) Close(code int, reason string) error {
 	}
 	return nil
 }
+
+// startClose closes at once: a pipe has no close handshake to wait for.
+func (p *pipeEnd) startClose(code int, reason string, _ bool) { p.Close(code, reason) }

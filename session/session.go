@@ -80,7 +80,7 @@ func split[In, Out wire.Message](c *Conn, est *Established, in Codec[In], out Co
 		done:  make(chan struct{}),
 	}
 	s.Writer = newWriter(c.t, c.ver, out, opts.SendTimeout, log, func(err error) {
-		s.end(CloseNormal, "", "write failed: "+err.Error(), false)
+		s.end(CloseNormal, "", "write failed: "+err.Error(), false, true)
 	})
 	if s.drain <= 0 {
 		s.drain = time.Second
@@ -115,7 +115,7 @@ func (s *Session[In, Out]) Version() uint16 { return s.Established.Version }
 func (s *Session[In, Out]) Recv(ctx context.Context) (In, error) {
 	m, err := s.Reader.Recv(ctx)
 	if err != nil {
-		s.end(CloseNormal, "", "receive ended: "+err.Error(), false)
+		s.end(CloseNormal, "", "receive ended: "+err.Error(), false, true)
 	}
 	return m, err
 }
@@ -126,7 +126,7 @@ func (s *Session[In, Out]) Send(m Out) error { return s.Writer.Send(m) }
 // Close lets queued messages go out (bounded by the drain timeout), then
 // closes the connection with code and reason.
 func (s *Session[In, Out]) Close(code int, reason string) {
-	s.end(code, reason, "closed: "+reason, true)
+	s.end(code, reason, "closed: "+reason, true, true)
 }
 
 // Done is closed once the session ended.
@@ -143,12 +143,30 @@ func (s *Session[In, Out]) Reason() string {
 	}
 }
 
-func (s *Session[In, Out]) expire(reason string) {
-	s.log.Warn("dropping session", "reason", reason)
-	s.end(ClosePolicy, reason, reason, false)
+// Probe proves the peer still reads the session: a WebSocket ping
+// answered within ctx. Transports without pings cannot tell and report
+// nil.
+func (s *Session[In, Out]) Probe(ctx context.Context) error {
+	p, ok := s.t.(pinger)
+	if !ok {
+		return nil
+	}
+	return p.Ping(ctx)
 }
 
-func (s *Session[In, Out]) end(code int, closeReason, why string, drain bool) {
+// Drop ends the session at once with 1008 and reason, for a peer that
+// stopped answering: queued messages are discarded and the peer's close
+// frame is not waited for.
+func (s *Session[In, Out]) Drop(reason string) { s.expire(reason) }
+
+func (s *Session[In, Out]) expire(reason string) {
+	s.log.Warn("dropping session", "reason", reason)
+	s.end(ClosePolicy, reason, reason, false, false)
+}
+
+// end ends the session once. peerAnswers false: the peer stopped reading
+// (a watchdog or a probe said so), so its close frame is not waited for.
+func (s *Session[In, Out]) end(code int, closeReason, why string, drain, peerAnswers bool) {
 	s.closeOnce.Do(func() {
 		s.stopWatch()
 		if drain {
@@ -158,9 +176,16 @@ func (s *Session[In, Out]) end(code int, closeReason, why string, drain bool) {
 			case <-time.After(s.drain):
 			}
 		}
-		s.Writer.Abort()
 		s.reason = why
-		closeAsync(s.t, code, closeReason)
+		// The close is claimed before the writer is aborted: aborting a
+		// write in progress closes the socket, and the peer must see this
+		// code, not the abort's.
+		if peerAnswers {
+			closeAsync(s.t, code, closeReason)
+		} else {
+			abandon(s.t, code, closeReason)
+		}
+		s.Writer.Abort()
 		close(s.done)
 	})
 }

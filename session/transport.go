@@ -16,7 +16,8 @@ type Transport interface {
 	// returns.
 	WriteMessage(ctx context.Context, p []byte) error
 	// Close sends a close frame with code and reason and releases the
-	// connection. Closing twice is harmless.
+	// connection. The first close decides the code and reason; closing
+	// again is harmless and keeps them.
 	Close(code int, reason string) error
 }
 
@@ -54,8 +55,31 @@ func clipReason(reason string) string {
 	return reason
 }
 
+// closeStarter is a transport whose close handshake takes time:
+// startClose claims the close for code and reason at once (a later Close
+// cannot replace them) and finishes it in the background.
+type closeStarter interface {
+	startClose(code int, reason string, awaitPeer bool)
+}
+
 // closeAsync closes t without waiting: a WebSocket close handshake waits
 // (up to seconds) for the peer's close frame, and nobody needs that answer.
+// The code and reason are decided before it returns, so a Close that
+// follows (a handler's deferred one) cannot overwrite them.
 func closeAsync(t Transport, code int, reason string) {
+	startClose(t, code, reason, true)
+}
+
+// abandon closes t with code and reason without waiting for the peer's
+// close frame: the peer stopped answering.
+func abandon(t Transport, code int, reason string) {
+	startClose(t, code, reason, false)
+}
+
+func startClose(t Transport, code int, reason string, awaitPeer bool) {
+	if cs, ok := t.(closeStarter); ok {
+		cs.startClose(code, reason, awaitPeer)
+		return
+	}
 	go t.Close(code, reason)
 }

@@ -55,8 +55,14 @@ type wsTransport struct {
 	bigHint int
 	probe   [1]byte
 
-	closeOnce  sync.Once
-	closed     chan struct{} // closed once Close started
+	// The first close claimed (Close, closeAsync, a dropped session, a
+	// cancelled read or write) decides the code and reason the peer sees;
+	// every later one only waits for the socket to be released.
+	closeMu    sync.Mutex
+	claimed    bool
+	closed     chan struct{} // closed once a close was claimed
+	released   chan struct{} // closed once the socket is closed
+	closeErr   error         // why the close frame did not go out, valid after released
 	peerClosed chan struct{} // closed once the peer's close frame was read
 	peerOnce   sync.Once
 
@@ -73,6 +79,7 @@ func NewWebSocketTransport(c *websocket.Conn) Transport {
 		c:          c,
 		rsem:       make(chan struct{}, 1),
 		closed:     make(chan struct{}),
+		released:   make(chan struct{}),
 		peerClosed: make(chan struct{}),
 	}
 	c.SetPongHandler(t.pong)
@@ -101,19 +108,36 @@ func (t *wsTransport) readFailed(ctx context.Context, err error) error {
 // control messages fit, bulk messages move this prefix once.
 const firstRead = 1024
 
-// onCancel arranges for the socket to be closed if ctx ends while a read
-// or write is in progress: gorilla cannot abandon either half-way.
+// onCancel arranges for the connection to be closed if ctx ends while a
+// read or write is in progress: gorilla cannot abandon either half-way.
 func (t *wsTransport) onCancel(ctx context.Context) (stop func() bool) {
 	if ctx.Done() == nil {
 		return func() bool { return true }
 	}
-	return context.AfterFunc(ctx, func() { t.c.NetConn().Close() })
+	return context.AfterFunc(ctx, func() { t.closeCancelled(ctx) })
+}
+
+// closeCancelled closes the connection because ctx ended under a read or
+// write, sending the close frame first unless a close was claimed
+// already. A cancelled ctx is this side going away (1001, with the cancel
+// cause as the reason, e.g. "server stopping"); a deadline means the peer
+// did not answer in time (1008), so its close is not waited for.
+func (t *wsTransport) closeCancelled(ctx context.Context) {
+	code, reason, awaitPeer := CloseGoingAway, "going away", true
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code, reason, awaitPeer = ClosePolicy, "timed out", false
+	}
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		reason = cause.Error()
+	}
+	t.startClose(code, reason, awaitPeer)
 }
 
 func (t *wsTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	select {
 	case t.rsem <- struct{}{}:
 	case <-ctx.Done():
+		t.closeCancelled(ctx)
 		return nil, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
 	}
 	defer func() { <-t.rsem }()
@@ -207,35 +231,67 @@ func (t *wsTransport) WriteMessage(ctx context.Context, p []byte) error {
 
 // Close sends the close frame, waits (at most closeWait) for the peer's,
 // and closes the socket. A reader that is running sees the peer's close
-// frame itself; otherwise Close reads until it arrives.
+// frame itself; otherwise Close reads until it arrives. If a close was
+// claimed already, Close keeps its code and reason and waits for it to
+// release the socket.
 func (t *wsTransport) Close(code int, reason string) error {
-	var err error
-	t.closeOnce.Do(func() {
-		close(t.closed)
-		defer t.c.Close()
-		msg := websocket.FormatCloseMessage(code, clipReason(reason))
-		if err = t.c.WriteControl(websocket.CloseMessage, msg, time.Now().Add(controlWriteWait)); err != nil {
-			if errors.Is(err, websocket.ErrCloseSent) {
-				err = nil // the peer's close was answered already
-			}
-			return
+	if t.claim() {
+		t.finishClose(code, reason, true)
+	}
+	<-t.released
+	return t.closeErr
+}
+
+// startClose claims the close for code and reason at once and finishes it
+// in the background. awaitPeer false skips the wait for the peer's close
+// frame: the peer is known not to answer.
+func (t *wsTransport) startClose(code int, reason string, awaitPeer bool) {
+	if t.claim() {
+		go t.finishClose(code, reason, awaitPeer)
+	}
+}
+
+// claim reports whether this is the first close.
+func (t *wsTransport) claim() bool {
+	t.closeMu.Lock()
+	defer t.closeMu.Unlock()
+	if t.claimed {
+		return false
+	}
+	t.claimed = true
+	close(t.closed)
+	return true
+}
+
+// finishClose writes and flushes the close frame, waits for the peer's if
+// asked, and only then closes the socket.
+func (t *wsTransport) finishClose(code int, reason string, awaitPeer bool) {
+	defer close(t.released)
+	defer t.c.Close()
+	msg := websocket.FormatCloseMessage(code, clipReason(reason))
+	if err := t.c.WriteControl(websocket.CloseMessage, msg, time.Now().Add(controlWriteWait)); err != nil {
+		if !errors.Is(err, websocket.ErrCloseSent) { // else the peer's close was answered already
+			t.closeErr = err
 		}
-		timer := time.NewTimer(closeWait)
-		defer timer.Stop()
-		select {
-		case t.rsem <- struct{}{}:
-			t.c.SetReadDeadline(time.Now().Add(closeWait))
-			for {
-				if _, _, err := t.c.NextReader(); err != nil {
-					break
-				}
+		return
+	}
+	if !awaitPeer {
+		return
+	}
+	timer := time.NewTimer(closeWait)
+	defer timer.Stop()
+	select {
+	case t.rsem <- struct{}{}:
+		t.c.SetReadDeadline(time.Now().Add(closeWait))
+		for {
+			if _, _, err := t.c.NextReader(); err != nil {
+				break
 			}
-			<-t.rsem
-		case <-t.peerClosed:
-		case <-timer.C:
 		}
-	})
-	return err
+		<-t.rsem
+	case <-t.peerClosed:
+	case <-timer.C:
+	}
 }
 
 // Ping sends a ping and waits for its pong: the peer answers only after

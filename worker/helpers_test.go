@@ -53,7 +53,13 @@ func testLogger(t *testing.T, name string) (*slog.Logger, *lockedBuffer) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitForWithin(t, 10*time.Second, what, cond)
+}
+
+// waitForWithin polls cond until it holds, failing after limit.
+func waitForWithin(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

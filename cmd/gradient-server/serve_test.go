@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
 )
 
 // syncBuffer collects the server's log from its goroutines.
@@ -93,6 +96,26 @@ func TestServeStartsAndStops(t *testing.T) {
 		t.Errorf("admin API with a wrong token: %d", code)
 	}
 
+	// A worker in the middle of its handshake sees the stop as a close
+	// frame, 1001, not as a dropped socket.
+	closed := make(chan string, 1)
+	ws, _, err := websocket.DefaultDialer.DialContext(t.Context(), "ws"+strings.TrimPrefix(base, "http")+"/proto", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := ws.WriteMessage(websocket.BinaryMessage, wire.VersionFrame(wire.Supported)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ws.ReadMessage(); err != nil { // the server's version frame
+		t.Fatal(err)
+	}
+	go func() {
+		ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, _, err := ws.ReadMessage()
+		closed <- err.Error()
+	}()
+
 	cancel()
 	select {
 	case err := <-done:
@@ -101,6 +124,9 @@ func TestServeStartsAndStops(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not stop")
+	}
+	if got, want := <-closed, "websocket: close 1001 (going away): server stopping"; got != want {
+		t.Errorf("the handshaking worker saw %q, want %q", got, want)
 	}
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Error("still serving after stop")
