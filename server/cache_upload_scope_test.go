@@ -1,12 +1,18 @@
 package server
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/storepath"
@@ -194,6 +200,56 @@ func TestEvaluationUploadsMustCertifyThemselves(t *testing.T) {
 		// Stored paths stay Skip, whatever the request carries.
 		if out := uploadAs(t, w, "eval", 20, src, compressNar(t, randomNar(10))); !isOk(out) {
 			t.Errorf("a stored path again: %+v", out)
+		}
+	})
+}
+
+// A build whose outputs have no path before it runs (a content-addressed
+// derivation) uploads self-certifying paths, also one that references
+// itself, which Nix hashes modulo its own hash part: the real Nix's
+// output is taken, the same output with a changed byte is not.
+func TestContentAddressedBuildOutputs(t *testing.T) {
+	n := nixtest.New(t)
+	n.Config = append(slices.Clone(n.Config), "extra-experimental-features = ca-derivations")
+	expr := filepath.Join(t.TempDir(), "ca.nix")
+	os.WriteFile(expr, []byte(`derivation {
+  name = "caout"; system = builtins.currentSystem; builder = "/bin/sh";
+  args = ["-c" "PATH=/bin:/usr/bin; mkdir $out; echo $out > $out/self"];
+  __contentAddressed = true; outputHashMode = "recursive"; outputHashAlgo = "sha256";
+}`), 0o644)
+	nixCmd := func(args ...string) string {
+		cmd := exec.Command(args[0], append([]string{"--store", n.Store}, args[1:]...)...)
+		cmd.Dir, cmd.Env = n.WorkDir, append(append(os.Environ(), n.Env...), "NIX_CONFIG="+strings.Join(n.Config, "\n"))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	path := nixCmd("nix-store", "--realise", nixCmd("nix-instantiate", expr))
+	infos, err := n.PathInfo(t.Context(), path)
+	if err != nil || len(infos) != 1 || !slices.Contains(infos[0].References, path) {
+		t.Fatalf("path info of %s: %+v, %v; want a self-reference", path, infos, err)
+	}
+	var nar bytes.Buffer
+	if err := n.DumpPath(t.Context(), path, &nar); err != nil {
+		t.Fatal(err)
+	}
+	up := compressNar(t, nar.Bytes(), infos[0].References...)
+	up.meta.CA = &infos[0].CA
+	forgedNar := bytes.Clone(nar.Bytes())
+	forgedNar[len(forgedNar)-30] ^= 1
+	forged := compressNar(t, forgedNar, infos[0].References...)
+	forged.meta.CA = &infos[0].CA
+
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{})
+		w := e.projectWorker()
+		e.jobs.set("ca-build", "", JobProducts{Project: e.project.ID, What: "build of caout.drv", ContentAddressed: true})
+		rejected(t, "forged output", uploadAs(t, w, "ca-build", 1, path, forged), "the NAR's sha256 hash is")
+		e.notStored(t, "forged output", path)
+		if out := uploadAs(t, w, "ca-build", 2, path, up); !isOk(out) {
+			t.Errorf("the real output: %+v", out)
 		}
 	})
 }

@@ -116,9 +116,6 @@ func TestStorePathIsNixs(t *testing.T) {
 func TestVerifierAcceptsNixsContent(t *testing.T) {
 	n, paths := realPaths(t)
 	for what, path := range paths {
-		if what == "ca output (self)" {
-			continue // hashed modulo its own hash part: not verified
-		}
 		infos, err := n.PathInfo(t.Context(), path)
 		if err != nil {
 			t.Fatal(err)
@@ -128,26 +125,40 @@ func TestVerifierAcceptsNixsContent(t *testing.T) {
 		if err := n.DumpPath(t.Context(), path, &nar); err != nil {
 			t.Fatal(err)
 		}
-		// Written in odd pieces, as a decompressor would.
-		v := NewVerifier(ca)
-		for b := nar.Bytes(); len(b) > 0; {
-			k := min(len(b), 7)
-			v.Write(b[:k])
-			b = b[k:]
+		hash, _ := Hash(path)
+		newVerifier := func() *Verifier { return NewVerifier(ca) }
+		if slices.Contains(infos[0].References, path) {
+			newVerifier = func() *Verifier { return NewSelfVerifier(ca, hash) }
+			// Hashed modulo its own hash part, which it holds.
+			plain := NewVerifier(ca)
+			plain.Write(nar.Bytes())
+			if plain.Check() == nil {
+				t.Errorf("%s: verified without its self-reference zeroed", what)
+			}
 		}
-		if err := v.Check(); err != nil {
-			t.Errorf("%s: %v", what, err)
+		// Written in odd pieces, as a decompressor would; 7 and 31
+		// bytes split the hash part at every offset somewhere.
+		for _, piece := range []int{7, 31, nar.Len()} {
+			v := newVerifier()
+			for b := nar.Bytes(); len(b) > 0; {
+				k := min(len(b), piece)
+				v.Write(b[:k])
+				b = b[k:]
+			}
+			if err := v.Check(); err != nil {
+				t.Errorf("%s in pieces of %d: %v", what, piece, err)
+			}
 		}
 		for _, at := range []int{len(nar.Bytes()) - 20, 100} {
 			forged := bytes.Clone(nar.Bytes())
 			forged[at] ^= 1
-			v := NewVerifier(ca)
+			v := newVerifier()
 			v.Write(forged)
 			if err := v.Check(); !errors.Is(err, ErrInvalid) {
 				t.Errorf("%s with byte %d changed: %v, want refused", what, at, err)
 			}
 		}
-		v = NewVerifier(ca)
+		v := newVerifier()
 		v.Write(nar.Bytes()[:nar.Len()-8])
 		if err := v.Check(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s cut short: %v, want refused", what, err)

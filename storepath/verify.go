@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	stdhash "hash"
+	"io"
 
 	"gradient.dev/gradient/nixbase32"
 )
@@ -22,11 +23,12 @@ import (
 // Check, so a caller can tee a stream into it without the stream's reader
 // mistaking a refusal for a read error.
 //
-// Paths that reference themselves are hashed by Nix modulo their own hash
-// part; Verifier does not do that, so their callers must refuse them.
+// A recursive path that references itself is hashed modulo its own hash
+// part (NewSelfVerifier).
 type Verifier struct {
-	ca  ContentAddress
-	sum stdhash.Hash
+	ca   ContentAddress
+	sum  stdhash.Hash
+	self *rewriter // nil: no self-reference
 	// Single-file NARs: the header still expected (filled up to the
 	// contents' length), the contents left, the padding and trailer.
 	head     []byte
@@ -46,6 +48,55 @@ func NewVerifier(ca ContentAddress) *Verifier {
 		v.head = append(narStrings("nix-archive-1", "(", "type", "regular", "contents"), make([]byte, 8)...)
 	}
 	return v
+}
+
+// NewSelfVerifier returns a Verifier for a recursive ca whose path, of
+// hash part selfHash, references itself: Nix hashes its NAR with every
+// occurrence of selfHash zeroed, then the occurrences' offsets.
+func NewSelfVerifier(ca ContentAddress, selfHash string) *Verifier {
+	v := NewVerifier(ca)
+	if ca.Method == Recursive {
+		v.self = &rewriter{from: []byte(selfHash), out: v.sum}
+	}
+	return v
+}
+
+// rewriter zeroes every occurrence of from in a stream, remembering the
+// offsets, as Nix's HashModuloSink does.
+type rewriter struct {
+	from    []byte
+	out     io.Writer
+	prev    []byte // the tail that may begin an occurrence
+	pos     int64  // bytes passed on
+	matches []int64
+}
+
+func (r *rewriter) write(p []byte) {
+	s := append(r.prev, p...)
+	for j := 0; ; {
+		k := bytes.Index(s[j:], r.from)
+		if k < 0 {
+			break
+		}
+		j += k
+		r.matches = append(r.matches, r.pos+int64(j))
+		clear(s[j : j+len(r.from)])
+		j += len(r.from)
+	}
+	keep := min(len(s), len(r.from)-1)
+	done := len(s) - keep
+	r.out.Write(s[:done])
+	r.pos += int64(done)
+	r.prev = append(make([]byte, 0, len(r.from)), s[done:]...)
+}
+
+func (r *rewriter) finish() {
+	r.out.Write(r.prev)
+	r.pos += int64(len(r.prev))
+	r.prev = nil
+	for _, at := range r.matches {
+		fmt.Fprintf(r.out, "|%d", at)
+	}
 }
 
 // narStrings is the NAR encoding of strings: each a little-endian u64
@@ -72,7 +123,11 @@ func (v *Verifier) Write(p []byte) (int, error) {
 		return n, nil
 	}
 	if v.ca.Method == Recursive {
-		v.sum.Write(p)
+		if v.self != nil {
+			v.self.write(p)
+		} else {
+			v.sum.Write(p)
+		}
 		return n, nil
 	}
 	// The header up to the contents' length field.
@@ -115,6 +170,10 @@ func (v *Verifier) Check() error {
 	}
 	if v.err != nil {
 		return invalid("content address %s: %v", v.ca, v.err)
+	}
+	if v.self != nil {
+		v.self.finish()
+		v.self = nil
 	}
 	got := v.sum.Sum(nil)
 	if !bytes.Equal(got, v.ca.Digest) {
