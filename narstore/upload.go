@@ -25,8 +25,10 @@ type Upload interface {
 	// Written is how many compressed bytes were written so far.
 	Written() int64
 	// Commit decompresses what was written to learn the NAR's hash and
-	// size, lets verify refuse the sums, and makes the object visible.
-	Commit(ctx context.Context, verify func(Object) error) (Object, error)
+	// size, passing the NAR to inspect on the way (if not nil), lets
+	// verify refuse the sums (and what inspect learnt), and makes the
+	// object visible. inspect's Write must not fail.
+	Commit(ctx context.Context, inspect io.Writer, verify func(Object) error) (Object, error)
 	// Abort drops the upload; harmless after Commit or a second Abort.
 	Abort()
 }
@@ -68,7 +70,7 @@ func (u *localUpload) Write(p []byte) (int, error) {
 
 func (u *localUpload) Written() int64 { return u.file.n }
 
-func (u *localUpload) Commit(ctx context.Context, verify func(Object) error) (obj Object, err error) {
+func (u *localUpload) Commit(ctx context.Context, inspect io.Writer, verify func(Object) error) (obj Object, err error) {
 	if u.done {
 		return Object{}, errors.New("nar store: upload already finished")
 	}
@@ -85,9 +87,13 @@ func (u *localUpload) Commit(ctx context.Context, verify func(Object) error) (ob
 		return Object{}, fmt.Errorf("nar store: %w", err)
 	}
 	nar := newCountingHash()
+	var sink io.Writer = nar
+	if inspect != nil {
+		sink = io.MultiWriter(nar, inspect)
+	}
 	dec := decoders.Get().(*zstd.Decoder)
 	if err = dec.Reset(&contextReader{ctx: ctx, r: u.f}); err == nil {
-		_, err = dec.WriteTo(nar)
+		_, err = dec.WriteTo(sink)
 	}
 	dec.Reset(nil) // drop the reference to the file before pooling
 	decoders.Put(dec)

@@ -35,9 +35,9 @@ const (
 // it is a cache peer of; a read-only cache session reads its one cache.
 type cacheScope interface {
 	readable(ctx context.Context) ([]storage.Cache, error)
-	// writable are the caches an upload or Push query of job jobID may
-	// write.
-	writable(ctx context.Context, jobID string) ([]storage.Cache, error)
+	// writable is where an upload or Push query of job jobID may write,
+	// and what.
+	writable(ctx context.Context, jobID string) (writeScope, error)
 }
 
 // workerCacheScope derives the scope from the session's grant on every
@@ -52,26 +52,36 @@ type workerCacheScope struct {
 
 func (w workerCacheScope) readable(ctx context.Context) ([]storage.Cache, error) {
 	w.conn.mu.Lock()
-	projects, caches := slices.Clone(w.conn.grant.Projects), slices.Clone(w.conn.grant.Caches)
+	projects := slices.Clone(w.conn.grant.Projects)
 	w.conn.mu.Unlock()
 	var out []storage.Cache
-	seen := map[string]bool{}
-	add := func(c storage.Cache) {
-		if !seen[c.ID] {
-			seen[c.ID] = true
-			out = append(out, c)
-		}
-	}
 	for _, p := range projects {
 		cs, err := w.db.ProjectCaches(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		for _, c := range cs {
-			add(c)
-		}
+		out = append(out, cs...)
 	}
-	for _, id := range caches {
+	peered, err := w.peerCaches(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, peered...)
+	seen := map[string]bool{}
+	return slices.DeleteFunc(out, func(c storage.Cache) bool {
+		dup := seen[c.ID]
+		seen[c.ID] = true
+		return dup
+	}), nil
+}
+
+// peerCaches are the caches the worker is a cache peer of.
+func (w workerCacheScope) peerCaches(ctx context.Context) ([]storage.Cache, error) {
+	w.conn.mu.Lock()
+	ids := slices.Clone(w.conn.grant.Caches)
+	w.conn.mu.Unlock()
+	var out []storage.Cache
+	for _, id := range ids {
 		c, err := w.db.Cache(ctx, id)
 		if errors.Is(err, storage.ErrNotFound) {
 			continue // deleted since the grant
@@ -79,26 +89,31 @@ func (w workerCacheScope) readable(ctx context.Context) ([]storage.Cache, error)
 		if err != nil {
 			return nil, err
 		}
-		add(c)
+		out = append(out, c)
 	}
 	return out, nil
 }
 
-// writable narrows the readable set to the caches of the job's project
-// when the job loop knows the job (CACHE.md: the job scopes a query), so
-// a worker serving several projects cannot put one project's outputs
-// into another's caches. Jobs the job loop does not know (cache peers,
-// a server without a job loop) keep the whole set the worker may write.
-func (w workerCacheScope) writable(ctx context.Context, jobID string) ([]storage.Cache, error) {
-	if r, ok := w.jobs.(JobProjects); ok && w.live != nil && jobID != "" {
-		if project, ok := r.JobProject(w.live, jobID); ok {
-			if !w.live.Authorized(project) {
-				return nil, nil
+// writable is, for a job the session holds (CACHE.md §4.1: the job scopes
+// an upload), the caches of the job's project and what the job produces,
+// so a worker serving several projects can put neither another project's
+// outputs nor paths its job does not make into a project's caches.
+// Without a held job only the caches the worker is a cache peer of are
+// writable, with any path: their owner registered the worker for them.
+func (w workerCacheScope) writable(ctx context.Context, jobID string) (writeScope, error) {
+	if r, ok := w.jobs.(JobUploads); ok && w.live != nil && jobID != "" {
+		if products, ok := r.JobProducts(w.live, jobID); ok {
+			scope := writeScope{jobID: jobID, job: &products}
+			if !w.live.Authorized(products.Project) {
+				return scope, nil
 			}
-			return w.db.ProjectCaches(ctx, project)
+			var err error
+			scope.caches, err = w.db.ProjectCaches(ctx, products.Project)
+			return scope, err
 		}
 	}
-	return w.readable(ctx)
+	caches, err := w.peerCaches(ctx)
+	return writeScope{jobID: jobID, caches: caches}, err
 }
 
 // oneCacheScope is a read-only cache session's scope.
@@ -107,7 +122,9 @@ type oneCacheScope struct{ cache storage.Cache }
 func (o oneCacheScope) readable(context.Context) ([]storage.Cache, error) {
 	return []storage.Cache{o.cache}, nil
 }
-func (o oneCacheScope) writable(context.Context, string) ([]storage.Cache, error) { return nil, nil }
+func (o oneCacheScope) writable(context.Context, string) (writeScope, error) {
+	return writeScope{}, nil
+}
 
 // cacheConn answers the cache and NAR messages of one connection (a
 // worker session or a read-only cache session). Work that touches the

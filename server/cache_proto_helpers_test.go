@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,10 +21,12 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// cacheProtoEnv is testEnv with a NAR store.
+// cacheProtoEnv is testEnv with a NAR store and, unless the test brings
+// its own job loop, testJobs.
 type cacheProtoEnv struct {
 	*testEnv
 	store *narstore.Local
+	jobs  *testJobs
 }
 
 func newCacheProtoEnv(t testing.TB, db *storage.DB, cfg Config) *cacheProtoEnv {
@@ -33,7 +36,54 @@ func newCacheProtoEnv(t testing.TB, db *storage.DB, cfg Config) *cacheProtoEnv {
 		t.Fatal(err)
 	}
 	cfg.NarStore = store
-	return &cacheProtoEnv{testEnv: newEnv(t, db, cfg), store: store}
+	jobs := &testJobs{jobs: map[string]testJob{}}
+	if cfg.Jobs == nil {
+		cfg.Jobs = jobs
+	}
+	return &cacheProtoEnv{testEnv: newEnv(t, db, cfg), store: store, jobs: jobs}
+}
+
+// produce makes paths outputs of the build job "job" of the env's
+// project, which every session holds: what uploadNar uploads.
+func (e *cacheProtoEnv) produce(paths ...string) {
+	e.jobs.mu.Lock()
+	defer e.jobs.mu.Unlock()
+	j := e.jobs.jobs["job"]
+	j.products.Project, j.products.What = e.project.ID, "build of a test derivation"
+	j.products.Outputs = append(j.products.Outputs, paths...)
+	e.jobs.jobs["job"] = j
+}
+
+// testJobs is a job loop that knows which worker holds each job (every
+// worker if holder is "") and what the job produces.
+type testJobs struct {
+	mu   sync.Mutex
+	jobs map[string]testJob
+}
+
+type testJob struct {
+	holder   string // worker ID
+	products JobProducts
+}
+
+func (*testJobs) SessionStarted(*LiveWorker)                       {}
+func (*testJobs) HandleJobMessage(*LiveWorker, wire.ClientMessage) {}
+func (*testJobs) SessionEnded(*LiveWorker, string)                 {}
+
+func (j *testJobs) JobProducts(w *LiveWorker, id string) (JobProducts, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	job, ok := j.jobs[id]
+	if !ok || (job.holder != "" && job.holder != w.WorkerID) {
+		return JobProducts{}, false
+	}
+	return job.products, true
+}
+
+func (j *testJobs) set(id, holder string, p JobProducts) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.jobs[id] = testJob{holder: holder, products: p}
 }
 
 func (e *cacheProtoEnv) httpURL() string {

@@ -54,7 +54,8 @@ func TestCacheQueryModes(t *testing.T) {
 			t.Fatalf("signature %q does not verify (%v)", (*got.Signatures)[0], err)
 		}
 
-		send(t, w.sess, &wire.CacheQuery{QueryID: "u", Paths: paths[:2], Mode: wire.QueryPush})
+		e.produce(paths[:2]...)
+		send(t, w.sess, &wire.CacheQuery{JobID: "job", QueryID: "u", Paths: paths[:2], Mode: wire.QueryPush})
 		st = recvAs[*wire.CacheStatus](t, w.sess)
 		if len(st.Cached) != 2 || !st.Cached[0].Cached || st.Cached[1].Cached || st.Cached[0].FileSize != nil {
 			t.Fatalf("Push: %+v", st)
@@ -212,6 +213,7 @@ func TestUploadThenServedOverHTTP(t *testing.T) {
 		path := testStorePath("out")
 		nar := randomNar(1<<20 + 12345)
 		c := compressNar(t, nar, dep) // a full-path reference
+		e.produce(path)
 		w := e.projectWorker()
 		grant, out := uploadNar(t, w.sess, 7, path, c)
 		if _, pass := grant.(*wire.GrantPassthrough); !pass || !isOk(out) {
@@ -263,6 +265,7 @@ func TestUploadRejectsCorruption(t *testing.T) {
 			c := compressNar(t, randomNar(700<<10))
 			corrupt(&c)
 			path := testStorePath("bad")
+			e.produce(path)
 			_, out := uploadNar(t, w.sess, uint64(i+1), path, c)
 			if _, rejected := out.(*wire.UploadRejected); !rejected {
 				t.Fatalf("case %d: outcome %+v, want Rejected", i, out)
@@ -283,6 +286,7 @@ func TestConcurrentUploadsOfOnePath(t *testing.T) {
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		e := newCacheProtoEnv(t, db, Config{})
 		path := testStorePath("same")
+		e.produce(path)
 		nar := randomNar(2 << 20)
 		var wg sync.WaitGroup
 		for i := range 3 {
@@ -302,23 +306,13 @@ func TestConcurrentUploadsOfOnePath(t *testing.T) {
 	})
 }
 
-// jobsOf is a job loop that knows the project of each job by name.
-type jobsOf map[string]string
-
-func (jobsOf) SessionStarted(*LiveWorker)                            {}
-func (jobsOf) HandleJobMessage(*LiveWorker, wire.ClientMessage)      {}
-func (jobsOf) SessionEnded(*LiveWorker, string)                      {}
-func (j jobsOf) JobProject(_ *LiveWorker, job string) (string, bool) { p, ok := j[job]; return p, ok }
-
 // A worker serving two projects uploads a job's outputs into the caches
 // of that job's project only.
 func TestUploadsGoToTheJobsProjectCaches(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		ctx := t.Context()
-		jobs := jobsOf{}
-		e := newCacheProtoEnv(t, db, Config{Jobs: jobs})
-		jobs["job"] = e.project.ID
+		e := newCacheProtoEnv(t, db, Config{})
 		other, err := db.CreateCache(ctx, storage.NewCache{Name: "other"})
 		if err != nil {
 			t.Fatal(err)
@@ -332,6 +326,7 @@ func TestUploadsGoToTheJobsProjectCaches(t *testing.T) {
 			e.bare.ID:    e.register(storage.PeerProject, e.bare.ID, id),
 		})
 		path := testStorePath("out")
+		e.produce(path)
 		if _, out := uploadNar(t, w.sess, 1, path, compressNar(t, randomNar(4096))); !isOk(out) {
 			t.Fatalf("upload: %+v", out)
 		}

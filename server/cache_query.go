@@ -46,7 +46,9 @@ func (c *cacheConn) answerQuery(ctx context.Context, q *wire.CacheQuery) (wire.S
 	var caches []storage.Cache
 	var err error
 	if q.Mode == wire.QueryPush {
-		caches, err = c.scope.writable(ctx, q.JobID)
+		var scope writeScope
+		scope, err = c.scope.writable(ctx, q.JobID)
+		caches = scope.caches
 	} else {
 		caches, err = c.scope.readable(ctx)
 	}

@@ -19,8 +19,10 @@ import (
 // UploadCommitted. The worker compressed the NAR; the server stores its
 // bytes as they are and checks them: length and SHA-256 against the
 // metadata's file_size/file_hash, and, after decompressing, nar_size and
-// nar_hash. Eval-cache blobs are answered Skip: §4.2 lists Skip for "blob
-// not wanted", while Rejected would fail the worker's job.
+// nar_hash. What a session may upload, and where, is its job's
+// (cache_upload_scope.go): checked before the grant and again, with the
+// content, at the commit. Eval-cache blobs are answered Skip: §4.2 lists
+// Skip for "blob not wanted", while Rejected would fail the worker's job.
 
 // errUploadMismatch marks a verification failure: Rejected, not Retry.
 var errUploadMismatch = errors.New("upload does not match its metadata")
@@ -98,15 +100,17 @@ func (us *uploads) request(m *wire.UploadRequest) {
 // wait for another upload of the same path.
 func (us *uploads) grant(u *upload) {
 	c := us.c
-	caches, err := c.scope.writable(u.ctx, u.jobID)
-	if err == nil && len(caches) == 0 {
-		us.fail(u, &wire.UploadRejected{Reason: "this worker may write no cache"})
-		return
-	}
+	scope, err := c.scope.writable(u.ctx, u.jobID)
 	if err != nil {
 		us.fail(u, &wire.UploadRetry{Reason: "cache lookup failed"})
 		return
 	}
+	if reason := scope.refusal(u.storePath); reason != "" {
+		c.log.Warn("upload rejected", "path", u.storePath, "job", u.jobID, "reason", reason)
+		us.fail(u, &wire.UploadRejected{Reason: reason})
+		return
+	}
+	caches := scope.caches
 	lease, _, err := c.s.uploadLeases.acquire(u.ctx, u.hash)
 	if err != nil {
 		return // cancelled; whoever cancelled answered
@@ -120,7 +124,7 @@ func (us *uploads) grant(u *upload) {
 	u.lease = lease
 	us.mu.Unlock()
 	// Stored already (maybe by the upload we waited for): record it in
-	// every writable cache and skip.
+	// every cache of the scope and skip.
 	found, err := c.lookup(u.ctx, caches, []string{u.storePath})
 	if err == nil && len(found[u.storePath]) > 0 {
 		if err = c.s.recordInCaches(u.ctx, found[u.storePath][0], caches); err == nil {
@@ -223,7 +227,7 @@ func (us *uploads) maybeCommit(u *upload) {
 }
 
 // commit verifies the staged bytes, makes the object visible and records
-// the path in every writable cache.
+// the path in every cache of the upload's scope.
 func (us *uploads) commit(u *upload) {
 	c := us.c
 	defer u.cancel()
@@ -255,6 +259,19 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	if err := checkPathMetadata(u.storePath, meta.References, deriver, ca); err != nil {
 		return reject("metadata: " + err.Error())
 	}
+	// The scope again: the job may have ended, or the grant changed.
+	scope, err := c.scope.writable(u.ctx, u.jobID)
+	if err != nil {
+		u.w.Abort()
+		return &wire.UploadRetry{Reason: "cache lookup failed"}, false
+	}
+	if reason := scope.refusal(u.storePath); reason != "" {
+		return reject(reason)
+	}
+	check, err := scope.certify(u.storePath, meta)
+	if err != nil {
+		return reject(err.Error())
+	}
 	fileHash, err := parseSHA256(meta.FileHash)
 	if err != nil {
 		return reject("file_hash: " + err.Error())
@@ -266,7 +283,7 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	if got := u.w.Written(); uint64(got) != meta.FileSize {
 		return reject(fmt.Sprintf("received %d bytes, file_size says %d", got, meta.FileSize))
 	}
-	obj, err := u.w.Commit(u.ctx, func(o narstore.Object) error {
+	obj, err := u.w.Commit(u.ctx, check.inspect(), func(o narstore.Object) error {
 		switch {
 		case o.FileHash != fileHash:
 			return fmt.Errorf("%w: file hash is %s, metadata says %s", errUploadMismatch, o.FileHashText(), meta.FileHash)
@@ -275,7 +292,7 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 		case o.NarHash != narHash:
 			return fmt.Errorf("%w: NAR hash is %s, metadata says %s", errUploadMismatch, o.NarHashText(), meta.NarHash)
 		}
-		return nil
+		return check.verify(o)
 	})
 	switch {
 	case errors.Is(err, errUploadMismatch) || errors.Is(err, narstore.ErrCorrupt):
@@ -284,14 +301,10 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 		c.log.Warn("upload: commit failed", "path", u.storePath, "error", err)
 		return &wire.UploadRetry{Reason: "storage error"}, false
 	}
-	caches, err := c.scope.writable(u.ctx, u.jobID)
-	if err != nil {
-		return &wire.UploadRetry{Reason: "cache lookup failed"}, false
-	}
 	row := storage.CachePath{StorePath: u.storePath, NarHash: obj.NarHashText(), NarSize: obj.NarSize,
 		FileHash: obj.FileHashText(), FileSize: obj.FileSize, Compression: narstore.Compression,
 		References: meta.References, Deriver: deriver, CA: ca, ObjectKey: obj.Key}
-	for _, cache := range caches {
+	for _, cache := range scope.caches {
 		row.CacheID = cache.ID
 		_, _, err := c.s.db.PutCachePath(u.ctx, row)
 		if errors.Is(err, storage.ErrInvalid) {

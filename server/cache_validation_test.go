@@ -81,6 +81,7 @@ func TestWorkerUploadRefusesBadMetadata(t *testing.T) {
 			if path == "" {
 				path = testStorePath("bad")
 			}
+			e.produce(path)
 			if c.reference != "" {
 				up.meta.References = []string{c.reference}
 			}

@@ -30,12 +30,28 @@ type JobLoop interface {
 	SessionEnded(w *LiveWorker, reason string)
 }
 
-// JobProjects is implemented by a JobLoop that knows which project each
-// job it handed out belongs to; the cache then scopes a job's uploads to
-// that project's caches.
-type JobProjects interface {
-	// JobProject is the project of jobID if w holds it.
-	JobProject(w *LiveWorker, jobID string) (project string, ok bool)
+// JobUploads is implemented by a JobLoop that knows the jobs it handed
+// out. The cache accepts a worker's uploads only for a job the session
+// holds, only of what that job produces, and only into the caches of the
+// job's project; without it a worker may write only the caches it is a
+// cache peer of.
+type JobUploads interface {
+	// JobProducts is what jobID may upload if w holds it.
+	JobProducts(w *LiveWorker, jobID string) (JobProducts, bool)
+}
+
+// JobProducts is what a running job may upload.
+type JobProducts struct {
+	Project string
+	// What names the job in refusals ("build of /nix/store/…drv").
+	What string
+	// Outputs are a build job's output paths, known before it runs.
+	Outputs []string
+	// ContentAddressed: the job may also upload self-certifying paths,
+	// whose content the server checks against their CA field. A fetch's
+	// sources and an evaluation's .drv files and sources are known only
+	// once made, but Nix content-addresses all of them.
+	ContentAddressed bool
 }
 
 // isJobMessage: messages the JobLoop receives.

@@ -106,26 +106,12 @@ var hashSizes = map[string]int{"md5": 16, "sha1": 20, "sha256": 32, "sha512": 64
 // text:sha256:<hash>, fixed:<algo>:<hash> or fixed:r:<algo>:<hash>, the
 // hash in nix32, hex or base64 of the algorithm's digest length.
 func CheckCA(ca string) error {
-	method, rest, _ := strings.Cut(ca, ":")
-	switch method {
-	case "text":
-		algo, digest, _ := strings.Cut(rest, ":")
-		if algo != "sha256" {
-			return invalid("CA %q: text content addresses use sha256", clip(ca))
-		}
-		return checkDigest(ca, algo, digest)
-	case "fixed":
-		rest = strings.TrimPrefix(rest, "r:")
-		algo, digest, _ := strings.Cut(rest, ":")
-		if _, ok := hashSizes[algo]; !ok {
-			return invalid("CA %q: unknown hash algorithm %q (md5, sha1, sha256, sha512)", clip(ca), clip(algo))
-		}
-		return checkDigest(ca, algo, digest)
-	}
-	return invalid("CA %q: want text:sha256:<hash>, fixed:<algo>:<hash> or fixed:r:<algo>:<hash>", clip(ca))
+	_, err := ParseCA(ca)
+	return err
 }
 
-func checkDigest(ca, algo, digest string) error {
+// decodeDigest reads a digest of algo in nix32, hex or base64.
+func decodeDigest(ca, algo, digest string) ([]byte, error) {
 	size := hashSizes[algo]
 	var raw []byte
 	var err error
@@ -140,9 +126,9 @@ func checkDigest(ca, algo, digest string) error {
 		err = errors.New("wrong length")
 	}
 	if err != nil || len(raw) != size {
-		return invalid("CA %q: %q is not a %s digest (nix32, hex or base64)", clip(ca), clip(digest), algo)
+		return nil, invalid("CA %q: %q is not a %s digest (nix32, hex or base64)", clip(ca), clip(digest), algo)
 	}
-	return nil
+	return raw, nil
 }
 
 // clip keeps error messages short when the input is not.

@@ -37,16 +37,17 @@ func sha256Nix(b []byte) string {
 	return "sha256:" + nixbase32.Encode(sum[:])
 }
 
-// dialCacheWorker connects a worker of the project to the real server and
-// feeds its session's messages to a new CacheClient. chunks counts the
-// UploadChunk frames it sent.
+// dialCacheWorker connects a cache peer of the projects' cache to the
+// real server (it may upload without a job) and feeds its session's
+// messages to a new CacheClient. chunks counts the UploadChunk frames it
+// sent.
 func dialCacheWorker(t *testing.T, r *realServer) (*CacheClient, *atomic.Int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
 	workerID := storage.NewID()
-	tokens := map[string]string{r.project.ID: r.register(r.project.ID, workerID)}
+	tokens := map[string]string{r.cache.ID: r.registerAs(storage.Peer{Kind: storage.PeerCache, ID: r.cache.ID}, workerID)}
 	tr, err := session.Dial(ctx, r.url, session.DialOptions{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

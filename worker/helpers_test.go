@@ -241,6 +241,7 @@ type realServer struct {
 	logs    *lockedBuffer
 	project storage.Project
 	second  storage.Project
+	cache   storage.Cache // both projects'
 }
 
 func newRealServer(t *testing.T, db *storage.DB, cfg server.Config) *realServer {
@@ -256,6 +257,7 @@ func newRealServer(t *testing.T, db *storage.DB, cfg server.Config) *realServer 
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.cache = cache
 	for i, p := range []*storage.Project{&r.project, &r.second} {
 		name := []string{"web", "api"}[i]
 		if *p, err = db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: name, Repository: "https://example.invalid/" + name + ".git", Branch: "main"}); err != nil {
@@ -298,7 +300,12 @@ func (r *realServer) stop() {
 
 func (r *realServer) register(projectID, workerID string) string {
 	r.t.Helper()
-	_, token, err := r.db.CreateRegistration(r.t.Context(), storage.Peer{Kind: storage.PeerProject, ID: projectID}, workerID, storage.DefaultWorkerSettings())
+	return r.registerAs(storage.Peer{Kind: storage.PeerProject, ID: projectID}, workerID)
+}
+
+func (r *realServer) registerAs(peer storage.Peer, workerID string) string {
+	r.t.Helper()
+	_, token, err := r.db.CreateRegistration(r.t.Context(), peer, workerID, storage.DefaultWorkerSettings())
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -66,7 +66,8 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 		PeerID   string `json:"peer_id"`
 		Token    string `json:"token"`
 	}
-	admin.must(201, "POST", "/api/v1/registrations", map[string]any{"peer_kind": "project", "peer": "ops/web"}, &cred)
+	// A cache peer: without a job, only a cache's own peers may upload.
+	admin.must(201, "POST", "/api/v1/registrations", map[string]any{"peer_kind": "cache", "peer": "main"}, &cred)
 	tokens := map[string]string{cred.PeerID: cred.Token}
 
 	// A few MiB of incompressible NAR: many bulk chunks.

@@ -826,17 +826,3 @@ func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
 	s.log.Info("evaluation cancelled", "evaluation", evalID, "aborted_jobs", len(aborts))
 	return s.reload(ctx)
 }
-
-var _ server.JobProjects = (*Scheduler)(nil)
-
-// JobProject implements server.JobProjects: the project of a job the
-// session holds, so its uploads go to that project's caches only.
-func (s *Scheduler) JobProject(w *server.LiveWorker, jobID string) (string, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.running[jobID]
-	if a == nil || a.session != w.Session {
-		return "", false
-	}
-	return a.job.ProjectID, true
-}

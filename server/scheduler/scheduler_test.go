@@ -552,23 +552,6 @@ func TestCachedOutputsAreNotRebuilt(t *testing.T) {
 	}
 }
 
-// The cache scopes a job's uploads by its project: the scheduler names
-// the project of jobs a session holds, and of no other.
-func TestJobProjectOfHeldJobs(t *testing.T) {
-	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
-	e.evaluate(leaf("one"))
-	w := e.worker([]string{e.project}, allCaps, x86)
-	other := e.worker([]string{e.project}, allCaps, x86)
-	w.send(&wire.RequestJob{Kind: wire.JobKindBuild})
-	a := w.mustAssigned("build")
-	if p, ok := e.sched.JobProject(w.live, a.JobID); !ok || p != e.project {
-		t.Errorf("JobProject of a held job = %q, %v; want %s", p, ok, e.project)
-	}
-	if _, ok := e.sched.JobProject(other.live, a.JobID); ok {
-		t.Error("another session was told the project of a job it does not hold")
-	}
-}
-
 // On PostgreSQL a build's completion is recorded beside its session, and
 // concurrent completions share statements: many workers completing at
 // once (each report twice) still record every build once, ready the

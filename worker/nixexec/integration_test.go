@@ -51,6 +51,9 @@ type scriptedLoop struct {
 	wants   map[string]map[wire.JobKind]int
 	queue   []queued
 	reports chan report
+	project string // every job's
+	// held are the jobs handed out and not yet ended, by job ID.
+	held map[string]queued
 }
 
 type queued struct {
@@ -64,7 +67,8 @@ type report struct {
 }
 
 func newScriptedLoop() *scriptedLoop {
-	return &scriptedLoop{workers: map[string]*server.LiveWorker{}, wants: map[string]map[wire.JobKind]int{}, reports: make(chan report, 4096)}
+	return &scriptedLoop{workers: map[string]*server.LiveWorker{}, wants: map[string]map[wire.JobKind]int{}, reports: make(chan report, 4096),
+		held: map[string]queued{}}
 }
 
 func (l *scriptedLoop) SessionStarted(w *server.LiveWorker) {
@@ -90,7 +94,42 @@ func (l *scriptedLoop) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessa
 		l.mu.Unlock()
 		return
 	}
+	switch m := m.(type) {
+	case *wire.JobCompleted:
+		l.end(m.JobID)
+	case *wire.JobFailed:
+		l.end(m.JobID)
+	}
 	l.reports <- report{w.WorkerID, m}
+}
+
+func (l *scriptedLoop) end(jobID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.held, jobID)
+}
+
+// JobProducts lets the server take a held job's uploads: a flake job's
+// content-addressed paths, a build's outputs as its BuildSpecs name them.
+func (l *scriptedLoop) JobProducts(w *server.LiveWorker, jobID string) (server.JobProducts, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q, ok := l.held[jobID]
+	if !ok || q.workerID != w.WorkerID {
+		return server.JobProducts{}, false
+	}
+	p := server.JobProducts{Project: l.project, What: "scripted job " + jobID}
+	build, ok := q.job.Job.(*wire.BuildJob)
+	if !ok {
+		p.ContentAddressed = true
+		return p, true
+	}
+	for _, spec := range build.Builds {
+		for _, o := range spec.Outputs {
+			p.Outputs = append(p.Outputs, o.Path)
+		}
+	}
+	return p, true
 }
 
 // enqueue queues a job for workerID.
@@ -112,6 +151,7 @@ func (l *scriptedLoop) assignLocked() {
 			return false
 		}
 		l.wants[q.workerID][kind]--
+		l.held[q.job.JobID] = q
 		w.Send(q.job)
 		return true
 	})
@@ -191,6 +231,7 @@ func startServer(t *testing.T) *testWorld {
 	loop := newScriptedLoop()
 	url, _ := testworld.Serve(t, db, server.Config{Jobs: loop})
 	project, _ := testworld.Project(t, db, "https://example.invalid/web.git")
+	loop.project = project.ID
 	return &testWorld{loop: loop, db: db, url: url, project: project}
 }
 
@@ -214,7 +255,7 @@ func (tw *testWorld) startWorker(t *testing.T, caps wire.GradientCapabilities, a
 func buildJob(id string, drv wire.DiscoveredDerivation, timeout, maxSilent *uint64) *wire.AssignJob {
 	return &wire.AssignJob{JobID: id, AssignmentID: id + "-a1", Job: &wire.BuildJob{
 		Builds: []wire.BuildSpec{{BuildID: "build-" + id, DrvPath: drv.DrvPath, Kind: wire.BuildSpecBuild,
-			Outputs: []wire.DerivationOutput{}, TimeoutSecs: timeout, MaxSilentSecs: maxSilent}},
+			Outputs: drv.Outputs, TimeoutSecs: timeout, MaxSilentSecs: maxSilent}},
 		Requirement: wire.BuildRequirement{Architecture: drv.Architecture, RequiredFeatures: []string{}},
 	}}
 }
