@@ -150,3 +150,28 @@ func TestReferenceVariableNames(t *testing.T) {
 func workerCommand() *cli.Command {
 	return command(&options{}, &rawOptions{}, servicecli.NewEnv(envOf(nil)), &servicecli.Logging{})
 }
+
+// The start-up line shows where secrets come from, never the secrets: the
+// server URL's password and the inline peers' tokens stay out.
+func TestStartupLineHidesSecrets(t *testing.T) {
+	token := strings.Repeat("9", worker.PeerTokenLength)
+	opts, err := parseOptions([]string{"--server-url", "wss://ci:url-password@ci.example/proto", "--peers", "team:" + token,
+		"--discoverable", "--insecure-listen", "--port", "4200"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	logStart(slog.New(slog.NewTextHandler(&logs, nil)), opts, worker.Config{WorkerID: "w-1"})
+	line := logs.String()
+	for _, secret := range []string{"url-password", token} {
+		if strings.Contains(line, secret) {
+			t.Errorf("start-up line shows %q: %s", secret, line)
+		}
+	}
+	for _, want := range []string{"gradient-worker starting", "server_url=wss://ci:xxxxx@ci.example/proto", "worker_id=w-1",
+		"inline_peers=true", "listen=127.0.0.1:4200", "tls=false", "capabilities.build=true"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("start-up line lacks %q: %s", want, line)
+		}
+	}
+}
