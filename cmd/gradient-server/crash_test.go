@@ -39,11 +39,7 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 	}
 	const adminToken = "crash-test-admin-token"
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "gradient-server")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildServer(t)
 	dataDir, narDir := filepath.Join(tmp, "data"), filepath.Join(tmp, "nar")
 	tokenFile := filepath.Join(tmp, "admin.token")
 	if err := os.WriteFile(tokenFile, []byte(adminToken+"\n"), 0o600); err != nil {
@@ -180,13 +176,29 @@ type childServer struct {
 	exited chan struct{}
 }
 
+// buildServer builds the binary into the test's temporary directory.
+func buildServer(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "gradient-server")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // startChild runs the binary and waits for its "listening" log line, which
 // carries the bound address (it listens on port 0).
 func startChild(t *testing.T, bin string, args ...string) *childServer {
 	t.Helper()
+	return startChildWithEnv(t, bin, append(os.Environ(), "CI=true"), args...)
+}
+
+// startChildWithEnv is startChild with exactly the environment env.
+func startChildWithEnv(t *testing.T, bin string, env []string, args ...string) *childServer {
+	t.Helper()
 	log := &lineLog{listening: make(chan string, 1)}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "CI=true")
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = io.Discard, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -326,7 +338,13 @@ func dialWorker(t *testing.T, wsURL, workerID string, tokens map[string]string) 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
+	// A 503 passes once the server has seen an earlier connection close
+	// and freed its slot.
 	tr, err := session.Dial(ctx, wsURL, session.DialOptions{Logger: quiet})
+	for err != nil && strings.Contains(err.Error(), "(HTTP 503)") && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+		tr, err = session.Dial(ctx, wsURL, session.DialOptions{Logger: quiet})
+	}
 	if err != nil {
 		t.Fatalf("dial %s: %v", wsURL, err)
 	}

@@ -6,14 +6,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"gradient.dev/gradient/internal/gctune"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"gradient.dev/gradient/internal/gctune"
+	"gradient.dev/gradient/internal/servicecli"
 )
 
 func main() {
@@ -24,10 +25,10 @@ func main() {
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, servicecli.ErrHelp):
 		os.Exit(0)
 	case errors.Is(err, errUsage):
-		os.Exit(2) // the flag package or parseOptions already said why
+		os.Exit(2) // parseOptions already said why
 	default:
 		fmt.Fprintf(os.Stderr, "gradient-server: %v\n", err)
 		os.Exit(1)

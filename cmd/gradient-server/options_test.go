@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"io"
 	"log/slog"
 	"os"
@@ -11,6 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"gradient.dev/gradient/internal/clitest"
+	"gradient.dev/gradient/internal/servicecli"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -24,7 +28,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := options{Listen: "127.0.0.1:3000", Database: "./gradient-data", HeartbeatTimeout: 120 * time.Second,
 		PollInterval: time.Minute, MaxConnections: 256, BuildDefaultTimeoutSecs: 14400, BuildDefaultMaxSilentSecs: 3600,
-		AuthFailures: 30, HandshakesPerIP: 32, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		AuthFailures: 30, HandshakesPerIP: 32, AnonymousCache: true, AnonymousCachePerIP: 32, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -44,7 +48,8 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	}
 	want := options{Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
 		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, AllowLocalRepositories: true, MaxConnections: 10,
-		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, Federate: true, AuthFailures: 5, HandshakesPerIP: 32, LogLevel: slog.LevelDebug, LogFormat: "json"}
+		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, Federate: true, AuthFailures: 5, HandshakesPerIP: 32,
+		AnonymousCache: true, AnonymousCachePerIP: 32, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if opts != want {
 		t.Errorf("environment: got %+v, want %+v", opts, want)
 	}
@@ -56,7 +61,8 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = options{Listen: "127.0.0.1:5000", Database: "/data", AdminToken: "from-flag",
-		HeartbeatTimeout: 0, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, HandshakesPerIP: 32, LogLevel: slog.LevelWarn, LogFormat: "text"}
+		HeartbeatTimeout: 0, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, HandshakesPerIP: 32,
+		AnonymousCache: true, AnonymousCachePerIP: 32, LogLevel: slog.LevelWarn, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("flags: got %+v, want %+v", opts, want)
 	}
@@ -115,7 +121,10 @@ func TestBadOptions(t *testing.T) {
 		{[]string{"--log-format", "xml"}, nil, "log-format"},
 		{[]string{"--build-default-timeout-secs", "-1"}, nil, "build-default-timeout-secs"},
 		{nil, map[string]string{"GRADIENT_BUILD_DEFAULT_MAX_SILENT_SECS": "1h"}, "build-default-max-silent-secs"},
-		{[]string{"--proto-federate", "maybe"}, nil, "proto-federate"},
+		{[]string{"--proto-federate=maybe"}, nil, "proto-federate"},
+		{nil, map[string]string{"GRADIENT_PROTO_MAX_CONNECTIONS": "many"}, "GRADIENT_PROTO_MAX_CONNECTIONS"},
+		{[]string{"--proto-anonymous-cache-max-connections-per-ip", "0"}, nil, "proto-anonymous-cache-max-connections-per-ip"},
+		{[]string{"--proto-federate", "true"}, nil, "--proto-federate=true"},
 		{[]string{"--no-such-flag"}, nil, "not defined"},
 		{[]string{"extra"}, nil, "unexpected argument"},
 	} {
@@ -143,15 +152,53 @@ func TestBuildLimitsReachTheJobLoop(t *testing.T) {
 func TestHelpNamesEveryEnvironmentVariable(t *testing.T) {
 	var stderr bytes.Buffer
 	_, err := parseOptions([]string{"-h"}, envOf(map[string]string{"GRADIENT_ADMIN_TOKEN": "do-not-print"}), &stderr)
-	if !errors.Is(err, flag.ErrHelp) {
+	if !errors.Is(err, servicecli.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, s := range allSettings {
-		if !strings.Contains(stderr.String(), "--"+s.Flag+" (env "+s.Env+")") {
-			t.Errorf("help lacks --%s / %s:\n%s", s.Flag, s.Env, stderr.String())
-		}
-	}
+	clitest.HelpListsEveryVariable(t, serverCommand(), stderr.String())
 	if strings.Contains(stderr.String(), "do-not-print") {
 		t.Error("help shows the admin token from the environment")
 	}
+}
+
+// Every flag can be set by a variable (the NixOS modules set nothing else).
+func TestEveryFlagHasAVariable(t *testing.T) {
+	clitest.EveryFlagHasAVariable(t, serverCommand())
+}
+
+// The reference's variable names set the options they name there; where
+// ours exists too, ours is listed first and wins.
+func TestReferenceVariableNames(t *testing.T) {
+	opts, err := parseOptions(nil, envOf(map[string]string{
+		"GRADIENT_PROTO_WORKER_HEARTBEAT_TIMEOUT_SECS": "7", "GRADIENT_PROTO_MAX_CONNECTIONS": "9",
+		"GRADIENT_PROTO_FEDERATE": "true", "GRADIENT_PROTO_ANONYMOUS_CACHE_ENABLE": "false",
+		"GRADIENT_PROTO_ANONYMOUS_CACHE_MAX_CONNECTIONS_PER_IP": "4",
+		"GRADIENT_BUILD_DEFAULT_TIMEOUT_SECS":                   "600", "GRADIENT_BUILD_DEFAULT_MAX_SILENT_SECS": "60",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.HeartbeatTimeout != 7*time.Second || opts.MaxConnections != 9 || !opts.Federate || opts.AnonymousCache ||
+		opts.AnonymousCachePerIP != 4 || opts.BuildDefaultTimeoutSecs != 600 || opts.BuildDefaultMaxSilentSecs != 60 {
+		t.Errorf("reference names: %+v", opts)
+	}
+	opts, err = parseOptions(nil, envOf(map[string]string{
+		"GRADIENT_HEARTBEAT_TIMEOUT": "30s", "GRADIENT_PROTO_WORKER_HEARTBEAT_TIMEOUT_SECS": "7",
+		"GRADIENT_MAX_CONNECTIONS": "5", "GRADIENT_PROTO_MAX_CONNECTIONS": "9",
+	}), io.Discard)
+	if err != nil || opts.HeartbeatTimeout != 30*time.Second || opts.MaxConnections != 5 {
+		t.Errorf("both names set: %+v, %v; want ours (30s, 5)", opts, err)
+	}
+	// The reference's options are flags too.
+	opts, err = parseOptions([]string{"--proto-anonymous-cache-enable=false", "--proto-anonymous-cache-max-connections-per-ip", "3",
+		"--proto-max-connections", "2", "--proto-federate"}, envOf(nil), io.Discard)
+	if err != nil || opts.AnonymousCache || opts.AnonymousCachePerIP != 3 || opts.MaxConnections != 2 || !opts.Federate {
+		t.Errorf("reference flags: %+v, %v", opts, err)
+	}
+}
+
+// serverCommand is the server's command tree as the binary builds it.
+func serverCommand() *cli.Command {
+	cmd, _ := command(&options{}, servicecli.NewEnv(envOf(nil)), &servicecli.Logging{})
+	return cmd
 }

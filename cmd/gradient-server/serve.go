@@ -90,11 +90,14 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		HeartbeatTimeout: heartbeat,
 		MaxConnections:   opts.MaxConnections,
 		HandshakesPerIP:  opts.HandshakesPerIP,
-		Federate:         opts.Federate,
-		AdminTokenHash:   adminHash,
-		DialKey:          dialKey,
-		Logger:           log,
-		PollInterval:     opts.PollInterval,
+
+		DisableAnonymousCache:       !opts.AnonymousCache,
+		AnonymousCacheSessionsPerIP: opts.AnonymousCachePerIP,
+		Federate:                    opts.Federate,
+		AdminTokenHash:              adminHash,
+		DialKey:                     dialKey,
+		Logger:                      log,
+		PollInterval:                opts.PollInterval,
 
 		AllowLocalRepositories: opts.AllowLocalRepositories,
 
@@ -115,9 +118,15 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	}
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(ln) }()
+	// One line with what the server runs with; never a secret (the
+	// database location is logged redacted by storage.Open).
 	log.Info("gradient-server listening", "address", ln.Addr().String(),
-		"heartbeat_timeout", opts.HeartbeatTimeout, "max_connections", opts.MaxConnections,
-		"admin_api", adminHash != "", "dials_workers", dialKey != nil)
+		"database_engine", db.Engine(), "nar_dir", narDir(opts), "dial_key", dialKey != nil, "admin_api", adminHash != "",
+		"heartbeat_timeout", opts.HeartbeatTimeout.String(), "max_connections", opts.MaxConnections,
+		"max_handshakes_per_ip", opts.HandshakesPerIP, "anonymous_cache", opts.AnonymousCache,
+		"anonymous_cache_per_ip", opts.AnonymousCachePerIP, "auth_failures_per_minute", opts.AuthFailures,
+		"build_default_timeout_secs", opts.BuildDefaultTimeoutSecs, "build_default_max_silent_secs", opts.BuildDefaultMaxSilentSecs,
+		"federate", opts.Federate, "poll_interval", opts.PollInterval.String(), "allow_local_repositories", opts.AllowLocalRepositories)
 	if ready != nil {
 		ready(ln.Addr())
 	}

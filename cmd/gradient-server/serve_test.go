@@ -141,7 +141,7 @@ func TestServeStartsAndStops(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line is not JSON: %q", line)
 		}
-		sawListening = sawListening || rec["msg"] == "gradient-server listening" && rec["dials_workers"] == true
+		sawListening = sawListening || rec["msg"] == "gradient-server listening" && rec["dial_key"] == true
 		sawStopped = sawStopped || rec["msg"] == "stopped"
 	}
 	if !sawListening || !sawStopped {

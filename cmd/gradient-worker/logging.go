@@ -4,10 +4,10 @@ import (
 	"io"
 	"log/slog"
 
-	"gradient.dev/gradient/internal/envflag"
+	"gradient.dev/gradient/internal/servicecli"
 )
 
 // newLogger is the process's structured logger on stderr.
 func newLogger(opts options, stderr io.Writer) *slog.Logger {
-	return envflag.NewLogger(opts.LogLevel, opts.LogFormat, stderr)
+	return servicecli.NewLogger(opts.LogLevel, opts.LogFormat, stderr)
 }

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"gradient.dev/gradient/gitsource"
+	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/wire"
@@ -29,7 +30,7 @@ func main() {
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, servicecli.ErrHelp):
 		os.Exit(0)
 	case errors.Is(err, errUsage):
 		os.Exit(2)
@@ -67,6 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	cfg.Executor = executor
 	cfg.Metrics = metrics.NewRegistry()
+	logStart(log, opts, cfg)
 	w, err := worker.New(cfg)
 	if err != nil {
 		return err
@@ -79,6 +81,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		defer stop()
 	}
 	return w.Run(ctx)
+}
+
+// logStart is the one line saying what the worker runs with: paths of
+// files with secrets, never their contents or inline tokens.
+func logStart(log *slog.Logger, opts options, cfg worker.Config) {
+	attrs := []any{"server_url", gitsource.Redact(opts.ServerURL), "worker_id", cfg.WorkerID,
+		slog.Group("capabilities", "fetch", opts.Fetch, "eval", opts.Eval, "build", opts.Build, "federate", opts.Federate), "build_slots", opts.MaxBuilds, "eval_slots", opts.MaxEvals,
+		"architectures", opts.Architectures, "system_features", opts.SystemFeatures,
+		"peers_file", opts.PeersFile, "inline_peers", opts.Peers != "", "accepted_server_tokens_file", opts.AcceptedTokenFile,
+		"discoverable", opts.Discoverable}
+	if opts.Discoverable {
+		attrs = append(attrs, "listen", opts.ListenAddr, "tls", !opts.InsecureListen)
+	}
+	attrs = append(attrs, "metrics_addr", opts.MetricsAddr, "gcroots_dir", opts.GCRootsDir,
+		"log_burst_bytes_per_min", opts.LogBurstPerMin, "log_sustained_bytes_per_hour", opts.LogSustainedPerHour,
+		"allow_local_repositories", opts.AllowLocalRepositories)
+	log.Info("gradient-worker starting", attrs...)
 }
 
 // serveMetrics serves the worker's series at http://addr/metrics until

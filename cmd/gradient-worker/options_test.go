@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -9,6 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/urfave/cli/v3"
+
+	"gradient.dev/gradient/internal/clitest"
+	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/worker"
 )
 
@@ -55,7 +60,9 @@ func TestInvalidOptions(t *testing.T) {
 		{"--server-url", "http://x/proto"}, // not a WebSocket URL
 		{"--server-url", "ws://x/proto", "--capabilities-build", "maybe"},
 		{"--server-url", "ws://x/proto", "--build-max-concurrent", "0"},
-		{"--discoverable", "true"}, // no TLS and no --insecure-listen
+		{"--discoverable"}, // no TLS and no --insecure-listen
+		{"--server-url", "ws://x/proto", "--port", "70000"},
+		{"--discoverable", "true", "--insecure-listen"}, // a boolean flag takes no separate value
 	} {
 		var stderr strings.Builder
 		if _, err := parseOptions(args, envOf(nil), &stderr); err != errUsage || stderr.Len() == 0 {
@@ -83,5 +90,88 @@ func TestWorkerConfigCreatesIdentity(t *testing.T) {
 	}
 	if _, err := workerConfig(opts, slog.New(slog.DiscardHandler)); err == nil {
 		t.Fatal("an invalid worker-id file must stop the start")
+	}
+}
+
+// A boolean flag alone means true, as in every other tool (issue 15:
+// "--discoverable --insecure-listen" failed with "want true or false").
+func TestBareBooleanFlags(t *testing.T) {
+	opts, err := parseOptions([]string{"--discoverable", "--insecure-listen", "--port", "4100", "--capabilities-eval=false"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !opts.Discoverable || !opts.InsecureListen || opts.ListenAddr != "127.0.0.1:4100" || opts.Eval || !opts.Build {
+		t.Errorf("got %+v", opts)
+	}
+	var stderr strings.Builder
+	if _, err := parseOptions([]string{"--discoverable", "true", "--insecure-listen"}, envOf(nil), &stderr); err != errUsage ||
+		!strings.Contains(stderr.String(), "--discoverable takes no separate value") {
+		t.Errorf("--discoverable true: %v, stderr %q", err, stderr.String())
+	}
+}
+
+func TestEveryFlagHasAVariable(t *testing.T) {
+	clitest.EveryFlagHasAVariable(t, workerCommand())
+}
+
+func TestHelpNamesEveryEnvironmentVariable(t *testing.T) {
+	var stderr strings.Builder
+	if _, err := parseOptions([]string{"--help"}, envOf(map[string]string{"GRADIENT_WORKER_PEERS": "p:do-not-print"}), &stderr); !errors.Is(err, servicecli.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	clitest.HelpListsEveryVariable(t, workerCommand(), stderr.String())
+	if strings.Contains(stderr.String(), "do-not-print") {
+		t.Error("help shows the inline peers from the environment")
+	}
+}
+
+// The reference's NixOS module sets these names; each reaches its option.
+func TestReferenceVariableNames(t *testing.T) {
+	peers := filepath.Join(t.TempDir(), "peers")
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	opts, err := parseOptions(nil, envOf(map[string]string{
+		"GRADIENT_WORKER_CAPABILITIES_FETCH": "false", "GRADIENT_WORKER_CAPABILITIES_EVAL": "false",
+		"GRADIENT_WORKER_CAPABILITIES_BUILD": "true", "GRADIENT_WORKER_CAPABILITIES_FEDERATE": "true",
+		"GRADIENT_WORKER_PEERS_FILE": peers, "GRADIENT_WORKER_ACCEPTED_SERVER_TOKENS_FILE": tokens,
+		"GRADIENT_WORKER_DISCOVERABLE": "true", "GRADIENT_WORKER_PORT": "3999", "GRADIENT_WORKER_LISTEN_ADDR": "0.0.0.0",
+		"GRADIENT_WORKER_INSECURE_LISTEN":      "true",
+		"GRADIENT_WORKER_BUILD_MAX_CONCURRENT": "32", "GRADIENT_WORKER_EVAL_MAX_CONCURRENT": "3",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Fetch || opts.Eval || !opts.Build || !opts.Federate || opts.PeersFile != peers || opts.AcceptedTokenFile != tokens ||
+		!opts.Discoverable || opts.ListenAddr != "0.0.0.0:3999" || opts.MaxBuilds != 32 || opts.MaxEvals != 3 {
+		t.Errorf("got %+v", opts)
+	}
+}
+
+// workerCommand is the worker's command tree as the binary builds it.
+func workerCommand() *cli.Command {
+	return command(&options{}, &rawOptions{}, servicecli.NewEnv(envOf(nil)), &servicecli.Logging{})
+}
+
+// The start-up line shows where secrets come from, never the secrets: the
+// server URL's password and the inline peers' tokens stay out.
+func TestStartupLineHidesSecrets(t *testing.T) {
+	token := strings.Repeat("9", worker.PeerTokenLength)
+	opts, err := parseOptions([]string{"--server-url", "wss://ci:url-password@ci.example/proto", "--peers", "team:" + token,
+		"--discoverable", "--insecure-listen", "--port", "4200"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	logStart(slog.New(slog.NewTextHandler(&logs, nil)), opts, worker.Config{WorkerID: "w-1"})
+	line := logs.String()
+	for _, secret := range []string{"url-password", token} {
+		if strings.Contains(line, secret) {
+			t.Errorf("start-up line shows %q: %s", secret, line)
+		}
+	}
+	for _, want := range []string{"gradient-worker starting", "server_url=wss://ci:xxxxx@ci.example/proto", "worker_id=w-1",
+		"inline_peers=true", "listen=127.0.0.1:4200", "tls=false", "capabilities.build=true"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("start-up line lacks %q: %s", want, line)
+		}
 	}
 }

@@ -1,19 +1,26 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
 )
 
 type openAuthority struct{}
@@ -33,7 +40,7 @@ func TestRunConnectsAndStopsOnSignal(t *testing.T) {
 	done := make(chan error, 1)
 	metricsAddr := freeAddr(t)
 	go func() {
-		done <- run(ctx, []string{"--server-url", url, "--base-dir", t.TempDir(), "--capabilities-build", "true",
+		done <- run(ctx, []string{"--server-url", url, "--base-dir", t.TempDir(), "--capabilities-build",
 			"--system-cpu-core-score", "5", "--metrics-addr", metricsAddr}, func(string) string { return "" }, io.Discard)
 	}()
 	next := func() wire.ClientMessage {
@@ -81,12 +88,18 @@ func TestRunConnectsAndStopsOnSignal(t *testing.T) {
 // passes on each session's handshake result and every message received.
 func loopbackAuthority(t *testing.T) (url string, sessions <-chan *session.Established, messages <-chan wire.ClientMessage) {
 	t.Helper()
+	return loopbackAuthorityWith(t, openAuthority{})
+}
+
+// loopbackAuthorityWith is loopbackAuthority deciding with policy.
+func loopbackAuthorityWith(t *testing.T, policy session.Authority) (url string, sessions <-chan *session.Established, messages <-chan wire.ClientMessage) {
+	t.Helper()
 	got := make(chan wire.ClientMessage, 64)
 	established := make(chan *session.Established, 4)
 	discard := slog.New(slog.DiscardHandler)
 	hs := httptest.NewServer(session.Handler(func(r *http.Request, tr session.Transport) {
 		c := session.NewConn(tr, session.ConnOptions{Logger: discard})
-		est, err := session.RunAuthority(r.Context(), c, session.AuthorityConfig{Policy: openAuthority{}})
+		est, err := session.RunAuthority(r.Context(), c, session.AuthorityConfig{Policy: policy})
 		if err != nil {
 			return
 		}
@@ -150,4 +163,101 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// peerAuthority challenges for one peer and passes on the tokens the
+// worker answers with.
+type peerAuthority struct {
+	peer   string
+	tokens chan []wire.Pair[string, string]
+}
+
+func (a peerAuthority) Challenge(context.Context, string) ([]string, error) {
+	return []string{a.peer}, nil
+}
+
+func (a peerAuthority) Authorize(_ context.Context, _ string, tokens []wire.Pair[string, string]) (handshake.Decision, error) {
+	a.tokens <- tokens
+	return handshake.Accept([]string{a.peer}, nil, handshake.AllCapabilities), nil
+}
+
+// A worker configured only through the reference's variable names (as its
+// NixOS module does) answers the challenge from GRADIENT_WORKER_PEERS_FILE
+// and offers what GRADIENT_WORKER_CAPABILITIES_* say.
+func TestReferenceVariablesReachTheHandshake(t *testing.T) {
+	token := strings.Repeat("7", worker.PeerTokenLength)
+	peersFile := filepath.Join(t.TempDir(), "peers")
+	if err := os.WriteFile(peersFile, []byte("team-a:"+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	authority := peerAuthority{peer: "team-a", tokens: make(chan []wire.Pair[string, string], 4)}
+	url, sessions, _ := loopbackAuthorityWith(t, authority)
+	env := map[string]string{
+		"GRADIENT_WORKER_SERVER_URL": url, "GRADIENT_WORKER_BASE_DIR": t.TempDir(), "GRADIENT_WORKER_PEERS_FILE": peersFile,
+		"GRADIENT_WORKER_CAPABILITIES_BUILD": "false", "GRADIENT_WORKER_CAPABILITIES_FETCH": "true",
+		"GRADIENT_WORKER_CAPABILITIES_EVAL": "true", "GRADIENT_WORKER_CAPABILITIES_FEDERATE": "false",
+		"GRADIENT_WORKER_SYSTEM_CPU_CORE_SCORE": "1", "GRADIENT_WORKER_LOG_FORMAT": "json",
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	logs := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logs) }()
+	select {
+	case tokens := <-authority.tokens:
+		if len(tokens) != 1 || tokens[0].First != "team-a" || tokens[0].Second != token {
+			t.Errorf("the worker answered with %d tokens, want team-a's from the peers file", len(tokens))
+		}
+	case err := <-done:
+		t.Fatalf("run returned before the handshake: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no handshake")
+	}
+	select {
+	case est := <-sessions:
+		got := est.Capabilities
+		if got.Build || !got.Fetch || !got.Eval || got.Federate {
+			t.Errorf("negotiated %+v, want fetch and eval without build", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no session")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The start-up line names the peers file, never its tokens.
+	out := logs.String()
+	if strings.Contains(out, token) {
+		t.Errorf("a token appears in the log:\n%s", out)
+	}
+	var start map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "gradient-worker starting" {
+			start = rec
+		}
+	}
+	if start == nil || start["peers_file"] != peersFile || start["build_slots"] != 1.0 ||
+		fmt.Sprint(start["capabilities"]) != "map[build:false eval:true federate:false fetch:true]" {
+		t.Errorf("start-up line %v\nlog:\n%s", start, out)
+	}
+}
+
+// syncBuffer collects a log written from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
