@@ -6,6 +6,7 @@ require (
 	github.com/gorilla/websocket v1.5.3
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/klauspost/compress v1.20.4
+	github.com/urfave/cli/v3 v3.14.0
 	golang.org/x/crypto v0.59.0
 	modernc.org/sqlite v1.62.0
 )
