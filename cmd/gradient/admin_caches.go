@@ -4,19 +4,15 @@ import (
 	"fmt"
 )
 
-func cacheCreate(c *adminCmd, args []string) int {
-	fs := c.flags()
-	public := fs.Bool("public", false, "readable without credentials")
-	pos, code, ok := c.parse(fs, args, "NAME")
-	if !ok {
-		return code
-	}
+func cacheCreate(c *adminCmd) int {
+	pos := c.args
+	public := c.cmd.Bool("public")
 	var ci cacheInfo
-	raw, ok := c.call("POST", "/api/v1/caches", map[string]any{"name": pos[0], "public": *public}, &ci)
+	raw, ok := c.call("POST", "/api/v1/caches", map[string]any{"name": pos[0], "public": public}, &ci)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fmt.Fprintf(c.stdout, "Created cache %s (%s)\n", ci.Name, ci.ID)
@@ -24,16 +20,13 @@ func cacheCreate(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func cacheList(c *adminCmd, args []string) int {
-	if _, code, ok := c.parse(c.flags(), args); !ok {
-		return code
-	}
+func cacheList(c *adminCmd) int {
 	var caches []cacheInfo
 	raw, ok := c.call("GET", "/api/v1/caches", nil, &caches)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	rows := make([][]string, 0, len(caches))
@@ -44,17 +37,14 @@ func cacheList(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func cacheShow(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "CACHE")
-	if !ok {
-		return code
-	}
+func cacheShow(c *adminCmd) int {
+	pos := c.args
 	var ci cacheInfo
 	raw, ok := c.call("GET", "/api/v1/caches/"+seg(pos[0]), nil, &ci)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fields(c.stdout,
@@ -69,16 +59,13 @@ func cacheShow(c *adminCmd, args []string) int {
 
 // cachePublicKey prints only the key, for scripts:
 // nix.settings.trusted-public-keys = [ "$(gradient cache public-key main)" ].
-func cachePublicKey(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "CACHE")
-	if !ok {
-		return code
-	}
+func cachePublicKey(c *adminCmd) int {
+	pos := c.args
 	var ci cacheInfo
 	if _, ok := c.call("GET", "/api/v1/caches/"+seg(pos[0]), nil, &ci); !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		fmt.Fprintf(c.stdout, "{\"public_key\": %q}\n", ci.PublicKey)
 		return exitOK
 	}
@@ -86,11 +73,8 @@ func cachePublicKey(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func cacheDelete(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "CACHE")
-	if !ok {
-		return code
-	}
+func cacheDelete(c *adminCmd) int {
+	pos := c.args
 	if _, ok := c.call("DELETE", "/api/v1/caches/"+seg(pos[0]), nil, nil); !ok {
 		return exitFail
 	}

@@ -3,168 +3,140 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
-	"slices"
 	"strings"
+
+	"github.com/urfave/cli/v3"
 )
-
-const adminUsage = `Admin commands (talk to gradient-server's admin API):
-  team create NAME | list | show TEAM | delete TEAM
-  team worker add TEAM [--worker-id UUID] [--url URL] [--no-fetch] [--no-eval] [--no-build]
-  team worker list TEAM | remove TEAM WORKER_ID
-  team grant TEAM/PROJECT TEAM     let TEAM's workers run the project's jobs
-  team revoke TEAM/PROJECT TEAM
-  project create TEAM/NAME --repository URL [--branch main] [--wildcards PATTERNS]
-  project update PROJECT --wildcards PATTERNS
-                                   what later evaluations build, e.g.
-                                   'packages.*.*, checks.x86_64-linux.*'
-  project list [--team TEAM] | show PROJECT | delete PROJECT
-  project subscribe PROJECT CACHE | unsubscribe PROJECT CACHE
-  project deploy-key PROJECT [--delete]
-                                   SSH key for private repositories (prints the public key)
-  cache create NAME [--public] | list | show CACHE | delete CACHE
-  cache public-key CACHE           print only the NAME:base64 key
-  cache push CACHE STORE_PATH [--recursive] [--store STORE]
-                                   upload a path (or its closure) from Nix
-  cache paths CACHE | narinfo CACHE STORE_PATH|HASH
-  cache key create CACHE           API key for reading a private cache, once
-  worker register --project PROJECT|--cache CACHE|--proxy ID
-                  [--worker-id UUID] [--url URL] [--no-fetch] [--no-eval] [--no-build]
-  worker registrations --project PROJECT|--cache CACHE|--proxy ID
-  worker unregister --project PROJECT|--cache CACHE|--proxy ID WORKER_ID
-  worker list --project PROJECT    live state of the project's workers
-  worker show WORKER_ID | deactivate WORKER_ID | activate WORKER_ID
-  server status | stop-accepting | resume-accepting
-
-A PROJECT is TEAM/NAME or the project's UUID; teams and caches are names or
-UUIDs. Every admin command takes:
-  --server URL        (env GRADIENT_SERVER, default http://127.0.0.1:3000)
-  --token TOKEN       (env GRADIENT_ADMIN_TOKEN)
-  --token-file FILE   (env GRADIENT_ADMIN_TOKEN_FILE)
-  --json              print the server's JSON instead of text
-`
-
-// adminCommand runs one admin command on its arguments after the words
-// that name it.
-type adminCommand func(c *adminCmd, args []string) int
-
-// adminCommands maps command words to commands.
-var adminCommands = map[string]adminCommand{
-	"team create":        teamCreate,
-	"team list":          teamList,
-	"team show":          teamShow,
-	"team delete":        teamDelete,
-	"team worker add":    teamWorkerAdd,
-	"team worker list":   teamWorkerList,
-	"team worker remove": teamWorkerRemove,
-	"team grant":         teamGrant,
-	"team revoke":        teamRevoke,
-
-	"project create":      projectCreate,
-	"project list":        projectList,
-	"project show":        projectShow,
-	"project update":      projectUpdate,
-	"project delete":      projectDelete,
-	"project subscribe":   projectSubscribe,
-	"project unsubscribe": projectUnsubscribe,
-	"project deploy-key":  projectDeployKey,
-
-	"cache create":     cacheCreate,
-	"cache list":       cacheList,
-	"cache show":       cacheShow,
-	"cache delete":     cacheDelete,
-	"cache public-key": cachePublicKey,
-	"cache push":       cachePush,
-	"cache paths":      cachePaths,
-	"cache narinfo":    cacheNarinfo,
-	"cache key create": cacheKeyCreate,
-
-	"worker register":      workerRegister,
-	"worker registrations": workerRegistrations,
-	"worker unregister":    workerUnregister,
-	"worker list":          workerList,
-	"worker show":          workerShow,
-	"worker deactivate":    workerDeactivate,
-	"worker activate":      workerActivate,
-
-	"server status":           serverStatus,
-	"server stop-accepting":   serverStopAccepting,
-	"server resume-accepting": serverResumeAccepting,
-}
-
-// isAdminGroup reports whether word starts an admin command.
-func isAdminGroup(word string) bool {
-	return slices.Contains([]string{"team", "project", "cache", "worker", "server", "eval", "build"}, word)
-}
 
 // adminCmd is the state one admin command runs with.
 type adminCmd struct {
-	ctx      context.Context
-	getenv   func(string) string
-	stdout   io.Writer
-	stderr   io.Writer
-	settings adminSettings // from flags before the command, then its own
-	name     string        // e.g. "team worker add", for messages
-	api      *adminClient
+	ctx    context.Context
+	stdout io.Writer
+	stderr io.Writer
+	cmd    *cli.Command // the command's flags
+	args   []string     // its positional arguments, as many as it names
+	name   string       // e.g. "team worker add", for messages
+	json   bool         // --json
+	api    *adminClient
 }
 
-// runAdmin finds the command named by the leading words of args.
-func runAdmin(ctx context.Context, settings adminSettings, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	for n := min(3, len(args)); n >= 1; n-- {
-		name := strings.Join(args[:n], " ")
-		if cmd, ok := adminCommands[name]; ok {
-			c := &adminCmd{ctx: ctx, getenv: getenv, stdout: stdout, stderr: stderr, settings: settings, name: name}
-			return cmd(c, args[n:])
-		}
+// adminLeaf is one admin command: its word, usage, positional arguments
+// (all required), flags, and what it does once the arguments are checked
+// and the API client is ready.
+func (a *app) adminLeaf(name, usage string, args []string, flags []cli.Flag, run func(*adminCmd) int) *cli.Command {
+	return &cli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: strings.Join(args, " "),
+		Flags:     flags,
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			pos, ok := a.positional(cmd, args)
+			if !ok {
+				return exitStatus(exitUsage)
+			}
+			c := &adminCmd{ctx: ctx, stdout: a.stdout, stderr: a.stderr, cmd: cmd, args: pos,
+				name: strings.Join(cmd.Path()[1:], " "), json: cmd.Bool("json")}
+			if c.api, ok = a.adminClient(c); !ok {
+				return exitStatus(exitUsage)
+			}
+			return exitWith(run(c))
+		},
 	}
-	fmt.Fprintf(stderr, "gradient: unknown command %q\n\n%s", strings.Join(args, " "), adminUsage)
-	return exitUsage
 }
 
-// parse parses the command's flags (fs from c.flags) and requires exactly
-// the positional arguments named by want. On success the API client is
-// ready in c.api.
-func (c *adminCmd) parse(fs *flag.FlagSet, args []string, want ...string) ([]string, int, bool) {
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, exitOK, false
-		}
-		return nil, exitUsage, false
+// adminGroup is a command whose subcommands do the work.
+func (a *app) adminGroup(name, usage, description string, missing int, subcommands ...*cli.Command) *cli.Command {
+	return &cli.Command{
+		Name:        name,
+		Usage:       usage,
+		Description: description,
+		Action:      a.groupAction(missing),
+		Commands:    subcommands,
 	}
-	if len(pos) != len(want) {
-		expected := "no arguments"
-		if len(want) > 0 {
-			expected = strings.Join(want, " ")
-		}
-		fmt.Fprintf(c.stderr, "gradient %s: want %s, got %d argument(s)\n", c.name, expected, len(pos))
-		return nil, exitUsage, false
-	}
-	for i, p := range pos {
-		if strings.TrimSpace(p) == "" {
-			fmt.Fprintf(c.stderr, "gradient %s: %s is empty\n", c.name, want[i])
-			return nil, exitUsage, false
-		}
-	}
-	api, err := c.settings.client(c.getenv)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "gradient %s: %v\n", c.name, err)
-		return nil, exitUsage, false
-	}
-	c.api = api
-	return pos, exitOK, true
 }
 
-// flags returns the command's flag set with the admin settings on it.
-func (c *adminCmd) flags() *flag.FlagSet {
-	fs := flag.NewFlagSet("gradient "+c.name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	c.settings.register(fs)
-	return fs
+func (a *app) teamCommand() *cli.Command {
+	return a.adminGroup("team", "teams, the workers they own, and the projects that accept those workers", "", exitUsage,
+		a.adminLeaf("create", "create a team", []string{"NAME"}, nil, teamCreate),
+		a.adminLeaf("list", "list the teams", nil, nil, teamList),
+		a.adminLeaf("show", "show a team", []string{"TEAM"}, nil, teamShow),
+		a.adminLeaf("delete", "delete a team without projects", []string{"TEAM"}, nil, teamDelete),
+		a.adminGroup("worker", "the team's workers", "", exitUsage,
+			a.adminLeaf("add", "register a worker of the team and print its token, once", []string{"TEAM"}, registerFlags(), teamWorkerAdd),
+			a.adminLeaf("list", "list the team's workers", []string{"TEAM"}, nil, teamWorkerList),
+			a.adminLeaf("remove", "remove a worker from the team", []string{"TEAM", "WORKER_ID"}, nil, teamWorkerRemove)),
+		a.adminLeaf("grant", "let TEAM's workers run the project's jobs", []string{"TEAM/PROJECT", "TEAM"}, nil, teamGrant),
+		a.adminLeaf("revoke", "stop letting TEAM's workers run the project's jobs", []string{"TEAM/PROJECT", "TEAM"}, nil, teamRevoke),
+	)
+}
+
+func (a *app) projectCommand() *cli.Command {
+	return a.adminGroup("project", "projects: a flake repository, its branch, and what to build of it", "", exitUsage,
+		a.adminLeaf("create", "create a project", []string{"TEAM/NAME"}, []cli.Flag{
+			&cli.StringFlag{Name: "repository", Usage: "flake repository `URL` (required)"},
+			&cli.StringFlag{Name: "branch", Usage: "`BRANCH` to evaluate and build", Value: "main"},
+			&cli.StringFlag{Name: "wildcards", Usage: "comma-separated attribute `PATTERNS` to build, e.g. 'packages.*.*, checks.x86_64-linux.*'", DefaultText: "packages.x86_64-linux.*"},
+		}, projectCreate),
+		a.adminLeaf("update", "change what the project's later evaluations build", []string{"PROJECT"}, []cli.Flag{
+			&cli.StringFlag{Name: "wildcards", Usage: "comma-separated attribute `PATTERNS` to build from now on, e.g. 'packages.*.*, checks.x86_64-linux.*' (required)"},
+		}, projectUpdate),
+		a.adminLeaf("list", "list the projects", nil, []cli.Flag{
+			&cli.StringFlag{Name: "team", Usage: "only this `TEAM`'s projects"},
+		}, projectList),
+		a.adminLeaf("show", "show a project", []string{"PROJECT"}, nil, projectShow),
+		a.adminLeaf("delete", "delete a project", []string{"PROJECT"}, nil, projectDelete),
+		a.adminLeaf("subscribe", "let the project's workers use a cache", []string{"PROJECT", "CACHE"}, nil, projectSubscribe),
+		a.adminLeaf("unsubscribe", "stop the project's use of a cache", []string{"PROJECT", "CACHE"}, nil, projectUnsubscribe),
+		a.adminLeaf("deploy-key", "make the project's SSH key for private repositories and print its public key", []string{"PROJECT"}, []cli.Flag{
+			&cli.BoolFlag{Name: "delete", Usage: "delete the project's deploy key instead"},
+		}, projectDeployKey),
+	)
+}
+
+func (a *app) cacheCommand() *cli.Command {
+	return a.adminGroup("cache", "binary caches: their keys, paths and readers", "", exitUsage,
+		a.adminLeaf("create", "create a cache", []string{"NAME"}, []cli.Flag{
+			&cli.BoolFlag{Name: "public", Usage: "readable without credentials"},
+		}, cacheCreate),
+		a.adminLeaf("list", "list the caches", nil, nil, cacheList),
+		a.adminLeaf("show", "show a cache", []string{"CACHE"}, nil, cacheShow),
+		a.adminLeaf("delete", "delete a cache", []string{"CACHE"}, nil, cacheDelete),
+		a.adminLeaf("public-key", "print only the cache's NAME:base64 key", []string{"CACHE"}, nil, cachePublicKey),
+		a.adminLeaf("push", "upload a store path (or its closure) from Nix", []string{"CACHE", "STORE_PATH"}, []cli.Flag{
+			&cli.BoolFlag{Name: "recursive", Usage: "push the path's whole closure"},
+			&cli.StringFlag{Name: "store", Usage: "Nix `STORE` to read from (nix --store)", DefaultText: "the system store"},
+		}, cachePush),
+		a.adminLeaf("paths", "list the cache's paths", []string{"CACHE"}, nil, cachePaths),
+		a.adminLeaf("narinfo", "print the narinfo the cache serves for a path", []string{"CACHE", "STORE_PATH|HASH"}, nil, cacheNarinfo),
+		a.adminGroup("key", "API keys for reading a private cache", "", exitUsage,
+			a.adminLeaf("create", "make an API key for reading the cache and print it, once", []string{"CACHE"}, nil, cacheKeyCreate)),
+	)
+}
+
+func (a *app) workerCommand() *cli.Command {
+	return a.adminGroup("worker", "worker registrations and the live state of workers", "", exitUsage,
+		a.adminLeaf("register", "register a worker for a project, cache or proxy and print its token, once", nil,
+			append(peerFlags(), registerFlags()...), workerRegister),
+		a.adminLeaf("registrations", "list the workers a project, cache or proxy registered", nil, peerFlags(), workerRegistrations),
+		a.adminLeaf("unregister", "remove a registration", []string{"WORKER_ID"}, peerFlags(), workerUnregister),
+		a.adminLeaf("list", "live state of the project's workers", nil, []cli.Flag{
+			&cli.StringFlag{Name: "project", Usage: "the `PROJECT`, TEAM/PROJECT or UUID (required)"},
+		}, workerList),
+		a.adminLeaf("show", "show a worker: live state and registrations", []string{"WORKER_ID"}, nil, workerShow),
+		a.adminLeaf("deactivate", "refuse the worker's connections from now on", []string{"WORKER_ID"}, nil, workerDeactivate),
+		a.adminLeaf("activate", "accept the worker's connections again", []string{"WORKER_ID"}, nil, workerActivate),
+	)
+}
+
+func (a *app) serverCommand() *cli.Command {
+	return a.adminGroup("server", "the server's connection state", "", exitUsage,
+		a.adminLeaf("status", "whether the server accepts workers, and how many are connected", nil, nil, serverStatus),
+		a.adminLeaf("stop-accepting", "refuse new worker connections (403)", nil, nil, serverStopAccepting),
+		a.adminLeaf("resume-accepting", "accept new worker connections again", nil, nil, serverResumeAccepting),
+	)
 }
 
 // call runs one API call, printing the server's error sentence on failure.
@@ -189,7 +161,7 @@ func (c *adminCmd) printJSON(raw []byte) int {
 // done reports a change without a response body (delete, revoke): as a
 // sentence, or as {"ok": true, ...} for --json.
 func (c *adminCmd) done(sentence string) int {
-	if c.settings.json {
+	if c.json {
 		j, _ := json.Marshal(map[string]any{"ok": true, "message": sentence})
 		fmt.Fprintf(c.stdout, "%s\n", j)
 		return exitOK

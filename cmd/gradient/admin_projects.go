@@ -6,34 +6,28 @@ import (
 	"strings"
 )
 
-func projectCreate(c *adminCmd, args []string) int {
-	fs := c.flags()
-	repository := fs.String("repository", "", "flake repository URL (required)")
-	branch := fs.String("branch", "main", "branch to evaluate and build")
-	wildcards := fs.String("wildcards", "", "comma-separated attribute patterns to build, e.g. 'packages.*.*, checks.x86_64-linux.*' (default packages.x86_64-linux.*)")
-	pos, code, ok := c.parse(fs, args, "TEAM/NAME")
-	if !ok {
-		return code
-	}
+func projectCreate(c *adminCmd) int {
+	pos := c.args
+	repository, branch, wildcards := c.cmd.String("repository"), c.cmd.String("branch"), c.cmd.String("wildcards")
 	team, name, found := strings.Cut(pos[0], "/")
 	if !found || team == "" || name == "" {
 		fmt.Fprintf(c.stderr, "gradient %s: %q: want TEAM/NAME\n", c.name, pos[0])
 		return exitUsage
 	}
-	if *repository == "" {
+	if repository == "" {
 		fmt.Fprintf(c.stderr, "gradient %s: --repository is required\n", c.name)
 		return exitUsage
 	}
-	body := map[string]any{"team": team, "name": name, "repository": *repository, "branch": *branch}
-	if *wildcards != "" {
-		body["wildcards"] = []string{*wildcards}
+	body := map[string]any{"team": team, "name": name, "repository": repository, "branch": branch}
+	if wildcards != "" {
+		body["wildcards"] = []string{wildcards}
 	}
 	var p projectInfo
 	raw, ok := c.call("POST", "/api/v1/projects", body, &p)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fmt.Fprintf(c.stdout, "Created project %s (%s), building %s\n", p.fullName(), p.ID, p.wildcards())
@@ -41,22 +35,18 @@ func projectCreate(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func projectList(c *adminCmd, args []string) int {
-	fs := c.flags()
-	team := fs.String("team", "", "only this team's projects")
-	if _, code, ok := c.parse(fs, args); !ok {
-		return code
-	}
+func projectList(c *adminCmd) int {
+	team := c.cmd.String("team")
 	path := "/api/v1/projects"
-	if *team != "" {
-		path += "?team=" + url.QueryEscape(*team)
+	if team != "" {
+		path += "?team=" + url.QueryEscape(team)
 	}
 	var projects []projectInfo
 	raw, ok := c.call("GET", path, nil, &projects)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	rows := make([][]string, 0, len(projects))
@@ -67,17 +57,14 @@ func projectList(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func projectShow(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "PROJECT")
-	if !ok {
-		return code
-	}
+func projectShow(c *adminCmd) int {
+	pos := c.args
 	var p projectInfo
 	raw, ok := c.call("GET", "/api/v1/projects/"+seg(pos[0]), nil, &p)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fields(c.stdout,
@@ -94,23 +81,19 @@ func projectShow(c *adminCmd, args []string) int {
 }
 
 // projectUpdate changes what the project's later evaluations build.
-func projectUpdate(c *adminCmd, args []string) int {
-	fs := c.flags()
-	wildcards := fs.String("wildcards", "", "comma-separated attribute patterns to build from now on (required)")
-	pos, code, ok := c.parse(fs, args, "PROJECT")
-	if !ok {
-		return code
-	}
-	if *wildcards == "" {
+func projectUpdate(c *adminCmd) int {
+	pos := c.args
+	wildcards := c.cmd.String("wildcards")
+	if wildcards == "" {
 		fmt.Fprintf(c.stderr, "gradient %s: --wildcards is required\n", c.name)
 		return exitUsage
 	}
 	var p projectInfo
-	raw, ok := c.call("PATCH", "/api/v1/projects/"+seg(pos[0]), map[string]any{"wildcards": []string{*wildcards}}, &p)
+	raw, ok := c.call("PATCH", "/api/v1/projects/"+seg(pos[0]), map[string]any{"wildcards": []string{wildcards}}, &p)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fmt.Fprintf(c.stdout, "Project %s builds %s from its next evaluation on\n", p.fullName(), p.wildcards())
@@ -119,15 +102,11 @@ func projectUpdate(c *adminCmd, args []string) int {
 
 // projectDeployKey generates the project's SSH deploy key (replacing an
 // earlier one) and prints the public half, or deletes the key.
-func projectDeployKey(c *adminCmd, args []string) int {
-	fs := c.flags()
-	remove := fs.Bool("delete", false, "delete the project's deploy key instead")
-	pos, code, ok := c.parse(fs, args, "PROJECT")
-	if !ok {
-		return code
-	}
+func projectDeployKey(c *adminCmd) int {
+	pos := c.args
+	remove := c.cmd.Bool("delete")
 	path := "/api/v1/projects/" + seg(pos[0]) + "/deploy-key"
-	if *remove {
+	if remove {
 		if _, ok := c.call("DELETE", path, nil, nil); !ok {
 			return exitFail
 		}
@@ -138,7 +117,7 @@ func projectDeployKey(c *adminCmd, args []string) int {
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fmt.Fprintln(c.stdout, k.PublicKey)
@@ -146,28 +125,22 @@ func projectDeployKey(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func projectDelete(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "PROJECT")
-	if !ok {
-		return code
-	}
+func projectDelete(c *adminCmd) int {
+	pos := c.args
 	if _, ok := c.call("DELETE", "/api/v1/projects/"+seg(pos[0]), nil, nil); !ok {
 		return exitFail
 	}
 	return c.done("Deleted project " + pos[0])
 }
 
-func projectSubscribe(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "PROJECT", "CACHE")
-	if !ok {
-		return code
-	}
+func projectSubscribe(c *adminCmd) int {
+	pos := c.args
 	var res linkInfo
 	raw, ok := c.call("PUT", "/api/v1/projects/"+seg(pos[0])+"/caches/"+seg(pos[1]), nil, &res)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	if !res.Added {
@@ -179,11 +152,8 @@ func projectSubscribe(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func projectUnsubscribe(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "PROJECT", "CACHE")
-	if !ok {
-		return code
-	}
+func projectUnsubscribe(c *adminCmd) int {
+	pos := c.args
 	if _, ok := c.call("DELETE", "/api/v1/projects/"+seg(pos[0])+"/caches/"+seg(pos[1]), nil, nil); !ok {
 		return exitFail
 	}

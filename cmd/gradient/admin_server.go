@@ -4,28 +4,25 @@ import (
 	"fmt"
 )
 
-func serverStatus(c *adminCmd, args []string) int {
-	return serverCall(c, args, "GET", "/api/v1/server")
+func serverStatus(c *adminCmd) int {
+	return serverCall(c, "GET", "/api/v1/server")
 }
 
-func serverStopAccepting(c *adminCmd, args []string) int {
-	return serverCall(c, args, "POST", "/api/v1/server/stop-accepting")
+func serverStopAccepting(c *adminCmd) int {
+	return serverCall(c, "POST", "/api/v1/server/stop-accepting")
 }
 
-func serverResumeAccepting(c *adminCmd, args []string) int {
-	return serverCall(c, args, "POST", "/api/v1/server/resume-accepting")
+func serverResumeAccepting(c *adminCmd) int {
+	return serverCall(c, "POST", "/api/v1/server/resume-accepting")
 }
 
-func serverCall(c *adminCmd, args []string, method, path string) int {
-	if _, code, ok := c.parse(c.flags(), args); !ok {
-		return code
-	}
+func serverCall(c *adminCmd, method, path string) int {
 	var s serverInfo
 	raw, ok := c.call(method, path, nil, &s)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	accepting := "yes"

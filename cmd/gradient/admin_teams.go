@@ -4,33 +4,27 @@ import (
 	"fmt"
 )
 
-func teamCreate(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "NAME")
-	if !ok {
-		return code
-	}
+func teamCreate(c *adminCmd) int {
+	pos := c.args
 	var t teamInfo
 	raw, ok := c.call("POST", "/api/v1/teams", map[string]any{"name": pos[0]}, &t)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fmt.Fprintf(c.stdout, "Created team %s (%s)\n", t.Name, t.ID)
 	return exitOK
 }
 
-func teamList(c *adminCmd, args []string) int {
-	if _, code, ok := c.parse(c.flags(), args); !ok {
-		return code
-	}
+func teamList(c *adminCmd) int {
 	var teams []teamInfo
 	raw, ok := c.call("GET", "/api/v1/teams", nil, &teams)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	rows := make([][]string, 0, len(teams))
@@ -41,64 +35,50 @@ func teamList(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func teamShow(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "TEAM")
-	if !ok {
-		return code
-	}
+func teamShow(c *adminCmd) int {
+	pos := c.args
 	var t teamInfo
 	raw, ok := c.call("GET", "/api/v1/teams/"+seg(pos[0]), nil, &t)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fields(c.stdout, "team", t.Name, "id", t.ID, "created", when(t.CreatedAt))
 	return exitOK
 }
 
-func teamDelete(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "TEAM")
-	if !ok {
-		return code
-	}
+func teamDelete(c *adminCmd) int {
+	pos := c.args
 	if _, ok := c.call("DELETE", "/api/v1/teams/"+seg(pos[0]), nil, nil); !ok {
 		return exitFail
 	}
 	return c.done("Deleted team " + pos[0])
 }
 
-func teamWorkerAdd(c *adminCmd, args []string) int {
-	fs := c.flags()
-	in := registerFlags(fs)
-	pos, code, ok := c.parse(fs, args, "TEAM")
-	if !ok {
-		return code
-	}
+func teamWorkerAdd(c *adminCmd) int {
+	pos := c.args
 	var cred credentialInfo
-	raw, ok := c.call("POST", "/api/v1/teams/"+seg(pos[0])+"/workers", in.body(), &cred)
+	raw, ok := c.call("POST", "/api/v1/teams/"+seg(pos[0])+"/workers", registerBody(c.cmd), &cred)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	printCredential(c, cred, "team "+pos[0])
 	return exitOK
 }
 
-func teamWorkerList(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "TEAM")
-	if !ok {
-		return code
-	}
+func teamWorkerList(c *adminCmd) int {
+	pos := c.args
 	var workers []teamWorkerInfo
 	raw, ok := c.call("GET", "/api/v1/teams/"+seg(pos[0])+"/workers", nil, &workers)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	rows := make([][]string, 0, len(workers))
@@ -109,28 +89,22 @@ func teamWorkerList(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func teamWorkerRemove(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "TEAM", "WORKER_ID")
-	if !ok {
-		return code
-	}
+func teamWorkerRemove(c *adminCmd) int {
+	pos := c.args
 	if _, ok := c.call("DELETE", "/api/v1/teams/"+seg(pos[0])+"/workers/"+seg(pos[1]), nil, nil); !ok {
 		return exitFail
 	}
 	return c.done(fmt.Sprintf("Removed worker %s from team %s", pos[1], pos[0]))
 }
 
-func teamGrant(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "TEAM/PROJECT", "TEAM")
-	if !ok {
-		return code
-	}
+func teamGrant(c *adminCmd) int {
+	pos := c.args
 	var res linkInfo
 	raw, ok := c.call("PUT", "/api/v1/projects/"+seg(pos[0])+"/teams/"+seg(pos[1]), nil, &res)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	if !res.Added {
@@ -142,11 +116,8 @@ func teamGrant(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func teamRevoke(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "TEAM/PROJECT", "TEAM")
-	if !ok {
-		return code
-	}
+func teamRevoke(c *adminCmd) int {
+	pos := c.args
 	if _, ok := c.call("DELETE", "/api/v1/projects/"+seg(pos[0])+"/teams/"+seg(pos[1]), nil, nil); !ok {
 		return exitFail
 	}

@@ -1,58 +1,51 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"net/url"
+
+	"github.com/urfave/cli/v3"
 )
 
-// registerInput is what worker register and team worker add share.
-type registerInput struct {
-	workerID, url            *string
-	noFetch, noEval, noBuild *bool
-}
-
-func registerFlags(fs *flag.FlagSet) registerInput {
-	return registerInput{
-		workerID: fs.String("worker-id", "", "the worker's UUID (default: a new one)"),
-		url:      fs.String("url", "", "ws:// or wss:// URL where the server dials the worker (default: the worker dials)"),
-		noFetch:  fs.Bool("no-fetch", false, "do not let the worker fetch"),
-		noEval:   fs.Bool("no-eval", false, "do not let the worker evaluate"),
-		noBuild:  fs.Bool("no-build", false, "do not let the worker build"),
+// registerFlags are what worker register and team worker add share.
+func registerFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "worker-id", Usage: "the worker's `UUID`", DefaultText: "a new one"},
+		&cli.StringFlag{Name: "url", Usage: "ws:// or wss:// `URL` where the server dials the worker", DefaultText: "the worker dials"},
+		&cli.BoolFlag{Name: "no-fetch", Usage: "do not let the worker fetch"},
+		&cli.BoolFlag{Name: "no-eval", Usage: "do not let the worker evaluate"},
+		&cli.BoolFlag{Name: "no-build", Usage: "do not let the worker build"},
 	}
 }
 
-func (in registerInput) body() map[string]any {
-	b := map[string]any{"fetch": !*in.noFetch, "eval": !*in.noEval, "build": !*in.noBuild}
-	if *in.workerID != "" {
-		b["worker_id"] = *in.workerID
+// registerBody is the registration request registerFlags describe.
+func registerBody(cmd *cli.Command) map[string]any {
+	b := map[string]any{"fetch": !cmd.Bool("no-fetch"), "eval": !cmd.Bool("no-eval"), "build": !cmd.Bool("no-build")}
+	if id := cmd.String("worker-id"); id != "" {
+		b["worker_id"] = id
 	}
-	if *in.url != "" {
-		b["url"] = *in.url
+	if u := cmd.String("url"); u != "" {
+		b["url"] = u
 	}
 	return b
 }
 
 // peerFlags choose the registering peer: exactly one of them.
-type peerFlags struct {
-	project, cache, proxy *string
-}
-
-func newPeerFlags(fs *flag.FlagSet) peerFlags {
-	return peerFlags{
-		project: fs.String("project", "", "registering project, TEAM/PROJECT or UUID"),
-		cache:   fs.String("cache", "", "registering cache, name or UUID"),
-		proxy:   fs.String("proxy", "", "registering proxy, UUID"),
+func peerFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "project", Usage: "registering `PROJECT`, TEAM/PROJECT or UUID"},
+		&cli.StringFlag{Name: "cache", Usage: "registering `CACHE`, name or UUID"},
+		&cli.StringFlag{Name: "proxy", Usage: "registering proxy, `UUID`"},
 	}
 }
 
 // peer returns the chosen kind and reference, or false after printing a
 // usage error.
-func (p peerFlags) peer(c *adminCmd) (kind, ref string, ok bool) {
+func (c *adminCmd) peer() (kind, ref string, ok bool) {
 	n := 0
-	for _, f := range []struct{ kind, ref string }{{"project", *p.project}, {"cache", *p.cache}, {"proxy", *p.proxy}} {
-		if f.ref != "" {
-			kind, ref = f.kind, f.ref
+	for _, k := range []string{"project", "cache", "proxy"} {
+		if r := c.cmd.String(k); r != "" {
+			kind, ref = k, r
 			n++
 		}
 	}
@@ -63,25 +56,19 @@ func (p peerFlags) peer(c *adminCmd) (kind, ref string, ok bool) {
 	return kind, ref, true
 }
 
-func workerRegister(c *adminCmd, args []string) int {
-	fs := c.flags()
-	peers := newPeerFlags(fs)
-	in := registerFlags(fs)
-	if _, code, ok := c.parse(fs, args); !ok {
-		return code
-	}
-	kind, ref, ok := peers.peer(c)
+func workerRegister(c *adminCmd) int {
+	kind, ref, ok := c.peer()
 	if !ok {
 		return exitUsage
 	}
-	body := in.body()
+	body := registerBody(c.cmd)
 	body["peer_kind"], body["peer"] = kind, ref
 	var cred credentialInfo
 	raw, ok := c.call("POST", "/api/v1/registrations", body, &cred)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	printCredential(c, cred, kind+" "+ref)
@@ -109,13 +96,8 @@ func printCredential(c *adminCmd, cred credentialInfo, peer string) {
 	}
 }
 
-func workerRegistrations(c *adminCmd, args []string) int {
-	fs := c.flags()
-	peers := newPeerFlags(fs)
-	if _, code, ok := c.parse(fs, args); !ok {
-		return code
-	}
-	kind, ref, ok := peers.peer(c)
+func workerRegistrations(c *adminCmd) int {
+	kind, ref, ok := c.peer()
 	if !ok {
 		return exitUsage
 	}
@@ -125,7 +107,7 @@ func workerRegistrations(c *adminCmd, args []string) int {
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	rows := make([][]string, 0, len(regs))
@@ -136,14 +118,9 @@ func workerRegistrations(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func workerUnregister(c *adminCmd, args []string) int {
-	fs := c.flags()
-	peers := newPeerFlags(fs)
-	pos, code, ok := c.parse(fs, args, "WORKER_ID")
-	if !ok {
-		return code
-	}
-	kind, ref, ok := peers.peer(c)
+func workerUnregister(c *adminCmd) int {
+	pos := c.args
+	kind, ref, ok := c.peer()
 	if !ok {
 		return exitUsage
 	}
@@ -153,22 +130,18 @@ func workerUnregister(c *adminCmd, args []string) int {
 	return c.done(fmt.Sprintf("Removed the registration of worker %s by %s %s", pos[0], kind, ref))
 }
 
-func workerList(c *adminCmd, args []string) int {
-	fs := c.flags()
-	project := fs.String("project", "", "the project, TEAM/PROJECT or UUID (required)")
-	if _, code, ok := c.parse(fs, args); !ok {
-		return code
-	}
-	if *project == "" {
+func workerList(c *adminCmd) int {
+	project := c.cmd.String("project")
+	if project == "" {
 		fmt.Fprintf(c.stderr, "gradient %s: --project is required\n", c.name)
 		return exitUsage
 	}
 	var workers []projectWorkerInfo
-	raw, ok := c.call("GET", "/api/v1/projects/"+seg(*project)+"/workers", nil, &workers)
+	raw, ok := c.call("GET", "/api/v1/projects/"+seg(project)+"/workers", nil, &workers)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	names := c.projectNames()
@@ -209,17 +182,14 @@ func nameOr(names map[string]string, id string) string {
 	return id
 }
 
-func workerShow(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "WORKER_ID")
-	if !ok {
-		return code
-	}
+func workerShow(c *adminCmd) int {
+	pos := c.args
 	var w workerInfo
 	raw, ok := c.call("GET", "/api/v1/workers/"+seg(pos[0]), nil, &w)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	names := c.projectNames()
@@ -258,20 +228,17 @@ func workerShow(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func workerDeactivate(c *adminCmd, args []string) int { return setActivation(c, args, "deactivate") }
-func workerActivate(c *adminCmd, args []string) int   { return setActivation(c, args, "activate") }
+func workerDeactivate(c *adminCmd) int { return setActivation(c, "deactivate") }
+func workerActivate(c *adminCmd) int   { return setActivation(c, "activate") }
 
-func setActivation(c *adminCmd, args []string, action string) int {
-	pos, code, ok := c.parse(c.flags(), args, "WORKER_ID")
-	if !ok {
-		return code
-	}
+func setActivation(c *adminCmd, action string) int {
+	pos := c.args
 	var res activationInfo
 	raw, ok := c.call("POST", "/api/v1/workers/"+seg(pos[0])+"/"+action, nil, &res)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	if !res.Deactivated {

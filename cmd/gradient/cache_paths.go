@@ -22,17 +22,14 @@ type cachePathInfo struct {
 	Narinfo     string    `json:"narinfo"`
 }
 
-func cachePaths(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "CACHE")
-	if !ok {
-		return code
-	}
+func cachePaths(c *adminCmd) int {
+	pos := c.args
 	var paths []cachePathInfo
 	raw, ok := c.call("GET", "/api/v1/caches/"+seg(pos[0])+"/paths", nil, &paths)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	rows := make([][]string, 0, len(paths))
@@ -45,29 +42,23 @@ func cachePaths(c *adminCmd, args []string) int {
 
 // cacheNarinfo prints the narinfo the cache serves for a path, given as
 // /nix/store/HASH-NAME, HASH-NAME or HASH.
-func cacheNarinfo(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "CACHE", "PATH")
-	if !ok {
-		return code
-	}
+func cacheNarinfo(c *adminCmd) int {
+	pos := c.args
 	ref := strings.TrimPrefix(pos[1], "/nix/store/")
 	var p cachePathInfo
 	raw, ok := c.call("GET", "/api/v1/caches/"+seg(pos[0])+"/paths/"+seg(ref), nil, &p)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fmt.Fprint(c.stdout, p.Narinfo)
 	return exitOK
 }
 
-func cacheKeyCreate(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "CACHE")
-	if !ok {
-		return code
-	}
+func cacheKeyCreate(c *adminCmd) int {
+	pos := c.args
 	var k struct {
 		ID  string `json:"id"`
 		Key string `json:"key"`
@@ -76,7 +67,7 @@ func cacheKeyCreate(c *adminCmd, args []string) int {
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fmt.Fprintf(c.stdout, "Created key %s for cache %s. It is shown only now:\n%s\n", k.ID, pos[0], k.Key)

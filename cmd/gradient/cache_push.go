@@ -25,19 +25,14 @@ type nixPathInfo struct {
 // cachePush uploads store paths to a cache: nix path-info gives the
 // metadata (hash, size, references, deriver, CA), nix store dump-path
 // streams the NAR straight into the request body.
-func cachePush(c *adminCmd, args []string) int {
-	fs := c.flags()
-	recursive := fs.Bool("recursive", false, "push the path's whole closure")
-	store := fs.String("store", "", "Nix store to read from (nix --store), default the system store")
-	pos, code, ok := c.parse(fs, args, "CACHE", "STORE_PATH")
-	if !ok {
-		return code
-	}
+func cachePush(c *adminCmd) int {
+	pos := c.args
+	recursive, store := c.cmd.Bool("recursive"), c.cmd.String("store")
 	infoArgs := []string{"path-info", "--json"}
-	if *recursive {
+	if recursive {
 		infoArgs = append(infoArgs, "--recursive")
 	}
-	out, err := runNix(c.ctx, *store, append(infoArgs, pos[1])...)
+	out, err := runNix(c.ctx, store, append(infoArgs, pos[1])...)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "gradient %s: %v\n", c.name, err)
 		return exitFail
@@ -48,12 +43,12 @@ func cachePush(c *adminCmd, args []string) int {
 		return exitFail
 	}
 	for _, info := range infos {
-		v, err := pushPath(c, *store, pos[0], info)
+		v, err := pushPath(c, store, pos[0], info)
 		if err != nil {
 			fmt.Fprintf(c.stderr, "gradient %s: %s: %v\n", c.name, info.Path, err)
 			return exitFail
 		}
-		if c.settings.json {
+		if c.json {
 			j, _ := json.Marshal(v)
 			fmt.Fprintf(c.stdout, "%s\n", j)
 		} else if v.Created != nil && !*v.Created {

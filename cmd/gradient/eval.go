@@ -8,50 +8,36 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/urfave/cli/v3"
 )
 
 // Evaluations and builds: gradient eval … and gradient build …, thin
 // clients of the admin API's evaluation endpoints (server/admin_evaluations.go).
 
-const evalUsage = `Evaluation commands (talk to gradient-server's admin API):
-  eval start PROJECT [--commit SHA] [--wait] [--wait-interval 2s]
-                                   evaluate a commit (default: the branch head);
-                                   --wait follows it and exits 1 unless it succeeds
-  eval list PROJECT [--limit 20]   newest first
-  eval show EVAL_ID                status and its builds (worker, outputs, failures)
-  eval log EVAL_ID                 the evaluation's (flake job's) log
-  eval cancel EVAL_ID              stop it; workers running its jobs get AbortJob
-  build show BUILD_ID
-  build log BUILD_ID
-
-They take the admin commands' --server, --token, --token-file and --json.
-`
-
-func init() {
-	for name, cmd := range map[string]adminCommand{
-		"eval":        evalHelp,
-		"eval start":  evalStart,
-		"eval list":   evalList,
-		"eval show":   evalShow,
-		"eval log":    evalLog,
-		"eval cancel": evalCancel,
-		"build":       evalHelp,
-		"build show":  buildShow,
-		"build log":   buildLog,
-	} {
-		adminCommands[name] = cmd
-	}
+func (a *app) evalCommand() *cli.Command {
+	return a.adminGroup("eval", "evaluations of a project's commits",
+		"An evaluation's builds: gradient build show BUILD_ID, gradient build log BUILD_ID.", exitOK,
+		a.adminLeaf("start", "evaluate a commit (default: the branch head); --wait follows it and exits 1 unless it succeeds", []string{"PROJECT"}, []cli.Flag{
+			&cli.StringFlag{Name: "commit", Usage: "full commit hash to evaluate (`SHA`)", DefaultText: "the head of the project's branch"},
+			&cli.BoolFlag{Name: "wait", Usage: "follow the evaluation until it ends; exit 1 unless it succeeded"},
+			&cli.DurationFlag{Name: "wait-interval", Usage: "how often --wait asks the server", Value: 2 * time.Second},
+		}, evalStart),
+		a.adminLeaf("list", "list the project's evaluations, newest first", []string{"PROJECT"}, []cli.Flag{
+			&cli.IntFlag{Name: "limit", Usage: "show at most this many (up to 1000)", Value: 20},
+		}, evalList),
+		a.adminLeaf("show", "status and its builds (worker, outputs, failures)", []string{"EVAL_ID"}, nil, evalShow),
+		a.adminLeaf("log", "the evaluation's (flake job's) log", []string{"EVAL_ID"}, nil, evalLog),
+		a.adminLeaf("cancel", "stop it; workers running its jobs get AbortJob", []string{"EVAL_ID"}, nil, evalCancel),
+	)
 }
 
-// evalHelp answers "gradient eval" or "gradient build" without a known
-// subcommand.
-func evalHelp(c *adminCmd, args []string) int {
-	if len(args) == 0 || isHelp(args[0]) || args[0] == "help" {
-		fmt.Fprint(c.stdout, evalUsage)
-		return exitOK
-	}
-	fmt.Fprintf(c.stderr, "gradient: unknown command %q\n\n%s", c.name+" "+args[0], evalUsage)
-	return exitUsage
+func (a *app) buildCommand() *cli.Command {
+	return a.adminGroup("build", "the builds of evaluations",
+		"Builds come from evaluations: gradient eval start PROJECT, then gradient eval show EVAL_ID lists them.", exitOK,
+		a.adminLeaf("show", "a build: status, worker, outputs, failure", []string{"BUILD_ID"}, nil, buildShow),
+		a.adminLeaf("log", "the build's log", []string{"BUILD_ID"}, nil, buildLog),
+	)
 }
 
 // The admin API's evaluation and build answers, as far as the CLI prints them.
@@ -190,40 +176,34 @@ func evaluationsPath(project string) string {
 	return "/api/v1/projects/" + seg(project) + "/evaluations"
 }
 
-func evalStart(c *adminCmd, args []string) int {
-	fs := c.flags()
-	commit := fs.String("commit", "", "full commit hash to evaluate (default: the head of the project's branch)")
-	wait := fs.Bool("wait", false, "follow the evaluation until it ends; exit 1 unless it succeeded")
-	interval := fs.Duration("wait-interval", 2*time.Second, "how often --wait asks the server")
-	pos, code, ok := c.parse(fs, args, "PROJECT")
-	if !ok {
-		return code
-	}
-	if *interval <= 0 {
+func evalStart(c *adminCmd) int {
+	pos := c.args
+	commit, wait, interval := c.cmd.String("commit"), c.cmd.Bool("wait"), c.cmd.Duration("wait-interval")
+	if interval <= 0 {
 		fmt.Fprintf(c.stderr, "gradient %s: --wait-interval must be positive\n", c.name)
 		return exitUsage
 	}
 	body := map[string]any{}
-	if *commit != "" {
-		body["commit"] = *commit
+	if commit != "" {
+		body["commit"] = commit
 	}
 	var ev evaluationInfo
 	raw, ok := c.call("POST", evaluationsPath(pos[0]), body, &ev)
 	if !ok {
 		return exitFail
 	}
-	if !*wait {
-		if c.settings.json {
+	if !wait {
+		if c.json {
 			return c.printJSON(raw)
 		}
 		fmt.Fprintf(c.stdout, "Started evaluation %s of %s at %s\n", ev.ID, ev.project(), ev.Commit)
 		fmt.Fprintf(c.stdout, "Follow it: gradient eval show %s\n", ev.ID)
 		return exitOK
 	}
-	if !c.settings.json {
+	if !c.json {
 		fmt.Fprintf(c.stdout, "Started evaluation %s of %s at %s\n", ev.ID, ev.project(), ev.Commit)
 	}
-	return c.waitEvaluation(ev.ID, ev.Status, *interval)
+	return c.waitEvaluation(ev.ID, ev.Status, interval)
 }
 
 // waitEvaluation polls the evaluation until it ends, telling status
@@ -250,7 +230,7 @@ func (c *adminCmd) waitEvaluation(id, status string, interval time.Duration) int
 		if !ev.Terminal {
 			continue
 		}
-		if c.settings.json {
+		if c.json {
 			c.printJSON(raw)
 		} else {
 			printEvaluation(c.stdout, ev)
@@ -262,19 +242,15 @@ func (c *adminCmd) waitEvaluation(id, status string, interval time.Duration) int
 	}
 }
 
-func evalList(c *adminCmd, args []string) int {
-	fs := c.flags()
-	limit := fs.Int("limit", 20, "show at most this many (up to 1000)")
-	pos, code, ok := c.parse(fs, args, "PROJECT")
-	if !ok {
-		return code
-	}
+func evalList(c *adminCmd) int {
+	pos := c.args
+	limit := c.cmd.Int("limit")
 	var evals []evaluationInfo
-	raw, ok := c.call("GET", evaluationsPath(pos[0])+"?limit="+url.QueryEscape(strconv.Itoa(*limit)), nil, &evals)
+	raw, ok := c.call("GET", evaluationsPath(pos[0])+"?limit="+url.QueryEscape(strconv.Itoa(limit)), nil, &evals)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	rows := make([][]string, 0, len(evals))
@@ -286,17 +262,14 @@ func evalList(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func evalShow(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "EVAL_ID")
-	if !ok {
-		return code
-	}
+func evalShow(c *adminCmd) int {
+	pos := c.args
 	var ev evaluationInfo
 	raw, ok := c.call("GET", "/api/v1/evaluations/"+seg(pos[0]), nil, &ev)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	printEvaluation(c.stdout, ev)
@@ -352,42 +325,33 @@ func buildSummary(builds []buildInfo) string {
 	return fmt.Sprintf("%d (%s)", len(builds), strings.Join(parts, ", "))
 }
 
-func evalCancel(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "EVAL_ID")
-	if !ok {
-		return code
-	}
+func evalCancel(c *adminCmd) int {
+	pos := c.args
 	var ev evaluationInfo
 	raw, ok := c.call("POST", "/api/v1/evaluations/"+seg(pos[0])+"/cancel", nil, &ev)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	fmt.Fprintf(c.stdout, "Evaluation %s is %s\n", ev.ID, ev.Status)
 	return exitOK
 }
 
-func evalLog(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "EVAL_ID")
-	if !ok {
-		return code
-	}
+func evalLog(c *adminCmd) int {
+	pos := c.args
 	return c.copyLog("/api/v1/evaluations/" + seg(pos[0]) + "/log")
 }
 
-func buildShow(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "BUILD_ID")
-	if !ok {
-		return code
-	}
+func buildShow(c *adminCmd) int {
+	pos := c.args
 	var b buildInfo
 	raw, ok := c.call("GET", "/api/v1/builds/"+seg(pos[0]), nil, &b)
 	if !ok {
 		return exitFail
 	}
-	if c.settings.json {
+	if c.json {
 		return c.printJSON(raw)
 	}
 	outputs := make([]string, 0, len(b.Outputs))
@@ -413,11 +377,8 @@ func buildShow(c *adminCmd, args []string) int {
 	return exitOK
 }
 
-func buildLog(c *adminCmd, args []string) int {
-	pos, code, ok := c.parse(c.flags(), args, "BUILD_ID")
-	if !ok {
-		return code
-	}
+func buildLog(c *adminCmd) int {
+	pos := c.args
 	return c.copyLog("/api/v1/builds/" + seg(pos[0]) + "/log")
 }
 

@@ -8,39 +8,19 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
+
+	"github.com/urfave/cli/v3"
 
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/wire/wirejson"
 )
 
-const usage = `Usage: gradient [--server URL] [--token TOKEN] <command> [arguments]
-
-Commands:
-  up [FLAKE]               run a server and local workers, build FLAKE
-                           (default: the example flake); see up -h
-  wire decode --side client|server [--version N]
-                           read hex frames from stdin, one per line;
-                           print one JSON message per line
-  wire encode --side client|server [--version N]
-                           read JSON messages from stdin, one per line;
-                           print one hex frame per line
-  wire schema [--version N]
-                           print the wire schema of protocol N
-  wire versions            print the protocol range this build speaks
-  help                     show this help
-
---version defaults to the newest supported protocol.
-
-` + adminUsage + "\n" + evalUsage
-
-// Exit codes: 1 when some input line failed, 2 for a usage error.
+// Exit codes: 1 for a failure (a server error, an input line that did
+// not convert), 2 for a usage error.
 const (
 	exitOK    = 0
 	exitFail  = 1
@@ -60,99 +40,80 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // runWithEnv is run with the environment as a function, so tests of the
 // admin commands control GRADIENT_SERVER and the token variables.
 func runWithEnv(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) > 0 && strings.HasPrefix(args[0], "-") && !isHelp(args[0]) {
-		return runAdminWithLeadingFlags(args, getenv, stdout, stderr)
-	}
-	if len(args) == 0 {
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	}
-	switch args[0] {
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	case "team", "project", "cache", "worker", "server", "eval", "build":
-		return runAdmin(context.Background(), adminSettings{}, args, getenv, stdout, stderr)
-	case "up":
-		return runUp(args[1:], stdout, stderr)
-	case "wire":
-		return runWire(args[1:], stdin, stdout, stderr)
-	}
-	fmt.Fprintf(stderr, "gradient: unknown command %q\n\n%s", args[0], usage)
-	return exitUsage
+	a := &app{ctx: context.Background(), getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, up: runUpUntilSignal}
+	return a.run(args)
 }
 
-func isHelp(arg string) bool {
-	return arg == "-h" || arg == "-help" || arg == "--help"
-}
-
-// runAdminWithLeadingFlags takes admin settings before the command:
-// gradient --server URL team list.
-func runAdminWithLeadingFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	var settings adminSettings
-	fs := newFlagSet("", stderr)
-	settings.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+// The protocol debugger, gradient wire: it reads stdin and talks to no
+// server.
+func (a *app) wireCommand() *cli.Command {
+	version := func() cli.Flag {
+		return &cli.UintFlag{Name: "version", Usage: "protocol version `N`", Value: uint(wire.NewestVersion)}
 	}
-	rest := fs.Args()
-	if len(rest) == 0 || !isAdminGroup(rest[0]) {
-		fmt.Fprintf(stderr, "gradient: --server, --token, --token-file and --json go with an admin command\n\n%s", usage)
-		return exitUsage
+	side := func() cli.Flag {
+		return &cli.StringFlag{Name: "side", Usage: "message `DIRECTION`: client (worker → server) or server (server → worker)"}
 	}
-	return runAdmin(context.Background(), settings, rest, getenv, stdout, stderr)
-}
-
-func runWire(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprintf(stderr, "gradient wire: missing subcommand\n\n%s", usage)
-		return exitUsage
+	codec := func(name, usage string, conv lineFunc) *cli.Command {
+		return &cli.Command{
+			Name:  name,
+			Usage: usage,
+			Flags: []cli.Flag{side(), version()},
+			Action: func(_ context.Context, cmd *cli.Command) error {
+				if _, ok := a.positional(cmd, nil); !ok {
+					return exitStatus(exitUsage)
+				}
+				return exitWith(a.runCodec(cmd, conv))
+			},
+		}
 	}
-	switch args[0] {
-	case "decode":
-		return runCodec(args[0], args[1:], stdin, stdout, stderr, decodeLine)
-	case "encode":
-		return runCodec(args[0], args[1:], stdin, stdout, stderr, encodeLine)
-	case "schema":
-		fs := newFlagSet("wire schema", stderr)
-		ver := fs.Uint("version", uint(wire.NewestVersion), "protocol version")
-		if code, ok := parse(fs, args[1:]); !ok {
-			return code
-		}
-		v, err := checkVersion(*ver)
-		if err != nil {
-			fmt.Fprintf(stderr, "gradient wire schema: %v\n", err)
-			return exitUsage
-		}
-		fmt.Fprint(stdout, wire.Schema(v))
-		return exitOK
-	case "versions":
-		fs := newFlagSet("wire versions", stderr)
-		if code, ok := parse(fs, args[1:]); !ok {
-			return code
-		}
-		fmt.Fprintln(stdout, wire.Supported)
-		return exitOK
+	return &cli.Command{
+		Name:     "wire",
+		Usage:    "the protocol debugger: frames and messages of every supported protocol version",
+		Metadata: map[string]any{metaNoAdminFlags: true},
+		Before:   a.rejectAdminFlags,
+		Action:   a.groupAction(exitUsage),
+		Commands: []*cli.Command{
+			codec("decode", "read hex frames from stdin, one per line; print one JSON message per line", decodeLine),
+			codec("encode", "read JSON messages from stdin, one per line; print one hex frame per line", encodeLine),
+			{
+				Name:  "schema",
+				Usage: "print the wire schema of a protocol version",
+				Flags: []cli.Flag{version()},
+				Action: func(_ context.Context, cmd *cli.Command) error {
+					if _, ok := a.positional(cmd, nil); !ok {
+						return exitStatus(exitUsage)
+					}
+					v, err := checkVersion(cmd.Uint("version"))
+					if err != nil {
+						fmt.Fprintf(a.stderr, "%s: %v\n", cmd.FullName(), err)
+						return exitStatus(exitUsage)
+					}
+					fmt.Fprint(a.stdout, wire.Schema(v))
+					return nil
+				},
+			},
+			{
+				Name:  "versions",
+				Usage: "print the protocol range this build speaks",
+				Action: func(_ context.Context, cmd *cli.Command) error {
+					if _, ok := a.positional(cmd, nil); !ok {
+						return exitStatus(exitUsage)
+					}
+					fmt.Fprintln(a.stdout, wire.Supported)
+					return nil
+				},
+			},
+		},
 	}
-	fmt.Fprintf(stderr, "gradient wire: unknown subcommand %q\n\n%s", args[0], usage)
-	return exitUsage
 }
 
 // lineFunc turns one trimmed, non-blank input line into one output line.
 type lineFunc func(line string, client bool, ver uint16) (string, error)
 
-func runCodec(name string, args []string, stdin io.Reader, stdout, stderr io.Writer, conv lineFunc) int {
-	fs := newFlagSet("wire "+name, stderr)
-	sideFlag := fs.String("side", "", "message direction: client (worker → server) or server (server → worker)")
-	ver := fs.Uint("version", uint(wire.NewestVersion), "protocol version")
-	if code, ok := parse(fs, args); !ok {
-		return code
-	}
+func (a *app) runCodec(cmd *cli.Command, conv lineFunc) int {
+	name, stdin, stdout, stderr := cmd.Name, a.stdin, a.stdout, a.stderr
 	var client bool
-	switch *sideFlag {
+	switch cmd.String("side") {
 	case "client":
 		client = true
 	case "server":
@@ -160,7 +121,7 @@ func runCodec(name string, args []string, stdin io.Reader, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "gradient wire %s: --side must be client or server\n", name)
 		return exitUsage
 	}
-	v, err := checkVersion(*ver)
+	v, err := checkVersion(cmd.Uint("version"))
 	if err != nil {
 		fmt.Fprintf(stderr, "gradient wire %s: %v\n", name, err)
 		return exitUsage
@@ -247,26 +208,4 @@ func checkVersion(v uint) (uint16, error) {
 		return 0, fmt.Errorf("protocol version %d is not supported; this build speaks %s", v, wire.Supported)
 	}
 	return uint16(v), nil
-}
-
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("gradient "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-// parse parses args and rejects positional arguments. ok is false when
-// the command must stop with code (0 after -h).
-func parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %s\n", fs.Name(), strconv.Quote(fs.Arg(0)))
-		return exitUsage, false
-	}
-	return exitOK, true
 }

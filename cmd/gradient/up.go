@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -27,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/urfave/cli/v3"
+
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nix"
@@ -37,16 +38,6 @@ import (
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
 )
-
-const upUsage = `Usage: gradient up [flags] [FLAKE]
-
-Runs a server, local workers and one evaluation of FLAKE (a local git
-directory or a git URL; default: the example flake shipped with Gradient),
-building packages.<system>.* (or what --wildcards names) and printing a
-summary. Exits 0 when every build succeeded.
-
-Flags:
-`
 
 // upOptions are the flags of gradient up.
 type upOptions struct {
@@ -69,67 +60,96 @@ const (
 	upCache = "up"
 )
 
-func runUp(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return runUpContext(ctx, args, stdout, stderr)
+func (a *app) upCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "up",
+		Usage: "run a server and local workers, build FLAKE (default: the example flake)",
+		Description: "Runs a server, local workers and one evaluation of FLAKE (a local git\n" +
+			"directory or a git URL; default: the example flake shipped with Gradient),\n" +
+			"building packages.<system>.* (or what --wildcards names) and printing a\n" +
+			"summary. Exits 0 when every build succeeded. Progress and help go to stderr,\n" +
+			"the summary to stdout.",
+		ArgsUsage: "[FLAKE]",
+		Metadata:  map[string]any{metaNoAdminFlags: true, metaHelpOnStderr: true},
+		Before:    a.rejectAdminFlags,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "workers", Usage: "number of local workers", Value: 2, Sources: a.env("GRADIENT_UP_WORKERS")},
+			&cli.StringFlag{Name: "data-dir", Usage: "`DIR` for the database, NARs and the example flake", TakesFile: true,
+				DefaultText: "$XDG_DATA_HOME/gradient-up or ~/.local/share/gradient-up", Sources: a.env("GRADIENT_UP_DATA_DIR")},
+			&cli.StringFlag{Name: "listen", Usage: "`ADDRESS` the server listens on", Value: "127.0.0.1:0", Sources: a.env("GRADIENT_UP_LISTEN")},
+			&cli.StringFlag{Name: "store", Usage: "build in a chroot Nix store in this `DIR` instead of the default store", TakesFile: true, Sources: a.env("GRADIENT_UP_STORE")},
+			&cli.BoolFlag{Name: "serve", Usage: "keep the server running afterwards and print the cache URL and public key"},
+			&cli.DurationFlag{Name: "timeout", Usage: "bound on the whole run", Value: 30 * time.Minute, Sources: a.env("GRADIENT_UP_TIMEOUT")},
+			&cli.BoolFlag{Name: "verbose", Usage: "log the embedded server and workers at info level", Sources: a.env("GRADIENT_UP_VERBOSE")},
+			&cli.StringFlag{Name: "wildcards", Usage: "comma-separated attribute `PATTERNS` to build, e.g. 'packages.*.*, checks.x86_64-linux.*'", DefaultText: "packages.<system>.*"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			o, ok := a.upOptions(cmd)
+			if !ok {
+				return exitStatus(exitUsage)
+			}
+			return exitWith(a.up(ctx, o, a.stdout, a.stderr))
+		},
+	}
 }
 
-// parseUp parses flags and at most one FLAKE, which may come before or
-// after the flags.
-func parseUp(args []string, stderr io.Writer) (upOptions, int, bool) {
-	o := upOptions{poll: 500 * time.Millisecond}
-	fs := newFlagSet("up", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), upUsage)
-		fs.PrintDefaults()
+// upOptions checks gradient up's flags and its FLAKE, which may come
+// before or after the flags.
+func (a *app) upOptions(cmd *cli.Command) (upOptions, bool) {
+	o := upOptions{
+		workers: cmd.Int("workers"),
+		dataDir: cmd.String("data-dir"),
+		listen:  cmd.String("listen"),
+		store:   cmd.String("store"),
+		serve:   cmd.Bool("serve"),
+		timeout: cmd.Duration("timeout"),
+		verbose: cmd.Bool("verbose"),
+		poll:    500 * time.Millisecond,
 	}
-	fs.IntVar(&o.workers, "workers", 2, "number of local workers")
-	fs.StringVar(&o.dataDir, "data-dir", "", "directory for the database, NARs and the example flake (default $XDG_DATA_HOME/gradient-up or ~/.local/share/gradient-up)")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "address the server listens on")
-	fs.StringVar(&o.store, "store", "", "build in a chroot Nix store in this directory instead of the default store")
-	fs.BoolVar(&o.serve, "serve", false, "keep the server running afterwards and print the cache URL and public key")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
-	fs.BoolVar(&o.verbose, "verbose", false, "log the embedded server and workers at info level")
-	wildcards := fs.String("wildcards", "", "comma-separated attribute patterns to build, e.g. 'packages.*.*, checks.x86_64-linux.*' (default packages.<system>.*)")
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return o, exitOK, false
-			}
-			return o, exitUsage, false
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
+	positional := cmd.Args().Slice()
 	switch {
 	case len(positional) > 1:
-		fmt.Fprintf(stderr, "gradient up: one FLAKE at most, got %q\n", positional)
-		return o, exitUsage, false
+		fmt.Fprintf(a.stderr, "gradient up: one FLAKE at most, got %q\n", positional)
+		return o, false
 	case len(positional) == 1:
 		o.flake = positional[0]
 	}
 	if o.workers < 1 {
-		fmt.Fprintln(stderr, "gradient up: --workers must be at least 1")
-		return o, exitUsage, false
+		fmt.Fprintln(a.stderr, "gradient up: --workers must be at least 1")
+		return o, false
 	}
 	if o.timeout <= 0 {
-		fmt.Fprintln(stderr, "gradient up: --timeout must be positive")
-		return o, exitUsage, false
+		fmt.Fprintln(a.stderr, "gradient up: --timeout must be positive")
+		return o, false
 	}
-	if *wildcards != "" {
-		list, err := server.ParseWildcards([]string{*wildcards})
+	if w := cmd.String("wildcards"); w != "" {
+		list, err := server.ParseWildcards([]string{w})
 		if err != nil {
-			fmt.Fprintf(stderr, "gradient up: --%v\n", err)
-			return o, exitUsage, false
+			fmt.Fprintf(a.stderr, "gradient up: --%v\n", err)
+			return o, false
 		}
 		o.wildcards = list
 	}
-	return o, exitOK, true
+	return o, true
+}
+
+// parseUp parses gradient up's arguments (after "up") as the CLI does,
+// without running anything.
+func parseUp(args []string, stderr io.Writer) (upOptions, int, bool) {
+	var parsed upOptions
+	ran := false
+	a := &app{ctx: context.Background(), getenv: os.Getenv, stdout: io.Discard, stderr: stderr,
+		up: func(_ context.Context, o upOptions, _, _ io.Writer) int { parsed, ran = o, true; return exitOK }}
+	code := a.run(append([]string{"up"}, args...))
+	return parsed, code, ran
+}
+
+// runUpUntilSignal is gradient up in the terminal: Ctrl-C or SIGTERM
+// stops it cleanly.
+func runUpUntilSignal(ctx context.Context, o upOptions, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runUpOptions(ctx, o, stdout, stderr)
 }
 
 func upDefaultDataDir() (string, error) {
@@ -156,11 +176,14 @@ func (s *upSyncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
+// runUpContext runs gradient up ARGS… under ctx, without signal handling.
 func runUpContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, code, ok := parseUp(args, stderr)
-	if !ok {
-		return code
-	}
+	a := &app{ctx: ctx, getenv: os.Getenv, stdout: stdout, stderr: stderr, up: runUpOptions}
+	return a.run(append([]string{"up"}, args...))
+}
+
+// runUpOptions is one gradient up with checked options.
+func runUpOptions(ctx context.Context, o upOptions, stdout, stderr io.Writer) int {
 	errw := &upSyncWriter{w: stderr}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(errw, "gradient up: "+format+"\n", a...)
@@ -212,7 +235,7 @@ func runUpContext(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		return fail("%v", err)
 	}
-	code = u.evaluate(runCtx)
+	code := u.evaluate(runCtx)
 	if o.serve && ctx.Err() == nil {
 		u.serve(ctx)
 	}
