@@ -193,7 +193,11 @@ func parseTarget(rawURL string) (openTarget, error) {
 			// url.Error quotes the input, which may hold a password.
 			return openTarget{}, errors.New("storage: malformed postgres URL")
 		}
-		return openTarget{engine: EnginePostgres, dsn: rawURL, display: u.Redacted()}, nil
+		// The password may sit in the user info or in the query
+		// (?password=…): the display keeps neither.
+		display := *u
+		display.RawQuery = ""
+		return openTarget{engine: EnginePostgres, dsn: rawURL, display: display.Redacted()}, nil
 	case "sqlite", "sqlite3":
 		path, err := sqlitePath(rest)
 		if err != nil {

@@ -24,6 +24,7 @@ func TestParseTarget(t *testing.T) {
 		{in: "data", engine: EngineSQLite, path: "data/gradient.db"},
 		{in: "postgres://u:pw@localhost/db?sslmode=disable", engine: EnginePostgres},
 		{in: "postgresql://localhost/db", engine: EnginePostgres},
+		{in: "postgres://u@localhost/db?password=pw&sslmode=disable", engine: EnginePostgres},
 		{in: "", wantErr: "empty database URL"},
 		{in: "mysql://localhost/db", wantErr: `unsupported database URL scheme "mysql"`},
 		{in: "sqlite://", wantErr: "without a path"},

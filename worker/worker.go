@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 
+	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/wire"
 )
@@ -74,7 +75,7 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // Canceled) before Run returns. Only local errors (a listener that cannot
 // start) end it early.
 func (w *Worker) Run(ctx context.Context) error {
-	w.log.Info("worker starting", "server", w.cfg.ServerURL, "peers", len(w.currentTokens()),
+	w.log.Info("worker starting", "server", gitsource.Redact(w.cfg.ServerURL), "peers", len(w.currentTokens()),
 		"capabilities", capabilityNames(w.cfg.Capabilities), "architectures", w.cfg.Architectures)
 	defer w.waitSessions()
 	runCtx, cancel := context.WithCancel(ctx)

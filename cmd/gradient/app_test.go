@@ -10,8 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/urfave/cli/v3"
-
+	"gradient.dev/gradient/internal/clitest"
 	"gradient.dev/gradient/wire"
 )
 
@@ -76,30 +75,23 @@ var perInvocationFlags = map[string]string{
 func TestEveryFlagHasAVariable(t *testing.T) {
 	a := &app{ctx: context.Background(), getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard}
 	seen := map[string]bool{}
-	var walk func(c *cli.Command, path string)
-	walk = func(c *cli.Command, path string) {
-		for _, f := range c.Flags {
-			key := path + " --" + f.Names()[0]
-			seen[key] = true
-			vars := f.(cli.DocGenerationFlag).GetEnvVars()
-			_, listed := perInvocationFlags[key]
-			switch {
-			case len(vars) == 0 && !listed:
-				t.Errorf("%s has no environment variable and is not a per-invocation flag", key)
-			case len(vars) > 0 && listed:
-				t.Errorf("%s has the variable %v but is listed as per-invocation", key, vars)
-			}
-			for _, v := range vars {
-				if !strings.HasPrefix(v, "GRADIENT_") {
-					t.Errorf("%s: variable %s lacks the GRADIENT_ prefix", key, v)
-				}
-			}
+	for _, f := range clitest.Flags(a.rootCommand()) {
+		key := f.Command + " --" + f.Flag.Names()[0]
+		seen[key] = true
+		vars := clitest.Variables(f.Flag)
+		_, listed := perInvocationFlags[key]
+		switch {
+		case len(vars) == 0 && !listed:
+			t.Errorf("%s has no environment variable and is not a per-invocation flag", key)
+		case len(vars) > 0 && listed:
+			t.Errorf("%s has the variable %v but is listed as per-invocation", key, vars)
 		}
-		for _, sub := range c.Commands {
-			walk(sub, path+" "+sub.Name)
+		for _, v := range vars {
+			if !strings.HasPrefix(v, "GRADIENT_") {
+				t.Errorf("%s: variable %s lacks the GRADIENT_ prefix", key, v)
+			}
 		}
 	}
-	walk(a.rootCommand(), "gradient")
 	for key := range perInvocationFlags {
 		if !seen[key] {
 			t.Errorf("perInvocationFlags lists %s, which does not exist", key)
