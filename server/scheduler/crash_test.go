@@ -225,8 +225,8 @@ func TestWorkerKilledMidBuild(t *testing.T) {
 	env := append(n.Env, "NIX_CONFIG="+strings.Join(append(nixtest.Config, "store = "+n.Store), "\n"))
 	victim := start(t, env, "gradient-worker", "--server-url", w.url, "--peers", peers,
 		"--base-dir", t.TempDir(), "--id", id,
-		"--capabilities-fetch", "true", "--capabilities-eval", "true", "--capabilities-build", "true",
-		"--allow-local-repositories", "true") // the world's repository is local
+		"--capabilities-fetch", "--capabilities-eval", "--capabilities-build",
+		"--allow-local-repositories") // the world's repository is local
 
 	ev := w.evaluate("packages.x86_64-linux.base")
 	_, builds := w.waitFor(ev.ID, "base building on the victim", 2*time.Minute, anyBuilding)
