@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nix"
@@ -319,6 +321,8 @@ func (u *upRun) setUp(ctx context.Context) error {
 		return err
 	}
 
+	// One registry for the server, the job loop and the workers (each
+	// worker's series labelled with its name), served at /metrics.
 	reg := metrics.NewRegistry()
 	u.sched = scheduler.New(u.db, scheduler.Config{Logger: u.log, Metrics: reg, Tick: time.Second})
 	if err := u.sched.Start(ctx); err != nil {
@@ -496,6 +500,7 @@ func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []
 			Executor: &nixexec.Executor{Nix: n, TempDir: tmp, Logger: wlog, AllowLocalRepositories: true},
 			TempDir:  tmp,
 			Logger:   wlog,
+			Metrics:  prometheus.WrapRegistererWith(prometheus.Labels{"worker": name}, u.srv.Metrics()),
 		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
