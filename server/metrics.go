@@ -51,8 +51,8 @@ func newServerMetrics(s *Server) *serverMetrics {
 		}, []string{"message"}),
 		reauths: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gradient_server_reauths_total",
-			Help: "Reauthorizations of live workers asked for: sent, joined an outstanding one, deferred until the session is up, or failed.",
-		}, []string{"outcome"}),
+			Help: "Reauthorizations of live workers, by who asked (server: a registration or grant changed; worker: its peers file did) and outcome: sent, joined an outstanding one, deferred until the session is up, or failed.",
+		}, []string{"initiator", "outcome"}),
 		argon2Checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gradient_secret_argon2id_verifications_total",
 			Help: "argon2 token checks run for worker and admin tokens (remembered tokens skip them), by result.",

@@ -175,6 +175,13 @@ func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerCon
 		}
 		s.metrics.messages.WithLabelValues(m.WireName()).Inc()
 		handled, err := session.ServeAuth(ctx, sess, reauth, m)
+		if _, ok := m.(*wire.ReauthRequest); ok {
+			outcome := "sent"
+			if err != nil {
+				outcome = "failed"
+			}
+			s.metrics.reauths.WithLabelValues("worker", outcome).Inc()
+		}
 		if err != nil {
 			log.Warn("reauth failed", "error", err)
 			if errors.Is(err, session.ErrNoChallenge) {
@@ -252,24 +259,24 @@ func (s *Server) Reauth(workerID string) bool {
 	}
 	conn.mu.Unlock()
 	if sess == nil {
-		s.metrics.reauths.WithLabelValues("deferred").Inc()
+		s.metrics.reauths.WithLabelValues("server", "deferred").Inc()
 		return true
 	}
 	sent, redial, err := session.Reauth(s.ctx, sess, reauth)
 	if err != nil {
-		s.metrics.reauths.WithLabelValues("failed").Inc()
+		s.metrics.reauths.WithLabelValues("server", "failed").Inc()
 		s.log.Warn("reauth failed", "worker", workerID, "error", err)
 		return false
 	}
 	switch m := sent.(type) {
 	case nil:
-		s.metrics.reauths.WithLabelValues("joined").Inc()
+		s.metrics.reauths.WithLabelValues("server", "joined").Inc()
 		s.log.Info("reauth joins the outstanding challenge", "worker", workerID)
 	case *wire.AuthChallenge:
-		s.metrics.reauths.WithLabelValues("sent").Inc()
+		s.metrics.reauths.WithLabelValues("server", "sent").Inc()
 		s.log.Info("reauthorizing worker", "worker", workerID, "peers", len(m.Peers))
 	default:
-		s.metrics.reauths.WithLabelValues("sent").Inc()
+		s.metrics.reauths.WithLabelValues("server", "sent").Inc()
 		s.log.Info("reauthorized dialed worker", "worker", workerID, "redial", redial)
 	}
 	return true

@@ -77,9 +77,13 @@ func newWorkerMetrics(r prometheus.Registerer, w *Worker) (*workerMetrics, error
 		defer w.mu.Unlock()
 		return float64(len(w.live))
 	})
-	for _, c := range []prometheus.Collector{m.sessions, m.connectFailures, m.jobsRunning, m.jobsFinished, m.jobSeconds, m.jobDuration,
-		m.narBytes, m.narSeconds, m.narSizes, connected} {
+	collectors := []prometheus.Collector{m.sessions, m.connectFailures, m.jobsRunning, m.jobsFinished, m.jobSeconds, m.jobDuration,
+		m.narBytes, m.narSeconds, m.narSizes, connected}
+	for i, c := range collectors {
 		if err := r.Register(c); err != nil {
+			for _, registered := range collectors[:i] {
+				r.Unregister(registered) // the registry stays as it was
+			}
 			return nil, fmt.Errorf("worker metrics: %w (two workers in one registry need a label each: prometheus.WrapRegistererWith)", err)
 		}
 	}
