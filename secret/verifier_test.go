@@ -1,6 +1,8 @@
 package secret
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"runtime"
 	"sync"
 	"testing"
@@ -83,5 +85,43 @@ func TestVerifierSharesRunningChecks(t *testing.T) {
 	// A failed pair is not remembered: asked again, it is checked again.
 	if v.Verify("hash-b", "wrong") || runs["hash-b"] != 2 {
 		t.Fatalf("a failed pair was answered from memory (%d runs)", runs["hash-b"])
+	}
+}
+
+// Observe hears of each argon2 check that ran, with its outcome, and of
+// nothing the memo answered or a legacy SHA-256 hash settled.
+func TestVerifierObservesArgon2Checks(t *testing.T) {
+	token, _ := Generate()
+	other, _ := Generate()
+	stored, err := Hash(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type check struct {
+		matched bool
+		elapsed time.Duration
+	}
+	var mu sync.Mutex
+	var seen []check
+	v := NewVerifier(1)
+	v.Observe = func(elapsed time.Duration, matched bool) {
+		mu.Lock()
+		seen = append(seen, check{matched, elapsed})
+		mu.Unlock()
+	}
+	v.Verify(stored, token) // argon2id, matched
+	v.Verify(stored, token) // the memo
+	v.Verify(stored, other) // argon2id, no match
+	sum := sha256.Sum256([]byte(token))
+	v.Verify(hex.EncodeToString(sum[:]), token) // SHA-256: not an argon2 check
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || !seen[0].matched || seen[1].matched {
+		t.Fatalf("observed %+v, want one matched and one failed argon2 check", seen)
+	}
+	for _, c := range seen {
+		if c.elapsed <= 0 {
+			t.Fatalf("observed a check without its duration: %+v", seen)
+		}
 	}
 }

@@ -76,6 +76,7 @@ const adminVerifyConcurrency = 4
 // mountAdminAPI mounts the operator's JSON API under /api/v1.
 func (s *Server) mountAdminAPI(mux *http.ServeMux) {
 	a := &adminAPI{s: s, tokens: secret.NewVerifier(adminVerifyConcurrency)}
+	a.tokens.Observe = s.metrics.argon2Checked
 	api := http.NewServeMux()
 	a.routes(api)
 	// Unknown paths under /api/v1/ answer JSON 404 too, after the token

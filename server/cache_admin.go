@@ -113,13 +113,13 @@ func (a *adminAPI) putCachePath(w http.ResponseWriter, r *http.Request) {
 		return errNarMismatch
 	})
 	if errors.Is(err, errNarMismatch) {
-		a.uploadMetrics().narUploads.Inc("mismatch")
+		a.s.metrics.cache.narUploads.WithLabelValues("mismatch").Inc()
 		a.s.log.Warn("admin: NAR upload refused", "cache", c.Name, "path", in.StorePath, "reason", mismatch)
 		writeError(w, http.StatusBadRequest, "upload of "+in.StorePath+" refused: "+mismatch)
 		return
 	}
 	if err != nil {
-		a.uploadMetrics().narUploads.Inc("failed")
+		a.s.metrics.cache.narUploads.WithLabelValues("failed").Inc()
 		a.fail(w, r, fmt.Errorf("store NAR of %s: %w", in.StorePath, err))
 		return
 	}
@@ -132,13 +132,9 @@ func (a *adminAPI) putCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.uploadMetrics().narUploads.Inc("stored")
+	a.s.metrics.cache.narUploads.WithLabelValues("stored").Inc()
 	a.s.log.Info("admin: path stored", "cache", c.Name, "path", p.StorePath, "nar_size", p.NarSize, "file_size", p.FileSize)
 	a.answerUpload(w, p, created)
-}
-
-func (a *adminAPI) uploadMetrics() *binaryCacheMetrics {
-	return newBinaryCacheMetrics(a.s.metrics.registry) // the registry returns the same counters
 }
 
 func (a *adminAPI) answerUpload(w http.ResponseWriter, p storage.CachePath, created bool) {

@@ -37,7 +37,7 @@ type binaryCache struct {
 
 // mountBinaryCache mounts /cache/{cache}/….
 func (s *Server) mountBinaryCache(mux *http.ServeMux) {
-	bc := &binaryCache{s: s, metrics: newBinaryCacheMetrics(s.metrics.registry)}
+	bc := &binaryCache{s: s, metrics: s.metrics.cache}
 	// GET patterns also match HEAD.
 	mux.HandleFunc("GET /cache/{cache}/nix-cache-info", bc.serveCacheInfo)
 	mux.HandleFunc("GET /cache/{cache}/{file}", bc.serveNarinfo)
@@ -111,7 +111,7 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		p, err := bc.s.db.CachePath(r.Context(), c.ID, hash)
 		if errors.Is(err, storage.ErrNotFound) {
-			bc.metrics.narinfos.Inc(cacheLabel(c), "miss")
+			bc.metrics.narinfos.WithLabelValues(cacheLabel(c), "miss").Inc()
 			http.NotFound(w, r)
 			return
 		}
@@ -130,7 +130,7 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 		}
 		bc.s.cacheMemo.storeNarinfo(c.ID, hash, body, stamp)
 	}
-	bc.metrics.narinfos.Inc(cacheLabel(c), "hit")
+	bc.metrics.narinfos.WithLabelValues(cacheLabel(c), "hit").Inc()
 	if hook := bc.s.cfg.narinfoHook; hook != nil {
 		body = hook(bytes.Clone(body))
 	}
@@ -173,6 +173,7 @@ func (bc *binaryCache) serveNar(w http.ResponseWriter, r *http.Request) {
 	}
 	defer obj.Close()
 	w.Header().Set("Content-Type", "application/x-nix-nar")
+	started := time.Now()
 	sent := &countingWriter{ResponseWriter: w}
 	if seeker, ok := obj.(io.ReadSeeker); ok {
 		// The object is the served file itself (stored compressed as
@@ -193,8 +194,11 @@ func (bc *binaryCache) serveNar(w http.ResponseWriter, r *http.Request) {
 	if sent.n == 0 { // HEAD, 304, 416
 		return
 	}
-	bc.metrics.narBytes.Add(float64(sent.n), cacheLabel(c))
-	bc.metrics.narDownloads.Inc(cacheLabel(c))
+	label := cacheLabel(c)
+	bc.metrics.narBytes.WithLabelValues(label).Add(float64(sent.n))
+	bc.metrics.narDownloads.WithLabelValues(label).Inc()
+	bc.metrics.narSeconds.WithLabelValues(label).Observe(time.Since(started).Seconds())
+	bc.metrics.narSizes.WithLabelValues(label).Observe(float64(sent.n))
 	bc.s.log.Debug("binary cache: NAR sent", "cache", c.Name, "path", p.StorePath, "bytes", sent.n, "range", r.Header.Get("Range"), "error", err)
 }
 

@@ -1,27 +1,55 @@
 package server
 
 import (
-	"gradient.dev/gradient/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"gradient.dev/gradient/storage"
 )
 
 // binaryCacheMetrics count what the plain HTTP binary cache serves.
 type binaryCacheMetrics struct {
-	narBytes     metrics.Counter
-	narDownloads metrics.Counter
-	narinfos     metrics.Counter
-	narUploads   metrics.Counter
+	narBytes     *prometheus.CounterVec
+	narDownloads *prometheus.CounterVec
+	narSeconds   *prometheus.HistogramVec
+	narSizes     *prometheus.HistogramVec
+	narinfos     *prometheus.CounterVec
+	narUploads   *prometheus.CounterVec
 }
 
-// newBinaryCacheMetrics registers the counters on the server's registry
-// (registering again returns the same counters).
-func newBinaryCacheMetrics(r *metrics.Registry) *binaryCacheMetrics {
+// narSecondsBuckets span a small NAR over loopback to a large one over a
+// slow link.
+var narSecondsBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900}
+
+// narSizeBuckets span 1 KiB to 4 GiB in steps of four.
+var narSizeBuckets = prometheus.ExponentialBuckets(1<<10, 4, 12)
+
+func newBinaryCacheMetrics() *binaryCacheMetrics {
 	return &binaryCacheMetrics{
-		narBytes:     r.NewCounter("gradient_cache_nar_bytes_sent_total", "Compressed NAR bytes sent by the HTTP binary cache.", "cache"),
-		narDownloads: r.NewCounter("gradient_cache_nar_downloads_total", "NAR downloads from the HTTP binary cache.", "cache"),
-		narinfos:     r.NewCounter("gradient_cache_narinfo_requests_total", "narinfo requests by result.", "cache", "result"),
-		narUploads:   r.NewCounter("gradient_cache_nar_uploads_total", "NAR uploads through the admin API by outcome.", "outcome"),
+		narBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_cache_nar_bytes_sent_total", Help: "Compressed NAR bytes sent by the HTTP binary cache.",
+		}, []string{"cache"}),
+		narDownloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_cache_nar_downloads_total", Help: "NAR downloads from the HTTP binary cache.",
+		}, []string{"cache"}),
+		narSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gradient_cache_nar_download_duration_seconds", Help: "Time to send one NAR download of the HTTP binary cache, whole or not.",
+			Buckets: narSecondsBuckets,
+		}, []string{"cache"}),
+		narSizes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gradient_cache_nar_download_size_bytes", Help: "Compressed bytes sent by one NAR download of the HTTP binary cache.",
+			Buckets: narSizeBuckets,
+		}, []string{"cache"}),
+		narinfos: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_cache_narinfo_requests_total", Help: "narinfo requests by result.",
+		}, []string{"cache", "result"}),
+		narUploads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_cache_nar_uploads_total", Help: "NAR uploads through the admin API by outcome.",
+		}, []string{"outcome"}),
 	}
+}
+
+func (m *binaryCacheMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.narBytes, m.narDownloads, m.narSeconds, m.narSizes, m.narinfos, m.narUploads}
 }
 
 // privateCacheLabel stands for every private cache in the cache label:

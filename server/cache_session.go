@@ -56,7 +56,7 @@ func (bc *binaryCache) serveSession(w http.ResponseWriter, r *http.Request) {
 	select {
 	case s.slots <- struct{}{}:
 	default:
-		s.metrics.refused.Inc("connection limit")
+		s.metrics.refused.WithLabelValues("connection limit").Inc()
 		http.Error(w, "too many connections", http.StatusServiceUnavailable)
 		return
 	}
@@ -64,7 +64,7 @@ func (bc *binaryCache) serveSession(w http.ResponseWriter, r *http.Request) {
 	if anonymous {
 		release, ok := s.anonymousCache.TryAcquire(clientIP(r))
 		if !ok {
-			s.metrics.refused.Inc("anonymous cache sessions per IP")
+			s.metrics.refused.WithLabelValues("anonymous cache sessions per IP").Inc()
 			http.Error(w, "too many anonymous cache sessions from this address", http.StatusServiceUnavailable)
 			return
 		}

@@ -31,18 +31,19 @@ func (s *Server) dialOnce(ctx context.Context, key dialKey) bool {
 	select {
 	case s.slots <- struct{}{}:
 	default:
-		s.metrics.refused.Inc("connection limit")
+		s.metrics.refused.WithLabelValues("connection limit").Inc()
 		s.dialFailed(key, "server at its connection limit")
 		return false
 	}
 	defer func() { <-s.slots }()
 
 	// session.Dial warns about a ws:// URL itself.
+	dialStarted := time.Now()
 	t, err := session.Dial(ctx, key.url, session.DialOptions{
 		TLS: s.cfg.DialTLS, ConnectTimeout: s.cfg.DialConnectTimeout, Logger: s.log.With("worker", key.workerID),
 	})
 	if err != nil {
-		s.metrics.handshakes.Inc("dial failed")
+		s.metrics.handshakeEnded("dial failed", dialStarted)
 		s.dialFailed(key, err.Error())
 		return false
 	}
@@ -59,7 +60,7 @@ func (s *Server) dialOnce(ctx context.Context, key dialKey) bool {
 		if admitter.reserved {
 			s.live.release(conn)
 		}
-		s.dialHandshakeFailed(key, c, err)
+		s.dialHandshakeFailed(key, conn, c, err)
 		return false
 	}
 	s.serveSession(log, conn, c, est, session.NewServerDialedAuth(est, admitter))
@@ -84,15 +85,15 @@ func (s *Server) dialTarget(ctx context.Context, key dialKey) (storage.DialTarge
 // dialHandshakeFailed keeps why a dialed handshake failed: the worker's
 // Reject (e.g. 401 for a token it does not accept), the server's own, or
 // the version agreement's refusal.
-func (s *Server) dialHandshakeFailed(key dialKey, c *session.Conn, err error) {
+func (s *Server) dialHandshakeFailed(key dialKey, conn *workerConn, c *session.Conn, err error) {
 	reason := err.Error()
 	if refusal := c.Refusal(); refusal != "" {
-		s.metrics.handshakes.Inc("version refused")
+		s.metrics.handshakeEnded("version refused", conn.connectedAt)
 		reason = refusal
 	} else if he := (*handshake.Error)(nil); errors.As(err, &he) && he.Code != 0 {
-		s.metrics.handshakes.Inc("rejected")
+		s.metrics.handshakeEnded("rejected", conn.connectedAt)
 	} else {
-		s.metrics.handshakes.Inc("aborted")
+		s.metrics.handshakeEnded("aborted", conn.connectedAt)
 	}
 	s.dialFailed(key, reason)
 }

@@ -28,7 +28,7 @@ func (s *Server) serveProto(w http.ResponseWriter, r *http.Request) {
 	select {
 	case s.slots <- struct{}{}:
 	default:
-		s.metrics.refused.Inc("connection limit")
+		s.metrics.refused.WithLabelValues("connection limit").Inc()
 		http.Error(w, "too many connections", http.StatusServiceUnavailable)
 		return
 	}
@@ -50,7 +50,7 @@ func (s *Server) serveProto(w http.ResponseWriter, r *http.Request) {
 func (s *Server) admitHandshake(w http.ResponseWriter, r *http.Request) (done func(), ok bool) {
 	releaseIP, ok := s.handshakesPerIP.TryAcquire(clientIP(r))
 	if !ok {
-		s.metrics.refused.Inc("handshakes per IP")
+		s.metrics.refused.WithLabelValues("handshakes per IP").Inc()
 		http.Error(w, "too many unauthenticated connections from this address", http.StatusServiceUnavailable)
 		return nil, false
 	}
@@ -58,7 +58,7 @@ func (s *Server) admitHandshake(w http.ResponseWriter, r *http.Request) (done fu
 	case s.handshakes <- struct{}{}:
 	default:
 		releaseIP()
-		s.metrics.refused.Inc("handshake limit")
+		s.metrics.refused.WithLabelValues("handshake limit").Inc()
 		http.Error(w, "too many unauthenticated connections", http.StatusServiceUnavailable)
 		return nil, false
 	}
@@ -108,7 +108,7 @@ func (s *Server) serveSession(log *slog.Logger, conn *workerConn, c *session.Con
 	conn.reauthPending = false
 	kicked := conn.kickReason
 	conn.mu.Unlock()
-	s.metrics.handshakes.Inc("accepted")
+	s.metrics.handshakeEnded("accepted", conn.connectedAt)
 	log.Info("worker connected", "version", est.Version, "authorized", est.AuthorizedPeers,
 		"failed", len(est.FailedPeers), "capabilities", capabilityNames(est.Capabilities))
 	if kicked != "" {
@@ -143,7 +143,7 @@ func (s *Server) serveSession(log *slog.Logger, conn *workerConn, c *session.Con
 // reason of a registered worker ID.
 func (s *Server) handshakeFailed(log *slog.Logger, c *session.Conn, auth *connAuthority, err error) {
 	if refusal := c.Refusal(); refusal != "" {
-		s.metrics.handshakes.Inc("version refused")
+		s.metrics.handshakeEnded("version refused", auth.conn.connectedAt)
 		return // the session layer logged the refusal at warn
 	}
 	var he *handshake.Error
@@ -151,9 +151,9 @@ func (s *Server) handshakeFailed(log *slog.Logger, c *session.Conn, auth *connAu
 	if errors.As(err, &he) {
 		workerID = he.WorkerID
 		if he.Code != 0 {
-			s.metrics.handshakes.Inc("rejected")
+			s.metrics.handshakeEnded("rejected", auth.conn.connectedAt)
 		} else {
-			s.metrics.handshakes.Inc("aborted")
+			s.metrics.handshakeEnded("aborted", auth.conn.connectedAt)
 		}
 	}
 	log.Warn("worker handshake failed", "worker", workerID, "error", err)
@@ -173,8 +173,15 @@ func (s *Server) dispatch(ctx context.Context, log *slog.Logger, conn *workerCon
 			}
 			return "connection lost: " + err.Error()
 		}
-		s.metrics.messages.Inc(m.WireName())
+		s.metrics.messages.WithLabelValues(m.WireName()).Inc()
 		handled, err := session.ServeAuth(ctx, sess, reauth, m)
+		if _, ok := m.(*wire.ReauthRequest); ok {
+			outcome := "sent"
+			if err != nil {
+				outcome = "failed"
+			}
+			s.metrics.reauths.WithLabelValues("worker", outcome).Inc()
+		}
 		if err != nil {
 			log.Warn("reauth failed", "error", err)
 			if errors.Is(err, session.ErrNoChallenge) {
@@ -252,19 +259,24 @@ func (s *Server) Reauth(workerID string) bool {
 	}
 	conn.mu.Unlock()
 	if sess == nil {
+		s.metrics.reauths.WithLabelValues("server", "deferred").Inc()
 		return true
 	}
 	sent, redial, err := session.Reauth(s.ctx, sess, reauth)
 	if err != nil {
+		s.metrics.reauths.WithLabelValues("server", "failed").Inc()
 		s.log.Warn("reauth failed", "worker", workerID, "error", err)
 		return false
 	}
 	switch m := sent.(type) {
 	case nil:
+		s.metrics.reauths.WithLabelValues("server", "joined").Inc()
 		s.log.Info("reauth joins the outstanding challenge", "worker", workerID)
 	case *wire.AuthChallenge:
+		s.metrics.reauths.WithLabelValues("server", "sent").Inc()
 		s.log.Info("reauthorizing worker", "worker", workerID, "peers", len(m.Peers))
 	default:
+		s.metrics.reauths.WithLabelValues("server", "sent").Inc()
 		s.log.Info("reauthorized dialed worker", "worker", workerID, "redial", redial)
 	}
 	return true

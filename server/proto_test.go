@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/storage"
@@ -320,6 +322,9 @@ func TestReauth(t *testing.T) {
 		if !ok || !slices.Contains(ch.Peers, e.cache.ID) || !slices.Contains(ch.Peers, e.project.ID) {
 			t.Fatalf("challenge %#v", ch)
 		}
+		if n := testutil.ToFloat64(e.srv.metrics.reauths.WithLabelValues("server", "sent")); n != 1 {
+			t.Errorf("server-initiated reauths counted %v, want 1", n)
+		}
 		w.tokens[e.cache.ID] = cacheToken
 		if err := w.sess.Send(w.auth.Answer(ch)); err != nil {
 			t.Fatal(err)
@@ -343,6 +348,10 @@ func TestReauth(t *testing.T) {
 		if !ok {
 			t.Fatalf("got %#v", ch)
 		}
+		// Counted once the challenge is out, which may be after it arrives.
+		waitFor(t, "the worker-initiated reauth counted", func() bool {
+			return testutil.ToFloat64(e.srv.metrics.reauths.WithLabelValues("worker", "sent")) == 1
+		})
 		w.sess.Send(w.auth.Answer(ch))
 		up, ok = w.recv(t).(*wire.AuthUpdate)
 		if !ok || !slices.Contains(up.AuthorizedPeers, e.bare.ID) {

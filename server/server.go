@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gradient.dev/gradient/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
@@ -94,8 +96,10 @@ type Config struct {
 	// requests with nothing (a cache-only server).
 	Jobs JobLoop
 	// Metrics is the registry /metrics serves (shared with the job
-	// loop); nil makes a new one.
-	Metrics *metrics.Registry
+	// loop; a binary adds the runtime collectors, metrics.NewRegistry);
+	// nil makes a new one. The server's series must not be in it already:
+	// give each server its own.
+	Metrics *prometheus.Registry
 	// PollInterval is how often each project's branch head is polled to
 	// start evaluations (poller.go); 0 disables polling. It needs Jobs to
 	// implement EvaluationControl.
@@ -214,6 +218,7 @@ func New(db *storage.DB, cfg Config) *Server {
 	}
 	s.metrics = newServerMetrics(s)
 	s.verifier = secret.NewVerifier(0)
+	s.verifier.Observe = s.metrics.argon2Checked
 	s.accepting.Store(true)
 	if cfg.DialKey != nil {
 		s.deployKeys = NewDeployKeys(db, cfg.DialKey)
@@ -229,14 +234,14 @@ func New(db *storage.DB, cfg Config) *Server {
 }
 
 // Metrics is the registry /metrics serves; the job loop adds its series.
-func (s *Server) Metrics() *metrics.Registry { return s.metrics.registry }
+func (s *Server) Metrics() *prometheus.Registry { return s.metrics.registry }
 
 // Handler serves /proto, /healthz, /metrics and the admin API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /proto", http.HandlerFunc(s.serveProto))
 	mux.HandleFunc("GET /healthz", s.serveHealth)
-	mux.Handle("GET /metrics", s.metrics.registry.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	s.mountAdminAPI(mux)
 	s.mountBinaryCache(mux)
 	return mux

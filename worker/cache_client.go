@@ -89,6 +89,11 @@ type CacheClient struct {
 	// Moved, when set, counts the NAR bytes of pulls (download) and
 	// uploads as they pass; it must not block.
 	Moved func(download bool, n int)
+	// Transferred, when set, is told of each NAR pulled whole (per path)
+	// and each upload that sent bytes: the compressed bytes moved and the
+	// time from the request to the end, resumes and retries included. It
+	// must not block.
+	Transferred func(download bool, bytes uint64, elapsed time.Duration)
 
 	queryPrefix string
 	querySeq    atomic.Uint64
@@ -278,6 +283,7 @@ type packedNar struct {
 	data io.ReaderAt
 	file *os.File // non-nil when spooled to disk
 	meta wire.NarUploadMetadata
+	sent uint64 // bytes relayed, over every attempt
 }
 
 func (p *packedNar) close() {
@@ -396,6 +402,7 @@ func (c *CacheClient) Upload(ctx context.Context, jobID, storePath string, nar i
 		return fmt.Errorf("upload %s: %w", storePath, err)
 	}
 	defer p.close()
+	started := time.Now()
 	var last string
 	for range uploadAttempts {
 		retry, err := c.uploadOnce(ctx, jobID, storePath, p)
@@ -403,6 +410,9 @@ func (c *CacheClient) Upload(ctx context.Context, jobID, storePath string, nar i
 			return fmt.Errorf("upload %s: %w", storePath, err)
 		}
 		if retry == "" {
+			if c.Transferred != nil && p.sent > 0 {
+				c.Transferred(false, p.sent, time.Since(started))
+			}
 			return nil
 		}
 		last = retry
@@ -522,6 +532,7 @@ func (c *CacheClient) relay(ctx context.Context, id uint64, p *packedNar, from u
 		if c.Moved != nil {
 			c.Moved(false, n)
 		}
+		p.sent += uint64(n)
 		off += uint64(n)
 	}
 	return nil, c.send(&wire.UploadChunk{RequestID: id, Data: []byte{}, Offset: p.meta.FileSize, IsFinal: true})

@@ -52,6 +52,7 @@ type PulledNar struct {
 // narPull is the state of one path's stream.
 type narPull struct {
 	jobID, path string
+	started     time.Time // the NarRequest
 	file        *os.File
 	// hash follows the bytes written; a stream restarted part-way cannot
 	// be hashed that way, so rehash asks for a pass over the file.
@@ -103,7 +104,7 @@ func (c *CacheClient) Pull(ctx context.Context, jobID string, paths []string, di
 			cleanup()
 			return nil, fmt.Errorf("pull %s: %w", path, err)
 		}
-		p := &narPull{jobID: jobID, path: path, file: f, hash: sha256.New()}
+		p := &narPull{jobID: jobID, path: path, started: time.Now(), file: f, hash: sha256.New()}
 		pulls = append(pulls, p)
 		c.pulls[pullKey{jobID, path}] = p
 	}
@@ -230,6 +231,9 @@ func (c *CacheClient) handlePull(jobID, path string, m wire.ServerMessage) bool 
 				break
 			}
 			p.done = true
+			if c.Transferred != nil {
+				c.Transferred(true, p.received, time.Since(p.started))
+			}
 		}
 	case *wire.NarUnavailable:
 		p.unavailable = m.Reason

@@ -6,7 +6,8 @@ import (
 	"net"
 	"time"
 
-	"gradient.dev/gradient/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/wire"
 )
@@ -61,8 +62,10 @@ type Config struct {
 	FlushTimeout     time.Duration // 10 s for queued messages at close
 
 	Logger *slog.Logger
-	// Metrics receives the worker's series; nil keeps them private.
-	Metrics *metrics.Registry
+	// Metrics receives the worker's series; nil keeps them in a private
+	// registry. Workers sharing one need a label each
+	// (prometheus.WrapRegistererWith).
+	Metrics prometheus.Registerer
 }
 
 func (c *Config) setDefaults() {

@@ -55,20 +55,21 @@ func (ls *liveSession) runJob(j *runningJob) {
 	ls.mu.Unlock()
 	ls.w.slots.release(a.Kind)
 	kind := kindName(a.Kind)
-	ls.w.m.jobsRunning.Add(-1, kind)
-	ls.w.m.jobSeconds.Add(time.Since(j.started).Seconds(), kind)
+	ran := time.Since(j.started)
+	ls.w.m.jobsRunning.WithLabelValues(kind).Dec()
+	ls.w.m.jobSeconds.WithLabelValues(kind).Add(ran.Seconds())
 
-	elapsed := uint64(time.Since(j.started).Milliseconds())
+	elapsed := uint64(ran.Milliseconds())
 	aid := j.currentAssignmentID()
 	log := ls.log.With("job", a.JobID, "assignment", aid)
 	switch {
 	case errors.Is(cause, errSessionLost):
 		// Nobody to report to: the server re-queues the job.
 		log.Info("job cancelled: session lost")
-		ls.w.m.jobsFinished.Inc(kind, "session lost")
+		ls.w.m.jobEnded(kind, "session lost", ran)
 	case err == nil:
 		log.Info("job completed", "elapsed_ms", elapsed)
-		ls.w.m.jobsFinished.Inc(kind, "completed")
+		ls.w.m.jobEnded(kind, "completed", ran)
 		ls.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: aid, Spans: []wire.JobPhaseSpan{}, ElapsedMS: elapsed})
 	default:
 		failure, missing := failureKind(cause, err)
@@ -77,7 +78,7 @@ func (ls *liveSession) runJob(j *runningJob) {
 			msg = cause.Error()
 		}
 		log.Info("job failed", "kind", failure, "error", msg, "elapsed_ms", elapsed)
-		ls.w.m.jobsFinished.Inc(kind, failure.String())
+		ls.w.m.jobEnded(kind, failure.String(), ran)
 		ls.send(&wire.JobFailed{JobID: a.JobID, AssignmentID: aid, Error: msg, Kind: failure,
 			MissingPaths: nonNil(missing), Spans: []wire.JobPhaseSpan{}, ElapsedMS: elapsed})
 	}

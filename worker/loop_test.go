@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"gradient.dev/gradient/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
 	"gradient.dev/gradient/wire"
 )
 
@@ -67,7 +69,8 @@ func TestAssignAbortAndCapacity(t *testing.T) {
 	exec := newBlockingExecutor()
 	cfg := testConfig(t, f.url, exec)
 	cfg.Capabilities.Eval, cfg.Capabilities.Fetch = false, false
-	cfg.Metrics = metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
 	startWorker(t, cfg)
 	c := f.accept()
 	expect[*wire.RequestJobList](t, c)
@@ -80,7 +83,7 @@ func TestAssignAbortAndCapacity(t *testing.T) {
 		t.Fatalf("update %+v", u)
 	}
 	recvChan(t, "the job to start", exec.started)
-	wantMetrics(t, cfg.Metrics, `gradient_worker_jobs_running{kind="build"} 1`, "gradient_worker_connected 1")
+	wantMetrics(t, reg, `gradient_worker_jobs_running{kind="build"} 1`, "gradient_worker_connected 1")
 
 	// The one build slot is taken; flake jobs are not enabled.
 	c.send(t, buildJob("build:2", "a2"))
@@ -116,16 +119,22 @@ func TestAssignAbortAndCapacity(t *testing.T) {
 	if failed.JobID != "build:1" || failed.AssignmentID != "a4" || failed.Kind != wire.FailureAborted || failed.Error != "aborted by server" {
 		t.Fatalf("JobFailed %+v", failed)
 	}
-	wantMetrics(t, cfg.Metrics, `gradient_worker_jobs_running{kind="build"} 0`,
+	wantMetrics(t, reg, `gradient_worker_jobs_running{kind="build"} 0`,
 		`gradient_worker_jobs_finished_total{kind="build",outcome="Aborted"} 1`)
 }
 
 // wantMetrics requires each line in the registry's text form.
-func wantMetrics(t *testing.T, r *metrics.Registry, lines ...string) {
+func wantMetrics(t *testing.T, g prometheus.Gatherer, lines ...string) {
 	t.Helper()
-	var b strings.Builder
-	if err := r.WriteText(&b); err != nil {
+	families, err := g.Gather()
+	if err != nil {
 		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range families {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, line := range lines {
 		if !strings.Contains(b.String(), line+"\n") {

@@ -1,34 +1,116 @@
 package worker
 
 import (
-	"gradient.dev/gradient/metrics"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // workerMetrics are the worker's Prometheus series, in Config.Metrics
 // (gradient-worker serves them on --metrics-addr).
 type workerMetrics struct {
-	sessions        metrics.Counter // established sessions
-	connectFailures metrics.Counter // dials or handshakes that failed
-	jobsRunning     metrics.Gauge   // by kind
-	jobsFinished    metrics.Counter // by kind and outcome
-	jobSeconds      metrics.Counter // by kind
-	narBytes        metrics.Counter // by direction
+	sessions        prometheus.Counter     // established sessions
+	connectFailures prometheus.Counter     // dials or handshakes that failed
+	jobsRunning     *prometheus.GaugeVec   // by kind
+	jobsFinished    *prometheus.CounterVec // by kind and outcome
+	jobSeconds      *prometheus.CounterVec // by kind
+	jobDuration     *prometheus.HistogramVec
+	narBytes        *prometheus.CounterVec // by direction
+	narSeconds      *prometheus.HistogramVec
+	narSizes        *prometheus.HistogramVec
 }
 
-func newWorkerMetrics(r *metrics.Registry, w *Worker) *workerMetrics {
-	r.NewGaugeFunc("gradient_worker_connected", "Sessions with a server established now.", func() float64 {
+// jobBuckets span an evaluation answered from Nix's cache (a fraction of
+// a second) to a build of many hours.
+var jobBuckets = []float64{.1, .5, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 57600}
+
+// narSecondsBuckets span a small NAR over loopback to a large one over a
+// slow link.
+var narSecondsBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900}
+
+// narSizeBuckets span 1 KiB to 4 GiB in steps of four.
+var narSizeBuckets = prometheus.ExponentialBuckets(1<<10, 4, 12)
+
+// newWorkerMetrics registers the worker's series in r. Two workers in one
+// registry collide; each wraps it with its own constant label
+// (prometheus.WrapRegistererWith), as gradient up does.
+func newWorkerMetrics(r prometheus.Registerer, w *Worker) (*workerMetrics, error) {
+	m := &workerMetrics{
+		sessions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gradient_worker_sessions_total", Help: "Sessions established with a server.",
+		}),
+		connectFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gradient_worker_connect_failures_total", Help: "Dials or handshakes that failed.",
+		}),
+		jobsRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gradient_worker_jobs_running", Help: "Jobs running now.",
+		}, []string{"kind"}),
+		jobsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_worker_jobs_finished_total",
+			Help: "Jobs ended: completed, the failure kind (as on the wire), or lost with their session.",
+		}, []string{"kind", "outcome"}),
+		jobSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_worker_job_seconds_total", Help: "Time spent running jobs.",
+		}, []string{"kind"}),
+		jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gradient_worker_job_duration_seconds", Help: "Time from an AssignJob to the job's end, by kind and outcome as in gradient_worker_jobs_finished_total.",
+			Buckets: jobBuckets,
+		}, []string{"kind", "outcome"}),
+		narBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_worker_nar_bytes_total",
+			Help: "Compressed NAR bytes moved over the session: pulled from or uploaded to the server's cache.",
+		}, []string{"direction"}),
+		narSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gradient_worker_nar_transfer_duration_seconds", Help: "Time of one NAR pulled whole (download) or uploaded (upload), resumes and retries included.",
+			Buckets: narSecondsBuckets,
+		}, []string{"direction"}),
+		narSizes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gradient_worker_nar_transfer_size_bytes", Help: "Compressed bytes of one NAR pulled whole (download) or uploaded (upload).",
+			Buckets: narSizeBuckets,
+		}, []string{"direction"}),
+	}
+	connected := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gradient_worker_connected", Help: "Sessions with a server established now.",
+	}, func() float64 {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return float64(len(w.live))
 	})
-	return &workerMetrics{
-		sessions:        r.NewCounter("gradient_worker_sessions_total", "Sessions established with a server."),
-		connectFailures: r.NewCounter("gradient_worker_connect_failures_total", "Dials or handshakes that failed."),
-		jobsRunning:     r.NewGauge("gradient_worker_jobs_running", "Jobs running now.", "kind"),
-		jobsFinished: r.NewCounter("gradient_worker_jobs_finished_total",
-			"Jobs ended: completed, the failure kind (as on the wire), or lost with their session.", "kind", "outcome"),
-		jobSeconds: r.NewCounter("gradient_worker_job_seconds_total", "Time spent running jobs.", "kind"),
-		narBytes: r.NewCounter("gradient_worker_nar_bytes_total",
-			"Compressed NAR bytes moved over the session: pulled from or uploaded to the server's cache.", "direction"),
+	collectors := []prometheus.Collector{m.sessions, m.connectFailures, m.jobsRunning, m.jobsFinished, m.jobSeconds, m.jobDuration,
+		m.narBytes, m.narSeconds, m.narSizes, connected}
+	for i, c := range collectors {
+		if err := r.Register(c); err != nil {
+			for _, registered := range collectors[:i] {
+				r.Unregister(registered) // the registry stays as it was
+			}
+			return nil, fmt.Errorf("worker metrics: %w (two workers in one registry need a label each: prometheus.WrapRegistererWith)", err)
+		}
 	}
+	return m, nil
+}
+
+// jobEnded counts a job's end by kind and outcome, and its duration.
+func (m *workerMetrics) jobEnded(kind, outcome string, elapsed time.Duration) {
+	m.jobsFinished.WithLabelValues(kind, outcome).Inc()
+	m.jobDuration.WithLabelValues(kind, outcome).Observe(elapsed.Seconds())
+}
+
+// narMoved is the cache client's Moved hook.
+func (m *workerMetrics) narMoved(download bool, n int) {
+	m.narBytes.WithLabelValues(direction(download)).Add(float64(n))
+}
+
+// narTransferred is the cache client's Transferred hook.
+func (m *workerMetrics) narTransferred(download bool, bytes uint64, elapsed time.Duration) {
+	d := direction(download)
+	m.narSeconds.WithLabelValues(d).Observe(elapsed.Seconds())
+	m.narSizes.WithLabelValues(d).Observe(float64(bytes))
+}
+
+func direction(download bool) string {
+	if download {
+		return "download"
+	}
+	return "upload"
 }

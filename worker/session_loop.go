@@ -52,13 +52,8 @@ type liveSession struct {
 func newLiveSession(w *Worker, sess *session.WorkerSession, auth *session.WorkerAuth) *liveSession {
 	cache := NewCacheClient(sess.Send)
 	cache.TempDir = w.cfg.TempDir
-	cache.Moved = func(download bool, n int) {
-		if download {
-			w.m.narBytes.Add(float64(n), "download")
-		} else {
-			w.m.narBytes.Add(float64(n), "upload")
-		}
-	}
+	cache.Moved = w.m.narMoved
+	cache.Transferred = w.m.narTransferred
 	return &liveSession{w: w, sess: sess, auth: auth, jobs: map[string]*runningJob{}, cache: cache, scoring: make(chan scoreTask, 256),
 		log: w.log.With("session_version", sess.Version())}
 }
@@ -279,7 +274,7 @@ func (ls *liveSession) assign(m *wire.AssignJob) {
 	}
 	ls.log.Info("accepted job", "job", m.JobID, "assignment", m.AssignmentID, "kind", kindName(kind))
 	ls.send(&wire.AssignJobResponse{JobID: m.JobID, Accepted: true})
-	ls.w.m.jobsRunning.Add(1, kindName(kind))
+	ls.w.m.jobsRunning.WithLabelValues(kindName(kind)).Inc()
 	go ls.runJob(j)
 	ls.requestIfFree(kind)
 }

@@ -9,8 +9,9 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"gradient.dev/gradient/gitsource"
-	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/wire"
 )
 
@@ -57,9 +58,12 @@ func New(cfg Config) (*Worker, error) {
 		live:  map[*liveSession]struct{}{},
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = metrics.NewRegistry()
+		cfg.Metrics = prometheus.NewRegistry()
 	}
-	w.m = newWorkerMetrics(cfg.Metrics, w)
+	var err error
+	if w.m, err = newWorkerMetrics(cfg.Metrics, w); err != nil {
+		return nil, err
+	}
 	w.tokens = LoadPeers(cfg.PeersFile, cfg.Peers, w.log)
 	w.hw = w.hostCapabilities()
 	w.cpu.usagePct() // the first sample is the baseline of the first heartbeat

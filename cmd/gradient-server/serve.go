@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
@@ -73,7 +75,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	}
 	// The job loop recovers what a previous run left open before the
 	// first worker session can report anything.
-	registry := metrics.NewRegistry()
+	registry := metrics.NewRegistry() // with the Go runtime and process series
 	schedCfg := jobLoopConfig(opts, log, registry)
 	if dialKey != nil {
 		schedCfg.DeployKeys = server.NewDeployKeys(db, dialKey)
@@ -201,7 +203,7 @@ func sealSigningKeys(ctx context.Context, db *storage.DB, dialKey *sealbox.Box, 
 }
 
 // jobLoopConfig is the scheduler's configuration from the options.
-func jobLoopConfig(opts options, log *slog.Logger, registry *metrics.Registry) scheduler.Config {
+func jobLoopConfig(opts options, log *slog.Logger, registry prometheus.Registerer) scheduler.Config {
 	return scheduler.Config{Logger: log, Metrics: registry,
 		DefaultTimeoutSecs: new(opts.BuildDefaultTimeoutSecs), DefaultMaxSilentSecs: new(opts.BuildDefaultMaxSilentSecs)}
 }

@@ -95,6 +95,17 @@ func TestServeStartsAndStops(t *testing.T) {
 	if code, _ := get("/api/v1/server", "wrong"); code != 401 {
 		t.Errorf("admin API with a wrong token: %d", code)
 	}
+	// The binary's registry: the Go runtime's and the process's series,
+	// and the two admin token checks just made.
+	_, body := get("/metrics", "")
+	for _, want := range []string{"\ngo_goroutines ", "\nprocess_resident_memory_bytes ",
+		"\ngradient_secret_argon2id_verification_duration_seconds_count 2\n",
+		`gradient_secret_argon2id_verifications_total{result="match"} 1` + "\n",
+		`gradient_secret_argon2id_verifications_total{result="mismatch"} 1` + "\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
 
 	// A worker in the middle of its handshake sees the stop as a close
 	// frame, 1001, not as a dropped socket.

@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/metrics"
@@ -67,14 +70,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Warn("cannot clear GC roots left by an earlier run", "dir", executor.GCRootsDir, "error", err)
 	}
 	cfg.Executor = executor
-	cfg.Metrics = metrics.NewRegistry()
+	registry := metrics.NewRegistry() // with the Go runtime and process series
+	cfg.Metrics = registry
 	logStart(log, opts, cfg)
 	w, err := worker.New(cfg)
 	if err != nil {
 		return err
 	}
 	if opts.MetricsAddr != "" {
-		stop, err := serveMetrics(opts.MetricsAddr, cfg.Metrics, log)
+		stop, err := serveMetrics(opts.MetricsAddr, registry, log)
 		if err != nil {
 			return err
 		}
@@ -102,13 +106,13 @@ func logStart(log *slog.Logger, opts options, cfg worker.Config) {
 
 // serveMetrics serves the worker's series at http://addr/metrics until
 // stop is called.
-func serveMetrics(addr string, reg *metrics.Registry, log *slog.Logger) (stop func(), err error) {
+func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", reg.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go srv.Serve(ln)
 	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")

@@ -55,14 +55,15 @@ func TestRunConnectsAndStopsOnSignal(t *testing.T) {
 	if caps, ok := next().(*wire.WorkerCapabilities); !ok || caps.CPUCoreScore != 5 {
 		t.Fatalf("got %+v, want WorkerCapabilities", caps)
 	}
-	// The worker's series, on --metrics-addr.
+	// The worker's series, on --metrics-addr, with the Go runtime's and
+	// the process's.
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"gradient_worker_connected 1\n", "gradient_worker_sessions_total 1\n"} {
+	for _, want := range []string{"gradient_worker_connected 1\n", "gradient_worker_sessions_total 1\n", "\ngo_goroutines ", "\nprocess_cpu_seconds_total "} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("metrics lack %q:\n%s", want, body)
 		}

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v3"
 
 	"gradient.dev/gradient/metrics"
@@ -342,6 +343,8 @@ func (u *upRun) setUp(ctx context.Context) error {
 		return err
 	}
 
+	// One registry for the server, the job loop and the workers (each
+	// worker's series labelled with its name), served at /metrics.
 	reg := metrics.NewRegistry()
 	u.sched = scheduler.New(u.db, scheduler.Config{Logger: u.log, Metrics: reg, Tick: time.Second})
 	if err := u.sched.Start(ctx); err != nil {
@@ -519,6 +522,7 @@ func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []
 			Executor: &nixexec.Executor{Nix: n, TempDir: tmp, Logger: wlog, AllowLocalRepositories: true},
 			TempDir:  tmp,
 			Logger:   wlog,
+			Metrics:  prometheus.WrapRegistererWith(prometheus.Labels{"worker": name}, u.srv.Metrics()),
 		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

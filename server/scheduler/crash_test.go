@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/storage"
@@ -145,7 +147,7 @@ func waitHealthy(t *testing.T, addr string) {
 // crashWorld is a project on a database that a server process serves.
 func crashWorld(t *testing.T, dbURL string) *world {
 	t.Helper()
-	w := &world{t: t, db: testworld.Open(t, dbURL)}
+	w := &world{t: t, db: testworld.Open(t, dbURL), metrics: prometheus.NewRegistry()} // the workers' series
 	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": crashFlake})
 	w.project, w.cache = testworld.Project(t, w.db, w.repo)
 	return w

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"gradient.dev/gradient/examples"
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/internal/testworld"
@@ -57,6 +59,9 @@ type world struct {
 	commit  string
 	secrets *sealbox.Box // seals deploy keys
 	ssh     string       // the workers' ssh program ("" = ssh)
+	// metrics holds the server's, the job loop's and every worker's
+	// series (each worker's labelled with its ID), as gradient up does.
+	metrics *prometheus.Registry
 }
 
 func newWorld(t *testing.T, dbURL string, workers int) *world {
@@ -81,7 +86,7 @@ func newWorldWith(t *testing.T, dbURL string, workers int, cfg scheduler.Config)
 		t.Fatal(err)
 	}
 	t.Cleanup(sched.Close)
-	w := &world{t: t, db: db, sched: sched, secrets: secrets}
+	w := &world{t: t, db: db, sched: sched, secrets: secrets, metrics: reg}
 	w.url, w.httpURL = testworld.Serve(t, db, server.Config{Jobs: sched, Metrics: reg})
 	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": e2eFlake})
 	w.project, w.cache = testworld.Project(t, db, w.repo)
@@ -106,6 +111,7 @@ func (w *world) startWorkerWith(caps wire.GradientCapabilities) string {
 		Executor: &nixexec.Executor{Nix: nixtest.New(w.t), TempDir: w.t.TempDir(), Logger: slog.New(slog.DiscardHandler), SSH: w.ssh,
 			AllowLocalRepositories: true}, // the world's repository is local
 		TempDir: w.t.TempDir(),
+		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, w.metrics),
 	})
 	return id
 }

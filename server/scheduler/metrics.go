@@ -1,40 +1,72 @@
 package scheduler
 
-import "gradient.dev/gradient/metrics"
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"gradient.dev/gradient/wire"
+)
 
 // loopMetrics are the job loop's Prometheus series.
 type loopMetrics struct {
-	assigned      metrics.Counter
-	dropped       metrics.Counter
-	finished      metrics.Counter
-	pending       metrics.Gauge
-	sessions      metrics.Gauge
-	readyToAssign summary
-	claimSeconds  summary
+	assigned        prometheus.Counter
+	dropped         prometheus.Counter
+	finished        *prometheus.CounterVec
+	pending         prometheus.Gauge
+	sessions        prometheus.Gauge
+	dispatchLatency *prometheus.HistogramVec
+	claimSeconds    prometheus.Histogram
 }
 
-// summary is a Prometheus summary without quantiles: a sum and a count.
-type summary struct{ sum, count metrics.Counter }
+// dispatchBuckets span a job assigned at once (milliseconds: one claim
+// and a network hop) to one that waited hours for a free worker.
+var dispatchBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200, 14400}
 
-func (s summary) Observe(v float64) {
-	s.sum.Add(v)
-	s.count.Inc()
-}
+// claimBuckets span one claim transaction, fast on SQLite, slower on a
+// loaded PostgreSQL.
+var claimBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
 
-func newLoopMetrics(r *metrics.Registry) *loopMetrics {
-	return &loopMetrics{
-		assigned: r.NewCounter("gradient_scheduler_assignments_total", "Jobs assigned to workers."),
-		dropped:  r.NewCounter("gradient_scheduler_reports_dropped_total", "Job reports for jobs the session does not hold."),
-		finished: r.NewCounter("gradient_scheduler_jobs_finished_total", "Job outcomes reported by workers.", "outcome"),
-		pending:  r.NewGauge("gradient_scheduler_jobs_pending", "Jobs waiting for a worker."),
-		sessions: r.NewGauge("gradient_scheduler_sessions", "Worker sessions the job loop serves."),
-		readyToAssign: summary{
-			r.NewCounter("gradient_scheduler_ready_to_assign_seconds_sum", "Time from a job becoming ready to its assignment (sum)."),
-			r.NewCounter("gradient_scheduler_ready_to_assign_seconds_count", "Time from a job becoming ready to its assignment (count)."),
-		},
-		claimSeconds: summary{
-			r.NewCounter("gradient_scheduler_claim_seconds_sum", "Database time of job claims (sum)."),
-			r.NewCounter("gradient_scheduler_claim_seconds_count", "Database time of job claims (count)."),
-		},
+// newLoopMetrics registers the series in r; registering them twice in
+// one registry is a programming error of the embedding code.
+func newLoopMetrics(r prometheus.Registerer, idle func(wire.JobKind) int) *loopMetrics {
+	m := &loopMetrics{
+		assigned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gradient_scheduler_assignments_total", Help: "Jobs assigned to workers.",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gradient_scheduler_reports_dropped_total", Help: "Job reports for jobs the session does not hold.",
+		}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_scheduler_jobs_finished_total", Help: "Job outcomes reported by workers.",
+		}, []string{"outcome"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gradient_scheduler_jobs_pending", Help: "Jobs waiting for a worker.",
+		}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gradient_scheduler_sessions", Help: "Worker sessions the job loop serves.",
+		}),
+		dispatchLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gradient_scheduler_dispatch_latency_seconds", Help: "Time from a job becoming ready (runnable) to its AssignJob, by job kind.",
+			Buckets: dispatchBuckets,
+		}, []string{"kind"}),
+		claimSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gradient_scheduler_claim_seconds", Help: "Database time of job claims.",
+			Buckets: claimBuckets,
+		}),
 	}
+	collectors := []prometheus.Collector{m.assigned, m.dropped, m.finished, m.pending, m.sessions, m.dispatchLatency, m.claimSeconds}
+	for kind, name := range map[wire.JobKind]string{wire.JobKindFlake: "flake", wire.JobKindBuild: "build"} {
+		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "gradient_scheduler_sessions_idle",
+			Help:        "Worker sessions that asked for a job of the kind and have none yet.",
+			ConstLabels: prometheus.Labels{"kind": name},
+		}, func() float64 { return float64(idle(kind)) }))
+	}
+	for _, c := range collectors {
+		if err := r.Register(c); err != nil {
+			panic(fmt.Sprintf("scheduler metrics: %v (give each scheduler its own registry)", err))
+		}
+	}
+	return m
 }

@@ -171,7 +171,7 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 		s.strandedCheck.Store(true)
 		return
 	}
-	s.m.finished.Inc("completed")
+	s.m.finished.WithLabelValues("completed").Inc()
 	if a.job.Kind == storage.JobBuild && s.importsPending(a.job.EvaluationID) {
 		s.answerImports(ctx, a.job.EvaluationID)
 	}
@@ -207,7 +207,7 @@ func (s *Scheduler) fetched(ctx context.Context, a *assignment) {
 		s.log.Warn("recording a completed fetch failed", "job", a.job.JobID, "error", err)
 		return
 	}
-	s.m.finished.Inc("fetched")
+	s.m.finished.WithLabelValues("fetched").Inc()
 	s.log.Info("flake fetched; the job is queued again for its evaluation", "job", a.job.JobID, "what", describe(a.job), "worker", a.workerID)
 	ids := []string{a.job.JobID}
 	s.addPending(ctx, ids)
@@ -230,7 +230,7 @@ func (s *Scheduler) failed(ctx context.Context, a *assignment, m *wire.JobFailed
 		}
 		return
 	}
-	s.m.finished.Inc(string(kind))
+	s.m.finished.WithLabelValues(string(kind)).Inc()
 	s.log.Info("job failed", "job", a.job.JobID, "what", describe(a.job), "kind", kind, "error", m.Error,
 		"requeued", out.Requeued, "attempts", out.Attempts)
 	if out.Requeued {

@@ -20,7 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gradient.dev/gradient/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
@@ -55,8 +56,8 @@ type Config struct {
 		Private(ctx context.Context, projectID string) ([]byte, error)
 	}
 	// Metrics receives the job loop's series (normally the server's
-	// registry, Server.Metrics); nil keeps them private.
-	Metrics *metrics.Registry
+	// registry, Server.Metrics); nil keeps them in a private registry.
+	Metrics prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -82,7 +83,7 @@ func (c *Config) defaults() {
 		c.Logger = slog.Default()
 	}
 	if c.Metrics == nil {
-		c.Metrics = metrics.NewRegistry()
+		c.Metrics = prometheus.NewRegistry()
 	}
 }
 
@@ -161,13 +162,28 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Scheduler{
-		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"), m: newLoopMetrics(cfg.Metrics),
+		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
 		queue: newJobQueue(), sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
 		progress: map[string]buildProgress{},
 	}
 	s.logs = newLogBuffer(s)
+	s.m = newLoopMetrics(cfg.Metrics, s.idleSessions)
 	return s
+}
+
+// idleSessions counts the live sessions that asked for a job of kind and
+// have none yet.
+func (s *Scheduler) idleSessions(kind wire.JobKind) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ws := range s.sessions {
+		if !ws.ended && ws.idle[kind] {
+			n++
+		}
+	}
+	return n
 }
 
 // Start recovers the work a previous run left open (its assignments
@@ -348,7 +364,7 @@ func (s *Scheduler) SessionEnded(w *server.LiveWorker, reason string) {
 			continue
 		}
 		if failed {
-			s.m.finished.Inc("lost")
+			s.m.finished.WithLabelValues("lost").Inc()
 			s.log.Warn("job failed: too many workers were lost while running it", "job", a.job.JobID, "what", describe(a.job),
 				"lost_workers", s.cfg.MaxLostWorkers, "worker", w.WorkerID)
 			if a.job.Kind == storage.JobBuild && s.importsPending(a.job.EvaluationID) {
@@ -530,7 +546,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wi
 		s.mu.Unlock()
 		s.m.assigned.Inc()
 		s.m.claimSeconds.Observe(time.Since(start).Seconds())
-		s.m.readyToAssign.Observe(time.Since(job.ReadyAt).Seconds())
+		s.m.dispatchLatency.WithLabelValues(string(job.Kind)).Observe(time.Since(job.ReadyAt).Seconds())
 		m := s.assignJob(job, id, fetchOnly)
 		s.log.Info("assigned job", "job", job.JobID, "kind", job.Kind, "worker", w.WorkerID, "assignment", id, "what", describe(job), "steps", steps(m))
 		if cred := s.credential(ctx, job, m); cred != nil {
