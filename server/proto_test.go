@@ -65,7 +65,9 @@ func newEnv(t testing.TB, db *storage.DB, cfg Config) *testEnv {
 	logs := &lockedBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if cfg.HandshakeTimeout == 0 {
-		cfg.HandshakeTimeout = 5 * time.Second
+		// Long enough for a 496 that first probes the holder (up to 7 s)
+		// on a loaded machine; passing tests never wait for it.
+		cfg.HandshakeTimeout = 15 * time.Second
 	}
 	srv := New(db, cfg)
 	hs := httptest.NewServer(srv.Handler())
@@ -270,7 +272,16 @@ func TestRejections(t *testing.T) {
 
 		dup := newWorkerID(t)
 		tok = e.register(storage.PeerProject, e.project.ID, dup)
-		e.mustConnect(dup, map[string]string{e.project.ID: tok})
+		holder := e.mustConnect(dup, map[string]string{e.project.ID: tok})
+		// A live worker keeps reading its session, so it answers the
+		// server's probe of the holder that a second connection triggers.
+		go func() {
+			for {
+				if _, err := holder.sess.Recv(context.Background()); err != nil {
+					return
+				}
+			}
+		}()
 		e.expectReject(dup, map[string]string{e.project.ID: tok}, 496, "worker already connected")
 		if !e.srv.WorkerStatus(dup).Live {
 			t.Error("the first session did not survive the second connection")

@@ -47,7 +47,7 @@ func newLoopMetrics(r prometheus.Registerer, idle func(wire.JobKind) int) *loopM
 			Name: "gradient_scheduler_sessions", Help: "Worker sessions the job loop serves.",
 		}),
 		dispatchLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "gradient_scheduler_dispatch_latency_seconds", Help: "Time from a job becoming ready (runnable) to its AssignJob, by job kind.",
+			Name: "gradient_scheduler_ready_to_assign_seconds", Help: "Time from a job becoming ready (runnable) to its AssignJob, by job kind.",
 			Buckets: dispatchBuckets,
 		}, []string{"kind"}),
 		claimSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{

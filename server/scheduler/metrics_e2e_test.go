@@ -36,8 +36,8 @@ func TestMetricsOverARealJob(t *testing.T) {
 			}{
 				{"gradient_worker_job_duration_seconds", map[string]string{"kind": "flake", "outcome": "completed"}},
 				{"gradient_worker_job_duration_seconds", map[string]string{"kind": "build", "outcome": "completed"}},
-				{"gradient_scheduler_dispatch_latency_seconds", map[string]string{"kind": "flake"}},
-				{"gradient_scheduler_dispatch_latency_seconds", map[string]string{"kind": "build"}},
+				{"gradient_scheduler_ready_to_assign_seconds", map[string]string{"kind": "flake"}},
+				{"gradient_scheduler_ready_to_assign_seconds", map[string]string{"kind": "build"}},
 				{"gradient_scheduler_claim_seconds", nil},
 				{"gradient_server_handshake_duration_seconds", map[string]string{"outcome": "accepted"}},
 				{"gradient_secret_argon2id_verification_duration_seconds", nil},
