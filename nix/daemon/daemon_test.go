@@ -396,3 +396,45 @@ type pipes struct {
 
 func (p pipes) Write(b []byte) (int, error) { return p.w.Write(b) }
 func (p pipes) Close() error                { p.w.Close(); return p.ReadCloser.Close() }
+
+// benchClient is a stdio daemon on a store holding a built path.
+func benchClient(b *testing.B) (*daemon.Client, string) {
+	nixtest.Require(b, "nix-daemon")
+	n := nixtest.New(b)
+	env := append(append(os.Environ(), n.Env...), "NIX_CONFIG="+strings.Join(nixtest.Config, "\n"))
+	expr := filepath.Join(n.WorkDir, "test.nix")
+	os.WriteFile(expr, []byte(testExpr), 0o644)
+	cmd := exec.Command("nix-instantiate", "--store", n.Store, expr, "-A", "hello")
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := daemon.New(daemon.Command("nix-daemon", []string{"--stdio", "--store", n.Store}, env, nil), daemon.Options{})
+	b.Cleanup(func() { c.Close() })
+	results, err := c.BuildPaths(b.Context(), []string{strings.TrimSpace(string(out)) + "!*"}, daemon.BuildOptions{})
+	if err != nil || len(results) != 1 || !results[0].Success() {
+		b.Fatal(results, err)
+	}
+	return c, results[0].Outputs["out"]
+}
+
+func BenchmarkQueryPathInfo(b *testing.B) {
+	c, out := benchClient(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if info, err := c.QueryPathInfo(b.Context(), out); err != nil || info == nil {
+			b.Fatal(info, err)
+		}
+	}
+}
+
+func BenchmarkNarFromPath(b *testing.B) {
+	c, out := benchClient(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.NarFromPath(b.Context(), out, io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
