@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"gradient.dev/gradient/nix/daemon"
 )
 
 // BuildOptions limit and observe one build.
@@ -27,93 +27,103 @@ type BuildOptions struct {
 // logTailBytes is how much of the end of the log errors carry.
 const logTailBytes = 8 << 10
 
-// Exit statuses of `nix-store --realise` (tested 2.8).
-const (
-	exitBuildFailed = 100
-	exitTimedOut    = 101
-)
-
-// Build realises drvPath without substitutes (`nix-store --realise`) and
-// returns its outputs by name. Failures are *TimeoutError, *PermanentError,
-// *InputsUnavailableError, *TransientError, or wrap ErrCanceled.
+// Build realises drvPath's outputs through the daemon without
+// substitutes, with opts' limits, and returns its outputs by name.
+// Failures are *TimeoutError, *PermanentError, *InputsUnavailableError,
+// *TransientError, or wrap ErrCanceled.
 func (n *Nix) Build(ctx context.Context, drvPath string, opts BuildOptions) (map[string]string, error) {
-	args := []string{"--realise", drvPath, "--option", "substitute", "false"}
-	if opts.Timeout > 0 {
-		args = append(args, "--timeout", seconds(opts.Timeout))
-	}
-	if opts.MaxSilent > 0 {
-		args = append(args, "--max-silent-time", seconds(opts.MaxSilent))
-	}
-	if opts.Cores > 0 {
-		args = append(args, "--cores", strconv.Itoa(opts.Cores))
-	}
 	log := n.logger().With("drv", drvPath)
-	log.Info("nix: building", "timeout", opts.Timeout, "maxSilent", opts.MaxSilent)
+	log.Debug("nix: building", "timeout", opts.Timeout, "maxSilent", opts.MaxSilent)
 	start := time.Now()
-
-	cmd := n.command(ctx, "nix-store", args...)
 	tail := &tailBuffer{max: logTailBytes}
-	var stderr io.Writer = tail
+	var out io.Writer = tail
 	if opts.LogWriter != nil {
-		stderr = io.MultiWriter(tail, opts.LogWriter)
+		out = io.MultiWriter(tail, opts.LogWriter)
 	}
-	cmd.Stderr = stderr
-	cmd.Stdout = io.Discard // the output paths; read from the .drv instead
-	runErr := cmd.Run()
-	if runErr != nil {
-		err := classifyBuildFailure(ctx, cmd, drvPath, runErr, tail.String())
+	lineLog := &daemon.Logger{
+		Line: func(line string) { io.WriteString(out, line+"\n") },
+		Start: func(a daemon.Activity) {
+			// What `nix-store --realise` printed before the builder's output.
+			if a.Type == daemon.ActivityBuild && a.Text != "" {
+				io.WriteString(out, a.Text+"...\n")
+			}
+		},
+	}
+	results, err := n.daemonClient().BuildPaths(ctx, []string{drvPath + "!*"},
+		daemon.BuildOptions{Timeout: opts.Timeout, MaxSilent: opts.MaxSilent, Cores: opts.Cores, Log: lineLog})
+	if err == nil && len(results) != 1 {
+		err = fmt.Errorf("%w: %d results for one path", daemon.ErrProtocol, len(results))
+	}
+	if err != nil {
+		err = classifyDaemonFailure(ctx, drvPath, err, tail.String())
 		log.Warn("nix: build failed", "took", time.Since(start), "err", err)
 		return nil, err
 	}
-
-	drv, err := n.Derivation(ctx, drvPath)
-	if err != nil {
-		return nil, fmt.Errorf("nix: reading outputs of %s: %w", drvPath, err)
+	res := results[0]
+	if !res.Success() {
+		err := classifyBuildResult(drvPath, res, tail.String())
+		log.Warn("nix: build failed", "took", time.Since(start), "err", err)
+		return nil, err
 	}
-	outputs := drv.OutputPaths()
+	outputs := res.Outputs
+	if len(outputs) == 0 {
+		// A daemon may leave them out for outputs that were valid already.
+		drv, err := n.Derivation(ctx, drvPath)
+		if err != nil {
+			return nil, fmt.Errorf("nix: reading outputs of %s: %w", drvPath, err)
+		}
+		outputs = drv.OutputPaths()
+	}
 	if len(outputs) == 0 {
 		return nil, &PermanentError{DrvPath: drvPath, Message: "build reported success but produced no recordable outputs"}
 	}
-	log.Info("nix: built", "took", time.Since(start), "outputs", len(outputs))
+	log.Debug("nix: built", "took", time.Since(start), "outputs", len(outputs))
 	return outputs, nil
-}
-
-func seconds(d time.Duration) string {
-	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }
 
 var (
 	// Nix names missing inputs in these messages when it cannot substitute.
 	missingInputPatterns = []string{"cannot build missing derivation", "don't know how to build these paths", "is not valid", "does not exist in the store", "required, but there is no substituter"}
 	// Infrastructure signatures (JOBS.md §10): retrying may help.
-	transientPatterns = []string{"out of memory", "cannot allocate memory", "oom-killer", "no space left on device", "cannot connect to daemon", "unexpected end-of-file", "input/output error", "connection reset by peer", "broken pipe"}
+	transientPatterns = []string{"out of memory", "cannot allocate memory", "oom-killer", "no space left on device", "cannot connect to daemon", "unexpected end-of-file", "input/output error", "connection reset by peer", "broken pipe", "interrupted by the user"}
 	storePathRE       = regexp.MustCompile(`/nix/store/[0-9a-z]{32}-[^\s'"]+`)
 )
 
-// classifyBuildFailure maps a failed nix-store run to a typed error.
-func classifyBuildFailure(ctx context.Context, cmd *exec.Cmd, drvPath string, runErr error, log string) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w: build of %s: %w", ErrCanceled, drvPath, ctx.Err())
-	}
-	message := errorLines(log)
-	var exit *exec.ExitError
-	if !errors.As(runErr, &exit) {
-		return &TransientError{DrvPath: drvPath, Message: runErr.Error(), LogTail: log}
-	}
+// classifyBuildResult maps a failed build's status to a typed error,
+// with Nix's own message.
+func classifyBuildResult(drvPath string, res daemon.BuildResult, log string) error {
+	message := res.ErrorMsg
 	lower := strings.ToLower(message)
 	switch {
-	case exit.ExitCode() == exitTimedOut || strings.Contains(lower, "timed out after"):
+	case res.Status == daemon.StatusTimedOut:
 		return &TimeoutError{DrvPath: drvPath, Silence: strings.Contains(lower, "of silence"), Message: message, LogTail: log}
 	case containsAny(lower, transientPatterns):
 		return &TransientError{DrvPath: drvPath, Message: message, LogTail: log}
 	case containsAny(lower, missingInputPatterns):
 		missing := storePathRE.FindAllString(message, -1)
 		return &InputsUnavailableError{DrvPath: drvPath, MissingPaths: slices.Compact(missing), Message: message}
-	case exit.ExitCode() == exitBuildFailed:
+	}
+	switch res.Status {
+	case daemon.StatusPermanentFailure, daemon.StatusInputRejected, daemon.StatusOutputRejected, daemon.StatusCachedFailure,
+		daemon.StatusDependencyFailed, daemon.StatusLogLimitExceeded, daemon.StatusNotDeterministic:
 		return &PermanentError{DrvPath: drvPath, Message: message, LogTail: log}
 	}
-	// Any other status is Nix itself failing, not the builder.
-	return &TransientError{DrvPath: drvPath, Message: fmt.Sprintf("nix-store exited with status %d: %s", exit.ExitCode(), message), LogTail: log}
+	// TransientFailure, MiscFailure and anything newer: Nix itself
+	// failing, not the builder.
+	return &TransientError{DrvPath: drvPath, Message: fmt.Sprintf("build status %d: %s", res.Status, message), LogTail: log}
+}
+
+// classifyDaemonFailure maps a failed BuildPaths call (not a failed
+// build): the daemon refusing the request or going away.
+func classifyDaemonFailure(ctx context.Context, drvPath string, err error, log string) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: build of %s: %w", ErrCanceled, drvPath, ctx.Err())
+	}
+	var de *daemon.Error
+	if errors.As(err, &de) {
+		return classifyBuildResult(drvPath, daemon.BuildResult{Status: daemon.StatusMiscFailure, ErrorMsg: de.Error()}, log)
+	}
+	return &TransientError{DrvPath: drvPath, Message: err.Error(), LogTail: log}
 }
 
 func containsAny(s string, substrings []string) bool {
@@ -148,17 +158,22 @@ func (t *tailBuffer) String() string {
 	return string(t.buf)
 }
 
-// Substitute fetches paths from the substituters Nix is configured with
-// (`nix-store --realise` of output paths with substitution on): it never
-// builds, so a path no substituter has is an error naming it.
+// Substitute fetches paths from the substituters the daemon is
+// configured with: it never builds, so a path no substituter has is an
+// error naming it.
 func (n *Nix) Substitute(ctx context.Context, paths ...string) error {
 	if len(paths) == 0 {
 		return nil
 	}
 	n.logger().Info("nix: substituting", "paths", len(paths))
-	_, err := n.output(ctx, "nix-store", append([]string{"--realise", "--option", "substitute", "true"}, paths...)...)
+	results, err := n.daemonClient().BuildPaths(ctx, paths, daemon.BuildOptions{Substitute: true})
 	if err != nil {
-		return fmt.Errorf("nix: substituting %d path(s): %w", len(paths), err)
+		return fmt.Errorf("nix: substituting %d path(s): %w", len(paths), daemonError(ctx, err))
+	}
+	for _, res := range results {
+		if !res.Success() {
+			return fmt.Errorf("nix: substituting %s: %s", res.Path, res.ErrorMsg)
+		}
 	}
 	return nil
 }

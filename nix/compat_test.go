@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"gradient.dev/gradient/nixbase32"
 )
 
 // These tests read recorded outputs (testdata/README.md) and need no Nix.
@@ -81,45 +83,6 @@ const (
 	srcCA     = "fixed:r:" + srcNix
 	fixedHash = "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"
 )
-
-func TestParsePathInfoJSON(t *testing.T) {
-	for _, name := range []string{"pathinfo-2.8.json", "pathinfo-2.19.json", "pathinfo-keyed-nix32.json", "pathinfo-json-format-2.json"} {
-		t.Run(name, func(t *testing.T) {
-			infos, err := parsePathInfoJSON(readTestdata(t, name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			byPath := map[string]PathInfo{}
-			for _, info := range infos {
-				byPath[info.Path] = info
-			}
-			if len(infos) != 3 || len(byPath) != 3 {
-				t.Fatalf("infos %+v", infos)
-			}
-			if byPath[nothing].IsValid() {
-				t.Errorf("invalid path reported valid: %+v", byPath[nothing])
-			}
-			greet, src := byPath[greetOut], byPath[srcPath]
-			if !greet.IsValid() || greet.Deriver != greetDrv || !slices.Equal(greet.References, []string{helloOut}) ||
-				greet.NarSize != 168 || greet.CA != "" || !greet.Ultimate || greet.RegistrationTime != 1795989384 {
-				t.Errorf("greet %+v", greet)
-			}
-			if !src.IsValid() || src.Deriver != "" || len(src.References) != 0 || src.NarSize != 120 || src.CA != srcCA || src.Ultimate {
-				t.Errorf("src %+v", src)
-			}
-			for info, want := range map[*PathInfo]string{&greet: greetNix, &src: srcNix} {
-				if got, err := info.NarHashNix32(); err != nil || got != want {
-					t.Errorf("%s: NarHashNix32 %q %v, want %q", info.Path, got, err, want)
-				}
-			}
-		})
-	}
-	for _, bad := range []string{``, `"x"`, `[{"narHash": "sha256-AAAA"}]`, `{"/nix/store/x": {"narHash": 5}}`} {
-		if _, err := parsePathInfoJSON([]byte(bad)); err == nil {
-			t.Errorf("parsePathInfoJSON(%q) succeeded", bad)
-		}
-	}
-}
 
 func TestNarHashNix32Forms(t *testing.T) {
 	for _, in := range []string{
@@ -220,24 +183,23 @@ func TestParseDerivationStructuredAttrs(t *testing.T) {
 	}
 }
 
-func TestNarInfoText(t *testing.T) {
-	got, err := narInfoText(NarImport{
-		StorePath: greetOut, NarHash: "sha256-RhJqG8uhWoNgDDC9UurfXh1Y7iTtci2nyM6w6yPr6W0=", NarSize: 168,
-		References: []string{helloOut}, Deriver: greetDrv, NarZst: "x.nar.zst",
-	})
-	want := "StorePath: " + greetOut + "\nURL: nar/b8dwwvjv9ffrgm4vfswii3r8y0xcc2hj.nar.zst\nCompression: zstd\nNarHash: " + greetNix +
-		"\nNarSize: 168\nReferences: hhmh7sq5jnlf31d34xnqvbjmln72pwrx-hello-1.0\nDeriver: y1n665l4pcv2b5zzbi4xjafl7hd3sink-greet.drv\n"
-	if err != nil || string(got) != want {
-		t.Errorf("narinfo %v:\n%s\nwant\n%s", err, got, want)
+func TestDaemonImportChecks(t *testing.T) {
+	good := NarImport{StorePath: greetOut, NarHash: "sha256-RhJqG8uhWoNgDDC9UurfXh1Y7iTtci2nyM6w6yPr6W0=", NarSize: 168,
+		References: []string{helloOut}, Deriver: greetDrv, NarZst: "x.nar.zst"}
+	got, err := daemonImport(good)
+	if err != nil || got.Path != greetOut || nixbase32.Encode(got.NarHash) != strings.TrimPrefix(greetNix, "sha256:") ||
+		got.NarSize != 168 || got.Deriver != greetDrv || !slices.Equal(got.References, []string{helloOut}) {
+		t.Errorf("daemonImport = %+v, %v", got, err)
 	}
 	for _, bad := range []NarImport{
 		{StorePath: "/tmp/x", NarHash: greetNix, NarSize: 1, NarZst: "x"},
 		{StorePath: greetOut, NarHash: "md5:x", NarSize: 1, NarZst: "x"},
 		{StorePath: greetOut, NarHash: greetNix, NarSize: 0, NarZst: "x"},
 		{StorePath: greetOut, NarHash: greetNix, NarSize: 1, NarZst: "x", References: []string{"hello"}},
+		{StorePath: greetOut, NarHash: greetNix, NarSize: 1, NarZst: "x", Deriver: "greet.drv"},
 	} {
-		if _, err := narInfoText(bad); err == nil {
-			t.Errorf("narInfoText(%+v) succeeded", bad)
+		if _, err := daemonImport(bad); err == nil {
+			t.Errorf("daemonImport(%+v) succeeded", bad)
 		}
 	}
 }

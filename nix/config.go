@@ -10,8 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"gradient.dev/gradient/nix/daemon"
 )
 
 // experimentalFeatures is passed to every `nix` call: in Nix 2.8 the new CLI
@@ -36,7 +39,14 @@ type Nix struct {
 	// Logger receives what is being run; nil means slog.Default().
 	Logger *slog.Logger
 
-	version versionCache // see Version
+	// Dialer reaches the store's daemon; nil means the system daemon's
+	// socket for the default store when it listens, else a `nix-daemon
+	// --stdio` child per connection (see daemonClient).
+	Dialer daemon.Dialer
+
+	version    versionCache // see Version
+	daemonOnce sync.Once
+	daemon     *daemon.Client
 }
 
 func (n *Nix) logger() *slog.Logger {

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+
+	"gradient.dev/gradient/nix/daemon"
 	"gradient.dev/gradient/nixbase32"
 )
 
@@ -24,29 +27,33 @@ type NarImport struct {
 	NarZst string
 }
 
-// ImportNARs adds items to the store, verifying each NAR against its hash
-// and size. Nix 2.8 has no CLI for "NAR + metadata" (WORKER.md §1), so this
-// writes a throw-away file:// binary cache holding the items and runs `nix
-// copy --from` it without signature checks; Nix orders the paths by their
-// references. References outside items must already be valid in the store.
-// Items that are already valid are skipped by Nix.
+// ImportNARs adds items to the store through the daemon (AddToStoreNar),
+// each NAR streamed from its file through zstd; the daemon verifies each
+// against its hash and size. Items go in reference order; references
+// outside items must already be valid. Items already valid are skipped.
 func (n *Nix) ImportNARs(ctx context.Context, items []NarImport) error {
 	if len(items) == 0 {
 		return nil
 	}
-	inSet := make(map[string]bool, len(items))
-	for _, it := range items {
-		inSet[it.StorePath] = true
+	imports := make([]daemon.Import, len(items))
+	byPath := make(map[string]int, len(items))
+	for i, it := range items {
+		imp, err := daemonImport(it)
+		if err != nil {
+			return err
+		}
+		imports[i] = imp
+		byPath[it.StorePath] = i
 	}
 	var outside []string
 	for _, it := range items {
 		for _, ref := range it.References {
-			if !inSet[ref] && !slices.Contains(outside, ref) {
+			if _, in := byPath[ref]; !in && !slices.Contains(outside, ref) {
 				outside = append(outside, ref)
 			}
 		}
 	}
-	// Checked here because Nix's own error names neither side clearly.
+	// Checked here because the daemon's own error names neither side clearly.
 	if len(outside) > 0 {
 		missing, err := n.MissingPaths(ctx, outside...)
 		if err != nil {
@@ -56,131 +63,117 @@ func (n *Nix) ImportNARs(ctx context.Context, items []NarImport) error {
 			return fmt.Errorf("nix: importing NARs: references neither imported nor valid in the store: %s", strings.Join(missing, ", "))
 		}
 	}
-
-	parent := n.WorkDir
-	if parent == "" {
-		parent = os.TempDir()
+	paths := make([]string, len(items))
+	for i, it := range items {
+		paths[i] = it.StorePath
 	}
-	dir, err := os.MkdirTemp(parent, "nar-import-")
+	valid, err := n.ValidPaths(ctx, paths...)
 	if err != nil {
 		return fmt.Errorf("nix: importing NARs: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	if err := writeImportCache(dir, items); err != nil {
-		return err
 	}
 
 	start := time.Now()
-	n.logger().Info("nix: importing NARs", "paths", len(items))
-	// --no-recursive: the cache holds only items, not what they reference.
-	// .drv files need --derivation (else 2.8 means their outputs) and go
-	// last since they reference sources, rarely the other way round.
-	var drvs, others []string
-	for _, it := range items {
-		if strings.HasSuffix(it.StorePath, ".drv") {
-			drvs = append(drvs, it.StorePath)
-		} else {
-			others = append(others, it.StorePath)
-		}
-	}
-	args := []string{"copy", "--from", "file://" + dir, "--no-check-sigs", "--no-recursive"}
-	if n.Store != "" {
-		args = append(args, "--to", n.Store)
-	}
-	for _, group := range []struct {
-		extra []string
-		paths []string
-	}{{nil, others}, {[]string{"--derivation"}, drvs}} {
-		if len(group.paths) == 0 {
-			continue
-		}
-		if _, err := n.output(ctx, "nix", slices.Concat(args, group.extra, group.paths)...); err != nil {
-			return fmt.Errorf("nix: importing %d NARs (%s…): %w", len(group.paths), group.paths[0], err)
-		}
-	}
-	n.logger().Info("nix: imported NARs", "paths", len(items), "took", time.Since(start))
-	return nil
-}
-
-// writeImportCache lays out a binary cache: nix-cache-info, one
-// <hash>.narinfo per item and nar/<hash>.nar.zst linked to item.NarZst.
-func writeImportCache(dir string, items []NarImport) error {
-	if err := os.Mkdir(filepath.Join(dir, "nar"), 0o755); err != nil {
-		return fmt.Errorf("nix: importing NARs: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "nix-cache-info"), []byte("StoreDir: "+storeDir+"\n"), 0o644); err != nil {
-		return fmt.Errorf("nix: importing NARs: %w", err)
-	}
-	for _, it := range items {
-		info, err := narInfoText(it)
-		if err != nil {
-			return err
-		}
-		hashPart := baseName(it.StorePath)[:32]
-		if err := os.WriteFile(filepath.Join(dir, hashPart+".narinfo"), info, 0o644); err != nil {
-			return fmt.Errorf("nix: importing %s: %w", it.StorePath, err)
-		}
-		if err := linkFile(it.NarZst, filepath.Join(dir, "nar", hashPart+".nar.zst")); err != nil {
-			return fmt.Errorf("nix: importing %s: NAR file: %w", it.StorePath, err)
-		}
-	}
-	return nil
-}
-
-// linkFile makes dst show src: a hard link is free, and across file
-// systems a symlink does (Nix reads through it).
-func linkFile(src, dst string) error {
-	if os.Link(src, dst) == nil {
-		return nil
-	}
-	abs, err := filepath.Abs(src)
+	c := n.daemonClient()
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(abs); err != nil {
-		return err
+	defer dec.Close()
+	added := 0
+	for _, i := range referenceOrder(items, byPath) {
+		it := items[i]
+		if slices.Contains(valid, it.StorePath) {
+			continue
+		}
+		if err := n.importOne(ctx, c, dec, imports[i], it.NarZst); err != nil {
+			return fmt.Errorf("nix: importing %s: %w", it.StorePath, err)
+		}
+		added++
 	}
-	return os.Symlink(abs, dst)
+	n.logger().Debug("nix: imported NARs", "paths", added, "took", time.Since(start))
+	return nil
 }
 
-// narInfoText renders the narinfo of an import; references and deriver are
-// base names, as in any binary cache.
-func narInfoText(it NarImport) ([]byte, error) {
-	base := baseName(it.StorePath)
-	if filepath.Dir(it.StorePath) != storeDir || len(base) < 34 || base[32] != '-' {
-		return nil, fmt.Errorf("nix: importing %q: not a store path", it.StorePath)
+func (n *Nix) importOne(ctx context.Context, c *daemon.Client, dec *zstd.Decoder, imp daemon.Import, file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
 	}
-	if _, err := nixbase32.Decode(base[:32]); err != nil {
-		return nil, fmt.Errorf("nix: importing %q: not a store path: %w", it.StorePath, err)
+	defer f.Close()
+	if err := dec.Reset(f); err != nil {
+		return err
+	}
+	// The paths come from the worker's own cache, which verified them;
+	// the daemon still checks the NAR against its hash.
+	return daemonError(ctx, c.AddToStoreNar(ctx, imp, dec, true))
+}
+
+// referenceOrder lists items' indices so that each comes after the items
+// it references (a depth-first walk; self-references are ignored).
+func referenceOrder(items []NarImport, byPath map[string]int) []int {
+	order := make([]int, 0, len(items))
+	state := make([]byte, len(items)) // 0 new, 1 on the walk, 2 placed
+	var visit func(i int)
+	visit = func(i int) {
+		if state[i] != 0 {
+			return
+		}
+		state[i] = 1
+		for _, ref := range items[i].References {
+			if j, ok := byPath[ref]; ok && j != i {
+				visit(j)
+			}
+		}
+		state[i] = 2
+		order = append(order, i)
+	}
+	for i := range items {
+		visit(i)
+	}
+	return order
+}
+
+// daemonImport checks an item's metadata and puts it in the daemon's form.
+func daemonImport(it NarImport) (daemon.Import, error) {
+	if err := checkStorePath(it.StorePath); err != nil {
+		return daemon.Import{}, fmt.Errorf("nix: importing %q: %w", it.StorePath, err)
 	}
 	if it.NarSize <= 0 {
-		return nil, fmt.Errorf("nix: importing %s: NAR size %d", it.StorePath, it.NarSize)
+		return daemon.Import{}, fmt.Errorf("nix: importing %s: NAR size %d", it.StorePath, it.NarSize)
 	}
 	if it.NarZst == "" {
-		return nil, fmt.Errorf("nix: importing %s: no NAR file", it.StorePath)
+		return daemon.Import{}, fmt.Errorf("nix: importing %s: no NAR file", it.StorePath)
 	}
 	narHash, err := (PathInfo{Path: it.StorePath, NarHash: it.NarHash}).NarHashNix32()
 	if err != nil {
-		return nil, fmt.Errorf("nix: importing: %w", err)
+		return daemon.Import{}, fmt.Errorf("nix: importing: %w", err)
 	}
-	refs := make([]string, len(it.References))
-	for i, ref := range it.References {
-		if filepath.Dir(ref) != storeDir {
-			return nil, fmt.Errorf("nix: importing %s: reference %q is not a store path", it.StorePath, ref)
+	digest, err := nixbase32.Decode(strings.TrimPrefix(narHash, "sha256:"))
+	if err != nil {
+		return daemon.Import{}, fmt.Errorf("nix: importing %s: %w", it.StorePath, err)
+	}
+	for _, ref := range it.References {
+		if err := checkStorePath(ref); err != nil {
+			return daemon.Import{}, fmt.Errorf("nix: importing %s: reference %q: %w", it.StorePath, ref, err)
 		}
-		refs[i] = baseName(ref)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "StorePath: %s\n", it.StorePath)
-	fmt.Fprintf(&b, "URL: nar/%s.nar.zst\nCompression: zstd\n", base[:32])
-	fmt.Fprintf(&b, "NarHash: %s\n", narHash)
-	fmt.Fprintf(&b, "NarSize: %d\n", it.NarSize)
-	fmt.Fprintf(&b, "References: %s\n", strings.Join(refs, " "))
 	if it.Deriver != "" {
-		fmt.Fprintf(&b, "Deriver: %s\n", baseName(it.Deriver))
+		if err := checkStorePath(it.Deriver); err != nil {
+			return daemon.Import{}, fmt.Errorf("nix: importing %s: deriver %q: %w", it.StorePath, it.Deriver, err)
+		}
 	}
-	if it.CA != "" {
-		fmt.Fprintf(&b, "CA: %s\n", it.CA)
+	return daemon.Import{Path: it.StorePath, Deriver: it.Deriver, NarHash: digest, NarSize: uint64(it.NarSize),
+		References: it.References, CA: it.CA}, nil
+}
+
+// checkStorePath accepts /nix/store/<32 nix32 characters>-<name>.
+func checkStorePath(p string) error {
+	base := baseName(p)
+	if filepath.Dir(p) != storeDir || len(base) < 34 || base[32] != '-' {
+		return fmt.Errorf("not a store path")
 	}
-	return []byte(b.String()), nil
+	if _, err := nixbase32.Decode(base[:32]); err != nil {
+		return fmt.Errorf("not a store path: %w", err)
+	}
+	return nil
 }

@@ -3,7 +3,6 @@ package nix
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"gradient.dev/gradient/nixbase32"
 )
 
 // importFixture adds to a store a source file, a .drv using it and the
@@ -53,7 +54,7 @@ func importFixture(t *testing.T, n *Nix) []NarImport {
 		if err := n.DumpPath(ctx, info.Path, &nar); err != nil {
 			t.Fatal(err)
 		}
-		if sum := sha256.Sum256(nar.Bytes()); "sha256-"+base64.StdEncoding.EncodeToString(sum[:]) != info.NarHash {
+		if sum := sha256.Sum256(nar.Bytes()); "sha256:"+nixbase32.Encode(sum[:]) != info.NarHash {
 			t.Fatalf("dumped NAR of %s does not match its hash %s", info.Path, info.NarHash)
 		}
 		file := filepath.Join(dir, filepath.Base(info.Path)+".nar.zst")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gradient.dev/gradient/nixbase32"
 )
 
 const testSystemAttrs = "packages.x86_64-linux."
@@ -145,7 +146,7 @@ func TestBuildSuccessAndNAR(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(nar.Bytes())
-	if got := "sha256-" + base64.StdEncoding.EncodeToString(sum[:]); got != info.NarHash || int64(nar.Len()) != info.NarSize {
+	if got := "sha256:" + nixbase32.Encode(sum[:]); got != info.NarHash || int64(nar.Len()) != info.NarSize {
 		t.Errorf("dumped NAR hash %s size %d, path-info says %s %d", got, nar.Len(), info.NarHash, info.NarSize)
 	}
 	// nix-store --dump reads the filesystem path (chroot stores unmapped).

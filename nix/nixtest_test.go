@@ -43,7 +43,7 @@ func newTestNix(t *testing.T) *Nix {
 	}
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "etc"), 0o755)
-	return &Nix{
+	n := &Nix{
 		Store: filepath.Join(dir, "store"),
 		Config: []string{
 			"experimental-features = nix-command flakes",
@@ -63,6 +63,8 @@ func newTestNix(t *testing.T) *Nix {
 		},
 		WorkDir: dir,
 	}
+	t.Cleanup(func() { n.Close() })
+	return n
 }
 
 // newTestRepo commits testFlake into a fresh git repository and returns

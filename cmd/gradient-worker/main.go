@@ -52,7 +52,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := newLogger(opts, stderr)
 	slog.SetDefault(log)
+	// Store operations go to the Nix daemon (its socket, or `nix-daemon
+	// --stdio` children without one); evaluation runs the Nix CLI.
 	nixStore := &nix.Nix{BinDir: opts.NixBin, Logger: log}
+	defer nixStore.Close()
 	if len(opts.SystemFeatures) == 0 {
 		opts.SystemFeatures = detectSystemFeatures(ctx, nixStore, log)
 	}

@@ -302,6 +302,7 @@ type upRun struct {
 	workerNames     map[string]string // worker ID → worker-N
 
 	stopWorkers context.CancelFunc
+	nixStore    *nix.Nix // the workers' store, through its daemon
 	workersDone sync.WaitGroup
 }
 
@@ -321,6 +322,7 @@ func (u *upRun) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	u.nixStore = n
 	system, extra, err := n.System(ctx)
 	if err != nil {
 		return fmt.Errorf("asking nix for its system: %w", err)
@@ -563,6 +565,9 @@ func (u *upRun) close() {
 		case <-time.After(20 * time.Second):
 			fmt.Fprintln(u.stderr, "gradient up: workers did not stop within 20s")
 		}
+	}
+	if u.nixStore != nil {
+		u.nixStore.Close() // the nix-daemon children of a --store run
 	}
 	if u.srv != nil {
 		u.srv.Close()

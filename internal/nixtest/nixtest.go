@@ -67,6 +67,7 @@ func New(t testing.TB) *nix.Nix {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("creating the test store: %v: %s", err, out)
 	}
+	t.Cleanup(func() { n.Close() }) // its nix-daemon children
 	return n
 }
 

@@ -45,12 +45,13 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 		return worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown build kind %d of %s", spec.Kind, spec.DrvPath))
 	}
 
+	begin := time.Now()
 	// The .drv and its closure (input .drv files, sources) first.
 	if _, err := j.ensure(ctx, []string{spec.DrvPath}); err != nil {
 		return err
 	}
 	// The .drv pins its build-time closure (the GC follows its inputs).
-	j.pin(spec.DrvPath)
+	j.pin(ctx, spec.DrvPath)
 	drvs, err := j.e.Nix.Derivations(ctx, spec.DrvPath)
 	if err != nil {
 		return classify(fmt.Errorf("reading %s: %w", spec.DrvPath, err))
@@ -84,21 +85,29 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	logs := &logForwarder{r: j.r, task: task, limit: newLogLimit(j.e.logBurst(), j.e.logSustained(), time.Now())}
 	opts := nix.BuildOptions{Cores: j.e.Cores, LogWriter: logs,
 		Timeout: limitDuration(spec.TimeoutSecs), MaxSilent: limitDuration(spec.MaxSilentSecs)}
-	log.Info("building", "timeout", opts.Timeout, "max_silent", opts.MaxSilent)
+	log.Debug("building", "timeout", opts.Timeout, "max_silent", opts.MaxSilent)
 	start := time.Now()
 	built, err := j.e.Nix.Build(ctx, spec.DrvPath, opts)
 	logs.Flush()
 	if err != nil {
 		return classify(err)
 	}
-	j.pin(sortedValues(built)...) // until they are uploaded
-	took := time.Since(start)
-	log.Info("built", "took", took.Round(time.Millisecond), "outputs", len(built))
+	j.pin(ctx, sortedValues(built)...) // until they are uploaded
+	builtAt := time.Now()
+	took := builtAt.Sub(start)
 	ms := uint64(took.Milliseconds())
 	if err := j.reportOutputs(ctx, spec.BuildID, built, false, &wire.BuildMetrics{BuildTimeMS: &ms}); err != nil {
 		return err
 	}
-	return j.uploadOutputs(ctx, spec.BuildID, sortedValues(built))
+	handedOver := time.Now()
+	err = j.uploadOutputs(ctx, spec.BuildID, sortedValues(built))
+	end := time.Now()
+	// Where a build's time goes (docs/PERFORMANCE.md): inputs, Nix's
+	// build, reporting the outputs, the upload; overhead is all but the build.
+	log.Info("built", "outputs", len(built), "prepare_ms", start.Sub(begin).Milliseconds(), "build_ms", took.Milliseconds(),
+		"handover_ms", handedOver.Sub(builtAt).Milliseconds(), "upload_ms", end.Sub(handedOver).Milliseconds(),
+		"overhead_ms", end.Sub(begin).Milliseconds()-took.Milliseconds())
+	return err
 }
 
 // substitute runs a Substitute spec (WORKER.md §7.5): the outputs the

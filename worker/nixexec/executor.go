@@ -20,7 +20,8 @@ import (
 	"gradient.dev/gradient/worker"
 )
 
-// Store is what jobs need from Nix; *nix.Nix implements it.
+// Store is what jobs need from Nix; *nix.Nix implements it (the store
+// operations through the Nix daemon, evaluation with the Nix CLI).
 type Store interface {
 	FetchFlake(ctx context.Context, repoURL, commit string, opts nix.FetchOptions) (*nix.FetchedFlake, error)
 	LockedInputPaths(ctx context.Context, flakeRef string) ([]string, error)
@@ -32,6 +33,9 @@ type Store interface {
 	ImportNARs(ctx context.Context, items []nix.NarImport) error
 	Build(ctx context.Context, drvPath string, opts nix.BuildOptions) (map[string]string, error)
 	Substitute(ctx context.Context, paths ...string) error
+	// AddIndirectRoot tells the store's garbage collector that link, a
+	// symlink into the store, is a root while it exists.
+	AddIndirectRoot(ctx context.Context, link string) error
 }
 
 var _ Store = (*nix.Nix)(nil)

@@ -251,6 +251,8 @@ func (s *fakeStore) Build(ctx context.Context, drvPath string, opts nix.BuildOpt
 	return outs, nil
 }
 
+func (s *fakeStore) AddIndirectRoot(ctx context.Context, link string) error { return nil }
+
 func (s *fakeStore) Substitute(ctx context.Context, paths ...string) error {
 	s.rec.add(event{kind: "substitute", paths: paths})
 	for _, p := range paths {

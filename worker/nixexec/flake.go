@@ -94,7 +94,7 @@ func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
 		}
 		source = fetched.SourcePath
 		paths = append([]string{source}, fetched.InputPaths...)
-		j.pin(paths...)
+		j.pin(ctx, paths...)
 	case *wire.FlakeSourceCached:
 		if _, err := j.ensure(ctx, []string{src.StorePath}); err != nil {
 			return "", err
@@ -150,7 +150,7 @@ func (j *job) pullInputs(ctx context.Context, source string) {
 		j.log.Warn("flake inputs not pulled from the cache; nix fetches them itself", "inputs", len(inputs), "error", err)
 		return
 	}
-	j.pin(inputs...)
+	j.pin(ctx, inputs...)
 	j.log.Info("flake inputs ready", "inputs", len(inputs), "pulled", pulled)
 }
 
@@ -175,7 +175,7 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 	}
 	// The discovered .drv files pin their closures until uploaded.
 	for _, d := range ev.Derivations {
-		j.pin(d.DrvPath)
+		j.pin(ctx, d.DrvPath)
 	}
 	w := &walk{j: j, visited: map[string]bool{}, uploaded: map[string]bool{}}
 	if err := w.run(ctx, ev.Derivations); err != nil {

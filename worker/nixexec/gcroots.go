@@ -1,6 +1,7 @@
 package nixexec
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -12,8 +13,9 @@ import (
 // instantiated or built — until they are built with or uploaded — a
 // garbage collection on the build machine must not delete them. Each is
 // pinned by a symlink <GCRootsDir>/<job>-<name> (the GC treats every
-// symlink under /nix/var/nix/gcroots as a root); the job's links go when
-// it ends. A link that cannot be made is logged and the job goes on
+// symlink under /nix/var/nix/gcroots as a root, and the daemon is told of
+// each link as an indirect root, so a directory elsewhere works too); the
+// job's links go when it ends. A link that cannot be made is logged and the job goes on
 // unpinned, as the reference does.
 
 // roots are one job's GC root links.
@@ -25,7 +27,7 @@ type roots struct {
 }
 
 // pin roots paths for the rest of the job.
-func (j *job) pin(paths ...string) {
+func (j *job) pin(ctx context.Context, paths ...string) {
 	r := j.roots
 	if r == nil || r.dir == "" {
 		return
@@ -43,6 +45,9 @@ func (j *job) pin(paths ...string) {
 			continue
 		}
 		r.links = append(r.links, link)
+		if err := j.e.Nix.AddIndirectRoot(ctx, link); err != nil {
+			r.warn(j, err)
+		}
 	}
 }
 

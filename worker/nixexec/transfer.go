@@ -225,7 +225,7 @@ func (j *job) ensureCounting(ctx context.Context, paths []string) (pulled int, c
 		return 0, 0, worker.Fail(wire.FailureTransient, fmt.Errorf("importing pulled paths: %w", err))
 	}
 	for _, it := range imports {
-		j.pin(it.StorePath)
+		j.pin(ctx, it.StorePath)
 	}
 	j.log.Info("pulled paths", "paths", len(imports), "took", time.Since(start).Round(time.Millisecond))
 	return len(imports), compressed, nil
