@@ -5,11 +5,11 @@ import (
 	"os"
 	"testing"
 
-	"gradient.dev/gradient/storage/internal/testdb"
+	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 )
 
 // Tests run every behaviour on both engines; fresh databases come from
-// internal/testdb (see there for GRADIENT_TEST_POSTGRES).
+// sqldb/sqldbtest (see there for GRADIENT_TEST_POSTGRES).
 type testEngine struct {
 	engine Engine
 	// freshURL returns the URL of a new, empty database that is removed
@@ -38,12 +38,9 @@ func forEachEngine(t *testing.T, fn func(t *testing.T, db *DB)) {
 // forEachEngineURL runs fn per engine with the URL of a fresh database.
 func forEachEngineURL(t *testing.T, fn func(t *testing.T, engine Engine, dbURL string)) {
 	t.Helper()
-	for _, e := range testEngines {
-		t.Run(string(e.engine), func(t *testing.T) {
-			t.Parallel()
-			fn(t, e.engine, e.freshURL(t))
-		})
-	}
+	sqldbtest.ForEachEngineURL(t, func(t *testing.T, engine, dbURL string) {
+		fn(t, Engine(engine), dbURL)
+	})
 }
 
 func openTestDB(t *testing.T, dbURL string) *DB {
@@ -57,12 +54,12 @@ func openTestDB(t *testing.T, dbURL string) *DB {
 }
 
 var (
-	freshSQLiteURL   = testdb.SQLiteURL
-	freshPostgresURL = testdb.PostgresURL
+	freshSQLiteURL   = sqldbtest.SQLiteURL
+	freshPostgresURL = sqldbtest.PostgresURL
 )
 
 func TestMain(m *testing.M) {
 	// Every test opens databases; their info lines would bury failures.
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	os.Exit(testdb.Main(m))
+	os.Exit(sqldbtest.Main(m))
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"gradient.dev/gradient/storage/internal/testdb"
+	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 )
 
 // benchEngines give each benchmark a fresh database of each engine.
@@ -15,7 +15,7 @@ var benchEngines = []struct {
 	url  func(b *testing.B) string
 }{
 	{"sqlite", func(b *testing.B) string { return "sqlite://" + filepath.Join(b.TempDir(), "gradient.db") }},
-	{"postgres", func(b *testing.B) string { return testdb.PostgresURLOrSkip(b) }},
+	{"postgres", func(b *testing.B) string { return sqldbtest.PostgresURLOrSkip(b) }},
 }
 
 // BenchmarkClaimCompleteBuild measures one ClaimJob + CompleteBuild (the

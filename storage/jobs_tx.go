@@ -91,8 +91,7 @@ func (db *DB) durableJobTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 	if db.engine != EngineSQLite {
 		return db.jobTx(ctx, fn)
 	}
-	db.writers.Lock()
-	defer db.writers.Unlock()
+	defer db.base.LockWriter()()
 	conn, err := db.sql.Conn(ctx)
 	if err != nil {
 		return err

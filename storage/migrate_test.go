@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"gradient.dev/gradient/storage/sqldb"
 	"sync"
 	"testing"
 )
@@ -8,7 +9,7 @@ import (
 func TestMigrationsAreIdempotent(t *testing.T) {
 	t.Parallel()
 	forEachEngineURL(t, func(t *testing.T, engine Engine, dbURL string) {
-		migrations, err := loadMigrations(engine)
+		migrations, err := sqldb.LoadMigrations(schema, engine)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,7 +28,7 @@ func TestMigrationsAreIdempotent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := migrations[len(migrations)-1].version; version != want {
+		if want := migrations[len(migrations)-1].Version; version != want {
 			t.Fatalf("schema version %d, want %d", version, want)
 		}
 	})
@@ -36,7 +37,7 @@ func TestMigrationsAreIdempotent(t *testing.T) {
 func TestConcurrentOpensMigrateOnce(t *testing.T) {
 	t.Parallel()
 	forEachEngineURL(t, func(t *testing.T, engine Engine, dbURL string) {
-		migrations, err := loadMigrations(engine)
+		migrations, err := sqldb.LoadMigrations(schema, engine)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,43 +93,15 @@ func TestNewerSchemaIsRefused(t *testing.T) {
 	})
 }
 
-func TestParseMigrationName(t *testing.T) {
-	tests := []struct {
-		file    string
-		version int
-		name    string
-		engine  Engine
-		ok      bool
-	}{
-		{"0001_initial.sql", 1, "initial", "", true},
-		{"0012_nar_metadata.postgres.sql", 12, "nar_metadata", EnginePostgres, true},
-		{"0012_nar_metadata.sqlite.sql", 12, "nar_metadata", EngineSQLite, true},
-		{"0012_nar_metadata.mysql.sql", 0, "", "", false},
-		{"1_short.sql", 0, "", "", false},
-		{"0000_zero.sql", 0, "", "", false},
-		{"0002-dash.sql", 0, "", "", false},
-		{"0002_notes.txt", 0, "", "", false},
-	}
-	for _, tt := range tests {
-		m, engine, err := parseMigrationName(tt.file)
-		if (err == nil) != tt.ok {
-			t.Fatalf("%s: err = %v, want ok=%v", tt.file, err, tt.ok)
-		}
-		if tt.ok && (m.version != tt.version || m.name != tt.name || engine != tt.engine) {
-			t.Fatalf("%s: got %d %q %q", tt.file, m.version, m.name, engine)
-		}
-	}
-}
-
 func TestEmbeddedMigrationsAreNumberedFromOneWithoutGaps(t *testing.T) {
 	for _, engine := range []Engine{EngineSQLite, EnginePostgres} {
-		migrations, err := loadMigrations(engine)
+		migrations, err := sqldb.LoadMigrations(schema, engine)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, m := range migrations {
-			if m.version != i+1 {
-				t.Fatalf("%s: migration %d has version %d", engine, i, m.version)
+			if m.Version != i+1 {
+				t.Fatalf("%s: migration %d has version %d", engine, i, m.Version)
 			}
 		}
 	}

@@ -8,52 +8,6 @@ import (
 	"testing"
 )
 
-func TestParseTarget(t *testing.T) {
-	dir := t.TempDir()
-	tests := []struct {
-		in      string
-		engine  Engine
-		path    string // SQLite file, when engine is sqlite
-		wantErr string
-	}{
-		{in: "sqlite:///abs/path/gradient.db", engine: EngineSQLite, path: "/abs/path/gradient.db"},
-		{in: "sqlite://relative/dir/x.db", engine: EngineSQLite, path: "relative/dir/x.db"},
-		{in: "sqlite:///abs/dir/", engine: EngineSQLite, path: "/abs/dir/gradient.db"},
-		{in: "sqlite://" + dir, engine: EngineSQLite, path: filepath.Join(dir, "gradient.db")},
-		{in: "/var/lib/gradient", engine: EngineSQLite, path: "/var/lib/gradient/gradient.db"},
-		{in: "data", engine: EngineSQLite, path: "data/gradient.db"},
-		{in: "postgres://u:pw@localhost/db?sslmode=disable", engine: EnginePostgres},
-		{in: "postgresql://localhost/db", engine: EnginePostgres},
-		{in: "postgres://u@localhost/db?password=pw&sslmode=disable", engine: EnginePostgres},
-		{in: "", wantErr: "empty database URL"},
-		{in: "mysql://localhost/db", wantErr: `unsupported database URL scheme "mysql"`},
-		{in: "sqlite://", wantErr: "without a path"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseTarget(tt.in)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.engine != tt.engine {
-				t.Fatalf("engine = %s, want %s", got.engine, tt.engine)
-			}
-			if tt.engine == EngineSQLite && got.path != tt.path {
-				t.Fatalf("path = %q, want %q", got.path, tt.path)
-			}
-			if strings.Contains(got.display, "pw") {
-				t.Fatalf("display %q shows the password", got.display)
-			}
-		})
-	}
-}
-
 func TestOpenDataDirectoryCreatesIt(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state", "gradient")
 	db := openTestDB(t, dir)

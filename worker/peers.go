@@ -3,6 +3,7 @@ package worker
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -19,31 +20,43 @@ const PeerTokenLength = 64
 // WildcardPeer answers every challenged peer not listed explicitly.
 const WildcardPeer = handshake.WildcardPeer
 
-// ParsePeers reads `peer_id:token` lines: blank lines and # comments are
-// ignored, each line is split at the first colon and trimmed; lines with an
-// empty side or a token of the wrong length are skipped with a warning
-// naming the line, never the token. source labels the warnings.
+// ParsePeers reads `peer_id:token` lines (ParsePeerLine); malformed lines
+// are skipped with a warning naming the line, never the token. source
+// labels the warnings.
 func ParsePeers(text, source string, log *slog.Logger) map[string]string {
 	peers := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		peer, token, found := strings.Cut(line, ":")
-		peer, token = strings.TrimSpace(peer), strings.TrimSpace(token)
+		peer, token, err := ParsePeerLine(sc.Text())
 		switch {
-		case !found || peer == "" || token == "":
-			log.Warn("skipping malformed peers line: want peer_id:token", "source", source, "line", n)
-		case len(token) != PeerTokenLength:
-			log.Warn("skipping peers line: the token must be 64 characters", "source", source, "line", n, "peer", peer, "token_length", len(token))
-		default:
+		case err != nil:
+			log.Warn("skipping peers line", "source", source, "line", n, "error", err)
+		case peer != "":
 			peers[peer] = token
 		}
 	}
 	return peers
+}
+
+// ParsePeerLine reads one line of a peers file: blank lines and # comments
+// give an empty peer; others split at the first colon into a peer ID and
+// a token, both trimmed, and the token must be PeerTokenLength characters.
+// Errors never quote the token.
+func ParsePeerLine(line string) (peer, token string, err error) {
+	line = strings.TrimSpace(line)
+	if line == "" || strings.HasPrefix(line, "#") {
+		return "", "", nil
+	}
+	peer, token, found := strings.Cut(line, ":")
+	peer, token = strings.TrimSpace(peer), strings.TrimSpace(token)
+	switch {
+	case !found || peer == "" || token == "":
+		return "", "", errors.New("malformed: want peer_id:token")
+	case len(token) != PeerTokenLength:
+		return "", "", fmt.Errorf("peer %q: the token must be %d characters, not %d", peer, PeerTokenLength, len(token))
+	}
+	return peer, token, nil
 }
 
 // LoadPeers returns the tokens the worker holds: the peers file when one is

@@ -12,40 +12,34 @@ import (
 	"testing"
 
 	"gradient.dev/gradient/storage"
-	"gradient.dev/gradient/storage/internal/testdb"
+	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 )
 
 // ForEachEngine runs fn as a parallel subtest per engine, each with a
 // fresh, migrated database that is closed when the subtest ends.
 func ForEachEngine(t *testing.T, fn func(t *testing.T, db *storage.DB)) {
 	t.Helper()
-	for _, e := range []struct {
-		name  string
-		fresh func(testing.TB) string
-	}{{"sqlite", testdb.SQLiteURL}, {"postgres", testdb.PostgresURL}} {
-		t.Run(e.name, func(t *testing.T) {
-			t.Parallel()
-			db, err := storage.Open(t.Context(), e.fresh(t))
-			if err != nil {
-				t.Fatalf("open %s: %v", e.name, err)
-			}
-			t.Cleanup(func() { db.Close() })
-			fn(t, db)
-		})
-	}
+	sqldbtest.ForEachEngineURL(t, func(t *testing.T, engine, dbURL string) {
+		db, err := storage.Open(t.Context(), dbURL)
+		if err != nil {
+			t.Fatalf("open %s: %v", engine, err)
+		}
+		t.Cleanup(func() { db.Close() })
+		fn(t, db)
+	})
 }
 
 // SQLiteURL is a new SQLite database in the test's temporary directory.
-func SQLiteURL(t testing.TB) string { return testdb.SQLiteURL(t) }
+func SQLiteURL(t testing.TB) string { return sqldbtest.SQLiteURL(t) }
 
 // Main runs the tests and drops this run's PostgreSQL database afterwards;
 // call it from TestMain.
-func Main(m *testing.M) int { return testdb.Main(m) }
+func Main(m *testing.M) int { return sqldbtest.Main(m) }
 
 // PostgresURL is a new, empty PostgreSQL schema for the test, dropped
 // when it ends; other processes (a server under test) may open it too.
-func PostgresURL(tb testing.TB) string { return testdb.PostgresURL(tb) }
+func PostgresURL(tb testing.TB) string { return sqldbtest.PostgresURL(tb) }
 
 // PostgresURLOrSkip is PostgresURL for benchmarks: an unreachable server
 // skips instead of failing.
-func PostgresURLOrSkip(tb testing.TB) string { return testdb.PostgresURLOrSkip(tb) }
+func PostgresURLOrSkip(tb testing.TB) string { return sqldbtest.PostgresURLOrSkip(tb) }

@@ -1,13 +1,14 @@
-// Package testdb makes fresh, empty databases for tests: SQLite in a
+// Package sqldbtest makes fresh, empty databases for tests: SQLite in a
 // temporary directory, and a schema of its own in one PostgreSQL database
-// per test run. It does not import storage, so storage's own tests and
-// storagetest (for every other package) share it.
+// per test run. It imports neither sqldb nor storage, so the tests of
+// sqldb, storage, storagetest (for every other package) and the proxy's
+// store share it.
 //
 // PostgreSQL comes from GRADIENT_TEST_POSTGRES (a maintenance database the
 // user may CREATE DATABASE through), by default the local trust-auth
 // server. An unreachable server fails the test unless
 // GRADIENT_TEST_SKIP_POSTGRES=1.
-package testdb
+package sqldbtest
 
 import (
 	"context"
@@ -30,6 +31,31 @@ const defaultPostgres = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=dis
 // SQLiteURL is a new SQLite database in the test's temporary directory.
 func SQLiteURL(t testing.TB) string {
 	return "sqlite://" + filepath.Join(t.TempDir(), "gradient.db")
+}
+
+// Engine is one database engine tests run on: its name (as sqldb.Engine
+// spells it) and the maker of fresh database URLs.
+type Engine struct {
+	Name string
+	// FreshURL returns the URL of a new, empty database that is removed
+	// when the test ends.
+	FreshURL func(testing.TB) string
+}
+
+// Engines are the engines every behaviour is tested on.
+var Engines = []Engine{{"sqlite", SQLiteURL}, {"postgres", PostgresURL}}
+
+// ForEachEngineURL runs fn as a parallel subtest per engine with the URL
+// of a fresh database. Callers should be parallel tests too: the
+// PostgreSQL round trips dominate the run time, not the CPU.
+func ForEachEngineURL(t *testing.T, fn func(t *testing.T, engine, dbURL string)) {
+	t.Helper()
+	for _, e := range Engines {
+		t.Run(e.Name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, e.Name, e.FreshURL(t))
+		})
+	}
 }
 
 var run struct {

@@ -1,0 +1,220 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
+)
+
+// Engine names the database engine behind a DB.
+type Engine string
+
+const (
+	EngineSQLite   Engine = "sqlite"
+	EnginePostgres Engine = "postgres"
+)
+
+// PostgresMaxConns bounds a process's PostgreSQL connections.
+const PostgresMaxConns = 32
+
+// DB is one opened, migrated database. Both engines go through
+// database/sql with one set of queries.
+type DB struct {
+	sql    *sql.DB
+	engine Engine
+	schema Schema
+
+	// writers queues this process's SQLite write transactions in Go.
+	// SQLite lets one writer in at a time; the others would wait in its
+	// busy handler, which polls with sleeps of up to 100 ms.
+	writers sync.Mutex
+}
+
+// Open connects to the database at rawURL and applies schema's pending
+// migrations.
+//
+// Accepted forms:
+//
+//	postgres://user@host:5432/db?sslmode=disable  (also postgresql://)
+//	sqlite:///abs/path/gradient.db                 an absolute database file
+//	sqlite://relative/dir/gradient.db              a file relative to the working directory
+//	sqlite:///abs/dir/  or  /var/lib/gradient      a data directory: <dir>/<schema.SQLiteFile>
+//
+// A plain path without a scheme is always a data directory. A sqlite://
+// path naming an existing directory, or ending in '/', is one too.
+func Open(ctx context.Context, rawURL string, schema Schema) (*DB, error) {
+	if err := schema.check(); err != nil {
+		return nil, err
+	}
+	target, err := ParseTarget(rawURL, schema.SQLiteFile)
+	if err != nil {
+		return nil, err
+	}
+	var db *DB
+	switch target.Engine {
+	case EngineSQLite:
+		db, err = openSQLite(target.path)
+	case EnginePostgres:
+		db, err = openPostgres(target.dsn)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := db.connect(ctx); err != nil {
+		db.sql.Close()
+		return nil, fmt.Errorf("connect to %s database %s: %w", target.Engine, target.Display, err)
+	}
+	db.schema = schema
+	if err := db.migrate(ctx, schema); err != nil {
+		db.sql.Close()
+		return nil, err
+	}
+	slog.InfoContext(ctx, "database opened", "schema", schema.Name, "engine", target.Engine, "location", target.Display)
+	return db, nil
+}
+
+// connect opens the first connection. SQLite answers SQLITE_BUSY at once,
+// without waiting on busy_timeout, while another process switches a new
+// database to WAL mode; that passes within milliseconds, so retry briefly.
+func (db *DB) connect(ctx context.Context) error {
+	delay := 10 * time.Millisecond
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := db.sql.PingContext(ctx)
+		if err == nil || db.engine != EngineSQLite || !strings.Contains(err.Error(), "SQLITE_BUSY") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 200*time.Millisecond)
+	}
+}
+
+// SQL is the connection pool, for the queries of the package above.
+func (db *DB) SQL() *sql.DB { return db.sql }
+
+// Engine reports which database engine db uses.
+func (db *DB) Engine() Engine { return db.engine }
+
+// Ping checks that the database is reachable.
+func (db *DB) Ping(ctx context.Context) error { return db.sql.PingContext(ctx) }
+
+// Close releases the connection pool.
+func (db *DB) Close() error { return db.sql.Close() }
+
+// Target is a parsed database URL.
+type Target struct {
+	Engine  Engine
+	Display string // for logs and errors: never contains a password
+	path    string // SQLite database file
+	dsn     string // PostgreSQL connection URL
+}
+
+// Path is the SQLite database file; empty on PostgreSQL.
+func (t Target) Path() string { return t.path }
+
+// ParseTarget reads a database URL in one of Open's forms; sqliteFile is
+// the database file inside a data directory.
+func ParseTarget(rawURL, sqliteFile string) (Target, error) {
+	if strings.TrimSpace(rawURL) == "" {
+		return Target{}, errors.New("storage: empty database URL (want sqlite://, postgres:// or a data directory)")
+	}
+	scheme, rest, hasScheme := strings.Cut(rawURL, "://")
+	if !hasScheme {
+		path := filepath.Join(rawURL, sqliteFile)
+		return Target{Engine: EngineSQLite, path: path, Display: path}, nil
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			// url.Error quotes the input, which may hold a password.
+			return Target{}, errors.New("storage: malformed postgres URL")
+		}
+		// The password may sit in the user info or in the query
+		// (?password=…): the display keeps neither.
+		display := *u
+		display.RawQuery = ""
+		return Target{Engine: EnginePostgres, dsn: rawURL, Display: display.Redacted()}, nil
+	case "sqlite", "sqlite3":
+		path, err := sqlitePath(rest, sqliteFile)
+		if err != nil {
+			return Target{}, err
+		}
+		return Target{Engine: EngineSQLite, path: path, Display: path}, nil
+	default:
+		return Target{}, fmt.Errorf("storage: unsupported database URL scheme %q (want sqlite://, postgres:// or a data directory)", scheme)
+	}
+}
+
+// sqlitePath turns the part after "sqlite://" into a database file path.
+func sqlitePath(rest, sqliteFile string) (string, error) {
+	rest, _, _ = strings.Cut(rest, "?")
+	if rest == "" || rest == "/" {
+		return "", errors.New("storage: sqlite:// URL without a path")
+	}
+	if strings.HasSuffix(rest, "/") {
+		return filepath.Join(rest, sqliteFile), nil
+	}
+	if info, err := os.Stat(rest); err == nil && info.IsDir() {
+		return filepath.Join(rest, sqliteFile), nil
+	}
+	return filepath.Clean(rest), nil
+}
+
+func openSQLite(path string) (*DB, error) {
+	if strings.Contains(path, "?") {
+		return nil, fmt.Errorf("storage: sqlite path %q may not contain '?'", path)
+	}
+	// 0700: the database holds signing keys, sealed tokens and token hashes.
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create sqlite data directory: %w", err)
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	// BEGIN IMMEDIATE takes the write lock up front, so a transaction that
+	// reads then writes waits on busy_timeout instead of failing with
+	// SQLITE_BUSY when it would have to upgrade its lock.
+	q.Set("_txlock", "immediate")
+	// A plain file name, not a file: URI, so '%' and spaces in the path
+	// stay literal; the driver strips the query before opening.
+	dsn := path + "?" + q.Encode()
+	sqlDB, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite database %s: %w", path, err)
+	}
+	return &DB{sql: sqlDB, engine: EngineSQLite}, nil
+}
+
+func openPostgres(dsn string) (*DB, error) {
+	// database/sql over pgx's stdlib driver keeps one code path for both
+	// engines; nothing here needs pgxpool's extra API (COPY, LISTEN).
+	sqlDB, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, errors.New("storage: open postgres database: invalid connection URL")
+	}
+	// Bounded, and kept open: a reconnect storm queues for connections
+	// instead of exceeding the server's max_connections (100 by default),
+	// and busy periods reuse connections instead of reopening them.
+	sqlDB.SetMaxOpenConns(PostgresMaxConns)
+	sqlDB.SetMaxIdleConns(PostgresMaxConns)
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	return &DB{sql: sqlDB, engine: EnginePostgres}, nil
+}

@@ -1,0 +1,1 @@
+CREATE TABLE others (id TEXT PRIMARY KEY);

@@ -1,0 +1,2 @@
+CREATE TABLE dialect (engine TEXT NOT NULL);
+INSERT INTO dialect (engine) VALUES ('sqlite');
