@@ -3,7 +3,6 @@ package worker
 import (
 	"bufio"
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -13,14 +12,13 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// PeerTokenLength is the only accepted token length (base64 of 48 random
-// bytes, WORKER.md §2.2).
-const PeerTokenLength = 64
+// PeerTokenLength is the only accepted token length (handshake.PeerTokenLength).
+const PeerTokenLength = handshake.PeerTokenLength
 
 // WildcardPeer answers every challenged peer not listed explicitly.
 const WildcardPeer = handshake.WildcardPeer
 
-// ParsePeers reads `peer_id:token` lines (ParsePeerLine); malformed lines
+// ParsePeers reads `peer_id:token` lines (handshake.ParsePeerLine); malformed lines
 // are skipped with a warning naming the line, never the token. source
 // labels the warnings.
 func ParsePeers(text, source string, log *slog.Logger) map[string]string {
@@ -28,7 +26,7 @@ func ParsePeers(text, source string, log *slog.Logger) map[string]string {
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for n := 1; sc.Scan(); n++ {
-		peer, token, err := ParsePeerLine(sc.Text())
+		peer, token, err := handshake.ParsePeerLine(sc.Text())
 		switch {
 		case err != nil:
 			log.Warn("skipping peers line", "source", source, "line", n, "error", err)
@@ -37,26 +35,6 @@ func ParsePeers(text, source string, log *slog.Logger) map[string]string {
 		}
 	}
 	return peers
-}
-
-// ParsePeerLine reads one line of a peers file: blank lines and # comments
-// give an empty peer; others split at the first colon into a peer ID and
-// a token, both trimmed, and the token must be PeerTokenLength characters.
-// Errors never quote the token.
-func ParsePeerLine(line string) (peer, token string, err error) {
-	line = strings.TrimSpace(line)
-	if line == "" || strings.HasPrefix(line, "#") {
-		return "", "", nil
-	}
-	peer, token, found := strings.Cut(line, ":")
-	peer, token = strings.TrimSpace(peer), strings.TrimSpace(token)
-	switch {
-	case !found || peer == "" || token == "":
-		return "", "", errors.New("malformed: want peer_id:token")
-	case len(token) != PeerTokenLength:
-		return "", "", fmt.Errorf("peer %q: the token must be %d characters, not %d", peer, PeerTokenLength, len(token))
-	}
-	return peer, token, nil
 }
 
 // LoadPeers returns the tokens the worker holds: the peers file when one is

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/storage/sqldb"
-	"gradient.dev/gradient/worker"
 )
 
 // PeerToken is one token of an upstream link: a peer (project, cache) on
@@ -21,7 +21,7 @@ type PeerToken struct {
 const maxPeersFile = 1 << 20
 
 // ParsePeersFile reads the peers-file lines a tenant hands over,
-// `peer_id:token` as in a worker's peers file (worker.ParsePeerLine):
+// `peer_id:token` as in a worker's peers file (handshake.ParsePeerLine):
 // blank lines and # comments are skipped. Unlike a worker, which skips
 // bad lines, it refuses the whole text, naming every bad line by number
 // and never quoting a token. The peer ID is a UUID or the wildcard "*".
@@ -35,7 +35,7 @@ func ParsePeersFile(text string) ([]PeerToken, error) {
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 0, 4096), maxPeersFile)
 	for n := 1; sc.Scan(); n++ {
-		peer, token, err := worker.ParsePeerLine(sc.Text())
+		peer, token, err := handshake.ParsePeerLine(sc.Text())
 		if err == nil && peer == "" {
 			continue
 		}
@@ -68,14 +68,14 @@ func ParsePeersFile(text string) ([]PeerToken, error) {
 // in canonical form. Errors never quote the token.
 func checkPeerToken(p PeerToken) (string, error) {
 	peer := p.PeerID
-	if peer != worker.WildcardPeer {
+	if peer != handshake.WildcardPeer {
 		var err error
 		if peer, err = sqldb.CanonicalUUID("peer ID", p.PeerID); err != nil {
-			return "", fmt.Errorf("peer ID %q is neither a UUID nor %q", p.PeerID, worker.WildcardPeer)
+			return "", fmt.Errorf("peer ID %q is neither a UUID nor %q", p.PeerID, handshake.WildcardPeer)
 		}
 	}
-	if len(p.Token) != worker.PeerTokenLength {
-		return "", fmt.Errorf("peer %s: the token must be %d characters, not %d", peer, worker.PeerTokenLength, len(p.Token))
+	if len(p.Token) != handshake.PeerTokenLength {
+		return "", fmt.Errorf("peer %s: the token must be %d characters, not %d", peer, handshake.PeerTokenLength, len(p.Token))
 	}
 	for i := 0; i < len(p.Token); i++ {
 		if c := p.Token[i]; c <= ' ' || c >= 0x7f || c == ':' {
