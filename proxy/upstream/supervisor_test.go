@@ -23,8 +23,8 @@ import (
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/sqldb/sqldbtest"
-	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
 )
 
 func TestMain(m *testing.M) {
