@@ -2,9 +2,10 @@
 // gradient-proxy share on top of urfave/cli: flags bound to environment
 // variables read through a lookup function (the process's, or a test's
 // map), durations that also take plain seconds, the logging flags, and
-// one way to report a bad configuration. Precedence is the library's: a flag on the command line
-// wins over its variables, the first set variable listed wins over the
-// later ones, and any variable over the default.
+// one way to report a bad configuration. Precedence is the library's: a
+// flag on the command line wins over its variables, the first set
+// variable listed wins over the later ones, and any variable over the
+// default.
 package servicecli
 
 import (
