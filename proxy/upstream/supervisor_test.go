@@ -285,13 +285,14 @@ func TestSupervisorHoldsTheTenantsSession(t *testing.T) {
 			Member{Capabilities: build, Host: poolHost([]string{"aarch64-linux"}, 2, 16, 32000, 500)})
 		w.runProxy(t)
 		waitFor(t, "the proxy live for the project", w.live)
+		want := wire.WorkerCapabilities{Architectures: []string{"aarch64-linux", "x86_64-linux"}, SystemFeatures: []string{"kvm"},
+			MaxConcurrentBuilds: 6, CPUCount: 24, RAMTotalMB: 48000, CPUCoreScore: 500}
+		waitFor(t, "the aggregate on the server", func() bool { h := w.jobs.host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
+		// The session's own messages came in: its capabilities are recorded.
 		if caps := w.srv.WorkerStatus(w.proxyID).Capabilities; !slices.Contains(caps, "fetch") || !slices.Contains(caps, "eval") ||
 			!slices.Contains(caps, "build") || slices.Contains(caps, "federate") {
 			t.Fatalf("negotiated capabilities %v, want the fixed fetch, eval, build", caps)
 		}
-		want := wire.WorkerCapabilities{Architectures: []string{"aarch64-linux", "x86_64-linux"}, SystemFeatures: []string{"kvm"},
-			MaxConcurrentBuilds: 6, CPUCount: 24, RAMTotalMB: 48000, CPUCoreScore: 500}
-		waitFor(t, "the aggregate on the server", func() bool { h := w.jobs.host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
 		if l := w.link(t); l.State != proxystore.LinkOK {
 			t.Fatalf("link %+v, want ok", l)
 		}
