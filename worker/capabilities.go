@@ -7,8 +7,17 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// hostCapabilities is the WorkerCapabilities message (JOBS.md §2), fixed
-// for the process; zone and endpoint are absent when empty.
+// capabilities is the WorkerCapabilities message to send now: the
+// configured source's, else this machine's.
+func (w *Worker) capabilities() wire.WorkerCapabilities {
+	if w.cfg.HostCapabilities != nil {
+		return w.cfg.HostCapabilities()
+	}
+	return w.hw
+}
+
+// hostCapabilities is this machine's WorkerCapabilities message (JOBS.md
+// §2), fixed for the process; zone and endpoint are absent when empty.
 func (w *Worker) hostCapabilities() wire.WorkerCapabilities {
 	total, _ := memInfo()
 	score := w.cfg.CPUCoreScore
@@ -35,6 +44,9 @@ func (w *Worker) hostCapabilities() wire.WorkerCapabilities {
 // metrics is the heartbeat's WorkerMetrics: the transfer speeds stay
 // absent until transfers are measured.
 func (w *Worker) metrics() *wire.WorkerMetrics {
+	if w.cfg.HostMetrics != nil {
+		return w.cfg.HostMetrics()
+	}
 	_, free := memInfo()
 	return &wire.WorkerMetrics{CPUUsagePct: w.cpu.usagePct(), RAMFreeMB: free}
 }

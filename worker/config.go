@@ -35,6 +35,21 @@ type Config struct {
 	SystemFeatures []string
 	CPUCoreScore   uint32 // 0: measured at start
 	Zone, Endpoint string
+	// HostCapabilities, when set, is the WorkerCapabilities the worker
+	// reports instead of this machine's (the fields above then go unused),
+	// and HostMetrics the heartbeat's WorkerMetrics: a federation proxy
+	// reports its pool. Call Worker.HostChanged when what they return
+	// changes.
+	HostCapabilities func() wire.WorkerCapabilities
+	HostMetrics      func() *wire.WorkerMetrics
+
+	// OnEstablished, when set, is called after each session's handshake.
+	OnEstablished func()
+	// OnRejected, when set, is called when the server rejects the session
+	// (in the handshake or later) with its code and reason; returning
+	// true stops dialing for the rest of Run. Without it, or when it
+	// returns false, the worker backs off and dials again.
+	OnRejected func(code uint16, reason string) (stopDialing bool)
 
 	// Executor runs accepted jobs. Nil declines every assignment.
 	Executor Executor

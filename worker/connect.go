@@ -2,9 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/handshake"
 )
 
 // dialLoop keeps one worker-dialed session up until ctx ends, waiting with
@@ -14,6 +17,10 @@ func (w *Worker) dialLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		end, err := w.connectOnce(ctx)
 		if ctx.Err() != nil {
+			return
+		}
+		if end == endRefused {
+			w.log.Warn("server rejected the worker: not dialing again", "server", gitsource.Redact(w.cfg.ServerURL), "error", err)
 			return
 		}
 		if end == endFailed {
@@ -51,9 +58,18 @@ func (w *Worker) connectOnce(ctx context.Context) (sessionEnd, error) {
 	})
 	if err != nil {
 		t.Close(session.CloseNormal, "")
+		var rejected *handshake.Error
+		if errors.As(err, &rejected) && rejected.Remote && rejected.Code != 0 && w.rejected(rejected.Code, rejected.Reason) {
+			return endRefused, err
+		}
 		return endFailed, err
 	}
 	return w.serve(ctx, c, est, tokens), nil
+}
+
+// rejected asks Config.OnRejected whether a server's Reject stops dialing.
+func (w *Worker) rejected(code uint16, reason string) bool {
+	return w.cfg.OnRejected != nil && w.cfg.OnRejected(code, reason)
 }
 
 // serve runs an established session (either direction) until it ends.
@@ -63,6 +79,9 @@ func (w *Worker) serve(ctx context.Context, c *session.Conn, est *session.Establ
 	})
 	ls := newLiveSession(w, sess, session.NewWorkerAuth(est, tokens))
 	w.m.sessions.Inc()
+	if w.cfg.OnEstablished != nil {
+		w.cfg.OnEstablished()
+	}
 	w.addLive(ls)
 	defer w.removeLive(ls)
 	// A peers change between the handshake and addLive would be missed.

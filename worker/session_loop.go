@@ -20,10 +20,11 @@ const (
 	endServed                    // the session ran and was lost or closed
 	endDrained                   // the server drained or refused it: back off further
 	endStopped                   // the worker is stopping
+	endRefused                   // the server rejected it and OnRejected stops dialing
 )
 
 func (e sessionEnd) String() string {
-	return [...]string{"failed", "lost", "drained by the server", "stopped"}[e]
+	return [...]string{"failed", "lost", "drained by the server", "stopped", "rejected by the server"}[e]
 }
 
 // liveSession is one established session's job loop (JOBS.md §2, §5,
@@ -45,6 +46,7 @@ type liveSession struct {
 	// credential is the deploy key of the next AssignJob (Credential).
 	credential []byte
 	drained    bool // the server sent Draining or Reject: request nothing more
+	refused    bool // a Reject whose OnRejected hook stops dialing
 	stopping   bool // the worker is stopping: request and accept nothing more
 	jobsDone   sync.WaitGroup
 }
@@ -89,13 +91,16 @@ func (ls *liveSession) run(ctx context.Context) sessionEnd {
 	}
 	ls.abortAll(errSessionLost)
 	ls.mu.Lock()
-	stopping, drained := ls.stopping, ls.drained
+	stopping, drained, refused := ls.stopping, ls.drained, ls.refused
 	ls.mu.Unlock()
 	if stopping {
 		<-stopped // the stop sequence may still wait for reports
 		return endStopped
 	}
 	ls.log.Info("session ended", "reason", ls.sess.Reason())
+	if refused {
+		return endRefused
+	}
 	if drained {
 		return endDrained
 	}
@@ -110,7 +115,7 @@ func (ls *liveSession) run(ctx context.Context) sessionEnd {
 // an AssignJob arriving while a slot is still busy is declined as usual.
 func (ls *liveSession) start() {
 	if ls.sess.Capabilities.Build {
-		hw := ls.w.hw
+		hw := ls.w.capabilities()
 		ls.send(&hw)
 	}
 	ls.send(&wire.RequestJobList{})
@@ -119,6 +124,17 @@ func (ls *liveSession) start() {
 			ls.send(&wire.RequestJob{Kind: kind})
 		}
 	}
+}
+
+// sendHost re-sends what the worker reports of its host after it changed
+// (Worker.HostChanged): the server schedules builds by WorkerCapabilities,
+// so only a session that may build sends it, as start does.
+func (ls *liveSession) sendHost() {
+	if ls.sess.Capabilities.Build {
+		hw := ls.w.capabilities()
+		ls.send(&hw)
+	}
+	ls.send(ls.w.metrics())
 }
 
 // heartbeat sends WorkerMetrics and capacity-gated RequestJobs (§12.1).
@@ -203,6 +219,11 @@ func (ls *liveSession) dispatch(m wire.ServerMessage) {
 		ls.markDrained()
 	case *wire.ServerReject:
 		ls.log.Warn("server refused the session", "code", m.Code, "reason", m.Reason)
+		if ls.w.rejected(m.Code, m.Reason) {
+			ls.mu.Lock()
+			ls.refused = true
+			ls.mu.Unlock()
+		}
 		ls.markDrained()
 	case *wire.ServerError:
 		ls.log.Warn("server reported an error", "code", m.Code, "message", m.Message)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -65,7 +66,9 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.tokens = LoadPeers(cfg.PeersFile, cfg.Peers, w.log)
-	w.hw = w.hostCapabilities()
+	if cfg.HostCapabilities == nil {
+		w.hw = w.hostCapabilities() // measures the core score: only when reported
+	}
 	w.cpu.usagePct() // the first sample is the baseline of the first heartbeat
 	return w, nil
 }
@@ -80,7 +83,7 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // start) end it early.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker starting", "server", gitsource.Redact(w.cfg.ServerURL), "peers", len(w.currentTokens()),
-		"capabilities", capabilityNames(w.cfg.Capabilities), "architectures", w.cfg.Architectures)
+		"capabilities", capabilityNames(w.cfg.Capabilities), "architectures", w.capabilities().Architectures)
 	defer w.waitSessions()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -154,6 +157,27 @@ func (w *Worker) currentTokens() map[string]string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.tokens
+}
+
+// SetPeers replaces the tokens (peer ID → token) the worker holds, as a
+// changed peers file does: every live session is asked for a reauth with
+// them, and the next dial presents them. For tokens kept elsewhere than
+// a file (a federation proxy's sealed link tokens).
+func (w *Worker) SetPeers(tokens map[string]string) { w.peersChanged(maps.Clone(tokens)) }
+
+// HostChanged re-sends WorkerCapabilities and WorkerMetrics on every live
+// session that may build, after what Config.HostCapabilities and
+// HostMetrics return changed.
+func (w *Worker) HostChanged() {
+	w.mu.Lock()
+	live := make([]*liveSession, 0, len(w.live))
+	for ls := range w.live {
+		live = append(live, ls)
+	}
+	w.mu.Unlock()
+	for _, ls := range live {
+		ls.sendHost()
+	}
 }
 
 // peersChanged takes a new peers file and asks every live session for a

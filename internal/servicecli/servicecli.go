@@ -1,10 +1,11 @@
-// Package servicecli holds what gradient-server and gradient-worker share
-// on top of urfave/cli: flags bound to environment variables read through
-// a lookup function (the process's, or a test's map), durations that also
-// take plain seconds, the logging flags, and one way to report a bad
-// configuration. Precedence is the library's: a flag on the command line
-// wins over its variables, the first set variable listed wins over the
-// later ones, and any variable over the default.
+// Package servicecli holds what gradient-server, gradient-worker and
+// gradient-proxy share on top of urfave/cli: flags bound to environment
+// variables read through a lookup function (the process's, or a test's
+// map), durations that also take plain seconds, the logging flags, and
+// one way to report a bad configuration. Precedence is the library's: a
+// flag on the command line wins over its variables, the first set
+// variable listed wins over the later ones, and any variable over the
+// default.
 package servicecli
 
 import (

@@ -1,0 +1,48 @@
+// Command gradient-proxy is the federation proxy (federation.txt): a
+// worker to every tenant's Gradient server and, once its downstream leg
+// exists, an authority to its own pool of workers. It serves /healthz and
+// /metrics; /proto for its workers and the admin API are the next step.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"gradient.dev/gradient/internal/gctune"
+	"gradient.dev/gradient/internal/servicecli"
+)
+
+func main() {
+	gctune.Apply(os.Getenv)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, servicecli.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, servicecli.ErrUsage):
+		os.Exit(2) // parseOptions already said why
+	default:
+		fmt.Fprintf(os.Stderr, "gradient-proxy: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run parses the configuration and serves until ctx ends; separate from
+// main so tests can drive it with their own environment.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	opts, err := parseOptions(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := servicecli.NewLogger(opts.LogLevel, opts.LogFormat, stderr)
+	// Packages such as storage/sqldb log through the default logger.
+	slog.SetDefault(log)
+	return serve(ctx, opts, log, nil)
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+
+	"gradient.dev/gradient/internal/servicecli"
+	"gradient.dev/gradient/wire"
+)
+
+// options is the proxy's configuration after flags and environment.
+type options struct {
+	Listen            string
+	Database          string
+	EncryptionKeyFile string
+	// AdminToken is the file's content, hashed at start-up and dropped.
+	AdminToken           string
+	UpstreamCapabilities wire.GradientCapabilities
+	LogLevel             slog.Level
+	LogFormat            string
+}
+
+const description = `Runs the Gradient federation proxy: each tenant's Gradient server sees it as
+one worker. For every tenant whose upstream link is enabled (and who may
+run) it holds one worker session to the tenant's server, authenticated with
+the peer tokens the tenant handed over (sealed in the database under the
+encryption key), and reports the aggregate hardware of that tenant's pool.
+A 401 or 403 from the tenant's server marks the link failing with the
+server's reason; the proxy does not dial it again until the link is set
+again. It serves /healthz and /metrics (the upstream sessions' series carry
+tenant="<name>").
+
+Planned, not served yet: /proto for the proxy's own workers (the downstream
+leg), job forwarding, and the admin API with its gradient commands for
+tenants, links and workers. Until the admin API exists nothing in this binary
+creates tenants or sets links, and the reported pool is empty; until job
+forwarding exists the proxy declines every job a tenant's server assigns it.
+
+Each flag can also be set by its environment variable, listed beside it. A
+flag wins over the variable. Secrets are read from files only.`
+
+func proxyVar(flag string) string {
+	return "GRADIENT_PROXY_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// command is the proxy's flag set; capabilities and the admin token
+// file are resolved after parsing.
+func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servicecli.Logging) *cli.Command {
+	str := func(name string, dst *string, def, usage string) *cli.StringFlag {
+		return &cli.StringFlag{Name: name, Value: def, Destination: dst, Sources: env.Vars(proxyVar(name)), Usage: usage}
+	}
+	file := func(name string, dst *string, usage string) *cli.StringFlag {
+		f := str(name, dst, "", usage)
+		f.TakesFile = true
+		return f
+	}
+	flags := []cli.Flag{
+		str("listen", &opts.Listen, "127.0.0.1:3200", "address serving /healthz and /metrics"),
+		str("database", &opts.Database, "./gradient-proxy-data",
+			"a postgres:// URL, or a data directory for embedded SQLite (a password in the URL is never logged)"),
+		file("encryption-key-file", &opts.EncryptionKeyFile,
+			"32-byte key (raw or base64) sealing the tenants' upstream tokens in the database (required: the proxy refuses to start without it)"),
+		file("admin-token-file", &raw.adminTokenFile,
+			"file holding the admin API token, checked and hashed at start-up (the admin API itself is planned, not served yet)"),
+		str("upstream-capabilities", &raw.capabilities, "fetch,eval,build",
+			"comma list of the capabilities every upstream session offers: fetch, eval, build, federate"),
+	}
+	flags = append(flags, logging.Flags(env, "GRADIENT_PROXY_")...)
+	return &cli.Command{Name: "gradient-proxy", Usage: "the Gradient federation proxy", Description: description, Flags: flags}
+}
+
+// rawOptions are flag values options holds in another form.
+type rawOptions struct {
+	capabilities   string
+	adminTokenFile string
+}
+
+// parseOptions reads flags, then the environment for every flag not given.
+// It returns servicecli.ErrHelp after -h and servicecli.ErrUsage
+// (explained on stderr) for a bad configuration.
+func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	var opts options
+	var raw rawOptions
+	var logging servicecli.Logging
+	cmd := command(&opts, &raw, servicecli.NewEnv(getenv), &logging)
+	err := servicecli.Parse(context.Background(), cmd, args, stderr, func() error {
+		opts.LogLevel, opts.LogFormat = logging.Level(), logging.Format()
+		var errs []error
+		if opts.Listen == "" || opts.Database == "" {
+			errs = append(errs, errors.New("--listen and --database may not be empty"))
+		}
+		if opts.EncryptionKeyFile == "" {
+			errs = append(errs, errors.New("--encryption-key-file (GRADIENT_PROXY_ENCRYPTION_KEY_FILE) is required: it seals the tenants' upstream tokens"))
+		}
+		var err error
+		if opts.UpstreamCapabilities, err = parseCapabilities(raw.capabilities); err != nil {
+			errs = append(errs, fmt.Errorf("--upstream-capabilities: %w", err))
+		}
+		if raw.adminTokenFile != "" {
+			if opts.AdminToken, err = readAdminToken(raw.adminTokenFile); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return options{}, err
+	}
+	return opts, nil
+}
+
+// parseCapabilities reads "fetch,eval,build": core and cache are a
+// server's, and an empty set would make a session that does nothing.
+func parseCapabilities(s string) (wire.GradientCapabilities, error) {
+	var c wire.GradientCapabilities
+	for _, name := range strings.Split(s, ",") {
+		switch strings.TrimSpace(name) {
+		case "fetch":
+			c.Fetch = true
+		case "eval":
+			c.Eval = true
+		case "build":
+			c.Build = true
+		case "federate":
+			c.Federate = true
+		case "":
+		default:
+			return c, fmt.Errorf("unknown capability %q: want fetch, eval, build or federate", strings.TrimSpace(name))
+		}
+	}
+	if !c.Fetch && !c.Eval && !c.Build {
+		return c, errors.New("want at least one of fetch, eval and build")
+	}
+	return c, nil
+}
+
+func readAdminToken(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("admin token file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("admin token file %s is empty", file)
+	}
+	return token, nil
+}

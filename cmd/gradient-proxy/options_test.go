@@ -1,0 +1,105 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v3"
+
+	"gradient.dev/gradient/internal/clitest"
+	"gradient.dev/gradient/internal/servicecli"
+	"gradient.dev/gradient/wire"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestDefaults(t *testing.T) {
+	opts, err := parseOptions([]string{"--encryption-key-file", "/run/keys/proxy"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{Listen: "127.0.0.1:3200", Database: "./gradient-proxy-data", EncryptionKeyFile: "/run/keys/proxy",
+		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, LogLevel: slog.LevelInfo, LogFormat: "text"}
+	if !reflect.DeepEqual(opts, want) {
+		t.Errorf("got  %+v\nwant %+v", opts, want)
+	}
+}
+
+func TestEnvironmentAndFlags(t *testing.T) {
+	tokenFile := writeFile(t, "admin", "  the-admin-token\n")
+	env := envOf(map[string]string{
+		"GRADIENT_PROXY_LISTEN": "0.0.0.0:9", "GRADIENT_PROXY_DATABASE": "postgres://proxy@db/proxy",
+		"GRADIENT_PROXY_ENCRYPTION_KEY_FILE": "/env/key", "GRADIENT_PROXY_ADMIN_TOKEN_FILE": tokenFile,
+		"GRADIENT_PROXY_UPSTREAM_CAPABILITIES": "build", "GRADIENT_PROXY_LOG_FORMAT": "json",
+	})
+	opts, err := parseOptions([]string{"--listen", "127.0.0.1:4000", "--upstream-capabilities", "eval, fetch", "--log-level", "debug"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{Listen: "127.0.0.1:4000", Database: "postgres://proxy@db/proxy", EncryptionKeyFile: "/env/key", AdminToken: "the-admin-token",
+		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true}, LogLevel: slog.LevelDebug, LogFormat: "json"}
+	if !reflect.DeepEqual(opts, want) {
+		t.Errorf("got  %+v\nwant %+v", opts, want)
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	empty := writeFile(t, "empty", "\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--encryption-key-file"},
+		{[]string{"--encryption-key-file", "k", "--upstream-capabilities", "build,cache"}, `unknown capability "cache"`},
+		{[]string{"--encryption-key-file", "k", "--upstream-capabilities", "federate"}, "at least one of fetch, eval and build"},
+		{[]string{"--encryption-key-file", "k", "--admin-token-file", empty}, "is empty"},
+		{[]string{"--encryption-key-file", "k", "--admin-token-file", empty + ".missing"}, "admin token file"},
+		{[]string{"--encryption-key-file", "k", "--database", ""}, "may not be empty"},
+		{[]string{"--encryption-key-file", "k", "stray"}, `unexpected argument "stray"`},
+	} {
+		var stderr strings.Builder
+		if _, err := parseOptions(c.args, envOf(nil), &stderr); err != servicecli.ErrUsage || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q: got %v, stderr %q; want a usage error naming %q", c.args, err, stderr.String(), c.want)
+		}
+	}
+}
+
+func proxyCommand() *cli.Command {
+	var opts options
+	var raw rawOptions
+	var logging servicecli.Logging
+	return command(&opts, &raw, servicecli.NewEnv(envOf(nil)), &logging)
+}
+
+func TestEveryFlagHasAVariable(t *testing.T) {
+	clitest.EveryFlagHasAVariable(t, proxyCommand())
+}
+
+func TestHelpListsEveryVariable(t *testing.T) {
+	var stderr strings.Builder
+	if _, err := parseOptions([]string{"-h"}, envOf(nil), &stderr); err != servicecli.ErrHelp {
+		t.Fatalf("-h: %v", err)
+	}
+	clitest.HelpListsEveryVariable(t, proxyCommand(), stderr.String())
+	for _, planned := range []string{"/healthz and /metrics", "Planned, not served yet"} {
+		if !strings.Contains(stderr.String(), planned) {
+			t.Errorf("-h does not say %q:\n%s", planned, stderr.String())
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"gradient.dev/gradient/metrics"
+	"gradient.dev/gradient/proxy/proxystore"
+	"gradient.dev/gradient/proxy/upstream"
+	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+)
+
+const (
+	readHeaderTimeout = 10 * time.Second
+	shutdownTimeout   = 10 * time.Second
+)
+
+// serve opens the database, runs the upstream leg and the HTTP endpoints
+// until ctx ends, then stops every upstream session. ready, when set,
+// learns the bound address (tests listen on port 0).
+func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.Addr)) error {
+	adminHash := ""
+	if opts.AdminToken != "" {
+		var err error
+		if adminHash, err = secret.Hash(opts.AdminToken); err != nil {
+			return err
+		}
+	}
+	opts.AdminToken = "" // only the hash lives on, for the admin API to come
+
+	box, err := sealbox.OpenKeyFile(opts.EncryptionKeyFile)
+	if err != nil {
+		return fmt.Errorf("encryption key: %w", err)
+	}
+	store, err := proxystore.Open(ctx, opts.Database, box)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	registry := metrics.NewRegistry() // with the Go runtime and process series
+	sup, err := upstream.New(upstream.Config{
+		Store: store, Capabilities: opts.UpstreamCapabilities, Logger: log,
+		// The downstream leg brings the pool; until then it is empty.
+		Worker: worker.Config{},
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := store.Ping(r.Context()); err != nil {
+			http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{registry, sup}, promhttp.HandlerOpts{}))
+	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- httpServer.Serve(ln) }()
+
+	supCtx, stopSup := context.WithCancel(ctx)
+	supDone := make(chan error, 1)
+	go func() { supDone <- sup.Run(supCtx) }()
+
+	// One line with what the proxy runs with; never a secret (sqldb logs
+	// the database location redacted).
+	log.Info("gradient-proxy listening", "address", ln.Addr().String(), "database_engine", store.Engine(),
+		"encryption_key_file", opts.EncryptionKeyFile, "admin_token", adminHash != "",
+		"upstream_capabilities", capabilityList(opts.UpstreamCapabilities),
+		"serves", "/healthz /metrics", "planned", "/proto (downstream workers), job forwarding, admin API")
+	if ready != nil {
+		ready(ln.Addr())
+	}
+
+	var httpErr error
+	select {
+	case httpErr = <-served:
+	case <-ctx.Done():
+	}
+	log.Info("stopping: closing every upstream session")
+	stopSup()
+	<-supDone
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if httpErr == nil {
+		if err := httpServer.Shutdown(shutdownCtx); err != nil {
+			log.Warn("http shutdown did not finish cleanly", "error", err)
+		}
+		httpErr = <-served
+	}
+	if httpErr != nil && !errors.Is(httpErr, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", httpErr)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// capabilityList names the capabilities that are on, for the start line.
+func capabilityList(c wire.GradientCapabilities) []string {
+	var out []string
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{c.Fetch, "fetch"}, {c.Eval, "eval"}, {c.Build, "build"}, {c.Federate, "federate"}} {
+		if f.on {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}

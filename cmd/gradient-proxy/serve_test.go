@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/internal/servicecli"
+	"gradient.dev/gradient/internal/testworld"
+	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/proxy/proxystore"
+	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/storage/storagetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
+
+// syncBuffer collects the proxy's log from its goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startProxy runs serve with args until the returned stop; it fails the
+// test if serve does not come up.
+func startProxy(t *testing.T, args []string, env map[string]string) (base string, logs *syncBuffer, stop func() error) {
+	t.Helper()
+	opts, err := parseOptions(args, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs = &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, opts, servicecli.NewLogger(opts.LogLevel, opts.LogFormat, logs), func(a net.Addr) { addrs <- a })
+	}()
+	select {
+	case a := <-addrs:
+		base = "http://" + a.String()
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve ended before listening: %v\n%s", err, logs.String())
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("serve did not start")
+	}
+	var once sync.Once
+	var result error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case result = <-done:
+			case <-time.After(30 * time.Second):
+				t.Error("serve did not stop")
+			}
+		})
+		return result
+	}
+	t.Cleanup(func() { stop() })
+	return base, logs, stop
+}
+
+// The binary's path end to end: a link stored under the key file's key
+// brings the proxy live on the tenant's real server, /healthz and
+// /metrics answer (with the tenant's series), stopping closes the
+// session, and neither the logs nor the database hold the token.
+func TestServeHoldsTheTenantsSession(t *testing.T) {
+	t.Parallel()
+	// The tenant's server, with the proxy's worker ID registered.
+	db := testworld.Open(t, storagetest.SQLiteURL(t))
+	project, _ := testworld.Project(t, db, "https://example.invalid/demo.git")
+	proxyID, peers := testworld.Register(t, db, project.ID)
+	_, token, _ := strings.Cut(peers, ":")
+	nars, err := narstore.OpenLocal(t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(db, server.Config{NarStore: nars, Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { srv.Close(); hs.Close() })
+	wsURL := "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto"
+
+	// The proxy's database, as the admin API will fill it.
+	key := sealbox.NewKey()
+	keyFile := writeFile(t, "proxy.key", sealbox.EncodeKey(key)+"\n")
+	dataDir := t.TempDir()
+	box, err := sealbox.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := proxystore.Open(t.Context(), dataDir, box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.CreateTenant(t.Context(), "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.SetLink(t.Context(), "acme", wsURL, proxyID, []proxystore.PeerToken{{PeerID: project.ID, Token: token}}); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+
+	const adminToken = "proxy-serve-test-admin-token"
+	adminFile := writeFile(t, "admin", adminToken)
+	base, logs, stop := startProxy(t, []string{"--listen", "127.0.0.1:0", "--database", dataDir, "--log-format", "json"},
+		map[string]string{"GRADIENT_PROXY_ENCRYPTION_KEY_FILE": keyFile, "GRADIENT_PROXY_ADMIN_TOKEN_FILE": adminFile})
+
+	metrics := func() testworld.Metrics { return testworld.Scrape(t, base+"/metrics") }
+	waitFor(t, "the proxy live for the project on the tenant's server", func() bool {
+		st := srv.WorkerStatus(proxyID)
+		return st.Live && slices.Equal(st.Projects, []string{project.ID})
+	})
+	waitFor(t, "the tenant's session in the proxy's metrics", func() bool {
+		return metrics().Value("gradient_worker_connected", map[string]string{"tenant": "acme"}) == 1
+	})
+	if m := metrics(); m["go_goroutines"] == nil || m["process_cpu_seconds_total"] == nil {
+		t.Fatal("/metrics lacks the runtime and process series")
+	}
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ok\n" {
+		t.Fatalf("/healthz: %s %q", resp.Status, body)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	waitFor(t, "the session closed when the proxy stopped", func() bool { return !srv.WorkerStatus(proxyID).Live })
+
+	out := logs.String()
+	if !strings.Contains(out, `"msg":"gradient-proxy listening"`) || !strings.Contains(out, `"upstream_capabilities":["fetch","eval","build"]`) {
+		t.Fatalf("no start line with the configuration:\n%s", out)
+	}
+	for name, secret := range map[string]string{"upstream token": token, "admin token": adminToken, "encryption key": sealbox.EncodeKey(key)} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the %s reached the log", name)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dataDir, "*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(token)) {
+			t.Fatalf("%s holds the upstream token in plaintext", filepath.Base(f))
+		}
+	}
+	if !slices.ContainsFunc(files, func(f string) bool { return filepath.Base(f) == "proxy.db" }) {
+		t.Fatalf("the data directory holds %v, no proxy.db", files)
+	}
+}
+
+func TestServeRefusesABadKey(t *testing.T) {
+	t.Parallel()
+	bad := writeFile(t, "bad.key", "not a key")
+	opts, err := parseOptions([]string{"--database", t.TempDir(), "--encryption-key-file", bad}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = serve(t.Context(), opts, slog.New(slog.DiscardHandler), nil)
+	if err == nil || !strings.Contains(err.Error(), "encryption key") {
+		t.Fatalf("serve with a bad key: %v, want a refusal naming the encryption key", err)
+	}
+}

@@ -1,0 +1,371 @@
+// Package upstream is the proxy's upstream leg (federation.txt): one
+// ordinary worker session per tenant to the tenant's Gradient server,
+// while the tenant's link is enabled, the tenant may run and the link is
+// not failing. Each session is a worker.Worker, so the handshake, reauth,
+// heartbeat and reconnect backoff are exactly a worker's; the proxy
+// supplies the tokens (the link's sealed peer tokens), the fixed
+// capabilities and the hardware (Aggregate over the tenant's pool).
+//
+// A 401 or 403 Reject from the tenant's server marks the link failing
+// with the server's reason and ends that tenant's dialing until the
+// operator sets the link again; any other failure reconnects with the
+// worker's backoff. Until job forwarding exists the sessions have no
+// executor, so every AssignJob is declined.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"gradient.dev/gradient/gitsource"
+	"gradient.dev/gradient/proxy/proxystore"
+	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/storage/sqldb"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+)
+
+// DefaultCapabilities is GRADIENT_PROXY_UPSTREAM_CAPABILITIES' default.
+var DefaultCapabilities = wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}
+
+// Config configures the upstream leg.
+type Config struct {
+	Store *proxystore.Store
+	// Capabilities is the fixed set every upstream session offers.
+	Capabilities wire.GradientCapabilities
+	// Pool is the downstream workers whose aggregate each tenant's
+	// session reports; nil means empty pools.
+	Pool Pool
+	// PollInterval is how often the links are read again (5 s); Changed
+	// reads them at once.
+	PollInterval time.Duration
+	// Worker is the template of every tenant's worker configuration:
+	// timeouts, backoff, heartbeat, TLS. The supervisor sets the server
+	// URL, worker ID, tokens, capabilities, host, hooks, metrics and
+	// logger, and leaves no executor (every AssignJob is declined).
+	Worker worker.Config
+	Logger *slog.Logger
+}
+
+// Supervisor starts and stops the tenants' upstream sessions as their
+// links change. It is a prometheus.Gatherer of the sessions' worker
+// series, each labelled tenant=<name>.
+type Supervisor struct {
+	cfg     Config
+	log     *slog.Logger
+	changed chan struct{}
+
+	mu       sync.Mutex
+	sessions map[string]*tenantSession // by tenant ID
+	// refused remembers, per tenant, the link a Reject ended, in case
+	// marking it failing in the store did not succeed.
+	refused map[string]time.Time
+}
+
+// tenantSession is one tenant's running worker and the link it runs.
+type tenantSession struct {
+	tenantID, tenant string
+	url, workerID    string
+	tokens           map[string]string
+	since            time.Time // the link's StateSince: SetLink changes it
+	w                *worker.Worker
+	registry         *prometheus.Registry
+	cancel           context.CancelFunc
+	done             chan struct{}
+}
+
+// New checks the configuration.
+func New(cfg Config) (*Supervisor, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("upstream: a store is required")
+	}
+	if cfg.Capabilities.Core || cfg.Capabilities.Cache {
+		return nil, errors.New("upstream: core and cache are a server's capabilities, not a worker's")
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Supervisor{cfg: cfg, log: cfg.Logger, changed: make(chan struct{}, 1),
+		sessions: map[string]*tenantSession{}, refused: map[string]time.Time{}}, nil
+}
+
+// Run keeps the sessions in line with the links until ctx ends, then
+// stops every session (Draining, close) before it returns.
+func (s *Supervisor) Run(ctx context.Context) error {
+	defer s.stopAll()
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		s.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-s.changed:
+		}
+	}
+}
+
+// Changed makes Run read the links at once (after an admin change).
+func (s *Supervisor) Changed() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// PoolChanged re-sends the tenant's aggregate on its live session, after
+// a downstream worker joined, left, drained or sent new capabilities.
+func (s *Supervisor) PoolChanged(tenantID string) {
+	s.mu.Lock()
+	ts := s.sessions[tenantID]
+	s.mu.Unlock()
+	if ts != nil {
+		ts.w.HostChanged()
+	}
+}
+
+// Hardware is what the tenant's session reports now.
+func (s *Supervisor) Hardware(tenantID string) Hardware {
+	if s.cfg.Pool == nil {
+		return Aggregate(nil)
+	}
+	return Aggregate(s.cfg.Pool.Members(tenantID))
+}
+
+// reconcile starts the sessions of links that should connect and stops
+// the others; a link with a new URL or worker ID gets a new session, new
+// tokens alone reauth the live one.
+func (s *Supervisor) reconcile(ctx context.Context) {
+	links, err := s.cfg.Store.Links(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("cannot read the upstream links; keeping the sessions as they are", "error", err)
+		}
+		return
+	}
+	want := map[string]proxystore.Link{}
+	s.mu.Lock()
+	for _, l := range links {
+		// Marking the link failing, or setting it again, changes its
+		// StateSince: the store then speaks for the link again.
+		if refusedSince, ok := s.refused[l.TenantID]; ok && !refusedSince.Equal(l.StateSince) {
+			delete(s.refused, l.TenantID)
+		}
+		if _, refused := s.refused[l.TenantID]; l.Connects() && !refused {
+			want[l.TenantID] = l
+		}
+	}
+	var stale []*tenantSession
+	for id, ts := range s.sessions {
+		if l, ok := want[id]; !ok || l.URL != ts.url || l.WorkerID != ts.workerID {
+			stale = append(stale, ts)
+			delete(s.sessions, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, ts := range stale {
+		s.stop(ts)
+	}
+	for id, l := range want {
+		tokens, err := s.tokens(ctx, l)
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		ts := s.sessions[id]
+		if ts != nil {
+			ts.since = l.StateSince
+			if !maps.Equal(ts.tokens, tokens) {
+				ts.tokens = tokens
+				s.mu.Unlock()
+				s.log.Info("upstream tokens changed: reauthorizing", "tenant", l.TenantName, "peers", l.Peers)
+				ts.w.SetPeers(tokens)
+				continue
+			}
+		}
+		s.mu.Unlock()
+		if ts == nil {
+			s.start(ctx, l, tokens)
+		}
+	}
+}
+
+// tokens opens the link's tokens. Tokens that do not open (another
+// encryption key) fail the link, as a rejection would: the operator must
+// set it again.
+func (s *Supervisor) tokens(ctx context.Context, l proxystore.Link) (map[string]string, error) {
+	peers, err := s.cfg.Store.LinkTokens(ctx, l.TenantID)
+	switch {
+	case errors.Is(err, sealbox.ErrOpen):
+		s.log.Error("the link's sealed tokens do not open with this proxy's encryption key: link failing", "tenant", l.TenantName)
+		s.markFailing(l.TenantID, l.TenantName, "the sealed tokens do not open with the proxy's encryption key: set the link again")
+		return nil, err
+	case errors.Is(err, sqldb.ErrNotFound):
+		return nil, err // deleted meanwhile
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn("cannot read the link's tokens", "tenant", l.TenantName, "error", err)
+		}
+		return nil, err
+	}
+	tokens := make(map[string]string, len(peers))
+	for _, p := range peers {
+		tokens[p.PeerID] = p.Token
+	}
+	return tokens, nil
+}
+
+// start runs a worker for the tenant's link.
+func (s *Supervisor) start(ctx context.Context, l proxystore.Link, tokens map[string]string) {
+	ts := &tenantSession{tenantID: l.TenantID, tenant: l.TenantName, url: l.URL, workerID: l.WorkerID, tokens: tokens,
+		since: l.StateSince, registry: prometheus.NewRegistry(), done: make(chan struct{})}
+	log := s.log.With("tenant", l.TenantName)
+	cfg := s.cfg.Worker
+	cfg.ServerURL, cfg.WorkerID = l.URL, l.WorkerID
+	cfg.PeersFile, cfg.Peers = "", peersText(tokens)
+	cfg.Capabilities = s.cfg.Capabilities
+	cfg.Executor = nil
+	cfg.ListenAddr, cfg.Listener = "", nil
+	cfg.HostCapabilities = func() wire.WorkerCapabilities { return s.Hardware(l.TenantID).Host }
+	cfg.HostMetrics = func() *wire.WorkerMetrics {
+		m := s.Hardware(l.TenantID).Metrics
+		return &m
+	}
+	cfg.OnEstablished = func() { s.established(ts) }
+	cfg.OnRejected = func(code uint16, reason string) bool { return s.rejected(ts, code, reason) }
+	cfg.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"tenant": l.TenantName}, ts.registry)
+	cfg.Logger = log
+	w, err := worker.New(cfg)
+	if err != nil {
+		log.Error("cannot start the upstream session", "error", err)
+		return
+	}
+	ts.w = w
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ts.cancel = cancel
+	s.mu.Lock()
+	s.sessions[l.TenantID] = ts
+	s.mu.Unlock()
+	log.Info("starting the upstream session", "server", gitsource.Redact(l.URL), "worker_id", l.WorkerID, "peers", l.Peers)
+	go func() {
+		defer close(ts.done)
+		if err := w.Run(runCtx); err != nil {
+			log.Error("upstream session stopped", "error", err)
+		}
+	}()
+}
+
+// stop ends a tenant's worker and waits for it (no jobs run on it, so
+// its stop sequence is Draining and a close).
+func (s *Supervisor) stop(ts *tenantSession) {
+	s.log.Info("stopping the upstream session", "tenant", ts.tenant)
+	ts.cancel()
+	<-ts.done
+}
+
+func (s *Supervisor) stopAll() {
+	s.mu.Lock()
+	all := make([]*tenantSession, 0, len(s.sessions))
+	for id, ts := range s.sessions {
+		all = append(all, ts)
+		delete(s.sessions, id)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, ts := range all {
+		wg.Go(func() { s.stop(ts) })
+	}
+	wg.Wait()
+}
+
+// current reports whether ts is still the tenant's session.
+func (s *Supervisor) current(ts *tenantSession) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[ts.tenantID] == ts
+}
+
+// established marks the link OK: its credentials hold.
+func (s *Supervisor) established(ts *tenantSession) {
+	if !s.current(ts) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.cfg.Store.MarkLinkOK(ctx, ts.tenantID); err != nil {
+		s.log.Warn("cannot mark the link ok", "tenant", ts.tenant, "error", err)
+	}
+}
+
+// rejected answers the worker's OnRejected: a 401 or 403 fails the link
+// with the server's reason and stops the dialing; anything else backs
+// off and dials again.
+func (s *Supervisor) rejected(ts *tenantSession, code uint16, reason string) bool {
+	if code != 401 && code != 403 {
+		return false
+	}
+	s.mu.Lock()
+	since := ts.since
+	isCurrent := s.sessions[ts.tenantID] == ts
+	if isCurrent {
+		s.refused[ts.tenantID] = since
+	}
+	s.mu.Unlock()
+	if !isCurrent {
+		return true // replaced: its link changed
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A link set again meanwhile carries new credentials: leave it be.
+	if l, err := s.cfg.Store.Link(ctx, ts.tenantID); err != nil || !l.StateSince.Equal(since) || l.URL != ts.url || l.WorkerID != ts.workerID {
+		s.Changed()
+		return true
+	}
+	s.log.Warn("the tenant's server rejected the proxy: link failing until it is set again",
+		"tenant", ts.tenant, "code", code, "reason", reason)
+	s.markFailing(ts.tenantID, ts.tenant, fmt.Sprintf("rejected with %d: %s", code, reason))
+	s.Changed()
+	return true
+}
+
+func (s *Supervisor) markFailing(tenantID, tenant, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.cfg.Store.MarkLinkFailing(ctx, tenantID, reason); err != nil {
+		s.log.Error("cannot mark the link failing", "tenant", tenant, "error", err)
+	}
+}
+
+// Gather collects the sessions' worker series (prometheus.Gatherer).
+func (s *Supervisor) Gather() ([]*dto.MetricFamily, error) {
+	s.mu.Lock()
+	gatherers := make(prometheus.Gatherers, 0, len(s.sessions))
+	for _, ts := range s.sessions {
+		gatherers = append(gatherers, ts.registry)
+	}
+	s.mu.Unlock()
+	return gatherers.Gather()
+}
+
+// peersText is tokens as peers-file lines, the worker's inline peers.
+func peersText(tokens map[string]string) string {
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(tokens)) {
+		b.WriteString(id + ":" + tokens[id] + "\n")
+	}
+	return b.String()
+}
