@@ -31,7 +31,7 @@ func (w *Worker) dialLoop(ctx context.Context) {
 		}
 		d := jitter(bo.delay())
 		if err != nil {
-			w.log.Warn("connection failed", "server", w.cfg.ServerURL, "error", err, "retry_in", d)
+			w.log.Warn("connection failed", "server", gitsource.Redact(w.cfg.ServerURL), "error", err, "retry_in", d)
 		} else {
 			w.log.Info("session ended", "how", end.String(), "reconnect_in", d)
 		}
