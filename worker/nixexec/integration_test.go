@@ -432,22 +432,49 @@ func waitForLog(t *testing.T, loop *scriptedLoop, jobID, text string) {
 }
 
 // killDaemons kills the `nix-daemon --stdio --store store` processes
-// (this test's own children) and returns how many there were.
+// (this test's own children) and returns how many there were. The builds
+// they ran go too: an orphaned builder (without a sandbox nothing else
+// ends it) would run on for the rest of the test run.
 func killDaemons(t *testing.T, store string) int {
 	t.Helper()
 	want := "--stdio\x00--store\x00" + store + "\x00"
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	killed := 0
+	parents := map[int]int{}
+	var daemons []int
 	for _, f := range procs {
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		if err != nil {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join(filepath.Dir(f), "stat")); err == nil {
+			// pid (comm) state ppid …: comm may hold spaces, so read after the last ')'.
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 {
+				if fields := strings.Fields(string(stat[i+1:])); len(fields) > 1 {
+					parents[pid], _ = strconv.Atoi(fields[1])
+				}
+			}
+		}
 		cmdline, err := os.ReadFile(f)
 		if err != nil || !bytes.HasPrefix(cmdline, []byte("nix-daemon\x00")) && !bytes.Contains(cmdline, []byte("/nix-daemon\x00")) ||
 			!bytes.HasSuffix(cmdline, []byte(want)) {
 			continue
 		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f)))
-		if err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
-			killed++
+		daemons = append(daemons, pid)
+	}
+	doomed := map[int]bool{}
+	for _, pid := range daemons {
+		doomed[pid] = true
+	}
+	for grew := true; grew; { // the daemons' descendants: their builders
+		grew = false
+		for pid, ppid := range parents {
+			if doomed[ppid] && !doomed[pid] {
+				doomed[pid], grew = true, true
+			}
 		}
 	}
-	return killed
+	for pid := range doomed {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(daemons)
 }
