@@ -45,9 +45,11 @@ func (c *countingHash) sum() (s [32]byte) {
 	return s
 }
 
-// compressTo streams nar through zstd into dst, hashing and counting both
-// sides, and returns the sums (Key set). It never buffers the whole NAR.
-func compressTo(ctx context.Context, dst io.Writer, nar io.Reader) (Object, error) {
+// Compress streams nar through zstd at ZstdLevel into dst, hashing and
+// counting both sides, and returns the sums (Key set). It never buffers
+// the whole NAR; its one encoder goroutine makes the output the same for
+// the same NAR (a resumed upload relies on that).
+func Compress(ctx context.Context, dst io.Writer, nar io.Reader) (Object, error) {
 	narSum, fileSum := newCountingHash(), newCountingHash()
 	enc := encoders.Get().(*zstd.Encoder)
 	enc.Reset(io.MultiWriter(dst, fileSum))

@@ -60,7 +60,7 @@ func (l *Local) Put(ctx context.Context, nar io.Reader, verify func(Object) erro
 			os.Remove(tmp.Name())
 		}
 	}()
-	if obj, err = compressTo(ctx, tmp, nar); err != nil {
+	if obj, err = Compress(ctx, tmp, nar); err != nil {
 		return Object{}, err
 	}
 	if verify != nil {

@@ -3,9 +3,11 @@ package nix
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -42,188 +44,90 @@ func (n *Nix) Derivation(ctx context.Context, drvPath string) (*Derivation, erro
 	return drvs[drvPath], nil
 }
 
-// Derivations parses several .drv files with one Nix call (`nix
-// show-derivation`, renamed `nix derivation show` in Nix 2.15).
+// Derivations reads and parses .drv files from the store: each one's
+// NAR through the daemon (a .drv is a regular file), its ATerm text by
+// ParseDerivation. A path the store lacks is an error.
 func (n *Nix) Derivations(ctx context.Context, drvPaths ...string) (map[string]*Derivation, error) {
-	v, err := n.Version(ctx)
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"show-derivation"}
-	if v.AtLeast(versionDerivationShow.Major, versionDerivationShow.Minor) {
-		args = []string{"derivation", "show"}
-	}
-	args = append(args, drvPaths...)
-	out, err := n.output(ctx, "nix", args...)
-	if err != nil {
-		return nil, err
-	}
-	drvs, err := parseDerivationsJSON(out)
-	if err != nil {
-		return nil, fmt.Errorf("%w (nix %s)", err, strings.Join(args, " "))
-	}
+	drvs := make(map[string]*Derivation, len(drvPaths))
+	var nar bytes.Buffer
 	for _, p := range drvPaths {
-		if drvs[p] == nil {
-			return nil, fmt.Errorf("nix: %s did not describe %s", args[0], p)
+		if drvs[p] != nil {
+			continue
 		}
+		if err := checkStorePath(p); err != nil || !strings.HasSuffix(p, ".drv") {
+			return nil, fmt.Errorf("nix: reading derivation %q: not a store path of a .drv", p)
+		}
+		nar.Reset()
+		if _, err := n.daemonClient().NarFromPath(ctx, p, &cappedWriter{w: &nar, left: maxDerivationBytes + 1024}); err != nil {
+			return nil, fmt.Errorf("nix: reading derivation %s: %w", p, daemonError(ctx, err))
+		}
+		text, err := narRegularFile(nar.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("nix: reading derivation %s: %w", p, err)
+		}
+		d, err := ParseDerivation(p, text)
+		if err != nil {
+			return nil, fmt.Errorf("nix: %w", err)
+		}
+		drvs[p] = d
 	}
 	return drvs, nil
 }
 
-// derivationJSON is one derivation as any Nix version prints it.
-type derivationJSON struct {
-	Name      string                          `json:"name"`
-	Outputs   map[string]derivationOutputJSON `json:"outputs"`
-	InputSrcs []string                        `json:"inputSrcs"`
-	InputDrvs map[string]json.RawMessage      `json:"inputDrvs"`
-	// Format version 4 groups the inputs.
-	Inputs *struct {
-		Srcs []string                   `json:"srcs"`
-		Drvs map[string]json.RawMessage `json:"drvs"`
-	} `json:"inputs"`
-	System          string            `json:"system"`
-	Builder         string            `json:"builder"`
-	Args            []string          `json:"args"`
-	Env             map[string]string `json:"env"`
-	StructuredAttrs json.RawMessage   `json:"structuredAttrs"`
+// cappedWriter fails once more than left bytes were written.
+type cappedWriter struct {
+	w    io.Writer
+	left int64
 }
 
-type derivationOutputJSON struct {
-	Path     *string         `json:"path"`
-	Method   string          `json:"method"`
-	HashAlgo string          `json:"hashAlgo"`
-	Hash     json.RawMessage `json:"hash"`
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		return 0, fmt.Errorf("larger than %d bytes", maxDerivationBytes)
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
 }
 
-// parseDerivationsJSON reads `nix show-derivation` / `nix derivation show`
-// output of any Nix version, keyed by full .drv path:
-//   - 2.8: keyed by full path, inputDrvs {drv: [outputs]}, fixed outputs with
-//     hashAlgo "r:sha256" and a base-16 hash;
-//   - 2.18 and later: inputDrvs {drv: {"outputs": […], "dynamicOutputs": {}}},
-//     outputs with a separate "method";
-//   - format version 3: keys and paths as base names;
-//   - format version 4: "inputs": {"srcs", "drvs"}, "structuredAttrs" apart
-//     from env (kept here as env.__json, as older Nix prints it), hashes
-//     possibly as objects; possibly wrapped as {"version", "derivations"}.
-func parseDerivationsJSON(data []byte) (map[string]*Derivation, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(data, &top); err != nil {
-		return nil, fmt.Errorf("nix: decoding derivation JSON: %w", err)
+// narRegularFile returns the contents of a NAR holding one regular,
+// non-executable file (what a .drv's NAR is).
+func narRegularFile(nar []byte) ([]byte, error) {
+	head := narStrings("nix-archive-1", "(", "type", "regular", "contents")
+	tail := narStrings(")")
+	if !bytes.HasPrefix(nar, head) || len(nar) < len(head)+8+len(tail) {
+		return nil, errors.New("not the NAR of a regular file")
 	}
-	if inner, ok := top["derivations"]; ok && top["version"] != nil {
-		top = nil // Unmarshal would merge into the outer keys
-		if err := json.Unmarshal(inner, &top); err != nil {
-			return nil, fmt.Errorf("nix: decoding derivation JSON \"derivations\": %w", err)
-		}
+	rest := nar[len(head):]
+	size := binary.LittleEndian.Uint64(rest)
+	rest = rest[8:]
+	padded := (size + 7) &^ 7
+	if size > maxDerivationBytes || uint64(len(rest)) != padded+uint64(len(tail)) {
+		return nil, fmt.Errorf("NAR of %d bytes holds no file of %d bytes", len(nar), size)
 	}
-	drvs := make(map[string]*Derivation, len(top))
-	for key, raw := range top {
-		var r derivationJSON
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return nil, fmt.Errorf("nix: decoding derivation %s: %w", key, err)
-		}
-		d := &Derivation{
-			Path:      fullStorePath(key),
-			Name:      r.Name,
-			Outputs:   make(map[string]DerivationOutput, len(r.Outputs)),
-			InputDrvs: map[string][]string{},
-			System:    r.System,
-			Builder:   r.Builder,
-			Args:      r.Args,
-			Env:       r.Env,
-		}
-		if d.Env == nil {
-			d.Env = map[string]string{}
-		}
-		if d.Name == "" {
-			d.Name = d.Env["name"]
-		}
-		for name, o := range r.Outputs {
-			out, err := o.toOutput()
-			if err != nil {
-				return nil, fmt.Errorf("nix: derivation %s output %s: %w", d.Path, name, err)
-			}
-			d.Outputs[name] = out
-		}
-		srcs, inputDrvs := r.InputSrcs, r.InputDrvs
-		if r.Inputs != nil {
-			srcs, inputDrvs = r.Inputs.Srcs, r.Inputs.Drvs
-		}
-		d.InputSrcs = make([]string, len(srcs))
-		for i, src := range srcs {
-			d.InputSrcs[i] = fullStorePath(src)
-		}
-		for drv, raw := range inputDrvs {
-			outs, err := inputDrvOutputs(raw)
-			if err != nil {
-				return nil, fmt.Errorf("nix: derivation %s input %s: %w", d.Path, drv, err)
-			}
-			d.InputDrvs[fullStorePath(drv)] = outs
-		}
-		if sa := bytes.TrimSpace(r.StructuredAttrs); len(sa) > 0 && string(sa) != "null" {
-			d.Env["__json"] = string(sa)
-		}
-		drvs[d.Path] = d
+	if !bytes.Equal(rest[padded:], tail) || !allZero(rest[size:padded]) {
+		return nil, errors.New("malformed NAR of a regular file")
 	}
-	return drvs, nil
+	return rest[:size], nil
 }
 
-// inputDrvOutputs reads ["out"] (2.8) or {"outputs": ["out"],
-// "dynamicOutputs": {}} (2.18 and later; dynamic outputs are not supported
-// by this worker and are ignored).
-func inputDrvOutputs(raw json.RawMessage) ([]string, error) {
-	var outs []string
-	if err := json.Unmarshal(raw, &outs); err == nil {
-		return outs, nil
+// narStrings is the NAR encoding of strings: each a little-endian u64
+// length, the bytes, zeros up to a multiple of 8.
+func narStrings(ss ...string) []byte {
+	var b []byte
+	for _, s := range ss {
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(s)))
+		b = append(b, s...)
+		b = append(b, make([]byte, (8-len(s)%8)%8)...)
 	}
-	var obj struct {
-		Outputs []string `json:"outputs"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, err
-	}
-	if obj.Outputs == nil {
-		obj.Outputs = []string{}
-	}
-	return obj.Outputs, nil
+	return b
 }
 
-// toOutput normalises an output to the 2.8 form: hashAlgo carries the
-// method ("r:sha256" for NAR hashing, "text:sha256"), hash is base 16.
-func (o derivationOutputJSON) toOutput() (DerivationOutput, error) {
-	var out DerivationOutput
-	if o.Path != nil {
-		out.Path = fullStorePath(*o.Path)
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
 	}
-	hash, err := hashJSON(o.Hash)
-	if err != nil {
-		return out, err
-	}
-	algo := o.HashAlgo
-	if algo == "" && strings.Contains(hash, "-") { // only in the SRI hash
-		algo, _, _ = strings.Cut(hash, "-")
-	}
-	switch o.Method {
-	case "nar":
-		algo = "r:" + algo
-	case "text":
-		algo = "text:" + algo
-	}
-	out.HashAlgo = algo
-	if hash == "" {
-		return out, nil
-	}
-	var digest []byte
-	if strings.ContainsAny(hash, "-:") {
-		digest, err = decodeHash(hash)
-	} else {
-		digest, err = decodeDigest(algo[strings.LastIndex(algo, ":")+1:], hash)
-	}
-	if err != nil {
-		return out, err
-	}
-	out.Hash = hex.EncodeToString(digest)
-	return out, nil
+	return true
 }
 
 // DrvClosure returns every .drv reachable from drvPaths (themselves

@@ -6,6 +6,7 @@
 // Files: config.go (runner, System, SystemFeatures), store.go (path info,
 // validity, NAR dump, binary-cache copies), fetch.go (FetchFlake),
 // eval.go + walker.nix (wildcard discovery, Instantiate), derivation.go
-// (parsed .drv files, DrvClosure), build.go (Build and failure
+// (.drv files read through the daemon, DrvClosure), aterm.go (the .drv
+// parser), build.go (Build and failure
 // classification), errors.go (typed errors).
 package nix

@@ -1,10 +1,8 @@
 package nix
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
@@ -14,43 +12,6 @@ import (
 
 // storeDir is the logical store directory; chroot stores keep it.
 const storeDir = "/nix/store"
-
-// fullStorePath turns a base name (newer JSON formats drop the store
-// directory) into a full store path; full paths are kept.
-func fullStorePath(p string) string {
-	if p == "" || strings.HasPrefix(p, "/") {
-		return p
-	}
-	return storeDir + "/" + p
-}
-
-// hashJSON reads a hash written as a string ("sha256-…", "sha256:…") or, in
-// format version 2, as {"algorithm", "format", "hash"}; the result is a
-// string in the form Nix printed, or SRI for the object form.
-func hashJSON(raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	if raw[0] == '"' {
-		var s string
-		err := json.Unmarshal(raw, &s)
-		return s, err
-	}
-	var h struct {
-		Algorithm string `json:"algorithm"`
-		Format    string `json:"format"`
-		Hash      string `json:"hash"`
-	}
-	if err := json.Unmarshal(raw, &h); err != nil {
-		return "", err
-	}
-	digest, err := decodeDigest(h.Algorithm, h.Hash)
-	if err != nil {
-		return "", err
-	}
-	return h.Algorithm + "-" + base64.StdEncoding.EncodeToString(digest), nil
-}
 
 // NarHashNix32 returns the NAR hash as sha256:<nix32> (the narinfo and
 // Gradient cache form), whichever form Nix printed.

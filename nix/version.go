@@ -26,8 +26,6 @@ func (v Version) AtLeast(major, minor int) bool {
 
 // Releases where the CLI changed in ways this package cares about.
 var (
-	// `nix derivation show` replaced `nix show-derivation`.
-	versionDerivationShow = Version{2, 15, 0}
 	// `nix config show` replaced `nix show-config`.
 	versionConfigShow = Version{2, 20, 0}
 )

@@ -4,21 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
-
 	"gradient.dev/gradient/narstore"
-	"gradient.dev/gradient/nixbase32"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/wire"
 )
@@ -319,22 +314,9 @@ func (s *spool) Write(p []byte) (int, error) {
 	return s.buf.Write(p)
 }
 
-type hashCounter struct {
-	h hash.Hash
-	n uint64
-}
-
-func (h *hashCounter) Write(p []byte) (int, error) {
-	h.h.Write(p)
-	h.n += uint64(len(p))
-	return len(p), nil
-}
-
-func (h *hashCounter) text() string { return "sha256:" + nixbase32.Encode(h.h.Sum(nil)) }
-
-// pack compresses nar at NAR_ZSTD_LEVEL with one encoder goroutine (so a
-// resumed upload produces identical bytes), hashing and counting both the
-// NAR and the compressed bytes.
+// pack compresses nar at NAR_ZSTD_LEVEL (narstore.Compress: pooled
+// encoders, one goroutine each, so a resumed upload produces identical
+// bytes), hashing and counting both the NAR and the compressed bytes.
 func (c *CacheClient) pack(ctx context.Context, nar io.Reader, meta UploadMeta) (p *packedNar, err error) {
 	sp := &spool{dir: c.TempDir}
 	defer func() {
@@ -343,18 +325,8 @@ func (c *CacheClient) pack(ctx context.Context, nar io.Reader, meta UploadMeta) 
 			os.Remove(sp.file.Name())
 		}
 	}()
-	narSum, fileSum := &hashCounter{h: sha256.New()}, &hashCounter{h: sha256.New()}
-	enc, err := zstd.NewWriter(io.MultiWriter(sp, fileSum),
-		zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(narstore.ZstdLevel)),
-		zstd.WithEncoderConcurrency(1))
+	obj, err := narstore.Compress(ctx, sp, nar)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := enc.ReadFrom(io.TeeReader(&ctxReader{ctx: ctx, r: nar}, narSum)); err != nil {
-		enc.Close()
-		return nil, fmt.Errorf("compressing the NAR: %w", err)
-	}
-	if err := enc.Close(); err != nil {
 		return nil, fmt.Errorf("compressing the NAR: %w", err)
 	}
 	refs := meta.References
@@ -362,8 +334,8 @@ func (c *CacheClient) pack(ctx context.Context, nar io.Reader, meta UploadMeta) 
 		refs = []string{}
 	}
 	p = &packedNar{meta: wire.NarUploadMetadata{
-		FileHash: fileSum.text(), FileSize: fileSum.n,
-		NarHash: narSum.text(), NarSize: narSum.n, References: refs,
+		FileHash: obj.FileHashText(), FileSize: uint64(obj.FileSize),
+		NarHash: obj.NarHashText(), NarSize: uint64(obj.NarSize), References: refs,
 	}}
 	if meta.Deriver != "" {
 		p.meta.Deriver = &meta.Deriver
@@ -377,18 +349,6 @@ func (c *CacheClient) pack(ctx context.Context, nar io.Reader, meta UploadMeta) 
 		p.data = bytes.NewReader(sp.buf.Bytes())
 	}
 	return p, nil
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r *ctxReader) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return r.r.Read(p)
 }
 
 // Upload compresses nar, the NAR serialisation of storePath, and uploads

@@ -133,13 +133,8 @@ var ErrClosed = errors.New("nix daemon: client closed")
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
-	idle := c.idle
-	c.idle = nil
-	c.open -= len(idle)
 	c.mu.Unlock()
-	for _, cn := range idle {
-		cn.rwc.Close()
-	}
+	c.dropIdle()
 	return nil
 }
 
@@ -207,6 +202,18 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 	return cn, nil
 }
 
+// dropIdle closes the idle connections.
+func (c *Client) dropIdle() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = nil
+	c.open -= len(idle)
+	c.mu.Unlock()
+	for _, cn := range idle {
+		cn.rwc.Close()
+	}
+}
+
 // release returns a healthy connection to the pool, or frees the slot of
 // a broken one (nil).
 func (c *Client) release(cn *conn) {
@@ -267,6 +274,10 @@ func (c *Client) do(ctx context.Context, idempotent bool, op func(*conn) error) 
 		if interrupted {
 			return fmt.Errorf("%w: %w", ErrConnection, ctx.Err())
 		}
+		// What ended this connection (a daemon restart, an OOM kill)
+		// most likely ended the idle ones too: a later operation, which
+		// may not be one to retry, must not be the one to find out.
+		c.dropIdle()
 		if idempotent && reused && attempt == 0 && !errors.Is(err, ErrProtocol) {
 			c.log.Debug("nix daemon: connection lost; retrying on a new one", "error", err)
 			continue

@@ -333,6 +333,65 @@ func TestReconnect(t *testing.T) {
 	}
 }
 
+// A connection that fails takes the idle ones with it: they were most
+// likely served by the same daemon, and the next operation on one may be
+// one that cannot be retried (here NarFromPath).
+func TestFailedConnectionDropsIdleOnes(t *testing.T) {
+	nixtest.Require(t, "nix-daemon")
+	s := newStore(t)
+	var mu sync.Mutex
+	var children []*exec.Cmd
+	c := daemon.New(func(ctx context.Context) (io.ReadWriteCloser, error) {
+		cmd := exec.Command("nix-daemon", "--stdio", "--store", s.dir)
+		cmd.Env = s.env
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		children = append(children, cmd)
+		mu.Unlock()
+		return pipes{stdout, stdin}, nil
+	}, daemon.Options{MaxConns: 2})
+	defer c.Close()
+	ctx := testContext(t)
+	built := make(chan error, 1)
+	sleeping := make(chan struct{})
+	var once sync.Once
+	log := &daemon.Logger{Line: func(string) { once.Do(func() { close(sleeping) }) }}
+	go func() {
+		_, err := c.BuildPaths(ctx, []string{s.drvs["sleepy"] + "!*"}, daemon.BuildOptions{Log: log})
+		built <- err
+	}()
+	<-sleeping
+	// A second connection, idle once this returns, while the build holds the first.
+	for {
+		if ok, err := c.IsValidPath(ctx, s.drvs["hello"]); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		mu.Lock()
+		n := len(children)
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	for _, cmd := range children {
+		cmd.Process.Kill()
+	}
+	mu.Unlock()
+	if err := <-built; !errors.Is(err, daemon.ErrConnection) {
+		t.Fatalf("build on a daemon that went away: %v", err)
+	}
+	var nar bytes.Buffer
+	if _, err := c.NarFromPath(ctx, s.drvs["hello"], &nar); err != nil || nar.Len() == 0 {
+		t.Fatalf("NarFromPath after the daemons went away: %v", err)
+	}
+}
+
 // TestSocketDaemon runs a nix-daemon of its own on a Unix socket.
 func TestSocketDaemon(t *testing.T) {
 	nixtest.Require(t, "nix-daemon")

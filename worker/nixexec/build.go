@@ -52,7 +52,7 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	}
 	// The .drv pins its build-time closure (the GC follows its inputs).
 	j.pin(ctx, spec.DrvPath)
-	drvs, err := j.e.Nix.Derivations(ctx, spec.DrvPath)
+	drvs, err := j.derivations(ctx, spec.DrvPath)
 	if err != nil {
 		return classify(fmt.Errorf("reading %s: %w", spec.DrvPath, err))
 	}
@@ -152,7 +152,7 @@ func (j *job) prefetch(ctx context.Context, buildID string, drv *nix.Derivation)
 	sort.Strings(inputDrvs)
 	wanted := append([]string{}, drv.InputSrcs...)
 	if len(inputDrvs) > 0 {
-		parsed, err := j.e.Nix.Derivations(ctx, inputDrvs...)
+		parsed, err := j.derivations(ctx, inputDrvs...)
 		if err != nil {
 			return classify(fmt.Errorf("reading input derivations: %w", err))
 		}

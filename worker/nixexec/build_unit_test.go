@@ -382,6 +382,33 @@ func TestUnitBuildOutputsAlreadyValid(t *testing.T) {
 	}
 }
 
+// A job reads each .drv once, however many of its builds use it: two
+// builds on the same input read the input's .drv once.
+func TestUnitBuildReadsEachDerivationOnce(t *testing.T) {
+	h := newHarness(t)
+	g := h.setupBuild()
+	other, otherOut := sp("other.drv"), sp("other")
+	h.store.addDrv(&nix.Derivation{Path: other, System: "x86_64-linux", Outputs: map[string]nix.DerivationOutput{"out": {Path: otherOut}},
+		InputDrvs: map[string][]string{g.dep: {"out"}}, Env: map[string]string{}})
+	h.cache.put(other, base(g.dep))
+
+	if err := h.run(context.Background(), buildJob(spec("b1", g.target), spec("b2", other))); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	reads := map[string]int{}
+	for _, e := range h.rec.of("derivations") {
+		for _, p := range e.paths {
+			reads[p]++
+		}
+	}
+	if want := map[string]int{g.target: 1, g.dep: 1, other: 1}; !reflect.DeepEqual(reads, want) {
+		t.Errorf("reads per .drv %v, want %v", reads, want)
+	}
+	if got := h.rec.uploadedPaths(); !slices.Contains(got, otherOut) || !slices.Contains(got, g.out) {
+		t.Errorf("uploaded %v, want both builds' outputs", got)
+	}
+}
+
 // An output upload failure is Transient.
 func TestUnitBuildOutputUploadErrorIsTransient(t *testing.T) {
 	h := newHarness(t)

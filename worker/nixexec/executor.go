@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/wire"
@@ -126,6 +127,39 @@ type job struct {
 	r      worker.Reporter
 	cache  worker.Cache
 	log    *slog.Logger
+	// drvs are the derivations this job has read: a .drv is immutable,
+	// and several builds of a job share inputs.
+	drvs map[string]*nix.Derivation
+}
+
+// derivations reads paths' .drv files, each once per job.
+func (j *job) derivations(ctx context.Context, paths ...string) (map[string]*nix.Derivation, error) {
+	var unread []string
+	for _, p := range paths {
+		if j.drvs[p] == nil && !slices.Contains(unread, p) {
+			unread = append(unread, p)
+		}
+	}
+	if len(unread) > 0 {
+		read, err := j.e.Nix.Derivations(ctx, unread...)
+		if err != nil {
+			return nil, err
+		}
+		if j.drvs == nil {
+			j.drvs = make(map[string]*nix.Derivation, len(read))
+		}
+		for _, p := range unread {
+			if read[p] == nil {
+				return nil, fmt.Errorf("the store did not describe %s", p)
+			}
+			j.drvs[p] = read[p]
+		}
+	}
+	out := make(map[string]*nix.Derivation, len(paths))
+	for _, p := range paths {
+		out[p] = j.drvs[p]
+	}
+	return out, nil
 }
 
 // tempDir is a directory for this job's NARs in transit, removed by the

@@ -217,7 +217,7 @@ func (w *walk) run(ctx context.Context, roots []nix.FoundDerivation) error {
 		}
 		wave := queue[:min(walkWave, len(queue))]
 		queue = queue[len(wave):]
-		drvs, err := w.j.e.Nix.Derivations(ctx, wave...)
+		drvs, err := w.j.derivations(ctx, wave...)
 		if err != nil {
 			return worker.Fail(wire.FailurePermanent, fmt.Errorf("reading derivations: %w", err))
 		}

@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -270,7 +272,7 @@ func ptr[T any](v T) *T { return &v }
 func TestFlakeFetchEvaluateBuild(t *testing.T) {
 	tw := startServer(t)
 	all := wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}
-	first, _ := tw.startWorker(t, all, true)
+	first, firstNix := tw.startWorker(t, all, true)
 	second, secondNix := tw.startWorker(t, wire.GradientCapabilities{Build: true}, true)
 	repo, commit := nixtest.Repo(t, map[string]string{"flake.nix": testFlake})
 
@@ -389,4 +391,90 @@ func TestFlakeFetchEvaluateBuild(t *testing.T) {
 			t.Fatalf("aborted build: %+v, want Aborted", r.failed)
 		}
 	})
+	t.Run("daemon dies", func(t *testing.T) {
+		tw.loop.enqueue(first, buildJob("sleepy-daemon", drvs["packages.x86_64-linux.sleepy"], nil, nil))
+		waitForLog(t, tw.loop, "sleepy-daemon", "still sleeping")
+		// Every daemon of the worker's store goes: the one building and
+		// the idle ones in its pool.
+		if killed := killDaemons(t, firstNix.Store); killed == 0 {
+			t.Fatal("no nix-daemon of the worker's store found")
+		}
+		r := tw.loop.wait(t, "sleepy-daemon", time.Minute)
+		if r.failed == nil || r.failed.Kind != wire.FailureTransient {
+			t.Fatalf("build whose daemon died: %+v, want Transient", r.failed)
+		}
+		// The worker connects to a new daemon for its next job.
+		tw.loop.enqueue(first, buildJob("greet-after", greet, nil, nil))
+		if r := tw.loop.wait(t, "greet-after", time.Minute); r.failed != nil {
+			t.Fatalf("the job after the daemon died failed: %s (kind %d)", r.failed.Error, r.failed.Kind)
+		}
+		content, err := os.ReadFile(filepath.Join(firstNix.Store, greet.Outputs[0].Path))
+		if err != nil || string(content) != "hello world\n" {
+			t.Errorf("greet's output after the daemon came back: %q, %v", content, err)
+		}
+	})
+}
+
+// waitForLog waits for a line of a job's build log.
+func waitForLog(t *testing.T, loop *scriptedLoop, jobID, text string) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case rep := <-loop.reports:
+			if lc, ok := rep.msg.(*wire.LogChunk); ok && lc.JobID == jobID && bytes.Contains(lc.Data, []byte(text)) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("job %s never logged %q", jobID, text)
+		}
+	}
+}
+
+// killDaemons kills the `nix-daemon --stdio --store store` processes
+// (this test's own children) and returns how many there were. The builds
+// they ran go too: an orphaned builder (without a sandbox nothing else
+// ends it) would run on for the rest of the test run.
+func killDaemons(t *testing.T, store string) int {
+	t.Helper()
+	want := "--stdio\x00--store\x00" + store + "\x00"
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	parents := map[int]int{}
+	var daemons []int
+	for _, f := range procs {
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		if err != nil {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join(filepath.Dir(f), "stat")); err == nil {
+			// pid (comm) state ppid …: comm may hold spaces, so read after the last ')'.
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 {
+				if fields := strings.Fields(string(stat[i+1:])); len(fields) > 1 {
+					parents[pid], _ = strconv.Atoi(fields[1])
+				}
+			}
+		}
+		cmdline, err := os.ReadFile(f)
+		if err != nil || !bytes.HasPrefix(cmdline, []byte("nix-daemon\x00")) && !bytes.Contains(cmdline, []byte("/nix-daemon\x00")) ||
+			!bytes.HasSuffix(cmdline, []byte(want)) {
+			continue
+		}
+		daemons = append(daemons, pid)
+	}
+	doomed := map[int]bool{}
+	for _, pid := range daemons {
+		doomed[pid] = true
+	}
+	for grew := true; grew; { // the daemons' descendants: their builders
+		grew = false
+		for pid, ppid := range parents {
+			if doomed[ppid] && !doomed[pid] {
+				doomed[pid], grew = true, true
+			}
+		}
+	}
+	for pid := range doomed {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(daemons)
 }
