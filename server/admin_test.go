@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/storage"
@@ -733,7 +734,7 @@ func testAdminChangesReauthLiveWorkers(t *testing.T, db *storage.DB) {
 	if _, ok := tw.recv(t).(*wire.AuthUpdate); !ok {
 		t.Fatal("no AuthUpdate after the grant")
 	}
-	waitFor(t, "the team worker to join ops/bare", func() bool {
+	waitfor.True(t, "the team worker to join ops/bare", func() bool {
 		return slices.Contains(live.srv.WorkerStatus(tcred.WorkerID).Projects, live.bare.ID)
 	})
 	api.assertNoSecretLogged()

@@ -2,11 +2,13 @@ package server
 
 import (
 	"net/http"
+
+	"gradient.dev/gradient/authority"
 )
 
 // workerView is one worker's live state with what the database knows.
 type workerView struct {
-	WorkerStatus
+	authority.WorkerStatus
 	Deactivated   bool               `json:"deactivated"`
 	Registrations []registrationView `json:"registrations,omitempty"`
 	TeamWorker    *teamWorkerView    `json:"team_worker,omitempty"`
@@ -80,7 +82,7 @@ type serverView struct {
 }
 
 func (a *adminAPI) serverState(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, serverView{Accepting: a.s.Accepting(), ConnectedWorkers: a.s.live.count()})
+	writeJSON(w, http.StatusOK, serverView{Accepting: a.s.Accepting(), ConnectedWorkers: a.s.auth.Connected()})
 }
 
 func (a *adminAPI) stopAccepting(w http.ResponseWriter, r *http.Request) {

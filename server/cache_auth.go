@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 )
 
@@ -60,7 +61,7 @@ func (s *Server) authHeldBack(w http.ResponseWriter, r *http.Request, answer fun
 	if s.authFailures == nil {
 		return false
 	}
-	wait, blocked := s.authFailures.Blocked(clientIP(r))
+	wait, blocked := s.authFailures.Blocked(authority.ClientIP(r))
 	if !blocked {
 		return false
 	}
@@ -75,7 +76,7 @@ func (s *Server) authFailed(r *http.Request, what string) {
 	if s.authFailures == nil {
 		return
 	}
-	ip := clientIP(r)
+	ip := authority.ClientIP(r)
 	s.authFailures.Fail(ip)
 	if _, blocked := s.authFailures.Blocked(ip); blocked {
 		s.log.Warn("failed authentications: address held back", "remote", ip, "credential", what)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -40,20 +41,17 @@ type cacheScope interface {
 	writable(ctx context.Context, jobID string) (writeScope, error)
 }
 
-// workerCacheScope derives the scope from the session's grant on every
-// request, so a reauth that adds a project takes effect at once.
+// workerCacheScope derives the scope from a copy of the session's grant
+// on every request, so a reauth that adds a project takes effect at once.
 type workerCacheScope struct {
-	db   *storage.DB
-	conn *workerConn
-	// jobs and live resolve a job to its project (nil: no job loop).
-	jobs JobLoop
-	live *LiveWorker
+	db *storage.DB
+	// jobs and live resolve a job to its project.
+	jobs authority.JobLoop
+	live *authority.LiveWorker
 }
 
 func (w workerCacheScope) readable(ctx context.Context) ([]storage.Cache, error) {
-	w.conn.mu.Lock()
-	projects := slices.Clone(w.conn.grant.Projects)
-	w.conn.mu.Unlock()
+	projects := w.live.Grant().Projects
 	var out []storage.Cache
 	for _, p := range projects {
 		cs, err := w.db.ProjectCaches(ctx, p)
@@ -77,9 +75,7 @@ func (w workerCacheScope) readable(ctx context.Context) ([]storage.Cache, error)
 
 // peerCaches are the caches the worker is a cache peer of.
 func (w workerCacheScope) peerCaches(ctx context.Context) ([]storage.Cache, error) {
-	w.conn.mu.Lock()
-	ids := slices.Clone(w.conn.grant.Caches)
-	w.conn.mu.Unlock()
+	ids := w.live.Grant().Caches
 	var out []storage.Cache
 	for _, id := range ids {
 		c, err := w.db.Cache(ctx, id)
@@ -101,7 +97,7 @@ func (w workerCacheScope) peerCaches(ctx context.Context) ([]storage.Cache, erro
 // Without a held job only the caches the worker is a cache peer of are
 // writable, with any path: their owner registered the worker for them.
 func (w workerCacheScope) writable(ctx context.Context, jobID string) (writeScope, error) {
-	if r, ok := w.jobs.(JobUploads); ok && w.live != nil && jobID != "" {
+	if r, ok := w.jobs.(authority.JobUploads); ok && jobID != "" {
 		if products, ok := r.JobProducts(w.live, jobID); ok {
 			scope := writeScope{jobID: jobID, job: &products}
 			if !w.live.Authorized(products.Project) {
@@ -151,8 +147,14 @@ type cacheConn struct {
 	uploads      *uploads
 }
 
-func newCacheConn(s *Server, log *slog.Logger, send func(wire.ServerMessage) error, scope cacheScope, readOnly bool) *cacheConn {
-	ctx, cancel := context.WithCancel(s.ctx)
+// workerCache is the authority's CacheFactory: the binary cache answers
+// each worker session's cache messages within the session's grant.
+func (s *Server) workerCache(cs authority.CacheSession) authority.CacheHandler {
+	return newCacheConn(cs.Ctx, s, cs.Log, cs.Worker.Send, workerCacheScope{db: s.db, jobs: s.cfg.Jobs, live: cs.Worker}, false)
+}
+
+func newCacheConn(parent context.Context, s *Server, log *slog.Logger, send func(wire.ServerMessage) error, scope cacheScope, readOnly bool) *cacheConn {
+	ctx, cancel := context.WithCancel(parent)
 	c := &cacheConn{
 		s: s, log: log, send: send, scope: scope, readOnly: readOnly,
 		ctx: ctx, cancel: cancel,
@@ -164,9 +166,9 @@ func newCacheConn(s *Server, log *slog.Logger, send func(wire.ServerMessage) err
 	return c
 }
 
-// handle takes one cache message. An UploadChunk's payload has been
+// Handle takes one cache message. An UploadChunk's payload has been
 // written when it returns, so the caller may release the frame.
-func (c *cacheConn) handle(m wire.ClientMessage) {
+func (c *cacheConn) Handle(m wire.ClientMessage) {
 	switch m := m.(type) {
 	case *wire.CacheQuery:
 		c.goQuery(m)
@@ -192,17 +194,6 @@ func (c *cacheConn) handle(m wire.ClientMessage) {
 	}
 }
 
-// isCacheMessage reports whether handle takes m.
-func isCacheMessage(m wire.ClientMessage) bool {
-	switch m.(type) {
-	case *wire.CacheQuery, *wire.NarRequest, *wire.NarRequestResume,
-		*wire.UploadRequest, *wire.UploadChunk, *wire.UploadFinished, *wire.UploadCancel,
-		*wire.EvalCachePull, *wire.QueryKnownDerivations:
-		return true
-	}
-	return false
-}
-
 // spawn runs f on its own goroutine, tracked so close can wait for it.
 func (c *cacheConn) spawn(f func()) {
 	c.tasks.Add(1)
@@ -222,8 +213,8 @@ func (c *cacheConn) acquire(sem chan struct{}) bool {
 	}
 }
 
-// close ends every transfer and upload of the connection and waits.
-func (c *cacheConn) close() {
+// Close ends every transfer and upload of the connection and waits.
+func (c *cacheConn) Close() {
 	c.cancel()
 	c.uploads.closeAll()
 	c.tasks.Wait()

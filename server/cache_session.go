@@ -1,12 +1,13 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
@@ -53,18 +54,16 @@ func (bc *binaryCache) serveSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Every session counts against MaxConnections; refusing beats queueing.
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		s.metrics.refused.WithLabelValues("connection limit").Inc()
+	releaseSlot, ok := s.auth.TakeSlot()
+	if !ok {
 		http.Error(w, "too many connections", http.StatusServiceUnavailable)
 		return
 	}
-	defer func() { <-s.slots }()
+	defer releaseSlot()
 	if anonymous {
-		release, ok := s.anonymousCache.TryAcquire(clientIP(r))
+		release, ok := s.anonymousCache.TryAcquire(authority.ClientIP(r))
 		if !ok {
-			s.metrics.refused.WithLabelValues("anonymous cache sessions per IP").Inc()
+			s.auth.Refused("anonymous cache sessions per IP")
 			http.Error(w, "too many anonymous cache sessions from this address", http.StatusServiceUnavailable)
 			return
 		}
@@ -75,25 +74,14 @@ func (bc *binaryCache) serveSession(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("websocket upgrade failed", "remote", r.RemoteAddr, "error", err)
 		return
 	}
-	s.wg.Add(1)
-	defer s.wg.Done()
 	defer t.Close(session.CloseNormal, "")
 	log := s.log.With("remote", r.RemoteAddr, "cache", cache.Name, "anonymous", anonymous)
-	s.runCacheSession(log, t, cache)
+	s.auth.Attach(func(ctx context.Context) { s.runCacheSession(ctx, log, t, cache) })
 }
 
-// clientIP is the address part of the request's remote address.
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
-func (s *Server) runCacheSession(log *slog.Logger, t session.Transport, cache storage.Cache) {
+func (s *Server) runCacheSession(ctx context.Context, log *slog.Logger, t session.Transport, cache storage.Cache) {
 	c := session.NewConn(t, session.ConnOptions{Logger: log})
-	est, err := session.RunCache(s.ctx, c, s.cfg.HandshakeTimeout)
+	est, err := session.RunCache(ctx, c, s.cfg.HandshakeTimeout)
 	if err != nil {
 		log.Info("cache session handshake failed", "error", err)
 		return
@@ -102,13 +90,13 @@ func (s *Server) runCacheSession(log *slog.Logger, t session.Transport, cache st
 	// transport refuses a larger one unread (close 1009).
 	session.LimitMessageSize(t, safeInflightMessageSize)
 	sess := session.SplitServer(c, est, session.Options{Logger: log})
-	cc := newCacheConn(s, log, sess.Send, oneCacheScope{cache: cache}, true)
+	cc := newCacheConn(ctx, s, log, sess.Send, oneCacheScope{cache: cache}, true)
 	log.Info("cache session started", "version", est.Version)
 	go s.closeIdleCacheSession(sess, cc)
-	reason := s.dispatchCacheSession(sess, cc)
+	reason := dispatchCacheSession(ctx, sess, cc)
 	sess.Close(session.CloseNormal, reason)
 	<-sess.Done()
-	cc.close()
+	cc.Close()
 	if r := sess.Reason(); r != "" {
 		reason = r
 	}
@@ -118,11 +106,11 @@ func (s *Server) runCacheSession(log *slog.Logger, t session.Transport, cache st
 // dispatchCacheSession serves the session's messages until it ends: only
 // CacheQuery (Normal, Pull) and NarRequest; every other message, bulk
 // frames too, is answered Reject 403 and the session goes on.
-func (s *Server) dispatchCacheSession(sess *session.ServerSession, cc *cacheConn) string {
+func dispatchCacheSession(ctx context.Context, sess *session.ServerSession, cc *cacheConn) string {
 	for {
-		m, err := sess.Recv(s.ctx)
+		m, err := sess.Recv(ctx)
 		if err != nil {
-			if s.ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return "server stopping"
 			}
 			return "connection lost: " + err.Error()
@@ -133,9 +121,9 @@ func (s *Server) dispatchCacheSession(sess *session.ServerSession, cc *cacheConn
 				sess.Send(&wire.ServerReject{Code: 403, Reason: "Push not allowed on a read-only cache session"})
 				continue
 			}
-			cc.handle(m)
+			cc.Handle(m)
 		case *wire.NarRequest:
-			cc.handle(m)
+			cc.Handle(m)
 		default:
 			sess.Send(&wire.ServerReject{Code: 403, Reason: m.WireName() + " not allowed on a read-only cache session"})
 			sess.Reader.Release() // nothing refers to the refused message: reuse its frame

@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storepath"
@@ -28,7 +29,7 @@ type writeScope struct {
 	caches []storage.Cache
 	// job is what the held job produces; nil: no job is held, and the
 	// caches are those the worker is a cache peer of, for any path.
-	job *JobProducts
+	job *authority.JobProducts
 }
 
 // refusal is why path may not be uploaded at all, or "". It needs only

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/server/deploykeys"
 )
 
 func TestAdminDeployKeys(t *testing.T) {
@@ -31,7 +32,7 @@ func TestAdminDeployKeys(t *testing.T) {
 	}
 
 	// The job loop opens the private half: an OpenSSH key of the public one.
-	keys := NewDeployKeys(e.db, e.srv.cfg.DialKey)
+	keys := deploykeys.New(e.db, e.srv.cfg.DialKey)
 	private, err := keys.Private(t.Context(), p.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +49,7 @@ func TestAdminDeployKeys(t *testing.T) {
 		t.Fatalf("stored key: %v; it must be sealed", err)
 	}
 	other, _ := sealbox.New(sealbox.NewKey())
-	if _, err := NewDeployKeys(e.db, other).Private(t.Context(), p.ID); err == nil || !strings.Contains(err.Error(), "does not open") {
+	if _, err := deploykeys.New(e.db, other).Private(t.Context(), p.ID); err == nil || !strings.Contains(err.Error(), "does not open") {
 		t.Fatalf("opening with another server key: %v", err)
 	}
 

@@ -193,7 +193,7 @@ type gitAccess struct {
 
 func (s *Server) gitAccess(ctx context.Context, p storage.Project, name string) gitAccess {
 	access := gitAccess{ssh: s.cfg.SSH, allowLocal: s.cfg.AllowLocalRepositories}
-	if s.deployKeys == nil {
+	if s.cfg.DialKey == nil {
 		return access
 	}
 	key, err := s.deployKeys.Private(ctx, p.ID)

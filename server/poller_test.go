@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/storage"
@@ -33,9 +34,9 @@ func (f *fakeEvaluations) BuildProgress(buildID string) (wire.BuildProgress, boo
 	return p, ok
 }
 
-func (f *fakeEvaluations) SessionStarted(*LiveWorker)                       {}
-func (f *fakeEvaluations) HandleJobMessage(*LiveWorker, wire.ClientMessage) {}
-func (f *fakeEvaluations) SessionEnded(*LiveWorker, string)                 {}
+func (f *fakeEvaluations) SessionStarted(*authority.LiveWorker)                       {}
+func (f *fakeEvaluations) HandleJobMessage(*authority.LiveWorker, wire.ClientMessage) {}
+func (f *fakeEvaluations) SessionEnded(*authority.LiveWorker, string)                 {}
 
 func (f *fakeEvaluations) StartEvaluation(ctx context.Context, in storage.NewEvaluation) (storage.Evaluation, error) {
 	f.mu.Lock()

@@ -5,49 +5,18 @@ import (
 	"slices"
 	"time"
 
-	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/authority"
 )
-
-// WorkerStatus is the operator's view of one worker ID.
-type WorkerStatus struct {
-	WorkerID     string    `json:"worker_id"`
-	Live         bool      `json:"live"`
-	ConnectedAt  time.Time `json:"connected_at,omitzero"`
-	Projects     []string  `json:"projects,omitempty"` // authenticated for, while live
-	Capabilities []string  `json:"capabilities,omitempty"`
-	Draining     bool      `json:"draining,omitempty"`
-	// DialedURL is set while the server's own dial holds the session.
-	DialedURL string `json:"dialed_url,omitempty"`
-	// OfflineReason is the last failure or disconnect of the worker ID.
-	OfflineReason string    `json:"offline_reason,omitempty"`
-	OfflineSince  time.Time `json:"offline_since,omitzero"`
-}
 
 // WorkerStatus reports whether a worker is connected, and why it last went
 // away.
-func (s *Server) WorkerStatus(workerID string) WorkerStatus {
-	st := WorkerStatus{WorkerID: workerID}
-	// A session holds the worker ID from its admission on, which is just
-	// before the worker reads its InitAck.
-	if conn := s.live.get(workerID); conn != nil {
-		conn.mu.Lock()
-		st.Live = true
-		st.ConnectedAt = conn.connectedAt
-		st.DialedURL = conn.dialURL
-		st.Projects = slices.Clone(conn.grant.Projects)
-		st.Capabilities = capabilityNames(conn.capabilities)
-		st.Draining = conn.draining
-		conn.mu.Unlock()
-	}
-	if r, ok := s.offline.get(workerID); ok {
-		st.OfflineReason, st.OfflineSince = r.Reason, r.At
-	}
-	return st
+func (s *Server) WorkerStatus(workerID string) authority.WorkerStatus {
+	return s.auth.WorkerStatus(workerID)
 }
 
 // ProjectWorker is one worker of a project's worker list.
 type ProjectWorker struct {
-	WorkerStatus
+	authority.WorkerStatus
 	TeamID      string `json:"team_id,omitempty"` // set for team workers granted to the project
 	Deactivated bool   `json:"deactivated,omitempty"`
 }
@@ -114,28 +83,7 @@ func (s *Server) DeactivateWorker(ctx context.Context, workerID string) error {
 	if err := s.db.DeactivateWorker(ctx, workerID); err != nil {
 		return err
 	}
-	s.disconnect(workerID, "worker deactivated")
+	s.auth.Disconnect(workerID, "worker deactivated")
 	s.RefreshDials()
 	return nil
-}
-
-// disconnect starts closing the live session of a worker, if any.
-func (s *Server) disconnect(workerID, reason string) {
-	conn := s.live.get(workerID)
-	if conn == nil {
-		return
-	}
-	conn.mu.Lock()
-	sess := conn.sess
-	if sess == nil {
-		// Admitted, not yet split: serveSession closes it right after.
-		conn.kickReason = reason
-	}
-	conn.mu.Unlock()
-	s.log.Info("closing worker session", "worker", workerID, "reason", reason)
-	if sess == nil {
-		return
-	}
-	// Close waits for the worker's close frame; the caller need not.
-	go sess.Close(session.ClosePolicy, reason)
 }

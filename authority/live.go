@@ -1,9 +1,9 @@
-package server
+package authority
 
 import (
 	"context"
 	"fmt"
-	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +19,7 @@ type workerConn struct {
 
 	mu           sync.Mutex
 	sess         *session.ServerSession // nil while the handshake runs
+	live         *LiveWorker            // set with sess
 	reauth       *session.ServerAuth
 	kickReason   string // set by disconnect before the session was split
 	grant        Grant
@@ -34,25 +35,7 @@ type workerConn struct {
 func (c *workerConn) merge(g Grant) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, p := range g.Projects {
-		if !slices.Contains(c.grant.Projects, p) {
-			c.grant.Projects = append(c.grant.Projects, p)
-		}
-	}
-	for _, p := range g.Caches {
-		if !slices.Contains(c.grant.Caches, p) {
-			c.grant.Caches = append(c.grant.Caches, p)
-		}
-	}
-	for _, p := range g.Proxies {
-		if !slices.Contains(c.grant.Proxies, p) {
-			c.grant.Proxies = append(c.grant.Proxies, p)
-		}
-	}
-	c.grant.Abilities = c.grant.Abilities.union(g.Abilities)
-	for p, a := range g.ProjectAbilities {
-		c.grant.allow(p, a)
-	}
+	c.grant.merge(g)
 }
 
 // liveSessions is one connection per worker ID (connection.txt: a second
@@ -187,21 +170,19 @@ type offlineReason struct {
 
 func newOfflineReasons() *offlineReasons { return &offlineReasons{reasons: map[string]offlineReason{}} }
 
+// set keeps reason for a registered worker ID (callers check it is).
 func (o *offlineReasons) set(workerID, reason string) {
 	// Keyed by the canonical ID: however a worker spells its UUID, the
 	// reason is found under the ID the operator asks for, and one ID is
-	// one entry. No peer can have registered an ID that is not a UUID.
-	id, err := parseWorkerID(workerID)
-	if err != nil {
-		return
-	}
+	// one entry. Worker IDs are UUIDs, whose canonical text is lowercase.
+	id := strings.ToLower(workerID)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.reasons[id] = offlineReason{Reason: reason, At: time.Now()}
 }
 
 func (o *offlineReasons) get(workerID string) (offlineReason, bool) {
-	id, _ := parseWorkerID(workerID)
+	id := strings.ToLower(workerID)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r, ok := o.reasons[id]

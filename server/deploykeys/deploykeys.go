@@ -1,4 +1,10 @@
-package server
+// Package deploykeys keeps projects' SSH deploy keys: an Ed25519 key pair
+// the server generates per project. The operator adds the public half to
+// the repository host; the private half is sealed at rest with the
+// server's secret key (the one that seals dial tokens) and sent to the
+// worker that fetches the project, in a Credential right before the
+// AssignJob (JOBS.md §5.2), and used by the branch poller.
+package deploykeys
 
 import (
 	"context"
@@ -14,12 +20,6 @@ import (
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/storage"
 )
-
-// Projects' deploy keys: an Ed25519 key pair the server generates per
-// project. The operator adds the public half to the repository host; the
-// private half is sealed at rest with the server's secret key (the one
-// that seals dial tokens) and sent to the worker that fetches the
-// project, in a Credential right before the AssignJob (JOBS.md §5.2).
 
 // ErrNoSecretKey: the server has no key to seal deploy keys with.
 var ErrNoSecretKey = fmt.Errorf("%w: the server has no secret key to seal deploy keys with: start it with --dial-key-file (GRADIENT_DIAL_KEY_FILE)", storage.ErrInvalid)
@@ -50,39 +50,39 @@ func newDeployKey(comment string) (public string, private []byte, err error) {
 	return line, pem.EncodeToMemory(block), nil
 }
 
-// GenerateDeployKey makes a new deploy key for the project, replacing any
-// earlier one, and returns its public half.
-func (s *Server) GenerateDeployKey(ctx context.Context, p storage.Project, comment string) (string, error) {
-	if s.cfg.DialKey == nil {
+// Keys generates and opens the deploy keys a database holds.
+type Keys struct {
+	db  *storage.DB
+	box *sealbox.Box
+}
+
+// New opens the keys db holds with box (the server's secret key); a nil
+// box generates and opens none (ErrNoSecretKey).
+func New(db *storage.DB, box *sealbox.Box) *Keys {
+	return &Keys{db: db, box: box}
+}
+
+// Generate makes a new deploy key for the project, replacing any earlier
+// one, and returns its public half.
+func (k *Keys) Generate(ctx context.Context, p storage.Project, comment string) (string, error) {
+	if k.box == nil {
 		return "", ErrNoSecretKey
 	}
 	public, private, err := newDeployKey(comment)
 	if err != nil {
 		return "", err
 	}
-	sealed := s.cfg.DialKey.Seal(private, deployKeyIdentity(p.ID))
+	sealed := k.box.Seal(private, deployKeyIdentity(p.ID))
 	clear(private)
-	if err := s.db.SetDeployKey(ctx, p.ID, public, sealed); err != nil {
+	if err := k.db.SetDeployKey(ctx, p.ID, public, sealed); err != nil {
 		return "", err
 	}
 	return public, nil
 }
 
-// DeployKeys opens projects' deploy keys for the job loop.
-type DeployKeys struct {
-	db  *storage.DB
-	box *sealbox.Box
-}
-
-// NewDeployKeys opens the keys db holds with box (the server's secret
-// key).
-func NewDeployKeys(db *storage.DB, box *sealbox.Box) *DeployKeys {
-	return &DeployKeys{db: db, box: box}
-}
-
 // Private returns the project's private deploy key, or nil when the
 // project has none. A key sealed under another secret key is an error.
-func (k *DeployKeys) Private(ctx context.Context, projectID string) ([]byte, error) {
+func (k *Keys) Private(ctx context.Context, projectID string) ([]byte, error) {
 	key, err := k.db.DeployKey(ctx, projectID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, nil

@@ -1,4 +1,4 @@
-package server
+package authority
 
 import (
 	"maps"
@@ -9,9 +9,10 @@ import (
 )
 
 // JobLoop is the job side of worker sessions (JOBS.md): it decides which
-// job a RequestJob gets and consumes the worker's reports. The server owns
-// the sessions, their authorization and the cache; the job loop owns jobs.
-// The durable scheduler implements it; tests plug in simpler ones.
+// job a RequestJob gets and consumes the worker's reports. The authority
+// owns the sessions and their authorization, the cache its messages; the
+// job loop owns jobs. The server's durable scheduler implements it, the
+// proxy its forwarding hub; tests plug in simpler ones.
 //
 // Calls for one session arrive in the session's message order from its
 // dispatch goroutine, so they must not block on the network; sends go
@@ -23,11 +24,27 @@ type JobLoop interface {
 	// RequestJobList, RequestJobChunk, AssignJobResponse, JobUpdate,
 	// JobCompleted, JobFailed, LogChunk, BuildProgress, EvalProgress,
 	// EvalMessage, ImportRequest, and WorkerCapabilities and
-	// ClientDraining after the server recorded them on w.
+	// ClientDraining after the authority recorded them on w.
 	HandleJobMessage(w *LiveWorker, m wire.ClientMessage)
 	// SessionEnded: w is gone (disconnect, heartbeat timeout, server
 	// stop); its running jobs must be re-queued.
 	SessionEnded(w *LiveWorker, reason string)
+}
+
+// NoJobs is the job loop of an authority without one (a cache-only
+// server): a job list is one final, empty page and an import is refused.
+type NoJobs struct{}
+
+func (NoJobs) SessionStarted(*LiveWorker)       {}
+func (NoJobs) SessionEnded(*LiveWorker, string) {}
+
+func (NoJobs) HandleJobMessage(w *LiveWorker, m wire.ClientMessage) {
+	switch m := m.(type) {
+	case *wire.RequestJobList:
+		w.Send(&wire.JobListChunk{IsFinal: true})
+	case *wire.ImportRequest:
+		w.Send(RefuseImport(m))
+	}
 }
 
 // JobUploads is implemented by a JobLoop that knows the jobs it handed
@@ -84,28 +101,6 @@ func newLiveWorker(conn *workerConn, version uint16, send func(wire.ServerMessag
 	return &LiveWorker{Session: liveWorkerSeq.Add(1), WorkerID: conn.workerID, Version: version, conn: conn, send: send}
 }
 
-// NewTestLiveWorker makes a LiveWorker without a connection, for job
-// loops' unit tests: it sends through send and has the given state
-// (projects: what each authorized project allows; host may be nil: no
-// WorkerCapabilities sent).
-func NewTestLiveWorker(workerID string, projects map[string]Abilities, caps wire.GradientCapabilities, host *wire.WorkerCapabilities, send func(wire.ServerMessage) error) *LiveWorker {
-	g := Grant{}
-	for p, a := range projects {
-		g.Projects = append(g.Projects, p)
-		g.allow(p, a)
-	}
-	conn := &workerConn{workerID: workerID, capabilities: caps, grant: g, workerCaps: host}
-	return newLiveWorker(conn, wire.NewestVersion, send)
-}
-
-// DrainTestLiveWorker marks a NewTestLiveWorker draining, as its session
-// does when the worker sends Draining.
-func DrainTestLiveWorker(w *LiveWorker) {
-	w.conn.mu.Lock()
-	w.conn.draining = true
-	w.conn.mu.Unlock()
-}
-
 // Send queues m on the session; it fails once the session is gone.
 func (w *LiveWorker) Send(m wire.ServerMessage) error { return w.send(m) }
 
@@ -114,6 +109,14 @@ func (w *LiveWorker) Authorized(project string) bool {
 	w.conn.mu.Lock()
 	defer w.conn.mu.Unlock()
 	return slices.Contains(w.conn.grant.Projects, project)
+}
+
+// Grant is a copy of what the session is granted now; a reauth may add
+// to it later.
+func (w *LiveWorker) Grant() Grant {
+	w.conn.mu.Lock()
+	defer w.conn.mu.Unlock()
+	return w.conn.grant.Clone()
 }
 
 // ProjectAbilities are what the worker may do for each authorized
