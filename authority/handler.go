@@ -1,11 +1,11 @@
 package authority
 
 import (
-	"net"
 	"net/http"
 	"sync"
 
 	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/limit"
 )
 
 // ProtoHandler upgrades a worker's /proto request and serves its session
@@ -39,7 +39,7 @@ func (a *Authority) serveProto(w http.ResponseWriter, r *http.Request) {
 // one of the client IP's and one of all unauthenticated sessions'. done
 // returns both; it may be called more than once.
 func (a *Authority) admitHandshake(w http.ResponseWriter, r *http.Request) (done func(), ok bool) {
-	releaseIP, ok := a.handshakesPerIP.TryAcquire(ClientIP(r))
+	releaseIP, ok := a.handshakesPerIP.TryAcquire(limit.ClientIP(r))
 	if !ok {
 		a.Refused("handshakes per IP")
 		http.Error(w, "too many unauthenticated connections from this address", http.StatusServiceUnavailable)
@@ -60,14 +60,4 @@ func (a *Authority) admitHandshake(w http.ResponseWriter, r *http.Request) (done
 			releaseIP()
 		})
 	}, true
-}
-
-// ClientIP is the address part of the request's remote address, the key
-// of the per-address limits.
-func ClientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }

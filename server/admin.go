@@ -143,11 +143,11 @@ func (a *adminAPI) requireAdmin(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "missing admin token: send Authorization: Bearer <admin token>")
 			return
 		}
-		if a.s.authHeldBack(w, r, writeError) {
+		if a.s.gate.HeldBack(w, r, writeError) {
 			return
 		}
 		if !a.tokens.Verify(hash, token) { // constant time
-			a.s.authFailed(r, "admin token")
+			a.s.gate.Failed(r, "admin token")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gradient-admin", error="invalid_token"`)
 			writeError(w, http.StatusUnauthorized, "wrong admin token")
 			return

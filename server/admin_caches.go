@@ -70,7 +70,7 @@ func (a *adminAPI) deleteCache(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.cacheMemo.forgetCache(c)
+	a.s.cache.Forget(c)
 	a.s.log.Info("admin: cache deleted", "cache", c.Name, "cache_id", c.ID)
 	a.s.RefreshDials() // its registrations went with it
 	w.WriteHeader(http.StatusNoContent)

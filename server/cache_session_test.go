@@ -128,7 +128,7 @@ func TestCacheSessionLimits(t *testing.T) {
 			t.Fatalf("oversize: got %+v, %v; want close 1009", m, err)
 		}
 		// Permits came back: anonymous sessions open again.
-		waitfor.True(t, "per-IP permits released", func() bool { return e.srv.anonymousCache.Tracked() == 0 })
+		waitfor.True(t, "per-IP permits released", func() bool { return e.srv.cache.AnonymousSessionsForTest() == 0 })
 		mustCacheSession(t, e, "main", "")
 	})
 }

@@ -106,31 +106,3 @@ func TestWorkerUploadRefusesBadMetadata(t *testing.T) {
 		}
 	})
 }
-
-// The renderer refuses a field with a line break even if one got past
-// the checks (a row written by an older server, say).
-func TestNarinfoRefusesLineBreaks(t *testing.T) {
-	t.Parallel()
-	e := newCacheEnv(t, Config{})
-	key, err := e.db.CacheSigningKey(t.Context(), e.cache.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := storage.CachePath{StorePath: validStorePath, NarHash: "sha256:" + strings.Repeat("0", 52), NarSize: 1,
-		FileHash: "sha256:" + strings.Repeat("0", 52), FileSize: 1, Compression: "zstd", ObjectKey: strings.Repeat("0", 52)}
-	if _, err := renderNarinfo(p, key); err != nil {
-		t.Fatalf("good narinfo: %v", err)
-	}
-	for name, spoil := range map[string]func(*storage.CachePath){
-		"CA":         func(p *storage.CachePath) { p.CA = "fixed:sha256:x\nSig: fake" },
-		"deriver":    func(p *storage.CachePath) { p.Deriver = "x\r\nSig: fake" },
-		"references": func(p *storage.CachePath) { p.References = []string{"a", "b\nSig: fake"} },
-		"store path": func(p *storage.CachePath) { p.StorePath += "\n" },
-	} {
-		bad := p
-		spoil(&bad)
-		if body, err := renderNarinfo(bad, key); err == nil {
-			t.Errorf("%s with a line break rendered:\n%s", name, body)
-		}
-	}
-}

@@ -8,12 +8,12 @@ import (
 )
 
 // serverMetrics are the server's own Prometheus series on Config.Metrics,
-// beside the authority's (gradient_server_…) and the job loop's.
+// beside the authority's (gradient_server_…), the cache's (gradient_cache_…)
+// and the job loop's.
 type serverMetrics struct {
 	registry      *prometheus.Registry
 	argon2Checks  *prometheus.CounterVec
 	argon2Seconds prometheus.Histogram
-	cache         *binaryCacheMetrics
 }
 
 // argon2Buckets surround one argon2id check at the server's parameters
@@ -34,9 +34,8 @@ func newServerMetrics(r *prometheus.Registry) *serverMetrics {
 			Name: "gradient_secret_argon2id_verification_duration_seconds", Help: "CPU time of one argon2 token check.",
 			Buckets: argon2Buckets,
 		}),
-		cache: newBinaryCacheMetrics(),
 	}
-	collectors := append([]prometheus.Collector{m.argon2Checks, m.argon2Seconds}, m.cache.collectors()...)
+	collectors := []prometheus.Collector{m.argon2Checks, m.argon2Seconds}
 	for _, c := range collectors {
 		if err := r.Register(c); err != nil {
 			// A programming error of the embedding code, found at start.

@@ -15,7 +15,9 @@ import (
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/server/cache"
 	"gradient.dev/gradient/server/deploykeys"
+	"gradient.dev/gradient/server/internal/authgate"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/storage"
@@ -159,15 +161,12 @@ type Server struct {
 	// deployKeys generates and opens projects' deploy keys, under the
 	// dial key (none without one).
 	deployKeys *deploykeys.Keys
-	// anonymousCache caps anonymous read-only cache sessions per IP.
-	anonymousCache *limit.PerIP
-	// authFailures limits failed authentications per client address; nil
-	// when disabled.
-	authFailures *limit.Failures
-	uploadLeases *uploadLeases
-	// cacheMemo keeps cache rows, signing keys and narinfos for the
-	// binary cache; the admin API forgets the paths it deletes.
-	cacheMemo *cacheMemo
+	// gate limits failed authentications per client address; nil when
+	// disabled.
+	gate *authgate.Gate
+	// cache is the binary cache: HTTP, read-only cache sessions and the
+	// cache messages of worker sessions.
+	cache *cache.Cache
 
 	// ctx ends the dialer and the poller on Close.
 	ctx    context.Context
@@ -180,17 +179,14 @@ func New(db *storage.DB, cfg Config) *Server {
 	cfg.defaults()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Server{
-		cfg:            cfg,
-		db:             db,
-		log:            cfg.Logger,
-		anonymousCache: limit.NewPerIP(cfg.AnonymousCacheSessionsPerIP),
-		uploadLeases:   newUploadLeases(),
-		cacheMemo:      newCacheMemo(),
-		ctx:            ctx,
-		cancel:         cancel,
+		cfg:    cfg,
+		db:     db,
+		log:    cfg.Logger,
+		ctx:    ctx,
+		cancel: cancel,
 	}
 	if cfg.AuthFailuresPerMinute > 0 {
-		s.authFailures = limit.NewFailures(cfg.AuthFailuresPerMinute, time.Minute, cfg.authClock)
+		s.gate = authgate.New(limit.NewFailures(cfg.AuthFailuresPerMinute, time.Minute, cfg.authClock), cfg.Logger)
 	}
 	s.metrics = newServerMetrics(cfg.Metrics)
 	s.auth = authority.New(authority.Config{
@@ -205,6 +201,14 @@ func New(db *storage.DB, cfg Config) *Server {
 		Logger:           cfg.Logger,
 		Metrics:          s.metrics.registry,
 		MetricsPrefix:    "gradient_server",
+	})
+	s.cache = cache.New(cache.Config{
+		DB: db, NarStore: cfg.NarStore, Sessions: s.auth, Gate: s.gate, Logger: cfg.Logger, Metrics: s.metrics.registry,
+		HandshakeTimeout:            cfg.HandshakeTimeout,
+		DisableAnonymousCache:       cfg.DisableAnonymousCache,
+		AnonymousCacheSessionsPerIP: cfg.AnonymousCacheSessionsPerIP,
+		CacheSessionIdleTimeout:     cfg.CacheSessionIdleTimeout,
+		NarinfoHook:                 cfg.narinfoHook,
 	})
 	s.deployKeys = deploykeys.New(db, cfg.DialKey)
 	s.verifier = secret.NewVerifier(0)
@@ -231,7 +235,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	s.mountAdminAPI(mux)
-	s.mountBinaryCache(mux)
+	s.cache.Mount(mux)
 	return mux
 }
 

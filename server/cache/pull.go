@@ -1,4 +1,4 @@
-package server
+package cache
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 func narStreamToken(objectKey string) string { return "sha256:" + objectKey }
 
 // goServe streams one path; resume, if set, asks to continue a stream.
-func (c *cacheConn) goServe(jobID, storePath string, resume *wire.NarRequestResume) {
+func (c *Conn) goServe(jobID, storePath string, resume *wire.NarRequestResume) {
 	c.transfers.Add(1)
 	c.spawn(func() {
 		defer func() {
@@ -38,7 +38,7 @@ func (c *cacheConn) goServe(jobID, storePath string, resume *wire.NarRequestResu
 	})
 }
 
-func (c *cacheConn) serve(jobID, storePath string, resume *wire.NarRequestResume) {
+func (c *Conn) serve(jobID, storePath string, resume *wire.NarRequestResume) {
 	ctx := c.ctx
 	unavailable := func(reason string) {
 		if !c.readOnly { // a cache session skips unknown paths silently
@@ -48,7 +48,7 @@ func (c *cacheConn) serve(jobID, storePath string, resume *wire.NarRequestResume
 	abort := func(reason string) {
 		c.send(&wire.NarAbort{JobID: jobID, StorePath: storePath, Reason: reason})
 	}
-	caches, err := c.scope.readable(ctx)
+	caches, err := c.scope.Readable(ctx)
 	var found map[string][]storage.CachePath
 	if err == nil {
 		found, err = c.lookup(ctx, caches, []string{storePath})
@@ -119,7 +119,7 @@ func (c *cacheConn) serve(jobID, storePath string, resume *wire.NarRequestResume
 // streamChunks sends the object from offset in BulkChunkSize frames; the
 // last frame with data is flagged final (an empty one when nothing is
 // left). The buffer is reused: Send has encoded the frame when it returns.
-func (c *cacheConn) streamChunks(ctx context.Context, jobID, storePath string, obj io.Reader, offset, size int64) (int64, error) {
+func (c *Conn) streamChunks(ctx context.Context, jobID, storePath string, obj io.Reader, offset, size int64) (int64, error) {
 	buf := make([]byte, session.BulkChunkSize)
 	var sent int64
 	for {

@@ -1,14 +1,11 @@
-package server
+package cache
 
 import (
 	"encoding/base64"
 	"errors"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
 
-	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 )
 
@@ -43,44 +40,13 @@ func cacheKeyFromRequest(r *http.Request) (string, bool) {
 // and one indexed lookup (storage.CacheKeyByToken), the same for a right
 // key, a wrong one and any number of keys on the cache. A failure counts
 // against the client's address.
-func (s *Server) cacheKeyAllows(r *http.Request, cacheID, token string) (bool, error) {
-	_, err := s.db.CacheKeyByToken(r.Context(), cacheID, token)
+func (c *Cache) cacheKeyAllows(r *http.Request, cacheID, token string) (bool, error) {
+	_, err := c.db.CacheKeyByToken(r.Context(), cacheID, token)
 	if errors.Is(err, storage.ErrNotFound) {
-		s.authFailed(r, "cache API key")
+		c.gate.Failed(r, "cache API key")
 		return false, nil
 	}
 	return err == nil, err
-}
-
-// authHeldBack answers 429 when the request's address has no failed
-// authentications left (Config.AuthFailuresPerMinute); true when it did.
-// Callers ask before checking a presented credential, so a held-back
-// address costs no check at all; requests without credentials are not
-// asked about.
-func (s *Server) authHeldBack(w http.ResponseWriter, r *http.Request, answer func(w http.ResponseWriter, status int, msg string)) bool {
-	if s.authFailures == nil {
-		return false
-	}
-	wait, blocked := s.authFailures.Blocked(authority.ClientIP(r))
-	if !blocked {
-		return false
-	}
-	seconds := strconv.Itoa(int(math.Ceil(wait.Seconds())))
-	w.Header().Set("Retry-After", seconds)
-	answer(w, http.StatusTooManyRequests, "too many failed authentications from this address: retry in "+seconds+" s")
-	return true
-}
-
-// authFailed records a wrong credential of the request's address.
-func (s *Server) authFailed(r *http.Request, what string) {
-	if s.authFailures == nil {
-		return
-	}
-	ip := authority.ClientIP(r)
-	s.authFailures.Fail(ip)
-	if _, blocked := s.authFailures.Blocked(ip); blocked {
-		s.log.Warn("failed authentications: address held back", "remote", ip, "credential", what)
-	}
 }
 
 // plainError is http.Error in authHeldBack's answer shape.

@@ -1,4 +1,4 @@
-package server
+package cache
 
 import (
 	"bytes"
@@ -29,15 +29,8 @@ import (
 // CI's own cache first.
 const binaryCachePriority = 10
 
-// binaryCache serves the HTTP binary cache of one Server.
-type binaryCache struct {
-	s       *Server
-	metrics *binaryCacheMetrics
-}
-
-// mountBinaryCache mounts /cache/{cache}/….
-func (s *Server) mountBinaryCache(mux *http.ServeMux) {
-	bc := &binaryCache{s: s, metrics: s.metrics.cache}
+// Mount mounts /cache/{cache}/… on mux.
+func (bc *Cache) Mount(mux *http.ServeMux) {
 	// GET patterns also match HEAD.
 	mux.HandleFunc("GET /cache/{cache}/nix-cache-info", bc.serveCacheInfo)
 	mux.HandleFunc("GET /cache/{cache}/{file}", bc.serveNarinfo)
@@ -47,8 +40,8 @@ func (s *Server) mountBinaryCache(mux *http.ServeMux) {
 
 // open resolves the cache named in the URL and checks the caller may read
 // it. On false the answer has been written.
-func (bc *binaryCache) open(w http.ResponseWriter, r *http.Request) (storage.Cache, bool) {
-	c, err := bc.s.cacheMemo.cacheByName(r.Context(), bc.s.db, r.PathValue("cache"))
+func (bc *Cache) open(w http.ResponseWriter, r *http.Request) (storage.Cache, bool) {
+	c, err := bc.cacheMemo.cacheByName(r.Context(), bc.db, r.PathValue("cache"))
 	if errors.Is(err, storage.ErrNotFound) {
 		http.Error(w, "no such cache", http.StatusNotFound)
 		return c, false
@@ -62,10 +55,10 @@ func (bc *binaryCache) open(w http.ResponseWriter, r *http.Request) (storage.Cac
 	}
 	token, ok := cacheKeyFromRequest(r)
 	if ok {
-		if bc.s.authHeldBack(w, r, plainError) {
+		if bc.gate.HeldBack(w, r, plainError) {
 			return c, false
 		}
-		allowed, err := bc.s.cacheKeyAllows(r, c.ID, token)
+		allowed, err := bc.cacheKeyAllows(r, c.ID, token)
 		if err != nil {
 			bc.internal(w, r, err)
 			return c, false
@@ -79,15 +72,15 @@ func (bc *binaryCache) open(w http.ResponseWriter, r *http.Request) (storage.Cac
 	return c, false
 }
 
-func (bc *binaryCache) internal(w http.ResponseWriter, r *http.Request, err error) {
+func (bc *Cache) internal(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) {
 		return // the client left
 	}
-	bc.s.log.Error("binary cache request failed", "path", r.URL.Path, "error", err)
+	bc.log.Error("binary cache request failed", "path", r.URL.Path, "error", err)
 	http.Error(w, "internal error", http.StatusInternalServerError)
 }
 
-func (bc *binaryCache) serveCacheInfo(w http.ResponseWriter, r *http.Request) {
+func (bc *Cache) serveCacheInfo(w http.ResponseWriter, r *http.Request) {
 	if _, ok := bc.open(w, r); !ok {
 		return
 	}
@@ -95,7 +88,7 @@ func (bc *binaryCache) serveCacheInfo(w http.ResponseWriter, r *http.Request) {
 	writeText(w, r, "text/x-nix-cache-info", []byte(body))
 }
 
-func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
+func (bc *Cache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 	hash, ok := strings.CutSuffix(r.PathValue("file"), ".narinfo")
 	if !ok {
 		http.NotFound(w, r)
@@ -107,9 +100,9 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, stamp, ok := bc.s.cacheMemo.narinfo(c.ID, hash)
+	body, stamp, ok := bc.cacheMemo.narinfo(c.ID, hash)
 	if !ok {
-		p, err := bc.s.db.CachePath(r.Context(), c.ID, hash)
+		p, err := bc.db.CachePath(r.Context(), c.ID, hash)
 		if errors.Is(err, storage.ErrNotFound) {
 			bc.metrics.narinfos.WithLabelValues(cacheLabel(c), "miss").Inc()
 			http.NotFound(w, r)
@@ -119,7 +112,7 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 			bc.internal(w, r, err)
 			return
 		}
-		key, err := bc.s.cacheMemo.signingKey(r.Context(), bc.s.db, c.ID)
+		key, err := bc.cacheMemo.signingKey(r.Context(), bc.db, c.ID)
 		if err != nil {
 			bc.internal(w, r, err)
 			return
@@ -128,17 +121,17 @@ func (bc *binaryCache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 			bc.internal(w, r, err)
 			return
 		}
-		bc.s.cacheMemo.storeNarinfo(c.ID, hash, body, stamp)
+		bc.cacheMemo.storeNarinfo(c.ID, hash, body, stamp)
 	}
 	bc.metrics.narinfos.WithLabelValues(cacheLabel(c), "hit").Inc()
-	if hook := bc.s.cfg.narinfoHook; hook != nil {
+	if hook := bc.cfg.NarinfoHook; hook != nil {
 		body = hook(bytes.Clone(body))
 	}
 	w.Header().Set("X-Cache", "HIT")
 	writeText(w, r, "text/x-nix-narinfo", body)
 }
 
-func (bc *binaryCache) serveNar(w http.ResponseWriter, r *http.Request) {
+func (bc *Cache) serveNar(w http.ResponseWriter, r *http.Request) {
 	// nar/<key>.nar.zst; any .nar or .nar.* name maps to the same key.
 	key, _, _ := strings.Cut(r.PathValue("file"), ".")
 	c, ok := bc.open(w, r)
@@ -147,7 +140,7 @@ func (bc *binaryCache) serveNar(w http.ResponseWriter, r *http.Request) {
 	}
 	// Only objects of this cache's paths: a private cache's NARs must not
 	// be reachable through another cache.
-	p, err := bc.s.db.CachePathByObject(r.Context(), c.ID, key)
+	p, err := bc.db.CachePathByObject(r.Context(), c.ID, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		http.NotFound(w, r)
 		return
@@ -156,14 +149,14 @@ func (bc *binaryCache) serveNar(w http.ResponseWriter, r *http.Request) {
 		bc.internal(w, r, err)
 		return
 	}
-	store := bc.s.cfg.NarStore
+	store := bc.cfg.NarStore
 	if store == nil {
 		http.Error(w, "this server has no NAR store", http.StatusServiceUnavailable)
 		return
 	}
 	obj, size, err := store.Open(r.Context(), key)
 	if errors.Is(err, narstore.ErrNotFound) {
-		bc.s.log.Warn("binary cache: object of a recorded path is missing", "cache", c.Name, "path", p.StorePath, "object", key)
+		bc.log.Warn("binary cache: object of a recorded path is missing", "cache", c.Name, "path", p.StorePath, "object", key)
 		http.NotFound(w, r)
 		return
 	}
@@ -199,7 +192,7 @@ func (bc *binaryCache) serveNar(w http.ResponseWriter, r *http.Request) {
 	bc.metrics.narDownloads.WithLabelValues(label).Inc()
 	bc.metrics.narSeconds.WithLabelValues(label).Observe(time.Since(started).Seconds())
 	bc.metrics.narSizes.WithLabelValues(label).Observe(float64(sent.n))
-	bc.s.log.Debug("binary cache: NAR sent", "cache", c.Name, "path", p.StorePath, "bytes", sent.n, "range", r.Header.Get("Range"), "error", err)
+	bc.log.Debug("binary cache: NAR sent", "cache", c.Name, "path", p.StorePath, "bytes", sent.n, "range", r.Header.Get("Range"), "error", err)
 }
 
 // countingWriter counts the body bytes of a response. ReadFrom keeps the

@@ -1,4 +1,4 @@
-package server
+package cache
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -21,8 +21,8 @@ import (
 // Pull) and NarRequest; anything else is answered Reject 403 and the
 // session goes on.
 
-func (bc *binaryCache) serveSession(w http.ResponseWriter, r *http.Request) {
-	s := bc.s
+func (bc *Cache) serveSession(w http.ResponseWriter, r *http.Request) {
+	s := bc
 	cache, err := s.db.CacheByName(r.Context(), r.PathValue("cache"))
 	if errors.Is(err, storage.ErrNotFound) {
 		http.Error(w, "no such cache", http.StatusNotFound)
@@ -37,7 +37,7 @@ func (bc *binaryCache) serveSession(w http.ResponseWriter, r *http.Request) {
 	token, hasKey := cacheKeyFromRequest(r)
 	anonymous := !hasKey
 	if hasKey {
-		if s.authHeldBack(w, r, plainError) {
+		if s.gate.HeldBack(w, r, plainError) {
 			return
 		}
 		allowed, err := s.cacheKeyAllows(r, cache.ID, token)
@@ -54,16 +54,16 @@ func (bc *binaryCache) serveSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Every session counts against MaxConnections; refusing beats queueing.
-	releaseSlot, ok := s.auth.TakeSlot()
+	releaseSlot, ok := s.sessions.TakeSlot()
 	if !ok {
 		http.Error(w, "too many connections", http.StatusServiceUnavailable)
 		return
 	}
 	defer releaseSlot()
 	if anonymous {
-		release, ok := s.anonymousCache.TryAcquire(authority.ClientIP(r))
+		release, ok := s.anonymousCache.TryAcquire(limit.ClientIP(r))
 		if !ok {
-			s.auth.Refused("anonymous cache sessions per IP")
+			s.sessions.Refused("anonymous cache sessions per IP")
 			http.Error(w, "too many anonymous cache sessions from this address", http.StatusServiceUnavailable)
 			return
 		}
@@ -76,10 +76,10 @@ func (bc *binaryCache) serveSession(w http.ResponseWriter, r *http.Request) {
 	}
 	defer t.Close(session.CloseNormal, "")
 	log := s.log.With("remote", r.RemoteAddr, "cache", cache.Name, "anonymous", anonymous)
-	s.auth.Attach(func(ctx context.Context) { s.runCacheSession(ctx, log, t, cache) })
+	s.sessions.Attach(func(ctx context.Context) { s.runCacheSession(ctx, log, t, cache) })
 }
 
-func (s *Server) runCacheSession(ctx context.Context, log *slog.Logger, t session.Transport, cache storage.Cache) {
+func (s *Cache) runCacheSession(ctx context.Context, log *slog.Logger, t session.Transport, cache storage.Cache) {
 	c := session.NewConn(t, session.ConnOptions{Logger: log})
 	est, err := session.RunCache(ctx, c, s.cfg.HandshakeTimeout)
 	if err != nil {
@@ -106,7 +106,7 @@ func (s *Server) runCacheSession(ctx context.Context, log *slog.Logger, t sessio
 // dispatchCacheSession serves the session's messages until it ends: only
 // CacheQuery (Normal, Pull) and NarRequest; every other message, bulk
 // frames too, is answered Reject 403 and the session goes on.
-func dispatchCacheSession(ctx context.Context, sess *session.ServerSession, cc *cacheConn) string {
+func dispatchCacheSession(ctx context.Context, sess *session.ServerSession, cc *Conn) string {
 	for {
 		m, err := sess.Recv(ctx)
 		if err != nil {
@@ -133,7 +133,7 @@ func dispatchCacheSession(ctx context.Context, sess *session.ServerSession, cc *
 
 // closeIdleCacheSession closes the session once it had no NAR transfer
 // for the idle timeout (never while one is in flight).
-func (s *Server) closeIdleCacheSession(sess *session.ServerSession, cc *cacheConn) {
+func (s *Cache) closeIdleCacheSession(sess *session.ServerSession, cc *Conn) {
 	idle := s.cfg.CacheSessionIdleTimeout
 	timer := time.NewTimer(idle)
 	defer timer.Stop()

@@ -1,4 +1,4 @@
-package server
+package cache
 
 import (
 	"context"
@@ -29,7 +29,7 @@ var errUploadMismatch = errors.New("upload does not match its metadata")
 
 // uploads are the open upload requests of one connection.
 type uploads struct {
-	c  *cacheConn
+	c  *Conn
 	mu sync.Mutex
 	// open: requested and not yet committed, failed or cancelled.
 	open map[uint64]*upload
@@ -56,7 +56,7 @@ type upload struct {
 	meta  *wire.NarUploadMetadata
 }
 
-func newUploads(c *cacheConn) *uploads {
+func newUploads(c *Conn) *uploads {
 	return &uploads{c: c, open: map[uint64]*upload{}, answered: map[uint64]bool{}}
 }
 
@@ -100,7 +100,7 @@ func (us *uploads) request(m *wire.UploadRequest) {
 // wait for another upload of the same path.
 func (us *uploads) grant(u *upload) {
 	c := us.c
-	scope, err := c.scope.writable(u.ctx, u.jobID)
+	scope, err := c.scope.Writable(u.ctx, u.jobID)
 	if err != nil {
 		us.fail(u, &wire.UploadRetry{Reason: "cache lookup failed"})
 		return
@@ -110,7 +110,7 @@ func (us *uploads) grant(u *upload) {
 		us.fail(u, &wire.UploadRejected{Reason: reason})
 		return
 	}
-	caches := scope.caches
+	caches := scope.Caches
 	lease, _, err := c.s.uploadLeases.acquire(u.ctx, u.hash)
 	if err != nil {
 		return // cancelled; whoever cancelled answered
@@ -256,11 +256,11 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	if meta.CA != nil {
 		ca = *meta.CA
 	}
-	if err := checkPathMetadata(u.storePath, meta.References, deriver, ca); err != nil {
+	if err := CheckPathMetadata(u.storePath, meta.References, deriver, ca); err != nil {
 		return reject("metadata: " + err.Error())
 	}
 	// The scope again: the job may have ended, or the grant changed.
-	scope, err := c.scope.writable(u.ctx, u.jobID)
+	scope, err := c.scope.Writable(u.ctx, u.jobID)
 	if err != nil {
 		u.w.Abort()
 		return &wire.UploadRetry{Reason: "cache lookup failed"}, false
@@ -272,11 +272,11 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	if err != nil {
 		return reject(err.Error())
 	}
-	fileHash, err := parseSHA256(meta.FileHash)
+	fileHash, err := ParseSHA256(meta.FileHash)
 	if err != nil {
 		return reject("file_hash: " + err.Error())
 	}
-	narHash, err := parseSHA256(meta.NarHash)
+	narHash, err := ParseSHA256(meta.NarHash)
 	if err != nil {
 		return reject("nar_hash: " + err.Error())
 	}
@@ -304,7 +304,7 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	row := storage.CachePath{StorePath: u.storePath, NarHash: obj.NarHashText(), NarSize: obj.NarSize,
 		FileHash: obj.FileHashText(), FileSize: obj.FileSize, Compression: narstore.Compression,
 		References: meta.References, Deriver: deriver, CA: ca, ObjectKey: obj.Key}
-	for _, cache := range scope.caches {
+	for _, cache := range scope.Caches {
 		row.CacheID = cache.ID
 		_, _, err := c.s.db.PutCachePath(u.ctx, row)
 		if errors.Is(err, storage.ErrInvalid) {

@@ -2,19 +2,17 @@ package server
 
 import (
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/server/cache"
 	"gradient.dev/gradient/storage"
-	"gradient.dev/gradient/storepath"
 )
 
-// Admin endpoints for a cache's content (mounted by adminAPI.routes):
+// Admin endpoints for a cache's content (mounted by adminAPI.routes; the
+// cache stores and deletes, package cache):
 //
 //	PUT    /api/v1/caches/{cache}/paths           NAR body + X-Nix-* headers → path
 //	GET    /api/v1/caches/{cache}/paths
@@ -74,9 +72,6 @@ func viewCachePath(p storage.CachePath) cachePathView {
 	}
 }
 
-// errNarMismatch is an upload whose bytes do not match its metadata.
-var errNarMismatch = errors.New("NAR does not match its metadata")
-
 func (a *adminAPI) putCachePath(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	c, err := a.cache(ctx, r.PathValue("cache"))
@@ -84,8 +79,7 @@ func (a *adminAPI) putCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	store := a.s.cfg.NarStore
-	if store == nil {
+	if !a.s.cache.HasNarStore() {
 		writeError(w, http.StatusServiceUnavailable, "this server has no NAR store")
 		return
 	}
@@ -94,46 +88,16 @@ func (a *adminAPI) putCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	hash, _ := storage.StorePathHash(in.StorePath)
-	if existing, err := a.s.db.CachePath(ctx, c.ID, hash); err == nil {
-		// Already stored: the body need not be read (idempotent put).
-		a.answerUpload(w, existing, false)
+	p, created, err := a.s.cache.PushPath(ctx, c, in, narHash, r.Body)
+	var mismatch *cache.MismatchError
+	if errors.As(err, &mismatch) {
+		writeError(w, http.StatusBadRequest, "upload of "+in.StorePath+" refused: "+mismatch.Reason)
 		return
 	}
-	var mismatch string
-	obj, err := store.Put(ctx, io.LimitReader(r.Body, in.NarSize+1), func(o narstore.Object) error {
-		switch {
-		case o.NarSize != in.NarSize:
-			mismatch = fmt.Sprintf("NAR is %d bytes, metadata says %d", o.NarSize, in.NarSize)
-		case o.NarHash != narHash:
-			mismatch = fmt.Sprintf("NAR hash is %s, metadata says %s", o.NarHashText(), in.NarHash)
-		default:
-			return nil
-		}
-		return errNarMismatch
-	})
-	if errors.Is(err, errNarMismatch) {
-		a.s.metrics.cache.narUploads.WithLabelValues("mismatch").Inc()
-		a.s.log.Warn("admin: NAR upload refused", "cache", c.Name, "path", in.StorePath, "reason", mismatch)
-		writeError(w, http.StatusBadRequest, "upload of "+in.StorePath+" refused: "+mismatch)
-		return
-	}
-	if err != nil {
-		a.s.metrics.cache.narUploads.WithLabelValues("failed").Inc()
-		a.fail(w, r, fmt.Errorf("store NAR of %s: %w", in.StorePath, err))
-		return
-	}
-	in.CacheID = c.ID
-	in.NarHash = obj.NarHashText() // normalised to sha256:<nix32>
-	in.FileHash, in.FileSize = obj.FileHashText(), obj.FileSize
-	in.Compression, in.ObjectKey = narstore.Compression, obj.Key
-	p, created, err := a.s.db.PutCachePath(ctx, in)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.metrics.cache.narUploads.WithLabelValues("stored").Inc()
-	a.s.log.Info("admin: path stored", "cache", c.Name, "path", p.StorePath, "nar_size", p.NarSize, "file_size", p.FileSize)
 	a.answerUpload(w, p, created)
 }
 
@@ -157,10 +121,10 @@ func uploadMetadata(r *http.Request) (storage.CachePath, [32]byte, error) {
 		Deriver:    strings.TrimSpace(h.Get(headerDeriver)),
 		CA:         strings.TrimSpace(h.Get(headerCA)),
 	}
-	if err := checkPathMetadata(in.StorePath, in.References, in.Deriver, in.CA); err != nil {
+	if err := cache.CheckPathMetadata(in.StorePath, in.References, in.Deriver, in.CA); err != nil {
 		return in, [32]byte{}, invalidf("upload refused, nothing stored: %v", err)
 	}
-	narHash, err := parseSHA256(in.NarHash)
+	narHash, err := cache.ParseSHA256(in.NarHash)
 	if err != nil {
 		return in, narHash, invalidf("%s: %v", headerNarHash, err)
 	}
@@ -169,31 +133,6 @@ func uploadMetadata(r *http.Request) (storage.CachePath, [32]byte, error) {
 		return in, narHash, invalidf("%s %q is not a positive size", headerNarSize, h.Get(headerNarSize))
 	}
 	return in, narHash, nil
-}
-
-// checkPathMetadata checks what a narinfo will carry of an upload's
-// metadata by Nix's rules (package storepath), before anything is stored
-// or signed. Admin pushes and worker uploads both pass through it.
-func checkPathMetadata(storePath string, references []string, deriver, ca string) error {
-	if _, _, err := storepath.Parse(storePath); err != nil {
-		return fmt.Errorf("store path: %w", err)
-	}
-	for _, ref := range references {
-		if _, err := storepath.Base(ref); err != nil {
-			return fmt.Errorf("reference: %w", err)
-		}
-	}
-	if deriver != "" {
-		if _, err := storepath.Base(deriver); err != nil {
-			return fmt.Errorf("deriver: %w", err)
-		}
-	}
-	if ca != "" {
-		if err := storepath.CheckCA(ca); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // cachePathHash reads the {path} segment: a hash part, base name or full path.
@@ -242,12 +181,7 @@ func (a *adminAPI) showCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	key, err := a.s.db.CacheSigningKey(ctx, c.ID)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	narinfo, err := renderNarinfo(p, key)
+	narinfo, err := a.s.cache.SignedNarinfo(ctx, p)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -269,7 +203,7 @@ func (a *adminAPI) deleteCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	key, inUse, err := a.s.db.DeleteCachePath(ctx, c.ID, hash)
+	err = a.s.cache.DeletePath(ctx, c, hash)
 	if errors.Is(err, storage.ErrNotFound) {
 		err = notFoundf("cache %q has no path %s", c.Name, hash)
 	}
@@ -277,13 +211,6 @@ func (a *adminAPI) deleteCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.cacheMemo.forgetNarinfo(c.ID, hash)
-	if store := a.s.cfg.NarStore; !inUse && store != nil {
-		if err := store.Delete(ctx, key); err != nil && !errors.Is(err, narstore.ErrNotFound) {
-			a.s.log.Warn("admin: NAR object not deleted", "object", key, "error", err)
-		}
-	}
-	a.s.log.Info("admin: path deleted", "cache", c.Name, "store_hash", hash)
 	w.WriteHeader(http.StatusNoContent)
 }
 

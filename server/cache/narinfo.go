@@ -1,4 +1,4 @@
-package server
+package cache
 
 import (
 	"bytes"
@@ -8,10 +8,10 @@ import (
 	"gradient.dev/gradient/storage"
 )
 
-// narinfoFingerprint is what Nix signs and checks:
+// Fingerprint is what Nix signs and checks of a narinfo:
 // 1;<store path>;<nar hash>;<nar size>;<full reference paths, sorted, comma-separated>.
 // References are stored sorted, and full paths sort like base names.
-func narinfoFingerprint(p storage.CachePath) []byte {
+func Fingerprint(p storage.CachePath) []byte {
 	refs := make([]string, len(p.References))
 	for i, r := range p.References {
 		refs[i] = storage.StoreDir + "/" + r
@@ -34,7 +34,7 @@ func renderNarinfo(p storage.CachePath, key storage.SigningKey) ([]byte, error) 
 			return nil, fmt.Errorf("narinfo of %q not rendered: a field holds a line break", p.StorePath)
 		}
 	}
-	sig := key.Sign(narinfoFingerprint(p))
+	sig := key.Sign(Fingerprint(p))
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "StorePath: %s\n", p.StorePath)
 	fmt.Fprintf(&b, "URL: %s\n", narURL(p))

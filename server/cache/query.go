@@ -1,4 +1,4 @@
-package server
+package cache
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // paths still need an upload. QueryKnownDerivations rides on the same
 // lookup.
 
-func (c *cacheConn) goQuery(q *wire.CacheQuery) {
+func (c *Conn) goQuery(q *wire.CacheQuery) {
 	if len(q.Paths) > cacheQueryMaxPaths {
 		c.send(&wire.CacheError{QueryID: q.QueryID, Message: fmt.Sprintf(
 			"a CacheQuery names at most %d paths, this one %d: split it", cacheQueryMaxPaths, len(q.Paths))})
@@ -42,15 +42,15 @@ func (c *cacheConn) goQuery(q *wire.CacheQuery) {
 	})
 }
 
-func (c *cacheConn) answerQuery(ctx context.Context, q *wire.CacheQuery) (wire.ServerMessage, error) {
+func (c *Conn) answerQuery(ctx context.Context, q *wire.CacheQuery) (wire.ServerMessage, error) {
 	var caches []storage.Cache
 	var err error
 	if q.Mode == wire.QueryPush {
-		var scope writeScope
-		scope, err = c.scope.writable(ctx, q.JobID)
-		caches = scope.caches
+		var scope WriteScope
+		scope, err = c.scope.Writable(ctx, q.JobID)
+		caches = scope.Caches
 	} else {
-		caches, err = c.scope.readable(ctx)
+		caches, err = c.scope.Readable(ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func (c *cacheConn) answerQuery(ctx context.Context, q *wire.CacheQuery) (wire.S
 
 // lookup finds the rows of paths in caches, keyed by the path as the
 // client wrote it. Paths whose hash part is malformed are ignored.
-func (c *cacheConn) lookup(ctx context.Context, caches []storage.Cache, paths []string) (map[string][]storage.CachePath, error) {
+func (c *Conn) lookup(ctx context.Context, caches []storage.Cache, paths []string) (map[string][]storage.CachePath, error) {
 	if len(caches) == 0 || len(paths) == 0 {
 		return nil, nil
 	}
@@ -130,7 +130,7 @@ func (c *cacheConn) lookup(ctx context.Context, caches []storage.Cache, paths []
 
 // pullEntry is a Pull answer for a cached path: the metadata of the
 // first row, signed by every readable cache holding it.
-func (c *cacheConn) pullEntry(ctx context.Context, path string, rows []storage.CachePath, keys map[string]storage.SigningKey) (wire.CachedPath, error) {
+func (c *Conn) pullEntry(ctx context.Context, path string, rows []storage.CachePath, keys map[string]storage.SigningKey) (wire.CachedPath, error) {
 	p := rows[0]
 	refs := make([]string, len(p.References))
 	for i, r := range p.References {
@@ -146,7 +146,7 @@ func (c *cacheConn) pullEntry(ctx context.Context, path string, rows []storage.C
 			}
 			keys[r.CacheID] = key
 		}
-		sigs = append(sigs, key.Sign(narinfoFingerprint(r)))
+		sigs = append(sigs, key.Sign(Fingerprint(r)))
 	}
 	e := wire.CachedPath{Path: path, Cached: true,
 		FileSize: u64(p.FileSize), NarSize: u64(p.NarSize),
@@ -191,7 +191,7 @@ func cacheStatusSize(m *wire.CacheStatus) int {
 	return n
 }
 
-func (c *cacheConn) goKnownDerivations(q *wire.QueryKnownDerivations) {
+func (c *Conn) goKnownDerivations(q *wire.QueryKnownDerivations) {
 	c.spawn(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, cacheQueryBudget)
 		defer cancel()
@@ -214,7 +214,7 @@ func (c *cacheConn) goKnownDerivations(q *wire.QueryKnownDerivations) {
 		var caches []storage.Cache
 		var found map[string][]storage.CachePath
 		if err == nil {
-			caches, err = c.scope.readable(ctx)
+			caches, err = c.scope.Readable(ctx)
 		}
 		if err == nil {
 			found, err = c.lookup(ctx, caches, outputs)
@@ -236,7 +236,7 @@ func (c *cacheConn) goKnownDerivations(q *wire.QueryKnownDerivations) {
 
 // recordInCaches records the path of p (an existing row, so its object is
 // stored) in every cache of caches that lacks it.
-func (s *Server) recordInCaches(ctx context.Context, p storage.CachePath, caches []storage.Cache) error {
+func (s *Cache) recordInCaches(ctx context.Context, p storage.CachePath, caches []storage.Cache) error {
 	for _, cache := range caches {
 		if cache.ID == p.CacheID {
 			continue

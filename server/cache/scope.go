@@ -1,4 +1,4 @@
-package server
+package cache
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"io"
 	"slices"
 
-	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storepath"
@@ -23,27 +22,39 @@ import (
 // digest. A worker without a job may write only the caches it is a cache
 // peer of, whose owner registered it for them.
 
-// writeScope is where, and what, one upload or Push query may write.
-type writeScope struct {
-	jobID  string
-	caches []storage.Cache
-	// job is what the held job produces; nil: no job is held, and the
+// WriteScope is where, and what, one upload or Push query may write.
+type WriteScope struct {
+	JobID  string
+	Caches []storage.Cache
+	// Job is what the held job produces; nil: no job is held, and the
 	// caches are those the worker is a cache peer of, for any path.
-	job *authority.JobProducts
+	Job *JobProducts
+}
+
+// JobProducts is what a running job may upload, as the job loop knows it
+// (authority.JobProducts without the project, which picked the caches).
+type JobProducts struct {
+	// What names the job in refusals ("build of /nix/store/…drv").
+	What string
+	// Outputs are a build job's output paths, known before it runs.
+	Outputs []string
+	// ContentAddressed: the job may also upload self-certifying paths,
+	// whose content the cache checks against their CA field.
+	ContentAddressed bool
 }
 
 // refusal is why path may not be uploaded at all, or "". It needs only
 // the path, so it is decided before the grant.
-func (s writeScope) refusal(path string) string {
+func (s WriteScope) refusal(path string) string {
 	switch {
-	case s.job == nil && len(s.caches) == 0 && s.jobID == "":
+	case s.Job == nil && len(s.Caches) == 0 && s.JobID == "":
 		return fmt.Sprintf("no running job of this session produces %s: the upload names no job", path)
-	case s.job == nil && len(s.caches) == 0:
-		return fmt.Sprintf("no running job of this session produces %s: job %q is not running on this session", path, s.jobID)
-	case len(s.caches) == 0:
-		return fmt.Sprintf("job %s may write no cache: its project has none, or this worker no longer serves it", s.jobID)
-	case s.job != nil && !slices.Contains(s.job.Outputs, path) && !s.job.ContentAddressed:
-		return fmt.Sprintf("%s is not an output of job %s (%s)", path, s.jobID, s.job.What)
+	case s.Job == nil && len(s.Caches) == 0:
+		return fmt.Sprintf("no running job of this session produces %s: job %q is not running on this session", path, s.JobID)
+	case len(s.Caches) == 0:
+		return fmt.Sprintf("job %s may write no cache: its project has none, or this worker no longer serves it", s.JobID)
+	case s.Job != nil && !slices.Contains(s.Job.Outputs, path) && !s.Job.ContentAddressed:
+		return fmt.Sprintf("%s is not an output of job %s (%s)", path, s.JobID, s.Job.What)
 	}
 	return ""
 }
@@ -60,12 +71,12 @@ type contentCheck struct {
 // build's output, a cache peer's upload), or why the path is refused.
 // It checks the store path against the CA field now; the content is
 // checked by contentCheck.verify once the NAR is read.
-func (s writeScope) certify(path string, meta *wire.NarUploadMetadata) (*contentCheck, error) {
-	if s.job == nil || slices.Contains(s.job.Outputs, path) {
+func (s WriteScope) certify(path string, meta *wire.NarUploadMetadata) (*contentCheck, error) {
+	if s.Job == nil || slices.Contains(s.Job.Outputs, path) {
 		return nil, nil
 	}
 	if meta.CA == nil {
-		return nil, fmt.Errorf("%s is not content-addressed (no CA field), and job %s (%s) produces only content-addressed paths besides its outputs", path, s.jobID, s.job.What)
+		return nil, fmt.Errorf("%s is not content-addressed (no CA field), and job %s (%s) produces only content-addressed paths besides its outputs", path, s.JobID, s.Job.What)
 	}
 	ca, err := storepath.ParseCA(*meta.CA)
 	if err != nil {

@@ -1,16 +1,18 @@
-package server
+package cache
 
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"strings"
 
 	"gradient.dev/gradient/nixbase32"
+	"gradient.dev/gradient/storage"
 )
 
-// parseSHA256 reads a SHA-256 in any form Nix writes one: sha256:<nix32>,
+// ParseSHA256 reads a SHA-256 in any form Nix writes one: sha256:<nix32>,
 // sha256:<hex>, SRI sha256-<base64>, or a bare nix32 or hex digest.
-func parseSHA256(s string) ([32]byte, error) {
+func ParseSHA256(s string) ([32]byte, error) {
 	var sum [32]byte
 	var raw []byte
 	var err error
@@ -32,4 +34,14 @@ func parseSHA256(s string) ([32]byte, error) {
 	}
 	copy(sum[:], raw)
 	return sum, nil
+}
+
+// invalidError is bad input, of kind storage.ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+func (e *invalidError) Unwrap() error { return storage.ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
 }
