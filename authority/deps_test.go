@@ -9,8 +9,8 @@ import (
 // The split of the server pinned: the authority, and the proxy built on
 // it, know no database, no NAR store, no binary cache, no admin API and
 // no scheduler (those plug in through Policy, JobLoop and CacheFactory);
-// the cache and the admin API use the authority and storage, never the
-// server that wires them or each other; the scheduler plugs into the
+// the cache and the admin API use storage (the admin API the authority's
+// WorkerStatus too), never the server that wires them or each other; the scheduler plugs into the
 // authority and imports no other part of the server.
 func TestDependencies(t *testing.T) {
 	// Each package's forbidden imports, exact or "x/..." for every
@@ -20,6 +20,7 @@ func TestDependencies(t *testing.T) {
 		"authority":        {"storage", "narstore", "server", "server/...", "worker", "nix"},
 		"proxy":            {"storage", "narstore", "server", "server/...", "worker", "nix"},
 		"server/cache":     {"authority", "server", "server/admin", "server/scheduler"},
+		"server/admin":     {"server", "server/cache", "server/scheduler", "narstore"},
 		"server/scheduler": {"server", "server/cache", "server/admin", "narstore"},
 	} {
 		out, err := exec.Command("go", "list", "-deps", m+pkg).CombinedOutput()

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/server/deploykeys"
 )
 
@@ -16,7 +17,7 @@ func TestAdminDeployKeys(t *testing.T) {
 	_, p, _ := e.seed()
 	path := projectPath("ops/web") + "/deploy-key"
 
-	var key deployKeyView
+	var key admin.DeployKeyView
 	e.must(200, "POST", path, nil, &key)
 	if key.Project != "ops/web" || !strings.HasPrefix(key.PublicKey, "ssh-ed25519 ") || !strings.HasSuffix(key.PublicKey, " gradient-ops-web") {
 		t.Fatalf("generated %+v", key)
@@ -25,7 +26,7 @@ func TestAdminDeployKeys(t *testing.T) {
 	if err != nil || comment != "gradient-ops-web" {
 		t.Fatalf("public key %q does not parse as an authorized_keys line: %v", key.PublicKey, err)
 	}
-	var shown projectView
+	var shown admin.ProjectView
 	e.must(200, "GET", projectPath("ops/web"), nil, &shown)
 	if shown.DeployKey != key.PublicKey {
 		t.Fatalf("project shows deploy key %q, want %q", shown.DeployKey, key.PublicKey)
@@ -54,14 +55,14 @@ func TestAdminDeployKeys(t *testing.T) {
 	}
 
 	// Generating again rotates the key.
-	var rotated deployKeyView
+	var rotated admin.DeployKeyView
 	e.must(200, "POST", path, nil, &rotated)
 	if rotated.PublicKey == key.PublicKey {
 		t.Fatal("a second generation kept the key")
 	}
 	e.must(204, "DELETE", path, nil, nil)
 	e.fails(404, "deploy key", "DELETE", path, nil)
-	var after projectView
+	var after admin.ProjectView
 	e.must(200, "GET", projectPath("ops/web"), nil, &after)
 	if after.DeployKey != "" {
 		t.Fatalf("deleted deploy key still shown: %q", after.DeployKey)

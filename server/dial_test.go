@@ -18,6 +18,7 @@ import (
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -87,7 +88,7 @@ func newDialedWorker(t *testing.T) *dialedWorker {
 // file allows too): argon2id on every dial is slow under the race detector.
 func (w *dialedWorker) accept(peerID, token string) {
 	w.t.Helper()
-	line, err := AcceptedServerTokenLine(peerID, token)
+	line, err := admin.AcceptedServerTokenLine(peerID, token)
 	if err != nil {
 		w.t.Fatal(err)
 	}

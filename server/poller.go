@@ -204,6 +204,13 @@ func (s *Server) gitAccess(ctx context.Context, p storage.Project, name string) 
 	return access
 }
 
+// BranchHead is the commit at the head of p's branch, for the admin API
+// (admin.BranchHeads).
+func (s *Server) BranchHead(ctx context.Context, p storage.Project) (string, bool, error) {
+	commit, err := lsRemote(ctx, p.Repository, p.Branch, s.gitAccess(ctx, p, p.Name))
+	return commit, errors.Is(err, errBranchMissing), err
+}
+
 // errBranchMissing: the repository answered but has no such branch.
 var errBranchMissing = errors.New("no such branch")
 

@@ -13,6 +13,7 @@ import (
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -286,7 +287,7 @@ func TestPollerUsesDeployKey(t *testing.T) {
 	if !strings.Contains(e.logs.String(), "Permission denied") {
 		t.Fatalf("no warning with the host's refusal:\n%s", e.logs.String())
 	}
-	var key deployKeyView
+	var key admin.DeployKeyView
 	e.must(200, "POST", projectPath("ops/private")+"/deploy-key", nil, &key)
 	started := e.srv.pollBranches(t.Context())
 	if len(started) != 1 || started[0].ProjectID != p.ID || started[0].Commit != head {

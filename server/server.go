@@ -15,6 +15,7 @@ import (
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/server/cache"
 	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/server/internal/authgate"
@@ -167,6 +168,7 @@ type Server struct {
 	// cache is the binary cache: HTTP, read-only cache sessions and the
 	// cache messages of worker sessions.
 	cache *cache.Cache
+	admin *admin.API
 
 	// ctx ends the dialer and the poller on Close.
 	ctx    context.Context
@@ -211,6 +213,13 @@ func New(db *storage.DB, cfg Config) *Server {
 		NarinfoHook:                 cfg.narinfoHook,
 	})
 	s.deployKeys = deploykeys.New(db, cfg.DialKey)
+	ctl, _ := s.evaluationControl()
+	progress, _ := cfg.Jobs.(admin.BuildProgress)
+	s.admin = admin.New(admin.Config{
+		DB: db, AdminTokenHash: cfg.AdminTokenHash, Gate: s.gate, ObserveTokenCheck: s.metrics.argon2Checked,
+		AllowLocalRepositories: cfg.AllowLocalRepositories, Logger: cfg.Logger,
+		Workers: s, Dialer: s, DeployKeys: s.deployKeys, Cache: s.cache, Evaluations: ctl, Progress: progress, Branches: s,
+	})
 	s.verifier = secret.NewVerifier(0)
 	s.verifier.Observe = s.metrics.argon2Checked
 	if cfg.DialKey != nil {
@@ -234,7 +243,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /proto", s.auth.ProtoHandler())
 	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
-	s.mountAdminAPI(mux)
+	s.admin.Mount(mux)
 	s.cache.Mount(mux)
 	return mux
 }

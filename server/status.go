@@ -6,7 +6,11 @@ import (
 	"time"
 
 	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/server/admin"
 )
+
+// ConnectedWorkers is how many worker sessions are up or handshaking.
+func (s *Server) ConnectedWorkers() int { return s.auth.Connected() }
 
 // WorkerStatus reports whether a worker is connected, and why it last went
 // away.
@@ -14,22 +18,15 @@ func (s *Server) WorkerStatus(workerID string) authority.WorkerStatus {
 	return s.auth.WorkerStatus(workerID)
 }
 
-// ProjectWorker is one worker of a project's worker list.
-type ProjectWorker struct {
-	authority.WorkerStatus
-	TeamID      string `json:"team_id,omitempty"` // set for team workers granted to the project
-	Deactivated bool   `json:"deactivated,omitempty"`
-}
-
 // ProjectWorkers lists the workers registered for or granted to a project.
 // A worker shows as live only when its session authenticated for this
 // project.
-func (s *Server) ProjectWorkers(ctx context.Context, projectID string) ([]ProjectWorker, error) {
+func (s *Server) ProjectWorkers(ctx context.Context, projectID string) ([]admin.ProjectWorker, error) {
 	rows, err := s.db.ProjectWorkers(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ProjectWorker, 0, len(rows))
+	out := make([]admin.ProjectWorker, 0, len(rows))
 	for _, r := range rows {
 		st := s.WorkerStatus(r.WorkerID)
 		if st.Live && !slices.Contains(st.Projects, projectID) {
@@ -39,7 +36,7 @@ func (s *Server) ProjectWorkers(ctx context.Context, projectID string) ([]Projec
 				st.OfflineReason = "connected, but not authenticated for this project"
 			}
 		}
-		out = append(out, ProjectWorker{WorkerStatus: st, TeamID: r.TeamID, Deactivated: r.Deactivated})
+		out = append(out, admin.ProjectWorker{WorkerStatus: st, TeamID: r.TeamID, Deactivated: r.Deactivated})
 	}
 	return out, nil
 }

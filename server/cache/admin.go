@@ -8,17 +8,17 @@ import (
 
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/storage"
-	"gradient.dev/gradient/storepath"
 )
 
 // The cache content the admin API manages: operators' pushes, signed
 // narinfos of recorded paths, deletes.
 
 // MismatchError is an upload whose bytes do not match its metadata;
-// nothing was stored.
-type MismatchError struct{ Reason string }
+// nothing was stored. Its kind is storage.ErrInvalid.
+type MismatchError struct{ StorePath, Reason string }
 
-func (e *MismatchError) Error() string { return "NAR does not match its metadata: " + e.Reason }
+func (e *MismatchError) Error() string { return "upload of " + e.StorePath + " refused: " + e.Reason }
+func (e *MismatchError) Unwrap() error { return storage.ErrInvalid }
 
 // errNarMismatch is an upload whose bytes do not match its metadata.
 var errNarMismatch = errors.New("NAR does not match its metadata")
@@ -53,7 +53,7 @@ func (bc *Cache) PushPath(ctx context.Context, c storage.Cache, in storage.Cache
 	if errors.Is(err, errNarMismatch) {
 		bc.metrics.narUploads.WithLabelValues("mismatch").Inc()
 		bc.log.Warn("admin: NAR upload refused", "cache", c.Name, "path", in.StorePath, "reason", mismatch)
-		return p, false, &MismatchError{Reason: mismatch}
+		return p, false, &MismatchError{StorePath: in.StorePath, Reason: mismatch}
 	}
 	if err != nil {
 		bc.metrics.narUploads.WithLabelValues("failed").Inc()
@@ -101,28 +101,3 @@ func (bc *Cache) DeletePath(ctx context.Context, c storage.Cache, hash string) e
 
 // Forget drops what the cache keeps of a deleted cache.
 func (bc *Cache) Forget(c storage.Cache) { bc.cacheMemo.forgetCache(c) }
-
-// CheckPathMetadata checks what a narinfo will carry of an upload's
-// metadata by Nix's rules (package storepath), before anything is stored
-// or signed. Admin pushes and worker uploads both pass through it.
-func CheckPathMetadata(storePath string, references []string, deriver, ca string) error {
-	if _, _, err := storepath.Parse(storePath); err != nil {
-		return fmt.Errorf("store path: %w", err)
-	}
-	for _, ref := range references {
-		if _, err := storepath.Base(ref); err != nil {
-			return fmt.Errorf("reference: %w", err)
-		}
-	}
-	if deriver != "" {
-		if _, err := storepath.Base(deriver); err != nil {
-			return fmt.Errorf("deriver: %w", err)
-		}
-	}
-	if ca != "" {
-		if err := storepath.CheckCA(ca); err != nil {
-			return err
-		}
-	}
-	return nil
-}

@@ -21,7 +21,7 @@ import (
 //	GET|HEAD /cache/{cache}/nar/{file hash}.nar.zst
 //
 // Unknown caches, paths and objects answer 404, which Nix reads as "not
-// here". A private cache wants a cache API key (cache_auth.go): missing
+// here". A private cache wants a cache API key (auth.go): missing
 // or wrong → 401; an address with too many wrong keys → 429.
 
 // binaryCachePriority is announced in nix-cache-info: the reference's

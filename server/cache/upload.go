@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/server/internal/pathmeta"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storepath"
 	"gradient.dev/gradient/wire"
@@ -256,7 +257,7 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	if meta.CA != nil {
 		ca = *meta.CA
 	}
-	if err := CheckPathMetadata(u.storePath, meta.References, deriver, ca); err != nil {
+	if err := pathmeta.Check(u.storePath, meta.References, deriver, ca); err != nil {
 		return reject("metadata: " + err.Error())
 	}
 	// The scope again: the job may have ended, or the grant changed.
@@ -272,11 +273,11 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	if err != nil {
 		return reject(err.Error())
 	}
-	fileHash, err := ParseSHA256(meta.FileHash)
+	fileHash, err := pathmeta.ParseSHA256(meta.FileHash)
 	if err != nil {
 		return reject("file_hash: " + err.Error())
 	}
-	narHash, err := ParseSHA256(meta.NarHash)
+	narHash, err := pathmeta.ParseSHA256(meta.NarHash)
 	if err != nil {
 		return reject("nar_hash: " + err.Error())
 	}

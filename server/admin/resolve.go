@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"context"
@@ -13,12 +13,12 @@ import (
 
 // team resolves a team UUID or name. A UUID is tried first; a team whose
 // name looks like a UUID is still found by name.
-func (a *adminAPI) team(ctx context.Context, ref string) (storage.Team, error) {
-	t, err := a.s.db.Team(ctx, ref)
+func (a *API) team(ctx context.Context, ref string) (storage.Team, error) {
+	t, err := a.db.Team(ctx, ref)
 	if err == nil || !isLookupMiss(err) {
 		return t, err
 	}
-	t, err = a.s.db.TeamByName(ctx, ref)
+	t, err = a.db.TeamByName(ctx, ref)
 	if errors.Is(err, storage.ErrNotFound) {
 		return t, notFoundf("team %q does not exist", ref)
 	}
@@ -26,12 +26,12 @@ func (a *adminAPI) team(ctx context.Context, ref string) (storage.Team, error) {
 }
 
 // cache resolves a cache UUID or name.
-func (a *adminAPI) cache(ctx context.Context, ref string) (storage.Cache, error) {
-	c, err := a.s.db.Cache(ctx, ref)
+func (a *API) cache(ctx context.Context, ref string) (storage.Cache, error) {
+	c, err := a.db.Cache(ctx, ref)
 	if err == nil || !isLookupMiss(err) {
 		return c, err
 	}
-	c, err = a.s.db.CacheByName(ctx, ref)
+	c, err = a.db.CacheByName(ctx, ref)
 	if errors.Is(err, storage.ErrNotFound) {
 		return c, notFoundf("cache %q does not exist", ref)
 	}
@@ -39,19 +39,19 @@ func (a *adminAPI) cache(ctx context.Context, ref string) (storage.Cache, error)
 }
 
 // project resolves TEAM/PROJECT (team by name or UUID) or a project UUID.
-func (a *adminAPI) project(ctx context.Context, ref string) (storage.Project, error) {
+func (a *API) project(ctx context.Context, ref string) (storage.Project, error) {
 	if teamRef, name, ok := strings.Cut(ref, "/"); ok {
 		t, err := a.team(ctx, teamRef)
 		if err != nil {
 			return storage.Project{}, err
 		}
-		p, err := a.s.db.ProjectByName(ctx, t.ID, name)
+		p, err := a.db.ProjectByName(ctx, t.ID, name)
 		if errors.Is(err, storage.ErrNotFound) {
 			return p, notFoundf("project %q does not exist in team %q", name, t.Name)
 		}
 		return p, err
 	}
-	p, err := a.s.db.Project(ctx, ref)
+	p, err := a.db.Project(ctx, ref)
 	switch {
 	case errors.Is(err, storage.ErrInvalid):
 		return p, invalidf("project %q: name it TEAM/PROJECT or by its UUID", ref)
@@ -63,7 +63,7 @@ func (a *adminAPI) project(ctx context.Context, ref string) (storage.Project, er
 
 // peer resolves the registering side of a worker registration. Proxies
 // have no table yet, so a proxy is its UUID.
-func (a *adminAPI) peer(ctx context.Context, kind, ref string) (storage.Peer, error) {
+func (a *API) peer(ctx context.Context, kind, ref string) (storage.Peer, error) {
 	switch storage.PeerKind(kind) {
 	case storage.PeerProject, storage.PeerCache, storage.PeerProxy:
 	default:

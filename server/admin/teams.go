@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"gradient.dev/gradient/storage"
 )
 
-func (a *adminAPI) createTeam(w http.ResponseWriter, r *http.Request) {
+func (a *API) createTeam(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Name string `json:"name"`
 	}
@@ -16,29 +16,29 @@ func (a *adminAPI) createTeam(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	t, err := a.s.db.CreateTeam(r.Context(), in.Name)
+	t, err := a.db.CreateTeam(r.Context(), in.Name)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: team created", "team", t.Name, "team_id", t.ID)
+	a.log.Info("admin: team created", "team", t.Name, "team_id", t.ID)
 	writeJSON(w, http.StatusCreated, viewTeam(t))
 }
 
-func (a *adminAPI) listTeams(w http.ResponseWriter, r *http.Request) {
-	teams, err := a.s.db.ListTeams(r.Context())
+func (a *API) listTeams(w http.ResponseWriter, r *http.Request) {
+	teams, err := a.db.ListTeams(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	views := make([]teamView, 0, len(teams))
+	views := make([]TeamView, 0, len(teams))
 	for _, t := range teams {
 		views = append(views, viewTeam(t))
 	}
 	writeJSON(w, http.StatusOK, views)
 }
 
-func (a *adminAPI) showTeam(w http.ResponseWriter, r *http.Request) {
+func (a *API) showTeam(w http.ResponseWriter, r *http.Request) {
 	t, err := a.team(r.Context(), r.PathValue("team"))
 	if err != nil {
 		a.fail(w, r, err)
@@ -47,10 +47,10 @@ func (a *adminAPI) showTeam(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewTeam(t))
 }
 
-func (a *adminAPI) deleteTeam(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteTeam(w http.ResponseWriter, r *http.Request) {
 	t, err := a.team(r.Context(), r.PathValue("team"))
 	if err == nil {
-		err = a.s.db.DeleteTeam(r.Context(), t.ID)
+		err = a.db.DeleteTeam(r.Context(), t.ID)
 	}
 	if errors.Is(err, storage.ErrConflict) {
 		// Storage names the team by UUID; the operator named it.
@@ -60,12 +60,12 @@ func (a *adminAPI) deleteTeam(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: team deleted", "team", t.Name, "team_id", t.ID)
-	a.s.RefreshDials() // its team workers went with it
+	a.log.Info("admin: team deleted", "team", t.Name, "team_id", t.ID)
+	a.cfg.Dialer.RefreshDials() // its team workers went with it
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *adminAPI) createTeamWorker(w http.ResponseWriter, r *http.Request) {
+func (a *API) createTeamWorker(w http.ResponseWriter, r *http.Request) {
 	var in workerSettingsInput
 	if err := decodeBody(w, r, &in); err != nil {
 		a.fail(w, r, err)
@@ -81,13 +81,13 @@ func (a *adminAPI) createTeamWorker(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	tw, token, err := a.s.CreateTeamWorker(r.Context(), t.ID, worker, settings)
+	tw, token, err := a.cfg.Dialer.CreateTeamWorker(r.Context(), t.ID, worker, settings)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: team worker created", "team", t.Name, "worker", tw.WorkerID)
-	reauthorized := a.s.Reauth(tw.WorkerID)
+	a.log.Info("admin: team worker created", "team", t.Name, "worker", tw.WorkerID)
+	reauthorized := a.cfg.Workers.Reauth(tw.WorkerID)
 	cred, err := credential("team", t.ID, tw.WorkerID, token, tw.WorkerSettings, reauthorized)
 	if err != nil {
 		a.fail(w, r, err)
@@ -96,25 +96,25 @@ func (a *adminAPI) createTeamWorker(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, cred)
 }
 
-func (a *adminAPI) listTeamWorkers(w http.ResponseWriter, r *http.Request) {
+func (a *API) listTeamWorkers(w http.ResponseWriter, r *http.Request) {
 	t, err := a.team(r.Context(), r.PathValue("team"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	workers, err := a.s.db.ListTeamWorkers(r.Context(), t.ID)
+	workers, err := a.db.ListTeamWorkers(r.Context(), t.ID)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	views := make([]teamWorkerView, 0, len(workers))
+	views := make([]TeamWorkerView, 0, len(workers))
 	for _, tw := range workers {
 		views = append(views, viewTeamWorker(tw))
 	}
 	writeJSON(w, http.StatusOK, views)
 }
 
-func (a *adminAPI) deleteTeamWorker(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteTeamWorker(w http.ResponseWriter, r *http.Request) {
 	t, err := a.team(r.Context(), r.PathValue("team"))
 	if err != nil {
 		a.fail(w, r, err)
@@ -127,18 +127,18 @@ func (a *adminAPI) deleteTeamWorker(w http.ResponseWriter, r *http.Request) {
 	}
 	// The team in the path must own the worker: a typo in the team must
 	// not delete another team's worker.
-	tw, err := a.s.db.TeamWorker(r.Context(), worker)
+	tw, err := a.db.TeamWorker(r.Context(), worker)
 	if err == nil && tw.TeamID != t.ID {
 		err = notFoundf("worker %s is not a worker of team %q", worker, t.Name)
 	}
 	if err == nil {
-		err = a.s.db.DeleteTeamWorker(r.Context(), worker)
+		err = a.db.DeleteTeamWorker(r.Context(), worker)
 	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: team worker deleted", "team", t.Name, "worker", worker)
-	a.s.RefreshDials()
+	a.log.Info("admin: team worker deleted", "team", t.Name, "worker", worker)
+	a.cfg.Dialer.RefreshDials()
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"gradient.dev/gradient/storage"
 )
 
-func (a *adminAPI) createProject(w http.ResponseWriter, r *http.Request) {
+func (a *API) createProject(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Team       string `json:"team"`
 		Name       string `json:"name"`
@@ -48,22 +48,22 @@ func (a *adminAPI) createProject(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	p, err := a.s.db.CreateProject(r.Context(), storage.NewProject{
+	p, err := a.db.CreateProject(r.Context(), storage.NewProject{
 		TeamID: t.ID, Name: in.Name, Repository: in.Repository, Branch: in.Branch, Wildcards: wildcards,
 	})
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: project created", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
+	a.log.Info("admin: project created", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
 	writeJSON(w, http.StatusCreated, viewProject(p, t.Name))
 }
 
 // Bounds on a project's wildcards: a few patterns are the norm, and each
 // one goes to every evaluation of the project.
 const (
-	maxWildcards      = 64
-	maxWildcardLength = 256
+	MaxWildcards      = 64
+	MaxWildcardLength = 256
 )
 
 // ParseWildcards checks wildcards given by an operator (WORKER.md §6.2;
@@ -75,12 +75,12 @@ func ParseWildcards(in []string) ([]string, error) {
 	if err != nil {
 		return nil, invalidf("wildcards: %s", strings.TrimPrefix(err.Error(), "nix: "))
 	}
-	if len(list) > maxWildcards {
-		return nil, invalidf("wildcards: %d patterns, at most %d allowed", len(list), maxWildcards)
+	if len(list) > MaxWildcards {
+		return nil, invalidf("wildcards: %d patterns, at most %d allowed", len(list), MaxWildcards)
 	}
 	for _, w := range list {
-		if len(w) > maxWildcardLength {
-			return nil, invalidf("wildcards: pattern %.40q… is longer than %d bytes", w, maxWildcardLength)
+		if len(w) > MaxWildcardLength {
+			return nil, invalidf("wildcards: pattern %.40q… is longer than %d bytes", w, MaxWildcardLength)
 		}
 	}
 	return list, nil
@@ -88,7 +88,7 @@ func ParseWildcards(in []string) ([]string, error) {
 
 // updateProject changes what a project's evaluations build from now on;
 // evaluations already queued keep the wildcards they were queued with.
-func (a *adminAPI) updateProject(w http.ResponseWriter, r *http.Request) {
+func (a *API) updateProject(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var in struct {
 		Wildcards []string `json:"wildcards"`
@@ -108,20 +108,20 @@ func (a *adminAPI) updateProject(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err == nil {
-		err = a.s.db.UpdateProjectWildcards(ctx, p.ID, wildcards)
+		err = a.db.UpdateProjectWildcards(ctx, p.ID, wildcards)
 	}
 	if err == nil {
-		p, err = a.s.db.Project(ctx, p.ID)
+		p, err = a.db.Project(ctx, p.ID)
 	}
 	var t storage.Team
 	if err == nil {
-		t, err = a.s.db.Team(ctx, p.TeamID)
+		t, err = a.db.Team(ctx, p.TeamID)
 	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: project updated", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
+	a.log.Info("admin: project updated", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
 	writeJSON(w, http.StatusOK, viewProject(p, t.Name))
 }
 
@@ -129,8 +129,8 @@ func (a *adminAPI) updateProject(w http.ResponseWriter, r *http.Request) {
 // (an option, a remote helper, a local repository the operator did not
 // allow, a branch git check-ref-format refuses) when a project's source
 // is set, rather than at every poll.
-func (a *adminAPI) checkSource(repository, branch string) error {
-	if err := gitsource.ValidateRepositoryURL(repository, a.s.cfg.AllowLocalRepositories); err != nil {
+func (a *API) checkSource(repository, branch string) error {
+	if err := gitsource.ValidateRepositoryURL(repository, a.cfg.AllowLocalRepositories); err != nil {
 		return invalidf("repository: %v", err)
 	}
 	if err := gitsource.ValidateBranch(branch); err != nil {
@@ -139,7 +139,7 @@ func (a *adminAPI) checkSource(repository, branch string) error {
 	return nil
 }
 
-func (a *adminAPI) listProjects(w http.ResponseWriter, r *http.Request) {
+func (a *API) listProjects(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	names, err := a.teamNames(ctx)
 	if err != nil {
@@ -153,22 +153,22 @@ func (a *adminAPI) listProjects(w http.ResponseWriter, r *http.Request) {
 			a.fail(w, r, err)
 			return
 		}
-		projects, err = a.s.db.ListTeamProjects(ctx, t.ID)
+		projects, err = a.db.ListTeamProjects(ctx, t.ID)
 	} else {
-		projects, err = a.s.db.ListProjects(ctx)
+		projects, err = a.db.ListProjects(ctx)
 	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	views := make([]projectView, 0, len(projects))
+	views := make([]ProjectView, 0, len(projects))
 	for _, p := range projects {
 		views = append(views, viewProject(p, names[p.TeamID]))
 	}
 	writeJSON(w, http.StatusOK, views)
 }
 
-func (a *adminAPI) showProject(w http.ResponseWriter, r *http.Request) {
+func (a *API) showProject(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
@@ -180,12 +180,12 @@ func (a *adminAPI) showProject(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	caches, err := a.s.db.ProjectCaches(ctx, p.ID)
+	caches, err := a.db.ProjectCaches(ctx, p.ID)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	granted, err := a.s.db.ProjectGrantedTeams(ctx, p.ID)
+	granted, err := a.db.ProjectGrantedTeams(ctx, p.ID)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -197,7 +197,7 @@ func (a *adminAPI) showProject(w http.ResponseWriter, r *http.Request) {
 	for _, t := range granted {
 		v.GrantedTeams = append(v.GrantedTeams, t.Name)
 	}
-	switch key, err := a.s.db.DeployKey(ctx, p.ID); {
+	switch key, err := a.db.DeployKey(ctx, p.ID); {
 	case err == nil:
 		v.DeployKey = key.PublicKey
 	case !errors.Is(err, storage.ErrNotFound):
@@ -207,14 +207,14 @@ func (a *adminAPI) showProject(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-// deployKeyView answers generateDeployKey: the line to add to the
+// DeployKeyView answers generateDeployKey: the line to add to the
 // repository host as a (read-only) deploy key.
-type deployKeyView struct {
+type DeployKeyView struct {
 	Project   string `json:"project"`
 	PublicKey string `json:"public_key"`
 }
 
-func (a *adminAPI) generateDeployKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) generateDeployKey(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
@@ -222,50 +222,50 @@ func (a *adminAPI) generateDeployKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := a.projectName(ctx, p)
-	public, err := a.s.GenerateDeployKey(ctx, p, "gradient-"+strings.ReplaceAll(name, "/", "-"))
+	public, err := a.cfg.DeployKeys.Generate(ctx, p, "gradient-"+strings.ReplaceAll(name, "/", "-"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: deploy key generated", "project", name, "project_id", p.ID)
-	writeJSON(w, http.StatusOK, deployKeyView{Project: name, PublicKey: public})
+	a.log.Info("admin: deploy key generated", "project", name, "project_id", p.ID)
+	writeJSON(w, http.StatusOK, DeployKeyView{Project: name, PublicKey: public})
 }
 
-func (a *adminAPI) deleteDeployKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteDeployKey(w http.ResponseWriter, r *http.Request) {
 	p, err := a.project(r.Context(), r.PathValue("project"))
 	if err == nil {
-		err = a.s.db.DeleteDeployKey(r.Context(), p.ID)
+		err = a.db.DeleteDeployKey(r.Context(), p.ID)
 	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: deploy key deleted", "project_id", p.ID, "name", p.Name)
+	a.log.Info("admin: deploy key deleted", "project_id", p.ID, "name", p.Name)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *adminAPI) deleteProject(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteProject(w http.ResponseWriter, r *http.Request) {
 	p, err := a.project(r.Context(), r.PathValue("project"))
 	if err == nil {
-		err = a.s.db.DeleteProject(r.Context(), p.ID)
+		err = a.db.DeleteProject(r.Context(), p.ID)
 	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: project deleted", "project_id", p.ID, "name", p.Name)
-	a.s.RefreshDials() // its registrations went with it
+	a.log.Info("admin: project deleted", "project_id", p.ID, "name", p.Name)
+	a.cfg.Dialer.RefreshDials() // its registrations went with it
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// linkResult answers subscribe and grant: whether the link is new, and
+// LinkResult answers subscribe and grant: whether the link is new, and
 // how many live sessions were challenged again because of it.
-type linkResult struct {
+type LinkResult struct {
 	Added                bool `json:"added"`
 	ReauthorizedSessions int  `json:"reauthorized_sessions"`
 }
 
-func (a *adminAPI) subscribe(w http.ResponseWriter, r *http.Request) {
+func (a *API) subscribe(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
@@ -277,22 +277,22 @@ func (a *adminAPI) subscribe(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	added, err := a.s.db.SubscribeProject(ctx, p.ID, c.ID)
+	added, err := a.db.SubscribeProject(ctx, p.ID, c.ID)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	res := linkResult{Added: added}
+	res := LinkResult{Added: added}
 	if added {
-		a.s.log.Info("admin: project subscribed", "project_id", p.ID, "cache", c.Name)
+		a.log.Info("admin: project subscribed", "project_id", p.ID, "cache", c.Name)
 		// connection.txt: a project subscribing to a cache reauths the
 		// project's workers, whose project failed for lack of a cache.
-		res.ReauthorizedSessions = a.reauth(ctx, "project", p.ID, a.s.ReauthProject)
+		res.ReauthorizedSessions = a.reauth(ctx, "project", p.ID, a.cfg.Workers.ReauthProject)
 	}
 	writeJSON(w, linkStatus(added), res)
 }
 
-func (a *adminAPI) unsubscribe(w http.ResponseWriter, r *http.Request) {
+func (a *API) unsubscribe(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
@@ -301,17 +301,17 @@ func (a *adminAPI) unsubscribe(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := a.cache(ctx, r.PathValue("cache"))
 	if err == nil {
-		err = a.s.db.UnsubscribeProject(ctx, p.ID, c.ID)
+		err = a.db.UnsubscribeProject(ctx, p.ID, c.ID)
 	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: project unsubscribed", "project_id", p.ID, "cache", c.Name)
+	a.log.Info("admin: project unsubscribed", "project_id", p.ID, "cache", c.Name)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *adminAPI) grant(w http.ResponseWriter, r *http.Request) {
+func (a *API) grant(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
@@ -323,21 +323,21 @@ func (a *adminAPI) grant(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	added, err := a.s.db.GrantTeam(ctx, p.ID, t.ID)
+	added, err := a.db.GrantTeam(ctx, p.ID, t.ID)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	res := linkResult{Added: added}
+	res := LinkResult{Added: added}
 	if added {
-		a.s.log.Info("admin: team granted", "project_id", p.ID, "team", t.Name)
+		a.log.Info("admin: team granted", "project_id", p.ID, "team", t.Name)
 		// Live team workers join the project without reconnecting.
-		res.ReauthorizedSessions = a.reauth(ctx, "team", t.ID, a.s.ReauthTeam)
+		res.ReauthorizedSessions = a.reauth(ctx, "team", t.ID, a.cfg.Workers.ReauthTeam)
 	}
 	writeJSON(w, linkStatus(added), res)
 }
 
-func (a *adminAPI) revoke(w http.ResponseWriter, r *http.Request) {
+func (a *API) revoke(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
@@ -346,23 +346,23 @@ func (a *adminAPI) revoke(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := a.team(ctx, r.PathValue("team"))
 	if err == nil {
-		err = a.s.db.RevokeTeam(ctx, p.ID, t.ID)
+		err = a.db.RevokeTeam(ctx, p.ID, t.ID)
 	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: team grant revoked", "project_id", p.ID, "team", t.Name)
+	a.log.Info("admin: team grant revoked", "project_id", p.ID, "team", t.Name)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *adminAPI) projectWorkers(w http.ResponseWriter, r *http.Request) {
+func (a *API) projectWorkers(w http.ResponseWriter, r *http.Request) {
 	p, err := a.project(r.Context(), r.PathValue("project"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	workers, err := a.s.ProjectWorkers(r.Context(), p.ID)
+	workers, err := a.cfg.Workers.ProjectWorkers(r.Context(), p.ID)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -373,10 +373,10 @@ func (a *adminAPI) projectWorkers(w http.ResponseWriter, r *http.Request) {
 // reauth runs a reauth after a change that is already committed: a
 // failure is logged, not returned, because the change itself stands and
 // the workers pick it up on their next connect.
-func (a *adminAPI) reauth(ctx context.Context, what, id string, fn func(context.Context, string) (int, error)) int {
+func (a *API) reauth(ctx context.Context, what, id string, fn func(context.Context, string) (int, error)) int {
 	n, err := fn(ctx, id)
 	if err != nil {
-		a.s.log.Warn("admin: reauth after change failed", what, id, "error", err)
+		a.log.Warn("admin: reauth after change failed", what, id, "error", err)
 	}
 	return n
 }
@@ -391,8 +391,8 @@ func linkStatus(added bool) int {
 }
 
 // teamNames maps team IDs to names, for showing projects as TEAM/PROJECT.
-func (a *adminAPI) teamNames(ctx context.Context) (map[string]string, error) {
-	teams, err := a.s.db.ListTeams(ctx)
+func (a *API) teamNames(ctx context.Context) (map[string]string, error) {
+	teams, err := a.db.ListTeams(ctx)
 	if err != nil {
 		return nil, err
 	}

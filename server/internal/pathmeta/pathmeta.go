@@ -1,4 +1,8 @@
-package cache
+// Package pathmeta checks an upload's metadata by Nix's rules before
+// anything is stored or signed: what its narinfo will carry, and the
+// SHA-256 forms Nix writes. The cache's worker uploads and the admin
+// API's pushes share it.
+package pathmeta
 
 import (
 	"encoding/base64"
@@ -8,7 +12,33 @@ import (
 
 	"gradient.dev/gradient/nixbase32"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storepath"
 )
+
+// Check checks what a narinfo will carry of an upload's
+// metadata by Nix's rules (package storepath), before anything is stored
+// or signed. Admin pushes and worker uploads both pass through it.
+func Check(storePath string, references []string, deriver, ca string) error {
+	if _, _, err := storepath.Parse(storePath); err != nil {
+		return fmt.Errorf("store path: %w", err)
+	}
+	for _, ref := range references {
+		if _, err := storepath.Base(ref); err != nil {
+			return fmt.Errorf("reference: %w", err)
+		}
+	}
+	if deriver != "" {
+		if _, err := storepath.Base(deriver); err != nil {
+			return fmt.Errorf("deriver: %w", err)
+		}
+	}
+	if ca != "" {
+		if err := storepath.CheckCA(ca); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // ParseSHA256 reads a SHA-256 in any form Nix writes one: sha256:<nix32>,
 // sha256:<hex>, SRI sha256-<base64>, or a bare nix32 or hex digest.

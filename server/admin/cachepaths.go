@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"gradient.dev/gradient/server/cache"
+	"gradient.dev/gradient/server/internal/pathmeta"
 	"gradient.dev/gradient/storage"
 )
 
@@ -28,15 +28,15 @@ import (
 
 // Upload metadata headers.
 const (
-	headerStorePath  = "X-Nix-Store-Path"
-	headerNarHash    = "X-Nix-Nar-Hash"
-	headerNarSize    = "X-Nix-Nar-Size"
-	headerReferences = "X-Nix-References"
-	headerDeriver    = "X-Nix-Deriver"
-	headerCA         = "X-Nix-CA"
+	HeaderStorePath  = "X-Nix-Store-Path"
+	HeaderNarHash    = "X-Nix-Nar-Hash"
+	HeaderNarSize    = "X-Nix-Nar-Size"
+	HeaderReferences = "X-Nix-References"
+	HeaderDeriver    = "X-Nix-Deriver"
+	HeaderCA         = "X-Nix-CA"
 )
 
-func (a *adminAPI) cacheContentRoutes(mux *http.ServeMux) {
+func (a *API) cacheContentRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /api/v1/caches/{cache}/paths", a.putCachePath)
 	mux.HandleFunc("GET /api/v1/caches/{cache}/paths", a.listCachePaths)
 	mux.HandleFunc("GET /api/v1/caches/{cache}/paths/{path}", a.showCachePath)
@@ -72,14 +72,14 @@ func viewCachePath(p storage.CachePath) cachePathView {
 	}
 }
 
-func (a *adminAPI) putCachePath(w http.ResponseWriter, r *http.Request) {
+func (a *API) putCachePath(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	c, err := a.cache(ctx, r.PathValue("cache"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	if !a.s.cache.HasNarStore() {
+	if !a.cfg.Cache.HasNarStore() {
 		writeError(w, http.StatusServiceUnavailable, "this server has no NAR store")
 		return
 	}
@@ -88,12 +88,7 @@ func (a *adminAPI) putCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	p, created, err := a.s.cache.PushPath(ctx, c, in, narHash, r.Body)
-	var mismatch *cache.MismatchError
-	if errors.As(err, &mismatch) {
-		writeError(w, http.StatusBadRequest, "upload of "+in.StorePath+" refused: "+mismatch.Reason)
-		return
-	}
+	p, created, err := a.cfg.Cache.PushPath(ctx, c, in, narHash, r.Body)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -101,7 +96,7 @@ func (a *adminAPI) putCachePath(w http.ResponseWriter, r *http.Request) {
 	a.answerUpload(w, p, created)
 }
 
-func (a *adminAPI) answerUpload(w http.ResponseWriter, p storage.CachePath, created bool) {
+func (a *API) answerUpload(w http.ResponseWriter, p storage.CachePath, created bool) {
 	v := viewCachePath(p)
 	v.Created = &created
 	status := http.StatusOK
@@ -115,22 +110,22 @@ func (a *adminAPI) answerUpload(w http.ResponseWriter, p storage.CachePath, crea
 func uploadMetadata(r *http.Request) (storage.CachePath, [32]byte, error) {
 	h := r.Header
 	in := storage.CachePath{
-		StorePath:  strings.TrimSpace(h.Get(headerStorePath)),
-		NarHash:    strings.TrimSpace(h.Get(headerNarHash)),
-		References: strings.Fields(h.Get(headerReferences)),
-		Deriver:    strings.TrimSpace(h.Get(headerDeriver)),
-		CA:         strings.TrimSpace(h.Get(headerCA)),
+		StorePath:  strings.TrimSpace(h.Get(HeaderStorePath)),
+		NarHash:    strings.TrimSpace(h.Get(HeaderNarHash)),
+		References: strings.Fields(h.Get(HeaderReferences)),
+		Deriver:    strings.TrimSpace(h.Get(HeaderDeriver)),
+		CA:         strings.TrimSpace(h.Get(HeaderCA)),
 	}
-	if err := cache.CheckPathMetadata(in.StorePath, in.References, in.Deriver, in.CA); err != nil {
+	if err := pathmeta.Check(in.StorePath, in.References, in.Deriver, in.CA); err != nil {
 		return in, [32]byte{}, invalidf("upload refused, nothing stored: %v", err)
 	}
-	narHash, err := cache.ParseSHA256(in.NarHash)
+	narHash, err := pathmeta.ParseSHA256(in.NarHash)
 	if err != nil {
-		return in, narHash, invalidf("%s: %v", headerNarHash, err)
+		return in, narHash, invalidf("%s: %v", HeaderNarHash, err)
 	}
-	in.NarSize, err = strconv.ParseInt(h.Get(headerNarSize), 10, 64)
+	in.NarSize, err = strconv.ParseInt(h.Get(HeaderNarSize), 10, 64)
 	if err != nil || in.NarSize <= 0 {
-		return in, narHash, invalidf("%s %q is not a positive size", headerNarSize, h.Get(headerNarSize))
+		return in, narHash, invalidf("%s %q is not a positive size", HeaderNarSize, h.Get(HeaderNarSize))
 	}
 	return in, narHash, nil
 }
@@ -143,13 +138,13 @@ func cachePathHash(ref string) (string, error) {
 	return storage.StorePathHash(ref)
 }
 
-func (a *adminAPI) listCachePaths(w http.ResponseWriter, r *http.Request) {
+func (a *API) listCachePaths(w http.ResponseWriter, r *http.Request) {
 	c, err := a.cache(r.Context(), r.PathValue("cache"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	paths, err := a.s.db.ListCachePaths(r.Context(), c.ID)
+	paths, err := a.db.ListCachePaths(r.Context(), c.ID)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -161,7 +156,7 @@ func (a *adminAPI) listCachePaths(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, views)
 }
 
-func (a *adminAPI) showCachePath(w http.ResponseWriter, r *http.Request) {
+func (a *API) showCachePath(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	c, err := a.cache(ctx, r.PathValue("cache"))
 	if err != nil {
@@ -173,7 +168,7 @@ func (a *adminAPI) showCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	p, err := a.s.db.CachePath(ctx, c.ID, hash)
+	p, err := a.db.CachePath(ctx, c.ID, hash)
 	if errors.Is(err, storage.ErrNotFound) {
 		err = notFoundf("cache %q has no path %s", c.Name, hash)
 	}
@@ -181,7 +176,7 @@ func (a *adminAPI) showCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	narinfo, err := a.s.cache.SignedNarinfo(ctx, p)
+	narinfo, err := a.cfg.Cache.SignedNarinfo(ctx, p)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -191,7 +186,7 @@ func (a *adminAPI) showCachePath(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (a *adminAPI) deleteCachePath(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteCachePath(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	c, err := a.cache(ctx, r.PathValue("cache"))
 	if err != nil {
@@ -203,7 +198,7 @@ func (a *adminAPI) deleteCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	err = a.s.cache.DeletePath(ctx, c, hash)
+	err = a.cfg.Cache.DeletePath(ctx, c, hash)
 	if errors.Is(err, storage.ErrNotFound) {
 		err = notFoundf("cache %q has no path %s", c.Name, hash)
 	}
@@ -214,17 +209,17 @@ func (a *adminAPI) deleteCachePath(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *adminAPI) createCacheKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) createCacheKey(w http.ResponseWriter, r *http.Request) {
 	c, err := a.cache(r.Context(), r.PathValue("cache"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	k, text, err := a.s.db.CreateCacheKey(r.Context(), c.ID)
+	k, text, err := a.db.CreateCacheKey(r.Context(), c.ID)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: cache key created", "cache", c.Name, "key_id", k.ID)
+	a.log.Info("admin: cache key created", "cache", c.Name, "key_id", k.ID)
 	writeJSON(w, http.StatusCreated, map[string]string{"id": k.ID, "cache": c.Name, "key": text})
 }

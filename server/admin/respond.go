@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"crypto/rand"
@@ -13,8 +13,8 @@ import (
 	"gradient.dev/gradient/storage"
 )
 
-// maxAdminBody bounds admin request bodies; they are a few small fields.
-const maxAdminBody = 64 << 10
+// MaxBody bounds admin request bodies; they are a few small fields.
+const MaxBody = 64 << 10
 
 // adminError is an error the admin API raises itself, worded for the
 // operator and wrapping the storage error kind that picks its status.
@@ -34,8 +34,8 @@ func invalidf(format string, args ...any) error {
 	return &adminError{kind: storage.ErrInvalid, msg: fmt.Sprintf(format, args...)}
 }
 
-// errorBody is every admin error response.
-type errorBody struct {
+// ErrorBody is every admin error response.
+type ErrorBody struct {
 	Error string `json:"error"`
 }
 
@@ -49,13 +49,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, errorBody{Error: msg})
+	writeJSON(w, status, ErrorBody{Error: msg})
 }
 
 // fail answers err with the status its kind calls for. Unexpected errors
 // are logged with a reference the response repeats, so the operator can
 // find the details without the response leaking them.
-func (a *adminAPI) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
@@ -65,7 +65,7 @@ func (a *adminAPI) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusBadRequest, withoutKind(err, storage.ErrInvalid))
 	default:
 		ref := incidentRef()
-		a.s.log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "ref", ref, "error", err)
+		a.log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "ref", ref, "error", err)
 		writeError(w, http.StatusInternalServerError, "internal error (ref "+ref+"): the server log has the details")
 	}
 }
@@ -86,7 +86,7 @@ func incidentRef() string {
 // decodeBody reads a JSON request body into v, rejecting unknown fields
 // so a misspelt option is an error instead of silently ignored.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -94,7 +94,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		}
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return invalidf("request body is larger than %d bytes", maxAdminBody)
+			return invalidf("request body is larger than %d bytes", MaxBody)
 		}
 		return invalidf("request body is not valid JSON: %v", err)
 	}

@@ -1,25 +1,28 @@
-package server
+package admin
 
 import (
 	"time"
 
+	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/storage"
 )
 
 // The admin API's JSON shapes. Token hashes never leave the server;
-// plaintext tokens appear only in the create responses (newCredential).
+// plaintext tokens appear only in the create responses (NewCredential).
 
-type teamView struct {
+// TeamView is a team in admin answers.
+type TeamView struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
 }
 
-func viewTeam(t storage.Team) teamView {
-	return teamView{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt}
+func viewTeam(t storage.Team) TeamView {
+	return TeamView{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt}
 }
 
-type projectView struct {
+// ProjectView is a project in admin answers.
+type ProjectView struct {
 	ID         string `json:"id"`
 	TeamID     string `json:"team_id"`
 	Team       string `json:"team"`
@@ -36,14 +39,15 @@ type projectView struct {
 	DeployKey string `json:"deploy_key,omitempty"`
 }
 
-func viewProject(p storage.Project, teamName string) projectView {
-	return projectView{
+func viewProject(p storage.Project, teamName string) ProjectView {
+	return ProjectView{
 		ID: p.ID, TeamID: p.TeamID, Team: teamName, Name: p.Name,
 		Repository: p.Repository, Branch: p.Branch, Wildcards: listOf(p.Wildcards), CreatedAt: p.CreatedAt,
 	}
 }
 
-type cacheView struct {
+// CacheView is a cache in admin answers.
+type CacheView struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	Public    bool      `json:"public"`
@@ -53,8 +57,8 @@ type cacheView struct {
 	Projects []string `json:"projects,omitempty"`
 }
 
-func viewCache(c storage.Cache) cacheView {
-	return cacheView{ID: c.ID, Name: c.Name, Public: c.Public, PublicKey: c.PublicKey(), CreatedAt: c.CreatedAt}
+func viewCache(c storage.Cache) CacheView {
+	return CacheView{ID: c.ID, Name: c.Name, Public: c.Public, PublicKey: c.PublicKey(), CreatedAt: c.CreatedAt}
 }
 
 // settingsView is a registration's or team worker's URL and job kinds.
@@ -69,7 +73,9 @@ func viewSettings(s storage.WorkerSettings) settingsView {
 	return settingsView{URL: s.URL, Fetch: s.EnableFetch, Eval: s.EnableEval, Build: s.EnableBuild}
 }
 
-type registrationView struct {
+// RegistrationView is a peer's registration of a worker in admin answers;
+// never its token or hash.
+type RegistrationView struct {
 	PeerKind string `json:"peer_kind"`
 	PeerID   string `json:"peer_id"`
 	WorkerID string `json:"worker_id"`
@@ -77,27 +83,29 @@ type registrationView struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-func viewRegistration(r storage.Registration) registrationView {
-	return registrationView{
+func viewRegistration(r storage.Registration) RegistrationView {
+	return RegistrationView{
 		PeerKind: string(r.Peer.Kind), PeerID: r.Peer.ID, WorkerID: r.WorkerID,
 		settingsView: viewSettings(r.WorkerSettings), CreatedAt: r.CreatedAt,
 	}
 }
 
-type teamWorkerView struct {
+// TeamWorkerView is a team worker in admin answers; never its token or
+// hash.
+type TeamWorkerView struct {
 	WorkerID string `json:"worker_id"`
 	TeamID   string `json:"team_id"`
 	settingsView
 	CreatedAt time.Time `json:"created_at"`
 }
 
-func viewTeamWorker(w storage.TeamWorker) teamWorkerView {
-	return teamWorkerView{WorkerID: w.WorkerID, TeamID: w.TeamID, settingsView: viewSettings(w.WorkerSettings), CreatedAt: w.CreatedAt}
+func viewTeamWorker(w storage.TeamWorker) TeamWorkerView {
+	return TeamWorkerView{WorkerID: w.WorkerID, TeamID: w.TeamID, settingsView: viewSettings(w.WorkerSettings), CreatedAt: w.CreatedAt}
 }
 
-// newCredential is the one response that carries a plaintext worker
+// NewCredential is the one response that carries a plaintext worker
 // token: the operator copies PeersLine into the worker's peers file.
-type newCredential struct {
+type NewCredential struct {
 	WorkerID string `json:"worker_id"`
 	PeerKind string `json:"peer_kind"` // project, cache, proxy or team
 	PeerID   string `json:"peer_id"`
@@ -117,8 +125,8 @@ type newCredential struct {
 
 const tokenShownOnce = "the token is shown only now; the server keeps only its hash"
 
-func credential(kind, peerID, worker, token string, s storage.WorkerSettings, reauthorized bool) (newCredential, error) {
-	c := newCredential{
+func credential(kind, peerID, worker, token string, s storage.WorkerSettings, reauthorized bool) (NewCredential, error) {
+	c := NewCredential{
 		WorkerID: worker, PeerKind: kind, PeerID: peerID, Token: token,
 		PeersLine: peerID + ":" + token, settingsView: viewSettings(s),
 		Reauthorized: reauthorized, Note: tokenShownOnce,
@@ -126,7 +134,7 @@ func credential(kind, peerID, worker, token string, s storage.WorkerSettings, re
 	if s.URL != "" {
 		var err error
 		if c.AcceptedServerTokenLine, err = AcceptedServerTokenLine(peerID, token); err != nil {
-			return newCredential{}, err
+			return NewCredential{}, err
 		}
 	}
 	return c, nil
@@ -170,4 +178,14 @@ func listOf[T any](items []T) []T {
 		return []T{}
 	}
 	return items
+}
+
+// AcceptedServerTokenLine is the line of a worker's accepted-server-tokens
+// file that accepts the server presenting token for peerID: peer_id:hash.
+func AcceptedServerTokenLine(peerID, token string) (string, error) {
+	hash, err := secret.Hash(token)
+	if err != nil {
+		return "", err
+	}
+	return peerID + ":" + hash, nil
 }

@@ -1,9 +1,8 @@
-package server
+package admin
 
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -36,7 +35,7 @@ const (
 )
 
 // evaluationRoutes mounts the evaluation and build endpoints.
-func (a *adminAPI) evaluationRoutes(mux *http.ServeMux) {
+func (a *API) evaluationRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/projects/{project}/evaluations", a.startEvaluation)
 	mux.HandleFunc("GET /api/v1/projects/{project}/evaluations", a.listEvaluations)
 	mux.HandleFunc("GET /api/v1/evaluations/{id}", a.showEvaluation)
@@ -46,8 +45,8 @@ func (a *adminAPI) evaluationRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/builds/{id}/log", a.buildLog)
 }
 
-// evaluationView is an evaluation; Builds are filled by show only.
-type evaluationView struct {
+// EvaluationView is an evaluation; Builds are filled by show only.
+type EvaluationView struct {
 	ID         string    `json:"id"`
 	ProjectID  string    `json:"project_id"`
 	Project    string    `json:"project"` // TEAM/PROJECT
@@ -64,11 +63,11 @@ type evaluationView struct {
 	// DurationMS is how long it ran (so far, while running); 0 before.
 	DurationMS  int64       `json:"duration_ms"`
 	FlakeSource string      `json:"flake_source,omitempty"`
-	Builds      []buildView `json:"builds,omitempty"`
+	Builds      []BuildView `json:"builds,omitempty"`
 }
 
-func viewEvaluation(e storage.Evaluation, project string) evaluationView {
-	return evaluationView{
+func viewEvaluation(e storage.Evaluation, project string) EvaluationView {
+	return EvaluationView{
 		ID: e.ID, ProjectID: e.ProjectID, Project: project, Repository: e.RepositoryURL,
 		Commit: e.Commit, Wildcards: listOf(e.Wildcards), Status: string(e.Status), Terminal: e.Status.Terminal(),
 		Error: e.Error, Attempts: e.Attempts, CreatedAt: e.CreatedAt, StartedAt: e.StartedAt,
@@ -85,7 +84,9 @@ type buildOutputView struct {
 	NarSize uint64 `json:"nar_size,omitempty"`
 }
 
-type buildView struct {
+// BuildView is a build in admin answers, with its outputs (and, while it
+// runs, its transfer progress).
+type BuildView struct {
 	ID           string `json:"id"`
 	EvaluationID string `json:"evaluation_id"`
 	Attr         string `json:"attr"` // "" for a dependency
@@ -118,17 +119,17 @@ type buildProgressView struct {
 	PathsTotal *uint32 `json:"paths_total,omitempty"`
 }
 
-// BuildProgressSource is the job loop's view of running builds' progress
-// (the scheduler implements it).
-type BuildProgressSource interface {
+// BuildProgress is the job loop's view of running builds' progress (the
+// scheduler implements it).
+type BuildProgress interface {
 	BuildProgress(buildID string) (wire.BuildProgress, bool)
 }
 
 // viewBuildNow is viewBuild with the live progress of a running build.
-func (a *adminAPI) viewBuildNow(b storage.Build) buildView {
+func (a *API) viewBuildNow(b storage.Build) BuildView {
 	v := viewBuild(b)
-	src, ok := a.s.cfg.Jobs.(BuildProgressSource)
-	if !ok || b.Status != storage.BuildBuilding {
+	src := a.cfg.Progress
+	if src == nil || b.Status != storage.BuildBuilding {
 		return v
 	}
 	if p, ok := src.BuildProgress(b.ID); ok {
@@ -137,8 +138,8 @@ func (a *adminAPI) viewBuildNow(b storage.Build) buildView {
 	return v
 }
 
-func viewBuild(b storage.Build) buildView {
-	v := buildView{
+func viewBuild(b storage.Build) BuildView {
+	v := BuildView{
 		ID: b.ID, EvaluationID: b.EvaluationID, Attr: b.Attr, DrvPath: b.DrvPath, Architecture: b.Architecture,
 		Status: string(b.Status), StatusText: b.StatusText(), DurationMS: b.Duration().Milliseconds(),
 		WorkerID: b.WorkerID, FailureKind: string(b.FailureKind), Error: b.Error, Attempts: b.Attempts,
@@ -165,16 +166,17 @@ func viewBuild(b storage.Build) buildView {
 	return v
 }
 
-// control is the job loop's EvaluationControl; without one it answers 503.
-func (a *adminAPI) control(w http.ResponseWriter) (EvaluationControl, bool) {
-	ctl, ok := a.s.evaluationControl()
+// control is the job loop's Evaluations; without them it answers 503.
+func (a *API) control(w http.ResponseWriter) (Evaluations, bool) {
+	ctl := a.cfg.Evaluations
+	ok := ctl != nil
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, "no job loop: this server cannot start or cancel evaluations")
 	}
 	return ctl, ok
 }
 
-func (a *adminAPI) startEvaluation(w http.ResponseWriter, r *http.Request) {
+func (a *API) startEvaluation(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var in struct {
 		Commit string `json:"commit"`
@@ -199,7 +201,7 @@ func (a *adminAPI) startEvaluation(w http.ResponseWriter, r *http.Request) {
 	}
 	// A project stored before the API checked repositories may name one
 	// git must not be given; its evaluation would reach the workers.
-	if err := gitsource.ValidateRepositoryURL(p.Repository, a.s.cfg.AllowLocalRepositories); err != nil {
+	if err := gitsource.ValidateRepositoryURL(p.Repository, a.cfg.AllowLocalRepositories); err != nil {
 		a.fail(w, r, invalidf("the project's repository cannot be evaluated: %v", err))
 		return
 	}
@@ -211,13 +213,14 @@ func (a *adminAPI) startEvaluation(w http.ResponseWriter, r *http.Request) {
 		}
 		commit = strings.ToLower(commit)
 	} else {
-		commit, err = lsRemote(ctx, p.Repository, p.Branch, a.s.gitAccess(ctx, p, p.Name))
+		var missing bool
+		commit, missing, err = a.cfg.Branches.BranchHead(ctx, p)
 		if err != nil {
 			status := http.StatusBadGateway
-			if errors.Is(err, errBranchMissing) {
+			if missing {
 				status = http.StatusBadRequest
 			}
-			a.s.log.Warn("admin: cannot resolve the branch head", "project_id", p.ID, "branch", p.Branch, "error", err)
+			a.log.Warn("admin: cannot resolve the branch head", "project_id", p.ID, "branch", p.Branch, "error", err)
 			writeError(w, status, "cannot resolve the head of branch "+strconv.Quote(p.Branch)+
 				" (give a commit instead): "+err.Error())
 			return
@@ -229,7 +232,7 @@ func (a *adminAPI) startEvaluation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := a.projectName(ctx, p)
-	a.s.log.Info("admin: evaluation started", "project", name, "commit", commit, "evaluation", ev.ID)
+	a.log.Info("admin: evaluation started", "project", name, "commit", commit, "evaluation", ev.ID)
 	writeJSON(w, http.StatusCreated, viewEvaluation(ev, name))
 }
 
@@ -239,7 +242,7 @@ type readCloser struct {
 	io.Closer
 }
 
-func (a *adminAPI) listEvaluations(w http.ResponseWriter, r *http.Request) {
+func (a *API) listEvaluations(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	limit := defaultEvaluationLimit
 	if s := r.URL.Query().Get("limit"); s != "" {
@@ -255,42 +258,42 @@ func (a *adminAPI) listEvaluations(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	evals, err := a.s.db.ListEvaluations(ctx, p.ID, limit)
+	evals, err := a.db.ListEvaluations(ctx, p.ID, limit)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	name := a.projectName(ctx, p)
-	views := make([]evaluationView, 0, len(evals))
+	views := make([]EvaluationView, 0, len(evals))
 	for _, e := range evals {
 		views = append(views, viewEvaluation(e, name))
 	}
 	writeJSON(w, http.StatusOK, views)
 }
 
-func (a *adminAPI) showEvaluation(w http.ResponseWriter, r *http.Request) {
+func (a *API) showEvaluation(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	e, err := a.s.db.Evaluation(ctx, r.PathValue("id"))
+	e, err := a.db.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	builds, err := a.s.db.EvaluationBuilds(ctx, e.ID)
+	builds, err := a.db.EvaluationBuilds(ctx, e.ID)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	v := viewEvaluation(e, a.projectNameByID(ctx, e.ProjectID))
-	v.Builds = make([]buildView, 0, len(builds))
+	v.Builds = make([]BuildView, 0, len(builds))
 	for _, b := range builds {
 		v.Builds = append(v.Builds, a.viewBuildNow(b))
 	}
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (a *adminAPI) cancelEvaluation(w http.ResponseWriter, r *http.Request) {
+func (a *API) cancelEvaluation(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	e, err := a.s.db.Evaluation(ctx, r.PathValue("id"))
+	e, err := a.db.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -303,16 +306,16 @@ func (a *adminAPI) cancelEvaluation(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	if e, err = a.s.db.Evaluation(ctx, e.ID); err != nil {
+	if e, err = a.db.Evaluation(ctx, e.ID); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.s.log.Info("admin: evaluation cancelled", "evaluation", e.ID, "status", e.Status)
+	a.log.Info("admin: evaluation cancelled", "evaluation", e.ID, "status", e.Status)
 	writeJSON(w, http.StatusOK, viewEvaluation(e, a.projectNameByID(ctx, e.ProjectID)))
 }
 
-func (a *adminAPI) showBuild(w http.ResponseWriter, r *http.Request) {
-	b, err := a.s.db.Build(r.Context(), r.PathValue("id"))
+func (a *API) showBuild(w http.ResponseWriter, r *http.Request) {
+	b, err := a.db.Build(r.Context(), r.PathValue("id"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -320,18 +323,18 @@ func (a *adminAPI) showBuild(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a.viewBuildNow(b))
 }
 
-func (a *adminAPI) buildLog(w http.ResponseWriter, r *http.Request) {
-	log, err := a.s.db.BuildLog(r.Context(), r.PathValue("id"))
+func (a *API) buildLog(w http.ResponseWriter, r *http.Request) {
+	log, err := a.db.BuildLog(r.Context(), r.PathValue("id"))
 	a.writeLog(w, r, log, err)
 }
 
-func (a *adminAPI) evaluationLog(w http.ResponseWriter, r *http.Request) {
-	log, err := a.s.db.EvaluationLog(r.Context(), r.PathValue("id"))
+func (a *API) evaluationLog(w http.ResponseWriter, r *http.Request) {
+	log, err := a.db.EvaluationLog(r.Context(), r.PathValue("id"))
 	a.writeLog(w, r, log, err)
 }
 
 // writeLog answers a job log as text/plain (errors stay JSON).
-func (a *adminAPI) writeLog(w http.ResponseWriter, r *http.Request, log []byte, err error) {
+func (a *API) writeLog(w http.ResponseWriter, r *http.Request, log []byte, err error) {
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -345,8 +348,8 @@ func (a *adminAPI) writeLog(w http.ResponseWriter, r *http.Request, log []byte, 
 }
 
 // projectName is p as TEAM/PROJECT (its ID if the team cannot be read).
-func (a *adminAPI) projectName(ctx context.Context, p storage.Project) string {
-	t, err := a.s.db.Team(ctx, p.TeamID)
+func (a *API) projectName(ctx context.Context, p storage.Project) string {
+	t, err := a.db.Team(ctx, p.TeamID)
 	if err != nil {
 		return p.ID
 	}
@@ -354,8 +357,8 @@ func (a *adminAPI) projectName(ctx context.Context, p storage.Project) string {
 }
 
 // projectNameByID is projectName of the project with id ("" if deleted).
-func (a *adminAPI) projectNameByID(ctx context.Context, id string) string {
-	p, err := a.s.db.Project(ctx, id)
+func (a *API) projectNameByID(ctx context.Context, id string) string {
+	p, err := a.db.Project(ctx, id)
 	if err != nil {
 		return ""
 	}
