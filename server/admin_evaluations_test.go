@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -117,7 +118,7 @@ func TestAdminEvaluations(t *testing.T) {
 	path := projectPath("ops/web") + "/evaluations"
 
 	// Without a commit (and without a body): the branch head.
-	var ev evaluationView
+	var ev admin.EvaluationView
 	e.must(201, "POST", path, nil, &ev)
 	if ev.Commit != head || ev.Project != "ops/web" || ev.ProjectID != p.ID || ev.Status != "queued" ||
 		ev.Terminal || strings.Join(ev.Wildcards, ",") != "packages.x86_64-linux.*" || ev.Repository != repo.dir {
@@ -127,7 +128,7 @@ func TestAdminEvaluations(t *testing.T) {
 		t.Fatal("no log line for the started evaluation")
 	}
 	// An empty JSON object is the same; a given commit is taken as is.
-	var byEmpty, byCommit evaluationView
+	var byEmpty, byCommit admin.EvaluationView
 	e.must(201, "POST", path, map[string]any{}, &byEmpty)
 	other := strings.Repeat("AB", 20)
 	e.must(201, "POST", projectPath(p.ID)+"/evaluations", map[string]any{"commit": other}, &byCommit)
@@ -142,7 +143,7 @@ func TestAdminEvaluations(t *testing.T) {
 	}
 
 	// List: newest first, with a limit.
-	var list []evaluationView
+	var list []admin.EvaluationView
 	e.must(200, "GET", path, nil, &list)
 	if len(list) != 3 || list[0].ID != byCommit.ID || list[2].ID != ev.ID {
 		t.Fatalf("list %+v", list)
@@ -157,7 +158,7 @@ func TestAdminEvaluations(t *testing.T) {
 	// Show: the evaluation with its builds.
 	worker := storage.NewID()
 	hello, lib := runEvaluation(t, e.db, ev.ID, worker)
-	var shown evaluationView
+	var shown admin.EvaluationView
 	e.must(200, "GET", "/api/v1/evaluations/"+ev.ID, nil, &shown)
 	if shown.Status != "failed" || !shown.Terminal || shown.FinishedAt.IsZero() || len(shown.Builds) != 2 {
 		t.Fatalf("shown %+v", shown)
@@ -172,7 +173,7 @@ func TestAdminEvaluations(t *testing.T) {
 		len(lv.Outputs) != 1 || lv.Outputs[0].Path != lib.OutputInfo[0].StorePath || lv.Outputs[0].NarSize != 42 {
 		t.Fatalf("lib build %+v", lv)
 	}
-	var bv buildView
+	var bv admin.BuildView
 	e.must(200, "GET", "/api/v1/builds/"+hello.ID, nil, &bv)
 	if bv.ID != hello.ID || bv.EvaluationID != ev.ID || bv.FailureKind != "Permanent" {
 		t.Fatalf("build %+v", bv)
@@ -192,7 +193,7 @@ func TestAdminEvaluations(t *testing.T) {
 		t.Fatalf("evaluation log: %d %q", status, body)
 	}
 	status, ctype, body = e.text("/api/v1/builds/" + storage.NewID() + "/log")
-	var eb errorBody
+	var eb admin.ErrorBody
 	if status != 404 || ctype != "application/json" || json.Unmarshal([]byte(body), &eb) != nil || !strings.Contains(eb.Error, "build") {
 		t.Fatalf("unknown build log: %d %q %q", status, ctype, body)
 	}
@@ -203,7 +204,7 @@ func TestAdminEvaluations(t *testing.T) {
 
 	// Cancel: a queued evaluation is cancelled (twice is fine); a finished
 	// one is a conflict.
-	var cancelled evaluationView
+	var cancelled admin.EvaluationView
 	e.must(200, "POST", "/api/v1/evaluations/"+byEmpty.ID+"/cancel", nil, &cancelled)
 	if cancelled.Status != "cancelled" || !cancelled.Terminal || cancelled.Project != "ops/web" {
 		t.Fatalf("cancelled %+v", cancelled)
@@ -246,12 +247,12 @@ func TestAdminEvaluationsWithoutJobLoop(t *testing.T) {
 	e.fails(503, "no job loop", "POST", projectPath("ops/web")+"/evaluations", map[string]any{"commit": strings.Repeat("d", 40)})
 	e.fails(503, "no job loop", "POST", "/api/v1/evaluations/"+ev.ID+"/cancel", nil)
 	// Reading needs no job loop.
-	var list []evaluationView
+	var list []admin.EvaluationView
 	e.must(200, "GET", projectPath("ops/web")+"/evaluations", nil, &list)
 	if len(list) != 1 || list[0].ID != ev.ID {
 		t.Fatalf("list %+v", list)
 	}
-	var shown evaluationView
+	var shown admin.EvaluationView
 	e.must(200, "GET", "/api/v1/evaluations/"+ev.ID, nil, &shown)
 	if shown.Status != "queued" || shown.Builds != nil {
 		t.Fatalf("shown %+v", shown)
@@ -288,7 +289,7 @@ func TestAdminBuildProgress(t *testing.T) {
 	}
 	builds, _ := e.db.EvaluationBuilds(ctx, ev.ID)
 	id := builds[0].ID
-	var bv buildView
+	var bv admin.BuildView
 	e.must(200, "GET", "/api/v1/builds/"+id, nil, &bv)
 	if bv.Status != "building" || bv.Progress != nil {
 		t.Fatalf("build before any progress: %s, progress %+v", bv.Status, bv.Progress)
@@ -301,7 +302,7 @@ func TestAdminBuildProgress(t *testing.T) {
 	if p := bv.Progress; p == nil || p.Phase != "upload" || p.BytesDone != 3<<20 || p.PathsDone != 2 || p.PathsTotal == nil || *p.PathsTotal != 5 || p.BytesTotal != nil {
 		t.Fatalf("progress %+v", bv.Progress)
 	}
-	var shown evaluationView
+	var shown admin.EvaluationView
 	e.must(200, "GET", "/api/v1/evaluations/"+ev.ID, nil, &shown)
 	if len(shown.Builds) != 1 || shown.Builds[0].Progress == nil {
 		t.Fatalf("evaluation's builds %+v: want the progress", shown.Builds)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 )
 
@@ -19,7 +20,7 @@ func TestAdminNamesThatReadAsUUIDs(t *testing.T) {
 	e.fails(400, "reads as a UUID", "POST", "/api/v1/caches", map[string]any{"name": main.ID})
 	e.fails(400, "reads as a UUID", "POST", "/api/v1/projects", map[string]any{"team": "ops", "name": storage.NewID(), "repository": "https://example.invalid/r"})
 	// What the refused names would have shadowed is still found by ID.
-	var team teamView
+	var team admin.TeamView
 	e.must(200, "GET", "/api/v1/teams/"+ops.ID, nil, &team)
 	if team.Name != "ops" {
 		t.Fatalf("team by ID: %+v", team)

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"gradient.dev/gradient/server/admin"
 )
 
 func TestAdminProjectWildcards(t *testing.T) {
@@ -18,7 +20,7 @@ func TestAdminProjectWildcards(t *testing.T) {
 		return body
 	}
 
-	var plain, checked projectView
+	var plain, checked admin.ProjectView
 	e.must(201, "POST", "/api/v1/projects", create("plain", nil), &plain)
 	if !slices.Equal(plain.Wildcards, []string{"packages.x86_64-linux.*"}) {
 		t.Errorf("created without wildcards: %q, want the default", plain.Wildcards)
@@ -29,15 +31,15 @@ func TestAdminProjectWildcards(t *testing.T) {
 	if !slices.Equal(checked.Wildcards, want) {
 		t.Fatalf("created with wildcards: %q, want %q", checked.Wildcards, want)
 	}
-	var shown projectView
+	var shown admin.ProjectView
 	e.must(200, "GET", projectPath("ops/checked"), nil, &shown)
-	var listed []projectView
+	var listed []admin.ProjectView
 	e.must(200, "GET", "/api/v1/projects?team=ops", nil, &listed)
 	if !slices.Equal(shown.Wildcards, want) || len(listed) != 2 || !slices.Equal(listed[0].Wildcards, want) {
 		t.Fatalf("show %q, list %+v", shown.Wildcards, listed)
 	}
 
-	tooMany := make([]string, maxWildcards+1)
+	tooMany := make([]string, admin.MaxWildcards+1)
 	for i := range tooMany {
 		tooMany[i] = "packages.x86_64-linux.*"
 	}
@@ -55,7 +57,7 @@ func TestAdminProjectWildcards(t *testing.T) {
 		{[]string{`packages."a.b`}, "unterminated quote"},
 		{[]string{"!packages.*"}, "may not contain wildcards"},
 		{tooMany, "at most 64"},
-		{[]string{"packages." + strings.Repeat("x", maxWildcardLength)}, "longer than 256 bytes"},
+		{[]string{"packages." + strings.Repeat("x", admin.MaxWildcardLength)}, "longer than 256 bytes"},
 		{"packages.*.*", "not valid JSON"},
 	} {
 		e.fails(400, bad.reason, "POST", "/api/v1/projects", create("bad", bad.wildcards))
@@ -72,9 +74,9 @@ func TestAdminProjectWildcards(t *testing.T) {
 
 	// Evaluations take the project's wildcards of when they are queued.
 	commit := strings.Repeat("a", 40)
-	var first, second evaluationView
+	var first, second admin.EvaluationView
 	e.must(201, "POST", projectPath("ops/checked")+"/evaluations", map[string]any{"commit": commit}, &first)
-	var updated projectView
+	var updated admin.ProjectView
 	e.must(200, "PATCH", projectPath("ops/checked"), map[string]any{"wildcards": []string{"hydraJobs.*, checks.aarch64-linux.lint"}}, &updated)
 	later := []string{"hydraJobs.*", "checks.aarch64-linux.lint"}
 	if !slices.Equal(updated.Wildcards, later) || updated.Team != "ops" || updated.ID != checked.ID {

@@ -10,13 +10,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
@@ -156,7 +159,7 @@ func (e *adminEnv) must(want int, method, path string, body, out any) {
 func (e *adminEnv) fails(want int, fragment, method, path string, body any) {
 	e.t.Helper()
 	got, raw := e.call(method, path, body)
-	var eb errorBody
+	var eb admin.ErrorBody
 	if err := json.Unmarshal(raw, &eb); err != nil || got != want || eb.Error == "" || !strings.Contains(eb.Error, fragment) {
 		e.t.Fatalf("%s %s: got %d %s, want %d with an error containing %q", method, path, got, raw, want, fragment)
 	}
@@ -184,11 +187,11 @@ func (e *adminEnv) assertNoSecretLogged() {
 }
 
 // seed makes team "ops", project ops/web and cache "main".
-func (e *adminEnv) seed() (teamView, projectView, cacheView) {
+func (e *adminEnv) seed() (admin.TeamView, admin.ProjectView, admin.CacheView) {
 	e.t.Helper()
-	var t teamView
-	var p projectView
-	var c cacheView
+	var t admin.TeamView
+	var p admin.ProjectView
+	var c admin.CacheView
 	e.must(201, "POST", "/api/v1/teams", map[string]any{"name": "ops"}, &t)
 	e.must(201, "POST", "/api/v1/projects", map[string]any{"team": "ops", "name": "web", "repository": "https://example.invalid/web.git"}, &p)
 	e.must(201, "POST", "/api/v1/caches", map[string]any{"name": "main"}, &c)
@@ -196,6 +199,9 @@ func (e *adminEnv) seed() (teamView, projectView, cacheView) {
 }
 
 // projectPath is a project as one path segment: TEAM%2FPROJECT.
+// uuidPattern is the text of a UUID, either case.
+var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
 func projectPath(ref string) string { return "/api/v1/projects/" + url.PathEscape(ref) }
 
 func TestAdminAuth(t *testing.T) {
@@ -229,7 +235,7 @@ func TestAdminAuth(t *testing.T) {
 	e.token = testAdminToken
 	e.fails(404, "no such admin endpoint", "GET", "/api/v1/no/such/endpoint", nil)
 	// Nothing was created by the unauthorized POST.
-	var teams []teamView
+	var teams []admin.TeamView
 	e.must(200, "GET", "/api/v1/teams", nil, &teams)
 	if len(teams) != 0 {
 		t.Errorf("teams %v", teams)
@@ -260,7 +266,7 @@ func TestAdminDialedWorkerNeedsDialKey(t *testing.T) {
 	e.seed()
 	e.fails(400, "dial key", "POST", "/api/v1/registrations", map[string]any{"peer_kind": "cache", "peer": "main", "url": dialURL})
 	e.fails(400, "dial key", "POST", "/api/v1/teams/ops/workers", map[string]any{"url": dialURL})
-	var cred newCredential
+	var cred admin.NewCredential
 	e.must(201, "POST", "/api/v1/registrations", map[string]any{"peer_kind": "cache", "peer": "main"}, &cred)
 	e.remember(cred.Token)
 }
@@ -268,7 +274,7 @@ func TestAdminDialedWorkerNeedsDialKey(t *testing.T) {
 func TestAdminTeams(t *testing.T) {
 	t.Parallel()
 	e := newAdminEnv(t, sha256Hex(testAdminToken))
-	var ops teamView
+	var ops admin.TeamView
 	e.must(201, "POST", "/api/v1/teams", map[string]any{"name": "ops"}, &ops)
 	if ops.Name != "ops" || ops.ID == "" || ops.CreatedAt.IsZero() {
 		t.Fatalf("created %+v", ops)
@@ -281,14 +287,14 @@ func TestAdminTeams(t *testing.T) {
 	e.fails(400, "body is empty", "POST", "/api/v1/teams", nil)
 	e.fails(400, `unknown field "nmae"`, "POST", "/api/v1/teams", `{"nmae":"x"}`)
 	e.fails(400, "more than one JSON value", "POST", "/api/v1/teams", `{"name":"a"}{"name":"b"}`)
-	e.fails(400, "larger than", "POST", "/api/v1/teams", `{"name":"`+strings.Repeat("a", maxAdminBody)+`"}`)
+	e.fails(400, "larger than", "POST", "/api/v1/teams", `{"name":"`+strings.Repeat("a", admin.MaxBody)+`"}`)
 
-	var teams []teamView
+	var teams []admin.TeamView
 	e.must(200, "GET", "/api/v1/teams", nil, &teams)
 	if len(teams) != 2 || teams[0].Name != "dev" || teams[1].Name != "ops" {
 		t.Fatalf("list %+v", teams)
 	}
-	var byID, byName teamView
+	var byID, byName admin.TeamView
 	e.must(200, "GET", "/api/v1/teams/"+ops.ID, nil, &byID)
 	e.must(200, "GET", "/api/v1/teams/ops", nil, &byName)
 	if byID.ID != ops.ID || byName.ID != ops.ID {
@@ -323,7 +329,7 @@ func TestAdminProjects(t *testing.T) {
 	if web.Branch != "main" || web.Team != "ops" || web.TeamID != team.ID {
 		t.Fatalf("created %+v", web)
 	}
-	var api projectView
+	var api admin.ProjectView
 	e.must(201, "POST", "/api/v1/projects", map[string]any{"team": team.ID, "name": "api", "repository": "https://example.invalid/api.git", "branch": "release"}, &api)
 	if api.Branch != "release" {
 		t.Errorf("branch %q", api.Branch)
@@ -336,7 +342,7 @@ func TestAdminProjects(t *testing.T) {
 	e.fails(400, "team is empty", "POST", "/api/v1/projects", map[string]any{"name": "x", "repository": "https://x.invalid/r"})
 	e.fails(400, "repository URL is empty", "POST", "/api/v1/projects", map[string]any{"team": "ops", "name": "x"})
 
-	var all, opsOnly []projectView
+	var all, opsOnly []admin.ProjectView
 	e.must(200, "GET", "/api/v1/projects", nil, &all)
 	e.must(200, "GET", "/api/v1/projects?team=ops", nil, &opsOnly)
 	if len(all) != 3 || len(opsOnly) != 2 || opsOnly[0].Name != "api" || opsOnly[1].Name != "web" {
@@ -349,7 +355,7 @@ func TestAdminProjects(t *testing.T) {
 	}
 	e.fails(404, "does not exist", "GET", "/api/v1/projects?team=nope", nil)
 
-	var byName, byID, byTeamID projectView
+	var byName, byID, byTeamID admin.ProjectView
 	e.must(200, "GET", projectPath("ops/web"), nil, &byName)
 	e.must(200, "GET", projectPath(web.ID), nil, &byID)
 	e.must(200, "GET", projectPath(team.ID+"/web"), nil, &byTeamID)
@@ -367,7 +373,7 @@ func TestAdminProjects(t *testing.T) {
 func TestAdminCaches(t *testing.T) {
 	t.Parallel()
 	e := newAdminEnv(t, sha256Hex(testAdminToken))
-	var main, pub cacheView
+	var main, pub admin.CacheView
 	e.must(201, "POST", "/api/v1/caches", map[string]any{"name": "main"}, &main)
 	e.must(201, "POST", "/api/v1/caches", map[string]any{"name": "pub", "public": true}, &pub)
 	if main.Public || !pub.Public {
@@ -381,7 +387,7 @@ func TestAdminCaches(t *testing.T) {
 	e.fails(400, "cache name", "POST", "/api/v1/caches", map[string]any{"name": "-bad"})
 	e.fails(400, "not valid JSON", "POST", "/api/v1/caches", `{"name": "x", "public": "yes"}`)
 
-	var list []cacheView
+	var list []admin.CacheView
 	e.must(200, "GET", "/api/v1/caches", nil, &list)
 	if len(list) != 2 || list[0].Name != "main" || list[0].PublicKey != main.PublicKey {
 		t.Fatalf("list %+v", list)
@@ -399,7 +405,7 @@ func TestAdminCaches(t *testing.T) {
 	e.must(201, "POST", "/api/v1/teams", map[string]any{"name": "ops"}, nil)
 	e.must(201, "POST", "/api/v1/projects", map[string]any{"team": "ops", "name": "web", "repository": "https://x.invalid/r"}, nil)
 	e.must(201, "PUT", projectPath("ops/web")+"/caches/main", nil, nil)
-	var shown, byID cacheView
+	var shown, byID admin.CacheView
 	e.must(200, "GET", "/api/v1/caches/main", nil, &shown)
 	e.must(200, "GET", "/api/v1/caches/"+main.ID, nil, &byID)
 	if shown.PublicKey != main.PublicKey || !slices.Equal(shown.Projects, []string{"ops/web"}) || byID.ID != main.ID {
@@ -418,7 +424,7 @@ func TestAdminSubscriptionsAndGrants(t *testing.T) {
 	e.must(201, "POST", "/api/v1/teams", map[string]any{"name": "builders"}, nil)
 	sub := projectPath("ops/web") + "/caches/main"
 
-	var res linkResult
+	var res admin.LinkResult
 	e.must(201, "PUT", sub, nil, &res)
 	if !res.Added || res.ReauthorizedSessions != 0 {
 		t.Errorf("subscribe %+v", res)
@@ -438,7 +444,7 @@ func TestAdminSubscriptionsAndGrants(t *testing.T) {
 	e.must(200, "PUT", grant, nil, nil)
 	e.fails(404, `team "nobody"`, "PUT", projectPath("ops/web")+"/teams/nobody", nil)
 
-	var shown projectView
+	var shown admin.ProjectView
 	e.must(200, "GET", projectPath("ops/web"), nil, &shown)
 	if !slices.Equal(shown.Caches, []string{"main"}) || !slices.Equal(shown.GrantedTeams, []string{"builders"}) {
 		t.Errorf("show %+v", shown)
@@ -448,7 +454,7 @@ func TestAdminSubscriptionsAndGrants(t *testing.T) {
 	e.fails(404, "subscription of project", "DELETE", sub, nil)
 	e.must(204, "DELETE", grant, nil, nil)
 	e.fails(404, "grant of project", "DELETE", grant, nil)
-	shown = projectView{}
+	shown = admin.ProjectView{}
 	e.must(200, "GET", projectPath("ops/web"), nil, &shown)
 	if len(shown.Caches) != 0 || len(shown.GrantedTeams) != 0 {
 		t.Errorf("after removal %+v", shown)
@@ -461,10 +467,10 @@ func TestAdminRegistrations(t *testing.T) {
 	ctx := t.Context()
 	_, web, cache := e.seed()
 
-	var cred newCredential
+	var cred admin.NewCredential
 	e.must(201, "POST", "/api/v1/registrations", map[string]any{"peer_kind": "project", "peer": "ops/web"}, &cred)
 	e.remember(cred.Token)
-	if !isUUID(cred.WorkerID) || cred.PeerID != web.ID || cred.PeerKind != "project" {
+	if !uuidPattern.MatchString(cred.WorkerID) || cred.PeerID != web.ID || cred.PeerKind != "project" {
 		t.Fatalf("credential %+v", cred)
 	}
 	if cred.PeersLine != web.ID+":"+cred.Token || !cred.Fetch || !cred.Eval || !cred.Build || !strings.Contains(cred.Note, "only now") {
@@ -481,7 +487,7 @@ func TestAdminRegistrations(t *testing.T) {
 
 	// The same worker registered by the cache, with chosen settings and
 	// an upper-case ID, which is stored lowercase.
-	var cacheCred newCredential
+	var cacheCred admin.NewCredential
 	e.must(201, "POST", "/api/v1/registrations", map[string]any{
 		"peer_kind": "cache", "peer": "main", "worker_id": strings.ToUpper(cred.WorkerID),
 		"url": dialURL, "build": false, "eval": false,
@@ -498,7 +504,7 @@ func TestAdminRegistrations(t *testing.T) {
 		t.Errorf("cache credential %+v", cacheCred)
 	}
 	proxyID := storage.NewID()
-	var proxyCred newCredential
+	var proxyCred admin.NewCredential
 	e.must(201, "POST", "/api/v1/registrations", map[string]any{"peer_kind": "proxy", "peer": proxyID, "worker_id": cred.WorkerID}, &proxyCred)
 	e.remember(proxyCred.Token)
 
@@ -512,7 +518,7 @@ func TestAdminRegistrations(t *testing.T) {
 	e.fails(404, "does not exist", "POST", "/api/v1/registrations", map[string]any{"peer_kind": "cache", "peer": "nope"})
 
 	// Lists never show a token or its hash.
-	var list []registrationView
+	var list []admin.RegistrationView
 	status, raw := e.call("GET", "/api/v1/registrations?peer_kind=project&peer=ops/web", nil)
 	if status != 200 || json.Unmarshal(raw, &list) != nil || len(list) != 1 || list[0].WorkerID != cred.WorkerID {
 		t.Fatalf("list: %d %s", status, raw)
@@ -545,7 +551,7 @@ func TestAdminTeamWorkers(t *testing.T) {
 	team, _, _ := e.seed()
 	e.must(201, "POST", "/api/v1/teams", map[string]any{"name": "other"}, nil)
 
-	var cred newCredential
+	var cred admin.NewCredential
 	e.must(201, "POST", "/api/v1/teams/ops/workers", map[string]any{"build": false}, &cred)
 	e.remember(cred.Token)
 	if cred.PeerKind != "team" || cred.PeerID != team.ID || cred.PeersLine != team.ID+":"+cred.Token || cred.Build || !cred.Eval {
@@ -561,7 +567,7 @@ func TestAdminTeamWorkers(t *testing.T) {
 	e.fails(409, "already is a team worker", "POST", "/api/v1/teams/other/workers", map[string]any{"worker_id": cred.WorkerID})
 	e.fails(404, "does not exist", "POST", "/api/v1/teams/nope/workers", map[string]any{})
 
-	var list []teamWorkerView
+	var list []admin.TeamWorkerView
 	status, raw := e.call("GET", "/api/v1/teams/ops/workers", nil)
 	if status != 200 || json.Unmarshal(raw, &list) != nil || len(list) != 1 || list[0].WorkerID != cred.WorkerID {
 		t.Fatalf("list %d %s", status, raw)
@@ -579,21 +585,21 @@ func TestAdminWorkersAndServer(t *testing.T) {
 	t.Parallel()
 	e := newAdminEnv(t, sha256Hex(testAdminToken))
 	e.seed()
-	var cred newCredential
+	var cred admin.NewCredential
 	e.must(201, "POST", "/api/v1/registrations", map[string]any{"peer_kind": "project", "peer": "ops/web"}, &cred)
 	e.remember(cred.Token)
 
-	var act activation
+	var act admin.Activation
 	e.must(200, "POST", "/api/v1/workers/"+cred.WorkerID+"/deactivate", nil, &act)
 	if !act.Deactivated || act.Live {
 		t.Errorf("deactivate %+v", act)
 	}
-	var shown workerView
+	var shown admin.WorkerView
 	e.must(200, "GET", "/api/v1/workers/"+cred.WorkerID, nil, &shown)
 	if !shown.Deactivated || shown.Live || len(shown.Registrations) != 1 || shown.Registrations[0].PeerKind != "project" {
 		t.Errorf("show %+v", shown)
 	}
-	var workers []ProjectWorker
+	var workers []admin.ProjectWorker
 	e.must(200, "GET", projectPath("ops/web")+"/workers", nil, &workers)
 	if len(workers) != 1 || workers[0].WorkerID != cred.WorkerID || !workers[0].Deactivated || workers[0].Live {
 		t.Errorf("project workers %+v", workers)
@@ -608,7 +614,7 @@ func TestAdminWorkersAndServer(t *testing.T) {
 	e.fails(400, "not a UUID", "POST", "/api/v1/workers/w1/activate", nil)
 	e.fails(400, "TEAM/PROJECT", "GET", projectPath("web")+"/workers", nil)
 
-	var state serverView
+	var state admin.ServerView
 	e.must(200, "GET", "/api/v1/server", nil, &state)
 	if !state.Accepting {
 		t.Error("a new server does not accept")
@@ -631,7 +637,7 @@ func TestAdminInternalError(t *testing.T) {
 	e := newAdminEnv(t, sha256Hex(testAdminToken))
 	e.db.Close()
 	status, raw := e.call("GET", "/api/v1/teams", nil)
-	var eb errorBody
+	var eb admin.ErrorBody
 	if status != 500 || json.Unmarshal(raw, &eb) != nil || !strings.HasPrefix(eb.Error, "internal error (ref ") {
 		t.Fatalf("got %d %s", status, raw)
 	}
@@ -662,7 +668,7 @@ func testAdminChangesReauthLiveWorkers(t *testing.T, db *storage.DB) {
 	w := live.mustConnect(id, map[string]string{live.project.ID: first})
 
 	// A registration by the cache challenges it.
-	var cred newCredential
+	var cred admin.NewCredential
 	api.must(201, "POST", "/api/v1/registrations", map[string]any{"peer_kind": "cache", "peer": live.cache.Name, "worker_id": id}, &cred)
 	live.remember(cred.Token)
 	if !cred.Reauthorized {
@@ -691,7 +697,7 @@ func testAdminChangesReauthLiveWorkers(t *testing.T, db *storage.DB) {
 	if slices.Contains(live.srv.WorkerStatus(id).Projects, live.bare.ID) {
 		t.Fatal("a project without a cache was granted")
 	}
-	var res linkResult
+	var res admin.LinkResult
 	api.must(201, "PUT", projectPath(live.bare.ID)+"/caches/"+live.cache.Name, nil, &res)
 	if res.ReauthorizedSessions != 1 {
 		t.Errorf("subscribe reauthorized %d sessions", res.ReauthorizedSessions)
@@ -701,24 +707,24 @@ func testAdminChangesReauthLiveWorkers(t *testing.T, db *storage.DB) {
 	if _, ok := w.recv(t).(*wire.AuthUpdate); !ok {
 		t.Fatal("no AuthUpdate after the subscription")
 	}
-	var workers []ProjectWorker
+	var workers []admin.ProjectWorker
 	api.must(200, "GET", projectPath(live.bare.ID)+"/workers", nil, &workers)
 	if len(workers) != 1 || !workers[0].Live {
 		t.Errorf("bare project's workers %+v", workers)
 	}
-	var shown workerView
+	var shown admin.WorkerView
 	api.must(200, "GET", "/api/v1/workers/"+id, nil, &shown)
 	if !shown.Live || len(shown.Registrations) != 3 {
 		t.Errorf("worker %+v", shown)
 	}
-	var state serverView
+	var state admin.ServerView
 	api.must(200, "GET", "/api/v1/server", nil, &state)
 	if state.ConnectedWorkers != 1 {
 		t.Errorf("server %+v", state)
 	}
 
 	// A grant reauths the team's live team workers.
-	var tcred newCredential
+	var tcred admin.NewCredential
 	api.must(201, "POST", "/api/v1/teams", map[string]any{"name": "builders"}, nil)
 	api.must(201, "POST", "/api/v1/teams/builders/workers", map[string]any{}, &tcred)
 	live.remember(tcred.Token)
@@ -733,7 +739,7 @@ func testAdminChangesReauthLiveWorkers(t *testing.T, db *storage.DB) {
 	if _, ok := tw.recv(t).(*wire.AuthUpdate); !ok {
 		t.Fatal("no AuthUpdate after the grant")
 	}
-	waitFor(t, "the team worker to join ops/bare", func() bool {
+	waitfor.True(t, "the team worker to join ops/bare", func() bool {
 		return slices.Contains(live.srv.WorkerStatus(tcred.WorkerID).Projects, live.bare.ID)
 	})
 	api.assertNoSecretLogged()

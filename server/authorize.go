@@ -3,6 +3,8 @@ package server
 import (
 	"slices"
 
+	"gradient.dev/gradient/authority"
+
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/wire"
 )
@@ -16,21 +18,12 @@ const (
 	PeerProxy   PeerKind = "proxy"   // membership in the proxy's worker pool
 )
 
-// Abilities are the job kinds a registration lets the worker run.
-type Abilities struct {
-	Fetch, Eval, Build bool
-}
-
-func (a Abilities) union(b Abilities) Abilities {
-	return Abilities{a.Fetch || b.Fetch, a.Eval || b.Eval, a.Build || b.Build}
-}
-
 // Registration is one peer's registration of a worker ID.
 type Registration struct {
 	Kind      PeerKind
 	PeerID    string
 	TokenHash string
-	Abilities Abilities
+	Abilities authority.Abilities
 	// HasCache: a project peer subscribes to at least one cache. Jobs of a
 	// project without a cache could not store their outputs.
 	HasCache bool
@@ -44,7 +37,7 @@ type Registration struct {
 type TeamWorker struct {
 	TeamID    string
 	TokenHash string
-	Abilities Abilities
+	Abilities authority.Abilities
 	Grants    []GrantingProject
 	DialURL   string // as Registration.DialURL
 }
@@ -94,35 +87,6 @@ func (r *WorkerRecord) ChallengePeers() []string {
 	return peers
 }
 
-// Grant is what an accepted session may do: the decision for the wire and
-// the projects and caches behind it.
-type Grant struct {
-	Decision handshake.Decision
-	// Projects whose jobs the worker may run (own registrations and
-	// projects granting its team), each with a cache.
-	Projects []string
-	// Caches the worker may read and write as a cache peer.
-	Caches []string
-	// Proxies whose pool the worker joined.
-	Proxies   []string
-	Abilities Abilities
-	// ProjectAbilities is what the worker may do per project (the
-	// registration's enable_fetch / enable_eval / enable_build, or its
-	// team's): a job of a project needs the abilities of that project.
-	ProjectAbilities map[string]Abilities
-}
-
-// allow records abilities for project.
-func (g *Grant) allow(project string, a Abilities) {
-	if g.ProjectAbilities == nil {
-		g.ProjectAbilities = map[string]Abilities{}
-	}
-	g.ProjectAbilities[project] = g.ProjectAbilities[project].union(a)
-}
-
-// Rejected reports whether the decision rejects the session.
-func (g Grant) Rejected() bool { return g.Decision.Reject != nil }
-
 // authorize decides a worker's session from its record and the tokens it
 // answered the challenge with. Each registered peer's token is checked on
 // its own; the session survives with the peers that passed. Policy checks
@@ -130,9 +94,9 @@ func (g Grant) Rejected() bool { return g.Decision.Reject != nil }
 //
 // verify checks a token against a stored hash (secret.Verify, or a
 // server's secret.Verifier).
-func authorize(rec *WorkerRecord, tokens []wire.Pair[string, string], verify func(stored, token string) bool) Grant {
+func authorize(rec *WorkerRecord, tokens []wire.Pair[string, string], verify func(stored, token string) bool) authority.Grant {
 	if refusal := refuse(rec); refusal != nil {
-		return Grant{Decision: refusal.Decide()}
+		return authority.Grant{Decision: refusal.Decide()}
 	}
 	// The first token offered for a peer counts; later duplicates and
 	// tokens for peers that did not register the worker are ignored.
@@ -159,9 +123,9 @@ func authorize(rec *WorkerRecord, tokens []wire.Pair[string, string], verify fun
 // every token the server presented (or it would have rejected the server),
 // so each registration in rec (those whose tokens were presented) counts
 // as proven, and only the policy checks remain.
-func admitDialed(rec *WorkerRecord) Grant {
+func admitDialed(rec *WorkerRecord) authority.Grant {
 	if refusal := refuse(rec); refusal != nil {
-		return Grant{Decision: refusal.Decide()}
+		return authority.Grant{Decision: refusal.Decide()}
 	}
 	return grant(rec, func(string, string) (bool, string) { return true, "" })
 }
@@ -181,8 +145,8 @@ func refuse(rec *WorkerRecord) *handshake.Rejection {
 
 // grant builds the decision from each peer's token check: the session
 // survives with the peers that passed and have what their jobs need.
-func grant(rec *WorkerRecord, check func(peerID, hash string) (ok bool, reason string)) Grant {
-	var g Grant
+func grant(rec *WorkerRecord, check func(peerID, hash string) (ok bool, reason string)) authority.Grant {
+	var g authority.Grant
 	var authorized []string
 	var failed []wire.FailedPeer
 	anyValid := false
@@ -200,13 +164,13 @@ func grant(rec *WorkerRecord, check func(peerID, hash string) (ok bool, reason s
 				continue
 			}
 			g.Projects = append(g.Projects, reg.PeerID)
-			g.Abilities = g.Abilities.union(reg.Abilities)
-			g.allow(reg.PeerID, reg.Abilities)
+			g.Abilities = g.Abilities.Union(reg.Abilities)
+			g.Allow(reg.PeerID, reg.Abilities)
 		case PeerCache:
 			g.Caches = append(g.Caches, reg.PeerID)
 		case PeerProxy:
 			g.Proxies = append(g.Proxies, reg.PeerID)
-			g.Abilities = g.Abilities.union(reg.Abilities)
+			g.Abilities = g.Abilities.Union(reg.Abilities)
 		}
 		authorized = append(authorized, reg.PeerID)
 	}
@@ -219,7 +183,7 @@ func grant(rec *WorkerRecord, check func(peerID, hash string) (ok bool, reason s
 			for _, p := range team.Grants {
 				if p.HasCache && !slices.Contains(g.Projects, p.ProjectID) {
 					g.Projects = append(g.Projects, p.ProjectID)
-					g.allow(p.ProjectID, team.Abilities)
+					g.Allow(p.ProjectID, team.Abilities)
 					joined++
 				}
 			}
@@ -227,15 +191,15 @@ func grant(rec *WorkerRecord, check func(peerID, hash string) (ok bool, reason s
 				failed = append(failed, wire.FailedPeer{PeerID: team.TeamID, Reason: handshake.NoCacheSubscribed.Reason})
 			} else {
 				authorized = append(authorized, team.TeamID)
-				g.Abilities = g.Abilities.union(team.Abilities)
+				g.Abilities = g.Abilities.Union(team.Abilities)
 			}
 		}
 	}
 	switch {
 	case !anyValid:
-		return Grant{Decision: handshake.NoValidTokens.Decide()}
+		return authority.Grant{Decision: handshake.NoValidTokens.Decide()}
 	case len(authorized) == 0:
-		return Grant{Decision: handshake.NoCacheSubscribed.Decide()}
+		return authority.Grant{Decision: handshake.NoCacheSubscribed.Decide()}
 	}
 	allowed := wire.GradientCapabilities{
 		Fetch: g.Abilities.Fetch,

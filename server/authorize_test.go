@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/wire"
 )
@@ -29,9 +30,9 @@ func tok(pairs ...string) []wire.Pair[string, string] {
 // a time.
 func TestAuthorize(t *testing.T) {
 	hA, hB, hC, hT := hashOf(t, "token-a"), hashOf(t, "token-b"), hashOf(t, "token-c"), hashOf(t, "token-t")
-	build := Abilities{Build: true}
+	build := authority.Abilities{Build: true}
 	projA := Registration{Kind: PeerProject, PeerID: "proj-a", TokenHash: hA, Abilities: build, HasCache: true}
-	projB := Registration{Kind: PeerProject, PeerID: "proj-b", TokenHash: hB, Abilities: Abilities{Eval: true, Fetch: true}, HasCache: true}
+	projB := Registration{Kind: PeerProject, PeerID: "proj-b", TokenHash: hB, Abilities: authority.Abilities{Eval: true, Fetch: true}, HasCache: true}
 	noCache := Registration{Kind: PeerProject, PeerID: "proj-c", TokenHash: hC, Abilities: build}
 	cache := Registration{Kind: PeerCache, PeerID: "cache-1", TokenHash: hC}
 	team := &TeamWorker{TeamID: "team-1", TokenHash: hT, Abilities: build, Grants: []GrantingProject{{"proj-x", true}, {"proj-y", false}}}

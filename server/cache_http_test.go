@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 )
 
@@ -69,8 +70,8 @@ func newCacheEnvOn(t testing.TB, db *storage.DB, cfg Config) *cacheEnv {
 
 // upload PUTs a NAR with its metadata through the admin API.
 func (e *cacheEnv) upload(cache, storePath string, nar []byte, narHash string, narSize int, refs []string, deriver string) (int, []byte) {
-	return e.uploadWith(cache, nar, map[string]string{headerStorePath: storePath, headerNarHash: narHash,
-		headerNarSize: strconv.Itoa(narSize), headerReferences: strings.Join(refs, " "), headerDeriver: deriver})
+	return e.uploadWith(cache, nar, map[string]string{admin.HeaderStorePath: storePath, admin.HeaderNarHash: narHash,
+		admin.HeaderNarSize: strconv.Itoa(narSize), admin.HeaderReferences: strings.Join(refs, " "), admin.HeaderDeriver: deriver})
 }
 
 // uploadWith PUTs a NAR with the given X-Nix-* headers.

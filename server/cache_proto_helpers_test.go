@@ -14,6 +14,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nixbase32"
 	"gradient.dev/gradient/session"
@@ -63,24 +64,24 @@ type testJobs struct {
 
 type testJob struct {
 	holder   string // worker ID
-	products JobProducts
+	products authority.JobProducts
 }
 
-func (*testJobs) SessionStarted(*LiveWorker)                       {}
-func (*testJobs) HandleJobMessage(*LiveWorker, wire.ClientMessage) {}
-func (*testJobs) SessionEnded(*LiveWorker, string)                 {}
+func (*testJobs) SessionStarted(*authority.LiveWorker)                       {}
+func (*testJobs) HandleJobMessage(*authority.LiveWorker, wire.ClientMessage) {}
+func (*testJobs) SessionEnded(*authority.LiveWorker, string)                 {}
 
-func (j *testJobs) JobProducts(w *LiveWorker, id string) (JobProducts, bool) {
+func (j *testJobs) JobProducts(w *authority.LiveWorker, id string) (authority.JobProducts, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	job, ok := j.jobs[id]
 	if !ok || (job.holder != "" && job.holder != w.WorkerID) {
-		return JobProducts{}, false
+		return authority.JobProducts{}, false
 	}
 	return job.products, true
 }
 
-func (j *testJobs) set(id, holder string, p JobProducts) {
+func (j *testJobs) set(id, holder string, p authority.JobProducts) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.jobs[id] = testJob{holder: holder, products: p}

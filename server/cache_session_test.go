@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/storage"
@@ -127,7 +128,7 @@ func TestCacheSessionLimits(t *testing.T) {
 			t.Fatalf("oversize: got %+v, %v; want close 1009", m, err)
 		}
 		// Permits came back: anonymous sessions open again.
-		waitFor(t, "per-IP permits released", func() bool { return e.srv.anonymousCache.Tracked() == 0 })
+		waitfor.True(t, "per-IP permits released", func() bool { return e.srv.cache.AnonymousSessionsForTest() == 0 })
 		mustCacheSession(t, e, "main", "")
 	})
 }
@@ -170,7 +171,7 @@ func TestCacheSessionIdleClose(t *testing.T) {
 		if _, err := s.Recv(dialCtx(t)); !errors.Is(err, session.ErrClosed) {
 			t.Fatalf("idle session: %v", err)
 		}
-		waitFor(t, "idle close logged", func() bool { return strings.Contains(e.logs.String(), "idle: no NAR transfer") })
+		waitfor.True(t, "idle close logged", func() bool { return strings.Contains(e.logs.String(), "idle: no NAR transfer") })
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -98,8 +99,8 @@ func TestUploadsOnlyOfTheSessionsJob(t *testing.T) {
 		id := newWorkerID(t)
 		w := e.mustConnect(id, map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)})
 		out, foreign := testStorePath("out"), testStorePath("foreign")
-		e.jobs.set("build-a", id, JobProducts{Project: e.project.ID, What: "build of /nix/store/a.drv", Outputs: []string{out}})
-		e.jobs.set("build-b", newWorkerID(t), JobProducts{Project: e.project.ID, What: "build of /nix/store/b.drv", Outputs: []string{foreign}})
+		e.jobs.set("build-a", id, authority.JobProducts{Project: e.project.ID, What: "build of /nix/store/a.drv", Outputs: []string{out}})
+		e.jobs.set("build-b", newWorkerID(t), authority.JobProducts{Project: e.project.ID, What: "build of /nix/store/b.drv", Outputs: []string{foreign}})
 
 		rejected(t, "not an output", uploadAs(t, w, "build-a", 1, foreign, compressNar(t, randomNar(3000))),
 			foreign, "not an output of job build-a", "/nix/store/a.drv")
@@ -144,9 +145,9 @@ func TestUploadsStayInTheJobsProject(t *testing.T) {
 		id := newWorkerID(t)
 		w := e.mustConnect(id, map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)})
 		path := testStorePath("b-out")
-		e.jobs.set("job-of-b", newWorkerID(t), JobProducts{Project: e.bare.ID, What: "build of b", Outputs: []string{path}})
+		e.jobs.set("job-of-b", newWorkerID(t), authority.JobProducts{Project: e.bare.ID, What: "build of b", Outputs: []string{path}})
 		rejected(t, "B's job", uploadAs(t, w, "job-of-b", 1, path, compressNar(t, randomNar(2000))), "no running job of this session produces")
-		e.jobs.set("job-of-b", id, JobProducts{Project: e.bare.ID, What: "build of b", Outputs: []string{path}})
+		e.jobs.set("job-of-b", id, authority.JobProducts{Project: e.bare.ID, What: "build of b", Outputs: []string{path}})
 		rejected(t, "B's job without serving B", uploadAs(t, w, "job-of-b", 2, path, compressNar(t, randomNar(2000))), "may write no cache")
 		e.notStored(t, "project B", path, cacheB)
 	})
@@ -160,7 +161,7 @@ func TestEvaluationUploadsMustCertifyThemselves(t *testing.T) {
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		e := newCacheProtoEnv(t, db, Config{})
 		w := e.projectWorker()
-		e.jobs.set("eval", "", JobProducts{Project: e.project.ID, What: "evaluation of x@y", ContentAddressed: true})
+		e.jobs.set("eval", "", authority.JobProducts{Project: e.project.ID, What: "evaluation of x@y", ContentAddressed: true})
 		dep := testStorePath("dep")
 		good := "derive(...)"
 		drv, drvUp := caUpload(t, storepath.Text, sha256.Sum256([]byte(good)), "good.drv", fileNar(good), dep)
@@ -245,7 +246,7 @@ func TestContentAddressedBuildOutputs(t *testing.T) {
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		e := newCacheProtoEnv(t, db, Config{})
 		w := e.projectWorker()
-		e.jobs.set("ca-build", "", JobProducts{Project: e.project.ID, What: "build of caout.drv", ContentAddressed: true})
+		e.jobs.set("ca-build", "", authority.JobProducts{Project: e.project.ID, What: "build of caout.drv", ContentAddressed: true})
 		rejected(t, "forged output", uploadAs(t, w, "ca-build", 1, path, forged), "the NAR's sha256 hash is")
 		e.notStored(t, "forged output", path)
 		if out := uploadAs(t, w, "ca-build", 2, path, up); !isOk(out) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -44,7 +45,7 @@ func TestFederateNegotiatedOnlyWhenBothEnableIt(t *testing.T) {
 				if est.Capabilities.Federate != c.want || !est.Capabilities.Build {
 					t.Errorf("server federate %v, worker %v: negotiated %+v, want federate %v", c.server, c.worker, est.Capabilities, c.want)
 				}
-				waitFor(t, "the server to list the capability", func() bool {
+				waitfor.True(t, "the server to list the capability", func() bool {
 					return slices.Contains(e.srv.WorkerStatus(id).Capabilities, "federate") == c.want && e.srv.WorkerStatus(id).Live
 				})
 				tr.Close(session.CloseNormal, "")

@@ -13,7 +13,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/halfopen"
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -172,7 +174,7 @@ func TestStopClosesWithGoingAway(t *testing.T) {
 		tokens := map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)}
 		live := bareDial(t, e.url)
 		bareHandshake(t, live, id, tokens)
-		waitFor(t, "the worker live", func() bool { return e.srv.WorkerStatus(id).Live })
+		waitfor.True(t, "the worker live", func() bool { return e.srv.WorkerStatus(id).Live })
 		handshaking := bareDial(t, e.url)
 		bareAgree(t, handshaking)
 
@@ -183,18 +185,13 @@ func TestStopClosesWithGoingAway(t *testing.T) {
 }
 
 // splitSession waits until the worker's session is past its handshake
-// (probes skip a session still in it) and returns its conn.
-func (e *testEnv) splitSession(workerID string) *workerConn {
+// (probes skip a session still in it) and returns it.
+func (e *testEnv) splitSession(workerID string) *authority.LiveWorker {
 	e.t.Helper()
-	var c *workerConn
-	waitFor(e.t.(*testing.T), "the session of "+workerID, func() bool {
-		c = e.srv.live.get(workerID)
-		if c == nil {
-			return false
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.sess != nil
+	var c *authority.LiveWorker
+	waitfor.True(e.t.(*testing.T), "the session of "+workerID, func() bool {
+		c = e.srv.auth.Session(workerID)
+		return c != nil
 	})
 	return c
 }
@@ -221,7 +218,7 @@ func TestSecondConnectionProbesTheOldSession(t *testing.T) {
 		}()
 		first := e.splitSession(healthy)
 		e.expectReject(healthy, tokens, 496, "worker already connected")
-		if e.srv.live.get(healthy) != first || strings.Contains(e.logs.String(), "no answer to a ping") {
+		if e.srv.auth.Session(healthy) != first || strings.Contains(e.logs.String(), "no answer to a ping") {
 			t.Fatal("a healthy session was dropped by the probe")
 		}
 
@@ -242,7 +239,7 @@ func TestSecondConnectionProbesTheOldSession(t *testing.T) {
 		}
 		// The heartbeat would take 120 s; the probe has dropped the old
 		// session by the time the worker tries again.
-		if c := e.srv.live.get(id); c == oldConn {
+		if c := e.srv.auth.Session(id); c == oldConn {
 			t.Fatal("the half-open session still holds the worker ID after the 496")
 		}
 		if !strings.Contains(e.logs.String(), "no answer to a ping") {
@@ -250,7 +247,7 @@ func TestSecondConnectionProbesTheOldSession(t *testing.T) {
 		}
 		again := bareDial(t, e.url)
 		bareHandshake(t, again, id, tokens)
-		waitFor(t, "the reconnected worker live", func() bool { return e.srv.WorkerStatus(id).Live })
+		waitfor.True(t, "the reconnected worker live", func() bool { return e.srv.WorkerStatus(id).Live })
 	})
 }
 

@@ -7,6 +7,8 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/server/admin"
+	"gradient.dev/gradient/server/deploykeys"
 )
 
 func TestAdminDeployKeys(t *testing.T) {
@@ -15,7 +17,7 @@ func TestAdminDeployKeys(t *testing.T) {
 	_, p, _ := e.seed()
 	path := projectPath("ops/web") + "/deploy-key"
 
-	var key deployKeyView
+	var key admin.DeployKeyView
 	e.must(200, "POST", path, nil, &key)
 	if key.Project != "ops/web" || !strings.HasPrefix(key.PublicKey, "ssh-ed25519 ") || !strings.HasSuffix(key.PublicKey, " gradient-ops-web") {
 		t.Fatalf("generated %+v", key)
@@ -24,14 +26,14 @@ func TestAdminDeployKeys(t *testing.T) {
 	if err != nil || comment != "gradient-ops-web" {
 		t.Fatalf("public key %q does not parse as an authorized_keys line: %v", key.PublicKey, err)
 	}
-	var shown projectView
+	var shown admin.ProjectView
 	e.must(200, "GET", projectPath("ops/web"), nil, &shown)
 	if shown.DeployKey != key.PublicKey {
 		t.Fatalf("project shows deploy key %q, want %q", shown.DeployKey, key.PublicKey)
 	}
 
 	// The job loop opens the private half: an OpenSSH key of the public one.
-	keys := NewDeployKeys(e.db, e.srv.cfg.DialKey)
+	keys := deploykeys.New(e.db, e.srv.cfg.DialKey)
 	private, err := keys.Private(t.Context(), p.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -48,19 +50,19 @@ func TestAdminDeployKeys(t *testing.T) {
 		t.Fatalf("stored key: %v; it must be sealed", err)
 	}
 	other, _ := sealbox.New(sealbox.NewKey())
-	if _, err := NewDeployKeys(e.db, other).Private(t.Context(), p.ID); err == nil || !strings.Contains(err.Error(), "does not open") {
+	if _, err := deploykeys.New(e.db, other).Private(t.Context(), p.ID); err == nil || !strings.Contains(err.Error(), "does not open") {
 		t.Fatalf("opening with another server key: %v", err)
 	}
 
 	// Generating again rotates the key.
-	var rotated deployKeyView
+	var rotated admin.DeployKeyView
 	e.must(200, "POST", path, nil, &rotated)
 	if rotated.PublicKey == key.PublicKey {
 		t.Fatal("a second generation kept the key")
 	}
 	e.must(204, "DELETE", path, nil, nil)
 	e.fails(404, "deploy key", "DELETE", path, nil)
-	var after projectView
+	var after admin.ProjectView
 	e.must(200, "GET", projectPath("ops/web"), nil, &after)
 	if after.DeployKey != "" {
 		t.Fatalf("deleted deploy key still shown: %q", after.DeployKey)

@@ -136,7 +136,7 @@ func (d *dialer) redial(ctx context.Context, key dialKey, l *dialLoop) {
 	for ctx.Err() == nil {
 		delay := cfg.DialBackoff
 		switch {
-		case d.s.live.get(key.workerID) != nil, !d.s.Accepting():
+		case d.s.auth.Holds(key.workerID), !d.s.Accepting():
 			// Nothing to dial now: look again after the first step.
 		case d.s.dialOnce(ctx, key):
 			backoff = cfg.DialBackoff

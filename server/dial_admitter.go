@@ -5,63 +5,47 @@ import (
 	"fmt"
 	"slices"
 
-	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/wire"
 )
 
-// dialAdmitter is the policy of one session the server dialed at url. Its
-// handshake decides with the server's rules on the registrations at url
-// whose tokens the dial presented, and claims the worker ID (496 when the
-// worker is connected already). Its reauths add what those tokens grant
-// now, and ask for a redial when a registration at url appeared whose
-// token the dial did not present.
+// dialAdmitter is the authority.DialedPolicy of one session the server
+// dialed at url. Its handshake decides with the server's rules on the
+// registrations at url whose tokens the dial presented. Its reauths add
+// what those tokens grant now, and ask for a redial when a registration at
+// url appeared whose token the dial did not present.
 type dialAdmitter struct {
-	s    *Server
-	conn *workerConn
-	url  string
+	s   *Server
+	url string
 	// presented are the peers whose tokens the dial presented: the
 	// worker proved only those registrations (and its team's).
 	presented []string
-	reserved  bool // the handshake claimed the worker ID
 }
 
-func (a *dialAdmitter) Admit(ctx context.Context, workerID string, _ wire.GradientCapabilities) (handshake.Decision, error) {
+func (a *dialAdmitter) Admit(ctx context.Context, workerID string) (authority.Grant, error) {
 	rec, err := a.s.workerRecord(ctx, workerID)
 	if err != nil {
-		return handshake.Decision{}, fmt.Errorf("reading worker %s: %w", workerID, err)
-	}
-	if !a.s.Accepting() {
-		return handshake.Reject(403, "server is not accepting connections"), nil
+		return authority.Grant{}, fmt.Errorf("reading worker %s: %w", workerID, err)
 	}
 	atURL, _ := a.atURL(rec)
 	g := admitDialed(atURL)
-	if g.Rejected() {
-		return g.Decision, nil
-	}
-	a.conn.workerID = rec.WorkerID
-	a.conn.grant = g
-	if !a.s.live.reserve(ctx, a.conn) {
-		return handshake.AlreadyConnected.Decide(), nil
-	}
-	a.reserved = true
-	return g.Decision, nil
+	g.WorkerID, g.Known = rec.WorkerID, true
+	return g, nil
 }
 
 // Reauthorize adds what the presented tokens grant now (a project that
 // subscribed a cache, a project granting the team); never revokes. A new
 // registration at the URL is not granted on this session: its token was
 // not presented, so redial reports that the next dial must carry it.
-func (a *dialAdmitter) Reauthorize(ctx context.Context, workerID string) (handshake.Decision, bool, error) {
+func (a *dialAdmitter) Reauthorize(ctx context.Context, workerID string) (authority.Grant, bool, error) {
 	rec, err := a.s.workerRecord(ctx, workerID)
 	if err != nil {
-		return handshake.Decision{}, false, fmt.Errorf("reading worker %s: %w", workerID, err)
+		return authority.Grant{}, false, fmt.Errorf("reading worker %s: %w", workerID, err)
 	}
 	proven, redial := a.atURL(rec)
 	g := admitDialed(proven)
-	if !g.Rejected() {
-		a.conn.merge(g)
-	}
-	return g.Decision, redial, nil
+	g.WorkerID, g.Known = rec.WorkerID, true
+	return g, redial, nil
 }
 
 // atURL narrows rec to the registrations at the dialed URL whose tokens

@@ -2,16 +2,14 @@ package server
 
 import (
 	"context"
-	"errors"
-	"time"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/session"
-	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/storage"
 )
 
 // dialOnce dials one target: connect, present the target's tokens, admit
-// the worker and serve the session until it ends. It reports whether a
+// the worker and serve the session until it ends (authority.ServeDialed). It reports whether a
 // session was established. A failure is kept as the worker's offline
 // reason (a dial target is always a registered worker ID).
 func (s *Server) dialOnce(ctx context.Context, key dialKey) bool {
@@ -27,44 +25,16 @@ func (s *Server) dialOnce(ctx context.Context, key dialKey) bool {
 		s.dialFailed(key, "no token to present: rotate the worker's token")
 		return false
 	}
-	// A dialed session counts against the connection limit like any other.
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		s.metrics.refused.WithLabelValues("connection limit").Inc()
-		s.dialFailed(key, "server at its connection limit")
-		return false
-	}
-	defer func() { <-s.slots }()
-
-	// session.Dial warns about a ws:// URL itself.
-	dialStarted := time.Now()
-	t, err := session.Dial(ctx, key.url, session.DialOptions{
-		TLS: s.cfg.DialTLS, ConnectTimeout: s.cfg.DialConnectTimeout, Logger: s.log.With("worker", key.workerID),
+	return s.auth.ServeDialed(ctx, authority.Dialed{
+		WorkerID: key.workerID, URL: key.url, Tokens: tokens,
+		Policy: &dialAdmitter{s: s, url: key.url, presented: presentedPeers(tokens)},
+		Connect: func(ctx context.Context) (session.Transport, error) {
+			// session.Dial warns about a ws:// URL itself.
+			return session.Dial(ctx, key.url, session.DialOptions{
+				TLS: s.cfg.DialTLS, ConnectTimeout: s.cfg.DialConnectTimeout, Logger: s.log.With("worker", key.workerID),
+			})
+		},
 	})
-	if err != nil {
-		s.metrics.handshakeEnded("dial failed", dialStarted)
-		s.dialFailed(key, err.Error())
-		return false
-	}
-	defer t.Close(session.CloseNormal, "")
-	log := s.log.With("url", key.url) // serveSession adds the worker
-
-	conn := &workerConn{connectedAt: time.Now(), dialURL: key.url}
-	admitter := &dialAdmitter{s: s, conn: conn, url: key.url, presented: presentedPeers(tokens)}
-	c := session.NewConn(t, session.ConnOptions{Logger: log})
-	est, err := session.RunDialer(ctx, c, session.DialerConfig{
-		WorkerID: key.workerID, Tokens: tokens, Policy: admitter, Capabilities: s.capabilities(), Timeout: s.cfg.HandshakeTimeout,
-	})
-	if err != nil {
-		if admitter.reserved {
-			s.live.release(conn)
-		}
-		s.dialHandshakeFailed(key, conn, c, err)
-		return false
-	}
-	s.serveSession(log, conn, c, est, session.NewServerDialedAuth(est, admitter))
-	return true
 }
 
 // dialTarget reads the current target of key: its registrations (and
@@ -82,23 +52,6 @@ func (s *Server) dialTarget(ctx context.Context, key dialKey) (storage.DialTarge
 	return storage.DialTarget{}, false, nil
 }
 
-// dialHandshakeFailed keeps why a dialed handshake failed: the worker's
-// Reject (e.g. 401 for a token it does not accept), the server's own, or
-// the version agreement's refusal.
-func (s *Server) dialHandshakeFailed(key dialKey, conn *workerConn, c *session.Conn, err error) {
-	reason := err.Error()
-	if refusal := c.Refusal(); refusal != "" {
-		s.metrics.handshakeEnded("version refused", conn.connectedAt)
-		reason = refusal
-	} else if he := (*handshake.Error)(nil); errors.As(err, &he) && he.Code != 0 {
-		s.metrics.handshakeEnded("rejected", conn.connectedAt)
-	} else {
-		s.metrics.handshakeEnded("aborted", conn.connectedAt)
-	}
-	s.dialFailed(key, reason)
-}
-
 func (s *Server) dialFailed(key dialKey, reason string) {
-	s.log.Warn("dialing worker failed", "worker", key.workerID, "url", key.url, "reason", reason)
-	s.offline.set(key.workerID, reason)
+	s.auth.DialFailed(key.workerID, key.url, reason)
 }

@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -86,7 +88,7 @@ func newDialedWorker(t *testing.T) *dialedWorker {
 // file allows too): argon2id on every dial is slow under the race detector.
 func (w *dialedWorker) accept(peerID, token string) {
 	w.t.Helper()
-	line, err := AcceptedServerTokenLine(peerID, token)
+	line, err := admin.AcceptedServerTokenLine(peerID, token)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -254,9 +256,9 @@ func TestDialedWorkerRejectsServer(t *testing.T) {
 		w.accept(e.project.ID, "a token of another server")
 		e.createDialed(w, storage.PeerProject, e.project.ID)
 
-		waitFor(t, "three dials", func() bool { return w.attemptCount() >= 3 })
+		waitfor.True(t, "three dials", func() bool { return w.attemptCount() >= 3 })
 		want := "worker rejected connection (code 401): unknown worker id or wrong token"
-		waitFor(t, "the offline reason", func() bool { return e.srv.WorkerStatus(w.id).OfflineReason == want })
+		waitfor.True(t, "the offline reason", func() bool { return e.srv.WorkerStatus(w.id).OfflineReason == want })
 		if st := e.srv.WorkerStatus(w.id); st.Live {
 			t.Fatalf("status %+v", st)
 		}
@@ -267,7 +269,7 @@ func TestDialedWorkerRejectsServer(t *testing.T) {
 		}
 		e.srv.RefreshDials()
 		// Its redial loop ends (a dial under way is cancelled first).
-		waitFor(t, "the redial loop to stop", func() bool { return e.srv.dialer.running.Load() == 0 })
+		waitfor.True(t, "the redial loop to stop", func() bool { return e.srv.dialer.running.Load() == 0 })
 		n := w.attemptCount()
 		time.Sleep(500 * time.Millisecond)
 		if w.attemptCount() != n {
@@ -285,7 +287,7 @@ func TestDialedWorkerDownIsRedialedWithBackoff(t *testing.T) {
 		w.down.Store(true)
 		w.accept(e.project.ID, e.createDialed(w, storage.PeerProject, e.project.ID))
 
-		waitFor(t, "five dials", func() bool { return w.attemptCount() >= 5 })
+		waitfor.True(t, "five dials", func() bool { return w.attemptCount() >= 5 })
 		w.mu.Lock()
 		gaps := make([]time.Duration, 0, 4)
 		for i := 1; i < 5; i++ {

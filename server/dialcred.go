@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -28,16 +27,6 @@ func (noDialKeyError) Error() string {
 }
 
 func (noDialKeyError) Is(target error) bool { return target == storage.ErrInvalid }
-
-// AcceptedServerTokenLine is the line of a worker's accepted-server-tokens
-// file that accepts the server presenting token for peerID: peer_id:hash.
-func AcceptedServerTokenLine(peerID, token string) (string, error) {
-	hash, err := secret.Hash(token)
-	if err != nil {
-		return "", err
-	}
-	return peerID + ":" + hash, nil
-}
 
 // Additional data binding a sealed token to its owner: a sealed value
 // copied to another row does not open.

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -39,7 +39,7 @@ func (s *Server) workerRecord(ctx context.Context, workerID string) (*WorkerReco
 			Kind:      PeerKind(reg.Peer.Kind),
 			PeerID:    reg.Peer.ID,
 			TokenHash: reg.TokenHash,
-			Abilities: Abilities{Fetch: reg.WorkerSettings.EnableFetch, Eval: reg.WorkerSettings.EnableEval, Build: reg.WorkerSettings.EnableBuild},
+			Abilities: authority.Abilities{Fetch: reg.WorkerSettings.EnableFetch, Eval: reg.WorkerSettings.EnableEval, Build: reg.WorkerSettings.EnableBuild},
 			DialURL:   s.dialURL(reg.URL, reg.DialTokenSealed, registrationIdentity(reg.Peer, reg.WorkerID)),
 		}
 		if r.Kind == PeerProject {
@@ -53,7 +53,7 @@ func (s *Server) workerRecord(ctx context.Context, workerID string) (*WorkerReco
 		team := &TeamWorker{
 			TeamID:    tw.TeamID,
 			TokenHash: tw.TokenHash,
-			Abilities: Abilities{Fetch: tw.WorkerSettings.EnableFetch, Eval: tw.WorkerSettings.EnableEval, Build: tw.WorkerSettings.EnableBuild},
+			Abilities: authority.Abilities{Fetch: tw.WorkerSettings.EnableFetch, Eval: tw.WorkerSettings.EnableEval, Build: tw.WorkerSettings.EnableBuild},
 			DialURL:   s.dialURL(tw.URL, tw.DialTokenSealed, teamWorkerIdentity(tw.TeamID, tw.WorkerID)),
 		}
 		for _, p := range access.GrantingProjects {
@@ -77,54 +77,24 @@ func (s *Server) dialURL(url string, sealed, identity []byte) string {
 	return url
 }
 
-// connAuthority is the session.Authority of one worker-dialed connection:
-// it asks the database, decides with authorize, claims the worker ID (496
-// for a second connection) and remembers the grant for the dispatch loop.
-type connAuthority struct {
-	s    *Server
-	conn *workerConn
-	// known: the worker ID is registered, so its failures are kept as its
-	// offline reason.
-	known       bool
-	established bool
-	reserved    bool
+// policy is the server's authority.Policy for sessions workers dial: it
+// reads the worker's registrations and decides with authorize.
+type policy struct{ s *Server }
+
+func (p policy) Challenge(ctx context.Context, workerID string) ([]string, bool, error) {
+	rec, err := p.s.workerRecord(ctx, workerID)
+	if err != nil {
+		return nil, false, fmt.Errorf("reading worker %s: %w", workerID, err)
+	}
+	return rec.ChallengePeers(), rec.Known(), nil
 }
 
-func (a *connAuthority) Challenge(ctx context.Context, workerID string) ([]string, error) {
-	rec, err := a.s.workerRecord(ctx, workerID)
+func (p policy) Authorize(ctx context.Context, workerID string, tokens []wire.Pair[string, string]) (authority.Grant, error) {
+	rec, err := p.s.workerRecord(ctx, workerID)
 	if err != nil {
-		return nil, fmt.Errorf("reading worker %s: %w", workerID, err)
+		return authority.Grant{}, fmt.Errorf("reading worker %s: %w", workerID, err)
 	}
-	a.known = rec.Known()
-	return rec.ChallengePeers(), nil
-}
-
-func (a *connAuthority) Authorize(ctx context.Context, workerID string, tokens []wire.Pair[string, string]) (handshake.Decision, error) {
-	rec, err := a.s.workerRecord(ctx, workerID)
-	if err != nil {
-		return handshake.Decision{}, fmt.Errorf("reading worker %s: %w", workerID, err)
-	}
-	a.known = rec.Known()
-	if a.established {
-		// Reauth: add what the new tokens grant; never revoke.
-		g := authorize(rec, tokens, a.s.verifier.Verify)
-		if !g.Rejected() {
-			a.conn.merge(g)
-		}
-		return g.Decision, nil
-	}
-	if !a.s.Accepting() {
-		return handshake.Reject(403, "server is not accepting connections"), nil
-	}
-	g := authorize(rec, tokens, a.s.verifier.Verify)
-	if g.Rejected() {
-		return g.Decision, nil
-	}
-	a.conn.workerID = rec.WorkerID
-	a.conn.grant = g
-	if !a.s.live.reserve(ctx, a.conn) {
-		return handshake.AlreadyConnected.Decide(), nil
-	}
-	a.reserved = true
-	return g.Decision, nil
+	g := authorize(rec, tokens, p.s.verifier.Verify)
+	g.WorkerID, g.Known = rec.WorkerID, rec.Known()
+	return g, nil
 }

@@ -193,7 +193,7 @@ type gitAccess struct {
 
 func (s *Server) gitAccess(ctx context.Context, p storage.Project, name string) gitAccess {
 	access := gitAccess{ssh: s.cfg.SSH, allowLocal: s.cfg.AllowLocalRepositories}
-	if s.deployKeys == nil {
+	if s.cfg.DialKey == nil {
 		return access
 	}
 	key, err := s.deployKeys.Private(ctx, p.ID)
@@ -202,6 +202,13 @@ func (s *Server) gitAccess(ctx context.Context, p storage.Project, name string) 
 	}
 	access.sshKey = key
 	return access
+}
+
+// BranchHead is the commit at the head of p's branch, for the admin API
+// (admin.BranchHeads).
+func (s *Server) BranchHead(ctx context.Context, p storage.Project) (string, bool, error) {
+	commit, err := lsRemote(ctx, p.Repository, p.Branch, s.gitAccess(ctx, p, p.Name))
+	return commit, errors.Is(err, errBranchMissing), err
 }
 
 // errBranchMissing: the repository answered but has no such branch.

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -33,9 +35,9 @@ func (f *fakeEvaluations) BuildProgress(buildID string) (wire.BuildProgress, boo
 	return p, ok
 }
 
-func (f *fakeEvaluations) SessionStarted(*LiveWorker)                       {}
-func (f *fakeEvaluations) HandleJobMessage(*LiveWorker, wire.ClientMessage) {}
-func (f *fakeEvaluations) SessionEnded(*LiveWorker, string)                 {}
+func (f *fakeEvaluations) SessionStarted(*authority.LiveWorker)                       {}
+func (f *fakeEvaluations) HandleJobMessage(*authority.LiveWorker, wire.ClientMessage) {}
+func (f *fakeEvaluations) SessionEnded(*authority.LiveWorker, string)                 {}
 
 func (f *fakeEvaluations) StartEvaluation(ctx context.Context, in storage.NewEvaluation) (storage.Evaluation, error) {
 	f.mu.Lock()
@@ -285,7 +287,7 @@ func TestPollerUsesDeployKey(t *testing.T) {
 	if !strings.Contains(e.logs.String(), "Permission denied") {
 		t.Fatalf("no warning with the host's refusal:\n%s", e.logs.String())
 	}
-	var key deployKeyView
+	var key admin.DeployKeyView
 	e.must(200, "POST", projectPath("ops/private")+"/deploy-key", nil, &key)
 	started := e.srv.pollBranches(t.Context())
 	if len(started) != 1 || started[0].ProjectID != p.ID || started[0].Commit != head {

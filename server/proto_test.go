@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
+	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/storage"
@@ -182,17 +182,6 @@ func newWorkerID(t testing.TB) string {
 	return storage.NewID()
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestWorkerConnects(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
@@ -235,7 +224,7 @@ func TestRejections(t *testing.T) {
 
 		unknown := newWorkerID(t)
 		e.expectReject(unknown, nil, 403, "unknown worker")
-		if _, ok := e.srv.offline.get(unknown); ok {
+		if e.srv.auth.ForTest().HasOfflineReason(unknown) {
 			t.Error("a failure of an unregistered worker ID was kept")
 		}
 
@@ -243,7 +232,7 @@ func TestRejections(t *testing.T) {
 		e.register(storage.PeerProject, e.project.ID, wrong)
 		e.expectReject(wrong, map[string]string{e.project.ID: "not-the-token"}, 401, "no valid peer tokens provided")
 		// The server keeps the reason right after sending the Reject.
-		waitFor(t, "the offline reason", func() bool {
+		waitfor.True(t, "the offline reason", func() bool {
 			return strings.Contains(e.srv.WorkerStatus(wrong).OfflineReason, "no valid peer tokens provided")
 		})
 
@@ -333,7 +322,7 @@ func TestReauth(t *testing.T) {
 		if !ok || !slices.Contains(ch.Peers, e.cache.ID) || !slices.Contains(ch.Peers, e.project.ID) {
 			t.Fatalf("challenge %#v", ch)
 		}
-		if n := testutil.ToFloat64(e.srv.metrics.reauths.WithLabelValues("server", "sent")); n != 1 {
+		if n := e.srv.auth.ForTest().Reauths("server", "sent"); n != 1 {
 			t.Errorf("server-initiated reauths counted %v, want 1", n)
 		}
 		w.tokens[e.cache.ID] = cacheToken
@@ -360,8 +349,8 @@ func TestReauth(t *testing.T) {
 			t.Fatalf("got %#v", ch)
 		}
 		// Counted once the challenge is out, which may be after it arrives.
-		waitFor(t, "the worker-initiated reauth counted", func() bool {
-			return testutil.ToFloat64(e.srv.metrics.reauths.WithLabelValues("worker", "sent")) == 1
+		waitfor.True(t, "the worker-initiated reauth counted", func() bool {
+			return e.srv.auth.ForTest().Reauths("worker", "sent") == 1
 		})
 		w.sess.Send(w.auth.Answer(ch))
 		up, ok = w.recv(t).(*wire.AuthUpdate)
@@ -473,7 +462,7 @@ func TestHeartbeatTimeout(t *testing.T) {
 		e := newEnv(t, db, Config{HeartbeatTimeout: 300 * time.Millisecond})
 		id := newWorkerID(t)
 		w := e.mustConnect(id, map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)})
-		waitFor(t, "the silent worker to be dropped", func() bool { return !e.srv.WorkerStatus(id).Live })
+		waitfor.True(t, "the silent worker to be dropped", func() bool { return !e.srv.WorkerStatus(id).Live })
 		if r := e.srv.WorkerStatus(id).OfflineReason; !strings.Contains(r, "heartbeat") {
 			t.Errorf("offline reason %q", r)
 		}
@@ -514,7 +503,7 @@ func TestDeactivateEndsLiveSession(t *testing.T) {
 		if _, err := w.sess.Recv(ctx); err == nil || ctx.Err() != nil {
 			t.Fatalf("the session survived deactivation: %v", err)
 		}
-		waitFor(t, "the worker to go offline", func() bool { return !e.srv.WorkerStatus(id).Live })
+		waitfor.True(t, "the worker to go offline", func() bool { return !e.srv.WorkerStatus(id).Live })
 		if st := e.srv.WorkerStatus(id); !strings.Contains(st.OfflineReason, "worker deactivated") {
 			t.Errorf("status after deactivation %+v", st)
 		}
@@ -526,9 +515,9 @@ func TestDeactivateEndsLiveSession(t *testing.T) {
 // session was draining by then.
 type drainSeen struct{ seen chan bool }
 
-func (d drainSeen) SessionStarted(*LiveWorker)       {}
-func (d drainSeen) SessionEnded(*LiveWorker, string) {}
-func (d drainSeen) HandleJobMessage(w *LiveWorker, m wire.ClientMessage) {
+func (d drainSeen) SessionStarted(*authority.LiveWorker)       {}
+func (d drainSeen) SessionEnded(*authority.LiveWorker, string) {}
+func (d drainSeen) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessage) {
 	if _, ok := m.(*wire.RequestJob); ok {
 		d.seen <- w.Draining()
 	}

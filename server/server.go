@@ -3,24 +3,25 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/server/admin"
+	"gradient.dev/gradient/server/cache"
+	"gradient.dev/gradient/server/deploykeys"
+	"gradient.dev/gradient/server/internal/authgate"
 	"gradient.dev/gradient/session"
-	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/storage"
-	"gradient.dev/gradient/wire"
 )
 
 // Config is the server's configuration; zero values take the defaults of
@@ -94,7 +95,7 @@ type Config struct {
 
 	// Jobs is the job loop behind worker sessions; nil answers job
 	// requests with nothing (a cache-only server).
-	Jobs JobLoop
+	Jobs authority.JobLoop
 	// Metrics is the registry /metrics serves (shared with the job
 	// loop; a binary adds the runtime collectors, metrics.NewRegistry);
 	// nil makes a new one. The server's series must not be in it already:
@@ -113,20 +114,8 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.HeartbeatTimeout == 0 {
-		c.HeartbeatTimeout = 120 * time.Second
-	}
-	if c.HeartbeatTimeout < 0 {
-		c.HeartbeatTimeout = 0
-	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = session.HandshakeTimeout
-	}
-	if c.MaxConnections <= 0 {
-		c.MaxConnections = 256
-	}
-	if c.HandshakesPerIP <= 0 {
-		c.HandshakesPerIP = 32
 	}
 	if c.AnonymousCacheSessionsPerIP <= 0 {
 		c.AnonymousCacheSessionsPerIP = 32
@@ -154,39 +143,34 @@ func (c *Config) defaults() {
 	}
 }
 
-// Server is the authority workers connect to.
+// Server is the Gradient server: the authority workers connect to, with
+// the server's policy on its registrations, the binary cache, the admin
+// API, the dialer of workers with a URL and the branch poller.
 type Server struct {
 	cfg     Config
 	db      *storage.DB
 	log     *slog.Logger
 	metrics *serverMetrics
+	// auth runs the worker sessions: admission through policy, the live
+	// registry, reauth, the connection limits.
+	auth *authority.Authority
 	// verifier checks worker tokens: bounded argon2id work, and known
 	// (hash, token) pairs remembered across reconnects.
 	verifier *secret.Verifier
 
-	live    *liveSessions
-	offline *offlineReasons
-	dialer  *dialer // nil without a dial key
-	// deployKeys opens projects' deploy keys; nil without a dial key.
-	deployKeys *DeployKeys
-	accepting  atomic.Bool
-	slots      chan struct{} // connection limiter: one token per session
-	// handshakes and handshakesPerIP cap worker sessions that have not
-	// finished the handshake: in all (half of slots) and per client IP.
-	handshakes      chan struct{}
-	handshakesPerIP *limit.PerIP
-	// anonymousCache caps anonymous read-only cache sessions per IP.
-	anonymousCache *limit.PerIP
-	// authFailures limits failed authentications per client address; nil
-	// when disabled.
-	authFailures *limit.Failures
-	uploadLeases *uploadLeases
-	// cacheMemo keeps cache rows, signing keys and narinfos for the
-	// binary cache; the admin API forgets the paths it deletes.
-	cacheMemo *cacheMemo
+	dialer *dialer // nil without a dial key
+	// deployKeys generates and opens projects' deploy keys, under the
+	// dial key (none without one).
+	deployKeys *deploykeys.Keys
+	// gate limits failed authentications per client address; nil when
+	// disabled.
+	gate *authgate.Gate
+	// cache is the binary cache: HTTP, read-only cache sessions and the
+	// cache messages of worker sessions.
+	cache *cache.Cache
+	admin *admin.API
 
-	// ctx ends every session at once on Close (SIGTERM); its cause,
-	// errServerStopping, is the reason of the close frames it triggers.
+	// ctx ends the dialer and the poller on Close.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
@@ -197,31 +181,48 @@ func New(db *storage.DB, cfg Config) *Server {
 	cfg.defaults()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Server{
-		cfg:     cfg,
-		db:      db,
-		log:     cfg.Logger,
-		live:    newLiveSessions(),
-		offline: newOfflineReasons(),
-		slots:   make(chan struct{}, cfg.MaxConnections),
-
-		handshakes:      make(chan struct{}, max(cfg.MaxConnections/2, 1)),
-		handshakesPerIP: limit.NewPerIP(cfg.HandshakesPerIP),
-
-		anonymousCache: limit.NewPerIP(cfg.AnonymousCacheSessionsPerIP),
-		uploadLeases:   newUploadLeases(),
-		cacheMemo:      newCacheMemo(),
-		ctx:            ctx,
-		cancel:         cancel,
+		cfg:    cfg,
+		db:     db,
+		log:    cfg.Logger,
+		ctx:    ctx,
+		cancel: cancel,
 	}
 	if cfg.AuthFailuresPerMinute > 0 {
-		s.authFailures = limit.NewFailures(cfg.AuthFailuresPerMinute, time.Minute, cfg.authClock)
+		s.gate = authgate.New(limit.NewFailures(cfg.AuthFailuresPerMinute, time.Minute, cfg.authClock), cfg.Logger)
 	}
-	s.metrics = newServerMetrics(s)
+	s.metrics = newServerMetrics(cfg.Metrics)
+	s.auth = authority.New(authority.Config{
+		Policy:           policy{s},
+		Jobs:             cfg.Jobs,
+		Cache:            s.workerCache,
+		HeartbeatTimeout: cfg.HeartbeatTimeout,
+		HandshakeTimeout: cfg.HandshakeTimeout,
+		Federate:         cfg.Federate,
+		MaxConnections:   cfg.MaxConnections,
+		HandshakesPerIP:  cfg.HandshakesPerIP,
+		Logger:           cfg.Logger,
+		Metrics:          s.metrics.registry,
+		MetricsPrefix:    "gradient_server",
+	})
+	s.cache = cache.New(cache.Config{
+		DB: db, NarStore: cfg.NarStore, Sessions: s.auth, Gate: s.gate, Logger: cfg.Logger, Metrics: s.metrics.registry,
+		HandshakeTimeout:            cfg.HandshakeTimeout,
+		DisableAnonymousCache:       cfg.DisableAnonymousCache,
+		AnonymousCacheSessionsPerIP: cfg.AnonymousCacheSessionsPerIP,
+		CacheSessionIdleTimeout:     cfg.CacheSessionIdleTimeout,
+		NarinfoHook:                 cfg.narinfoHook,
+	})
+	s.deployKeys = deploykeys.New(db, cfg.DialKey)
+	ctl, _ := s.evaluationControl()
+	progress, _ := cfg.Jobs.(admin.BuildProgress)
+	s.admin = admin.New(admin.Config{
+		DB: db, AdminTokenHash: cfg.AdminTokenHash, Gate: s.gate, ObserveTokenCheck: s.metrics.argon2Checked,
+		AllowLocalRepositories: cfg.AllowLocalRepositories, Logger: cfg.Logger,
+		Workers: s, Dialer: s, DeployKeys: s.deployKeys, Cache: s.cache, Evaluations: ctl, Progress: progress, Branches: s,
+	})
 	s.verifier = secret.NewVerifier(0)
 	s.verifier.Observe = s.metrics.argon2Checked
-	s.accepting.Store(true)
 	if cfg.DialKey != nil {
-		s.deployKeys = NewDeployKeys(db, cfg.DialKey)
 		s.dialer = newDialer(s)
 		s.wg.Add(1)
 		go func() {
@@ -239,44 +240,38 @@ func (s *Server) Metrics() *prometheus.Registry { return s.metrics.registry }
 // Handler serves /proto, /healthz, /metrics and the admin API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /proto", http.HandlerFunc(s.serveProto))
+	mux.Handle("GET /proto", s.auth.ProtoHandler())
 	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
-	s.mountAdminAPI(mux)
-	s.mountBinaryCache(mux)
+	s.admin.Mount(mux)
+	s.cache.Mount(mux)
 	return mux
 }
 
-// errServerStopping ends the server's context on Close.
-var errServerStopping = errors.New("server stopping")
-
-// Close stops dialing, ends every session at once (Server Stop) with 1001
-// and waits for their handlers to return. Established sessions are closed
-// before the context ends, so their queued messages drain first; the
-// context then ends handshakes (and whatever closeAll missed) with 1001
-// too.
+// Close stops dialing and polling, ends every session at once (Server
+// Stop) with 1001 and waits for their handlers to return
+// (authority.Close).
 func (s *Server) Close() {
-	s.accepting.Store(false)
-	s.live.closeAll(errServerStopping.Error())
-	s.cancel(errServerStopping)
+	s.auth.Close()
+	s.cancel(authority.ErrStopping)
 	s.wg.Wait()
 }
 
 // SetAccepting starts or stops accepting worker connections. Sessions
 // already up stay up; new ones are rejected with 403.
-func (s *Server) SetAccepting(on bool) {
-	s.accepting.Store(on)
-	s.log.Info("worker connections", "accepting", on)
-}
+func (s *Server) SetAccepting(on bool) { s.auth.SetAccepting(on) }
 
 // Accepting reports whether new worker sessions are accepted.
-func (s *Server) Accepting() bool { return s.accepting.Load() }
+func (s *Server) Accepting() bool { return s.auth.Accepting() }
 
-// capabilities are the server's own in every worker handshake.
-func (s *Server) capabilities() *wire.GradientCapabilities {
-	c := handshake.ServerCapabilities(s.cfg.Federate)
-	return &c
+// GenerateDeployKey makes a new deploy key for the project, replacing any
+// earlier one, and returns its public half (deploykeys.Keys.Generate).
+func (s *Server) GenerateDeployKey(ctx context.Context, p storage.Project, comment string) (string, error) {
+	return s.deployKeys.Generate(ctx, p, comment)
 }
+
+// Reauth reauthorizes the live session of a worker (authority.Reauth).
+func (s *Server) Reauth(workerID string) bool { return s.auth.Reauth(workerID) }
 
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	if err := s.db.Ping(r.Context()); err != nil {

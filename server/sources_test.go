@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gradient.dev/gradient/server/admin"
 )
 
 // A project's repository and branch are checked when the project is
@@ -36,7 +38,7 @@ func TestAdminProjectSourcesAreChecked(t *testing.T) {
 	} {
 		e.fails(400, tc.reason, "POST", "/api/v1/projects", create(tc.repository, tc.branch))
 	}
-	var p projectView
+	var p admin.ProjectView
 	for _, ok := range []string{"git@github.com:o/r.git", "ssh://git@example.invalid/r", "git+https://example.invalid/r", "git://example.invalid/r"} {
 		e.must(201, "POST", "/api/v1/projects", create(ok, "release/1.x"), &p)
 		e.must(204, "DELETE", projectPath(p.ID), nil, nil)

@@ -5,62 +5,28 @@ import (
 	"slices"
 	"time"
 
-	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/server/admin"
 )
 
-// WorkerStatus is the operator's view of one worker ID.
-type WorkerStatus struct {
-	WorkerID     string    `json:"worker_id"`
-	Live         bool      `json:"live"`
-	ConnectedAt  time.Time `json:"connected_at,omitzero"`
-	Projects     []string  `json:"projects,omitempty"` // authenticated for, while live
-	Capabilities []string  `json:"capabilities,omitempty"`
-	Draining     bool      `json:"draining,omitempty"`
-	// DialedURL is set while the server's own dial holds the session.
-	DialedURL string `json:"dialed_url,omitempty"`
-	// OfflineReason is the last failure or disconnect of the worker ID.
-	OfflineReason string    `json:"offline_reason,omitempty"`
-	OfflineSince  time.Time `json:"offline_since,omitzero"`
-}
+// ConnectedWorkers is how many worker sessions are up or handshaking.
+func (s *Server) ConnectedWorkers() int { return s.auth.Connected() }
 
 // WorkerStatus reports whether a worker is connected, and why it last went
 // away.
-func (s *Server) WorkerStatus(workerID string) WorkerStatus {
-	st := WorkerStatus{WorkerID: workerID}
-	// A session holds the worker ID from its admission on, which is just
-	// before the worker reads its InitAck.
-	if conn := s.live.get(workerID); conn != nil {
-		conn.mu.Lock()
-		st.Live = true
-		st.ConnectedAt = conn.connectedAt
-		st.DialedURL = conn.dialURL
-		st.Projects = slices.Clone(conn.grant.Projects)
-		st.Capabilities = capabilityNames(conn.capabilities)
-		st.Draining = conn.draining
-		conn.mu.Unlock()
-	}
-	if r, ok := s.offline.get(workerID); ok {
-		st.OfflineReason, st.OfflineSince = r.Reason, r.At
-	}
-	return st
-}
-
-// ProjectWorker is one worker of a project's worker list.
-type ProjectWorker struct {
-	WorkerStatus
-	TeamID      string `json:"team_id,omitempty"` // set for team workers granted to the project
-	Deactivated bool   `json:"deactivated,omitempty"`
+func (s *Server) WorkerStatus(workerID string) authority.WorkerStatus {
+	return s.auth.WorkerStatus(workerID)
 }
 
 // ProjectWorkers lists the workers registered for or granted to a project.
 // A worker shows as live only when its session authenticated for this
 // project.
-func (s *Server) ProjectWorkers(ctx context.Context, projectID string) ([]ProjectWorker, error) {
+func (s *Server) ProjectWorkers(ctx context.Context, projectID string) ([]admin.ProjectWorker, error) {
 	rows, err := s.db.ProjectWorkers(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ProjectWorker, 0, len(rows))
+	out := make([]admin.ProjectWorker, 0, len(rows))
 	for _, r := range rows {
 		st := s.WorkerStatus(r.WorkerID)
 		if st.Live && !slices.Contains(st.Projects, projectID) {
@@ -70,7 +36,7 @@ func (s *Server) ProjectWorkers(ctx context.Context, projectID string) ([]Projec
 				st.OfflineReason = "connected, but not authenticated for this project"
 			}
 		}
-		out = append(out, ProjectWorker{WorkerStatus: st, TeamID: r.TeamID, Deactivated: r.Deactivated})
+		out = append(out, admin.ProjectWorker{WorkerStatus: st, TeamID: r.TeamID, Deactivated: r.Deactivated})
 	}
 	return out, nil
 }
@@ -114,28 +80,7 @@ func (s *Server) DeactivateWorker(ctx context.Context, workerID string) error {
 	if err := s.db.DeactivateWorker(ctx, workerID); err != nil {
 		return err
 	}
-	s.disconnect(workerID, "worker deactivated")
+	s.auth.Disconnect(workerID, "worker deactivated")
 	s.RefreshDials()
 	return nil
-}
-
-// disconnect starts closing the live session of a worker, if any.
-func (s *Server) disconnect(workerID, reason string) {
-	conn := s.live.get(workerID)
-	if conn == nil {
-		return
-	}
-	conn.mu.Lock()
-	sess := conn.sess
-	if sess == nil {
-		// Admitted, not yet split: serveSession closes it right after.
-		conn.kickReason = reason
-	}
-	conn.mu.Unlock()
-	s.log.Info("closing worker session", "worker", workerID, "reason", reason)
-	if sess == nil {
-		return
-	}
-	// Close waits for the worker's close frame; the caller need not.
-	go sess.Close(session.ClosePolicy, reason)
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 )
@@ -20,14 +21,14 @@ func TestOfflineReasonOfAnUpperCaseWorkerID(t *testing.T) {
 		upper := strings.ToUpper(id)
 
 		e.expectReject(upper, map[string]string{e.project.ID: "not-the-token"}, 401, "no valid peer tokens provided")
-		waitFor(t, "the rejected worker's offline reason", func() bool {
+		waitfor.True(t, "the rejected worker's offline reason", func() bool {
 			return strings.Contains(e.srv.WorkerStatus(id).OfflineReason, "no valid peer tokens provided")
 		})
 
 		w := e.mustConnect(upper, map[string]string{e.project.ID: token})
-		waitFor(t, "the worker to be live", func() bool { return e.srv.WorkerStatus(id).Live })
+		waitfor.True(t, "the worker to be live", func() bool { return e.srv.WorkerStatus(id).Live })
 		w.sess.Close(1000, "worker leaving")
-		waitFor(t, "the reason the session ended", func() bool {
+		waitfor.True(t, "the reason the session ended", func() bool {
 			st := e.srv.WorkerStatus(id)
 			return !st.Live && st.OfflineReason != "" && !strings.Contains(st.OfflineReason, "no valid peer tokens")
 		})
@@ -59,10 +60,8 @@ func TestOfflineReasonsKeepOnlyRegisteredIDs(t *testing.T) {
 			}
 			e.expectReject(string(spelled), wrong, 401, "no valid peer tokens provided")
 		}
-		waitFor(t, "the registered worker's offline reason", func() bool { return e.srv.WorkerStatus(id).OfflineReason != "" })
-		e.srv.offline.mu.Lock()
-		kept := len(e.srv.offline.reasons)
-		e.srv.offline.mu.Unlock()
+		waitfor.True(t, "the registered worker's offline reason", func() bool { return e.srv.WorkerStatus(id).OfflineReason != "" })
+		kept := e.srv.auth.ForTest().OfflineReasonsKept()
 		if kept != 1 {
 			t.Errorf("%d offline reasons kept, want 1 (the registered worker ID's)", kept)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"gradient.dev/gradient/internal/halfopen"
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
@@ -206,11 +207,11 @@ func TestWorkerReconnectsPastAHalfOpenSession(t *testing.T) {
 		var logs *lockedBuffer
 		cfg.Logger, logs = testLogger(t, "worker")
 		startWorker(t, cfg)
-		waitFor(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+		waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
 		first := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt
 
 		proxy.Freeze()
-		waitForWithin(t, 60*time.Second, "the worker live on a new connection", func() bool {
+		waitfor.Within(t, 60*time.Second, "the worker live on a new connection", func() bool {
 			st := r.srv.WorkerStatus(cfg.WorkerID)
 			return st.Live && st.ConnectedAt.After(first)
 		})

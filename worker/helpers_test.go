@@ -51,23 +51,6 @@ func testLogger(t *testing.T, name string) (*slog.Logger, *lockedBuffer) {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	waitForWithin(t, 10*time.Second, what, cond)
-}
-
-// waitForWithin polls cond until it holds, failing after limit.
-func waitForWithin(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // blockingExecutor runs every job until its context ends and reports why.
 type blockingExecutor struct {
 	started chan Assignment

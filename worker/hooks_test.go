@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/wire"
@@ -64,10 +65,10 @@ func TestOnRejectedStopsDialing(t *testing.T) {
 		cfg.OnEstablished = func() { established.Store(true) }
 		startWorker(t, cfg)
 		if !stop {
-			waitFor(t, "three rejected dials", func() bool { return rej.count() >= 3 })
+			waitfor.True(t, "three rejected dials", func() bool { return rej.count() >= 3 })
 			continue
 		}
-		waitFor(t, "the rejection", func() bool { return rej.count() >= 1 })
+		waitfor.True(t, "the rejection", func() bool { return rej.count() >= 1 })
 		// Several backoff periods (BackoffMax is 200 ms) without a dial.
 		time.Sleep(time.Second)
 		if n := rej.count(); n != 1 {
@@ -93,7 +94,7 @@ func TestOnRejectedMidSession(t *testing.T) {
 	startWorker(t, cfg)
 	c := f.accept()
 	c.send(t, &wire.ServerReject{Code: 403, Reason: "worker is deactivated"})
-	waitFor(t, "the rejection", func() bool { return rej.count() == 1 })
+	waitfor.True(t, "the rejection", func() bool { return rej.count() == 1 })
 	select {
 	case <-f.conns:
 		t.Fatal("the worker reconnected after OnRejected stopped it")
@@ -152,11 +153,11 @@ func TestSetPeersReauthorizes(t *testing.T) {
 	first := r.register(r.project.ID, cfg.WorkerID)
 	cfg.Peers = r.project.ID + ":" + first
 	w, _ := startWorker(t, cfg)
-	waitFor(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+	waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
 	connectedAt := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt
 	second := r.register(r.second.ID, cfg.WorkerID)
 	w.SetPeers(map[string]string{r.project.ID: first, r.second.ID: second})
-	waitFor(t, "the second project on the live session", func() bool {
+	waitfor.True(t, "the second project on the live session", func() bool {
 		return slices.Contains(r.srv.WorkerStatus(cfg.WorkerID).Projects, r.second.ID)
 	})
 	if !r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt.Equal(connectedAt) {

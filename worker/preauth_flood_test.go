@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/server"
 )
 
@@ -54,12 +55,12 @@ func TestPreauthFloodLeavesWorkersAbleToConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	startWorker(t, cfg)
-	waitFor(t, "the worker live while the flood holds its sockets", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+	waitfor.True(t, "the worker live while the flood holds its sockets", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
 
 	// Closing a flood socket gives its address a permit back.
 	idle[0].Close()
 	idle = idle[1:]
-	waitFor(t, "a freed per-IP permit", func() bool {
+	waitfor.True(t, "a freed per-IP permit", func() bool {
 		c, _, err := flooder.DialContext(context.Background(), r.url, nil)
 		if err != nil {
 			return false

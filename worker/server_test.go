@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
@@ -31,7 +32,7 @@ func TestPeersFileChangeReauthorizesLiveSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		startWorker(t, cfg)
-		waitFor(t, "the worker live for the first project", func() bool {
+		waitfor.True(t, "the worker live for the first project", func() bool {
 			st := r.srv.WorkerStatus(cfg.WorkerID)
 			return st.Live && slices.Equal(st.Projects, []string{r.project.ID})
 		})
@@ -42,7 +43,7 @@ func TestPeersFileChangeReauthorizesLiveSession(t *testing.T) {
 		if err := os.WriteFile(cfg.PeersFile, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the second project on the live session", func() bool {
+		waitfor.True(t, "the second project on the live session", func() bool {
 			st := r.srv.WorkerStatus(cfg.WorkerID)
 			return slices.Contains(st.Projects, r.second.ID)
 		})
@@ -76,7 +77,7 @@ func TestOverlappingReauthsKeepTheSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		startWorker(t, cfg)
-		waitFor(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+		waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
 		connectedAt := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt
 
 		second := r.register(r.second.ID, cfg.WorkerID)
@@ -88,11 +89,11 @@ func TestOverlappingReauthsKeepTheSession(t *testing.T) {
 				t.Fatal("no live session to reauth")
 			}
 		}
-		waitFor(t, "the second project on the live session", func() bool {
+		waitfor.True(t, "the second project on the live session", func() bool {
 			return slices.Contains(r.srv.WorkerStatus(cfg.WorkerID).Projects, r.second.ID)
 		})
 		// Every challenge the worker saw was answered by an AuthUpdate.
-		waitFor(t, "every challenge answered", func() bool {
+		waitfor.True(t, "every challenge answered", func() bool {
 			logs := workerLogs.String()
 			updates := strings.Count(logs, "authorization updated")
 			return updates >= 2 && updates == strings.Count(logs, "server challenged the session")
@@ -114,13 +115,13 @@ func TestReconnectsAfterServerRestart(t *testing.T) {
 	var logs *lockedBuffer
 	cfg.Logger, logs = testLogger(t, "worker")
 	startWorker(t, cfg)
-	waitFor(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+	waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
 
 	addr := r.addr
 	r.stop()
 	// While the server is down the worker retries with a delay that
 	// doubles (less up to a fifth of jitter) up to the maximum.
-	waitFor(t, "four failed reconnects", func() bool { return len(retryDelays(logs.String())) >= 4 })
+	waitfor.True(t, "four failed reconnects", func() bool { return len(retryDelays(logs.String())) >= 4 })
 	delays := retryDelays(logs.String())
 	for i := 1; i < 4; i++ {
 		if lo, hi := delays[i-1]*2*8/10, delays[i-1]*2*100/80; delays[i] < min(lo, cfg.BackoffMax*8/10) || delays[i] > min(hi, cfg.BackoffMax) {
@@ -128,7 +129,7 @@ func TestReconnectsAfterServerRestart(t *testing.T) {
 		}
 	}
 	r.start(addr)
-	waitFor(t, "the worker live on the restarted server", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+	waitfor.True(t, "the worker live on the restarted server", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
 }
 
 // retryDelays are the retry_in delays of a worker's failed connects.
@@ -201,7 +202,7 @@ func TestServerDialedWorkerAccepted(t *testing.T) {
 		file := writeAcceptedTokens(t, "# the server's token, as hex SHA-256", r.project.ID+":"+sha256Hex(token))
 		cfg.ServerTokens = LoadServerTokens(file, cfg.WorkerID, cfg.Logger)
 		startWorker(t, cfg)
-		waitFor(t, "the dialed session", func() bool {
+		waitfor.True(t, "the dialed session", func() bool {
 			st := r.srv.WorkerStatus(cfg.WorkerID)
 			return st.Live && st.DialedURL == url && slices.Equal(st.Projects, []string{r.project.ID})
 		})
@@ -216,7 +217,7 @@ func TestServerDialedWorkerRejectsWrongToken(t *testing.T) {
 	cfg.ServerTokens = LoadServerTokens(file, cfg.WorkerID, cfg.Logger)
 	startWorker(t, cfg)
 	want := "worker rejected connection (code 401): unknown worker id or wrong token"
-	waitFor(t, "the 401 as offline reason", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).OfflineReason == want })
+	waitfor.True(t, "the 401 as offline reason", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).OfflineReason == want })
 	if r.srv.WorkerStatus(cfg.WorkerID).Live {
 		t.Fatal("a rejected server holds a session")
 	}

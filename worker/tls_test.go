@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gradient.dev/gradient/internal/waitfor"
 )
 
 // selfSignedCert writes a loopback certificate and key and returns their
@@ -73,7 +75,7 @@ func TestServerDialedOverTLS(t *testing.T) {
 	token := r.registerDialed(r.project.ID, cfg.WorkerID, url)
 	cfg.ServerTokens = LoadServerTokens(writeAcceptedTokens(t, r.project.ID+":"+sha256Hex(token)), cfg.WorkerID, cfg.Logger)
 	startWorker(t, cfg)
-	waitFor(t, "the dialed TLS session", func() bool {
+	waitfor.True(t, "the dialed TLS session", func() bool {
 		st := r.srv.WorkerStatus(cfg.WorkerID)
 		return st.Live && st.DialedURL == url && slices.Equal(st.Projects, []string{r.project.ID})
 	})

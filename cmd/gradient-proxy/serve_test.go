@@ -18,6 +18,7 @@ import (
 
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/internal/testworld"
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/sealbox"
@@ -43,17 +44,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // startProxy runs serve with args until the returned stop; it fails the
@@ -144,11 +134,11 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 		map[string]string{"GRADIENT_PROXY_ENCRYPTION_KEY_FILE": keyFile, "GRADIENT_PROXY_ADMIN_TOKEN_FILE": adminFile})
 
 	metrics := func() testworld.Metrics { return testworld.Scrape(t, base+"/metrics") }
-	waitFor(t, "the proxy live for the project on the tenant's server", func() bool {
+	waitfor.Within(t, 15*time.Second, "the proxy live for the project on the tenant's server", func() bool {
 		st := srv.WorkerStatus(proxyID)
 		return st.Live && slices.Equal(st.Projects, []string{project.ID})
 	})
-	waitFor(t, "the tenant's session in the proxy's metrics", func() bool {
+	waitfor.Within(t, 15*time.Second, "the tenant's session in the proxy's metrics", func() bool {
 		return metrics().Value("gradient_worker_connected", map[string]string{"tenant": "acme"}) == 1
 	})
 	if m := metrics(); m["go_goroutines"] == nil || m["process_cpu_seconds_total"] == nil {
@@ -166,7 +156,7 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
-	waitFor(t, "the session closed when the proxy stopped", func() bool { return !srv.WorkerStatus(proxyID).Live })
+	waitfor.Within(t, 15*time.Second, "the session closed when the proxy stopped", func() bool { return !srv.WorkerStatus(proxyID).Live })
 
 	out := logs.String()
 	if !strings.Contains(out, `"msg":"gradient-proxy listening"`) || !strings.Contains(out, `"upstream_capabilities":["fetch","eval","build"]`) {

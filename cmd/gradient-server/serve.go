@@ -19,6 +19,7 @@ import (
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
 )
@@ -78,7 +79,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	registry := metrics.NewRegistry() // with the Go runtime and process series
 	schedCfg := jobLoopConfig(opts, log, registry)
 	if dialKey != nil {
-		schedCfg.DeployKeys = server.NewDeployKeys(db, dialKey)
+		schedCfg.DeployKeys = deploykeys.New(db, dialKey)
 	}
 	sched := scheduler.New(db, schedCfg)
 	if err := sched.Start(ctx); err != nil {

@@ -13,7 +13,7 @@ import (
 )
 
 // Evaluations and builds: gradient eval … and gradient build …, thin
-// clients of the admin API's evaluation endpoints (server/admin_evaluations.go).
+// clients of the admin API's evaluation endpoints (server/admin/evaluations.go).
 
 func (a *app) evalCommand() *cli.Command {
 	return a.adminGroup("eval", "evaluations of a project's commits",

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
@@ -22,9 +23,9 @@ import (
 // directly (server.EvaluationControl without workers).
 type evalJobs struct{ db *storage.DB }
 
-func (j evalJobs) SessionStarted(*server.LiveWorker)                       {}
-func (j evalJobs) HandleJobMessage(*server.LiveWorker, wire.ClientMessage) {}
-func (j evalJobs) SessionEnded(*server.LiveWorker, string)                 {}
+func (j evalJobs) SessionStarted(*authority.LiveWorker)                       {}
+func (j evalJobs) HandleJobMessage(*authority.LiveWorker, wire.ClientMessage) {}
+func (j evalJobs) SessionEnded(*authority.LiveWorker, string)                 {}
 
 func (j evalJobs) StartEvaluation(ctx context.Context, in storage.NewEvaluation) (storage.Evaluation, error) {
 	return j.db.CreateEvaluation(ctx, in)

@@ -33,6 +33,7 @@ import (
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
@@ -124,7 +125,7 @@ func (a *app) upOptions(cmd *cli.Command) (upOptions, bool) {
 		return o, false
 	}
 	if w := cmd.String("wildcards"); w != "" {
-		list, err := server.ParseWildcards([]string{w})
+		list, err := admin.ParseWildcards([]string{w})
 		if err != nil {
 			fmt.Fprintf(a.stderr, "gradient up: --%v\n", err)
 			return o, false

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/testworld"
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/sealbox"
@@ -61,18 +63,6 @@ func testLogger(t *testing.T, name string) (*slog.Logger, *lockedBuffer) {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
-// waitFor polls cond until it holds, failing after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // fixedPool is a tenant's pool set by the test, until the downstream leg
 // exists.
 type fixedPool struct {
@@ -99,18 +89,18 @@ func (p *fixedPool) set(tenantID string, members ...Member) {
 // worker's live session, whose WorkerCapabilities are the server's record.
 type hostRecorder struct {
 	mu   sync.Mutex
-	live map[string]*server.LiveWorker
+	live map[string]*authority.LiveWorker
 }
 
-func (r *hostRecorder) SessionStarted(w *server.LiveWorker) {
+func (r *hostRecorder) SessionStarted(w *authority.LiveWorker) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.live[w.WorkerID] = w
 }
 
-func (r *hostRecorder) HandleJobMessage(*server.LiveWorker, wire.ClientMessage) {}
+func (r *hostRecorder) HandleJobMessage(*authority.LiveWorker, wire.ClientMessage) {}
 
-func (r *hostRecorder) SessionEnded(w *server.LiveWorker, _ string) {
+func (r *hostRecorder) SessionEnded(w *authority.LiveWorker, _ string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.live[w.WorkerID] == w {
@@ -169,7 +159,7 @@ type world struct {
 func newWorld(t *testing.T, dbURL string) *world {
 	t.Helper()
 	ctx := t.Context()
-	w := &world{jobs: &hostRecorder{live: map[string]*server.LiveWorker{}}, pool: &fixedPool{}}
+	w := &world{jobs: &hostRecorder{live: map[string]*authority.LiveWorker{}}, pool: &fixedPool{}}
 	w.db = testworld.Open(t, dbURL)
 	box, err := sealbox.New(sealbox.NewKey())
 	if err != nil {
@@ -284,10 +274,10 @@ func TestSupervisorHoldsTheTenantsSession(t *testing.T) {
 			Member{Capabilities: build, Host: poolHost([]string{"x86_64-linux"}, 4, 8, 16000, 300)},
 			Member{Capabilities: build, Host: poolHost([]string{"aarch64-linux"}, 2, 16, 32000, 500)})
 		w.runProxy(t)
-		waitFor(t, "the proxy live for the project", w.live)
+		waitfor.True(t, "the proxy live for the project", w.live)
 		want := wire.WorkerCapabilities{Architectures: []string{"aarch64-linux", "x86_64-linux"}, SystemFeatures: []string{"kvm"},
 			MaxConcurrentBuilds: 6, CPUCount: 24, RAMTotalMB: 48000, CPUCoreScore: 500}
-		waitFor(t, "the aggregate on the server", func() bool { h := w.jobs.host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
+		waitfor.True(t, "the aggregate on the server", func() bool { h := w.jobs.host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
 		// The session's own messages came in: its capabilities are recorded.
 		if caps := w.srv.WorkerStatus(w.proxyID).Capabilities; !slices.Contains(caps, "fetch") || !slices.Contains(caps, "eval") ||
 			!slices.Contains(caps, "build") || slices.Contains(caps, "federate") {
@@ -303,7 +293,7 @@ func TestSupervisorHoldsTheTenantsSession(t *testing.T) {
 		w.sup.PoolChanged(w.tenant.ID)
 		want.Architectures = []string{"aarch64-linux", "riscv64-linux", "x86_64-linux"}
 		want.MaxConcurrentBuilds, want.CPUCount, want.RAMTotalMB = 7, 28, 56000
-		waitFor(t, "the new aggregate on the server", func() bool { h := w.jobs.host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
+		waitfor.True(t, "the new aggregate on the server", func() bool { h := w.jobs.host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
 		connectedAt := w.srv.WorkerStatus(w.proxyID).ConnectedAt
 
 		// The tenant's worker series, labelled with the tenant.
@@ -317,23 +307,23 @@ func TestSupervisorHoldsTheTenantsSession(t *testing.T) {
 		if _, err := w.store.DisableLink(ctx, w.tenant.ID); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the session closed after disabling the link", func() bool { return !w.srv.WorkerStatus(w.proxyID).Live })
+		waitfor.True(t, "the session closed after disabling the link", func() bool { return !w.srv.WorkerStatus(w.proxyID).Live })
 		if _, err := w.store.EnableLink(ctx, w.tenant.ID); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the session back after enabling the link", w.live)
+		waitfor.True(t, "the session back after enabling the link", w.live)
 
 		if _, err := w.store.SetTenantMayRun(ctx, w.tenant.ID, false); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the session closed while the tenant may not run", func() bool { return !w.srv.WorkerStatus(w.proxyID).Live })
+		waitfor.True(t, "the session closed while the tenant may not run", func() bool { return !w.srv.WorkerStatus(w.proxyID).Live })
 		if _, err := w.store.SetTenantMayRun(ctx, w.tenant.ID, true); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the session back when the tenant may run", w.live)
+		waitfor.True(t, "the session back when the tenant may run", w.live)
 
 		w.stopProx()
-		waitFor(t, "the session closed when the proxy stops", func() bool { return !w.srv.WorkerStatus(w.proxyID).Live })
+		waitfor.True(t, "the session closed when the proxy stops", func() bool { return !w.srv.WorkerStatus(w.proxyID).Live })
 		for _, logs := range []string{w.logs.String(), w.srvLogs.String()} {
 			if strings.Contains(logs, w.token) {
 				t.Fatal("the upstream token reached a log")
@@ -355,7 +345,7 @@ func TestSupervisorStopsOnRejectionUntilTheLinkIsSetAgain(t *testing.T) {
 		}
 		w.setLink(t, bad)
 		w.runProxy(t)
-		waitFor(t, "the link failing", func() bool { return w.link(t).State == proxystore.LinkFailing })
+		waitfor.True(t, "the link failing", func() bool { return w.link(t).State == proxystore.LinkFailing })
 		l := w.link(t)
 		if !strings.Contains(l.FailureReason, "401") || !strings.Contains(l.FailureReason, "no valid peer tokens provided") {
 			t.Fatalf("failure reason %q, want the server's code and reason", l.FailureReason)
@@ -371,8 +361,8 @@ func TestSupervisorStopsOnRejectionUntilTheLinkIsSetAgain(t *testing.T) {
 		}
 
 		w.setLink(t, w.token)
-		waitFor(t, "the proxy live after the link was set again", w.live)
-		waitFor(t, "the link ok", func() bool { l := w.link(t); return l.State == proxystore.LinkOK && l.FailureReason == "" })
+		waitfor.True(t, "the proxy live after the link was set again", w.live)
+		waitfor.True(t, "the link ok", func() bool { l := w.link(t); return l.State == proxystore.LinkOK && l.FailureReason == "" })
 		for _, secret := range []string{bad, w.token} {
 			if strings.Contains(w.logs.String(), secret) {
 				t.Fatal("an upstream token reached the proxy's log")
@@ -403,7 +393,7 @@ func TestSupervisorRedialsOtherRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.runProxy(t)
-	waitFor(t, "three dials", func() bool { return w.dials.accepted.Load() >= 3 })
+	waitfor.True(t, "three dials", func() bool { return w.dials.accepted.Load() >= 3 })
 	if l := w.link(t); l.State != proxystore.LinkOK {
 		t.Fatalf("link %+v after a 495, want ok", l)
 	}

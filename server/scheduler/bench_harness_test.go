@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/server"
@@ -95,7 +96,7 @@ type countingLoop struct {
 	requests atomic.Int64
 }
 
-func (c *countingLoop) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage) {
+func (c *countingLoop) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessage) {
 	c.Scheduler.HandleJobMessage(w, m)
 	if _, ok := m.(*wire.RequestJob); ok {
 		c.requests.Add(1)

@@ -16,6 +16,7 @@ import (
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -80,7 +81,7 @@ func newWorldWith(t *testing.T, dbURL string, workers int, cfg scheduler.Config)
 		t.Fatal(err)
 	}
 	cfg.Metrics, cfg.Logger, cfg.Tick = reg, slog.New(slog.DiscardHandler), 200*time.Millisecond
-	cfg.DeployKeys = server.NewDeployKeys(db, secrets)
+	cfg.DeployKeys = deploykeys.New(db, secrets)
 	sched := scheduler.New(db, cfg)
 	if err := sched.Start(t.Context()); err != nil {
 		t.Fatal(err)

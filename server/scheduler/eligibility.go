@@ -3,7 +3,7 @@ package scheduler
 import (
 	"slices"
 
-	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -11,7 +11,7 @@ import (
 // eligibility is a snapshot of what one worker may run (JOBS.md §6),
 // taken once per pick so the session's locks are not taken per job.
 type eligibility struct {
-	projects    map[string]server.Abilities // what each authorized project allows
+	projects    map[string]authority.Abilities // what each authorized project allows
 	caps        wire.GradientCapabilities
 	hasHostCaps bool
 	arches      []string
@@ -19,7 +19,7 @@ type eligibility struct {
 	draining    bool
 }
 
-func newEligibility(w *server.LiveWorker) eligibility {
+func newEligibility(w *authority.LiveWorker) eligibility {
 	e := eligibility{projects: w.ProjectAbilities(), caps: w.Capabilities(), draining: w.Draining()}
 	if hc := w.WorkerCapabilities(); hc != nil {
 		e.hasHostCaps = true

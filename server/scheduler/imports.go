@@ -4,7 +4,7 @@ import (
 	"context"
 	"slices"
 
-	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -17,7 +17,7 @@ import (
 
 // importRequest is one ImportRequest waiting for its builds.
 type importRequest struct {
-	w         *server.LiveWorker
+	w         *authority.LiveWorker
 	jobID     string
 	requestID string
 	evalID    string
@@ -25,15 +25,15 @@ type importRequest struct {
 }
 
 // importRequest handles an ImportRequest of the flake job a.
-func (s *Scheduler) importRequest(ctx context.Context, w *server.LiveWorker, a *assignment, m *wire.ImportRequest) {
+func (s *Scheduler) importRequest(ctx context.Context, w *authority.LiveWorker, a *assignment, m *wire.ImportRequest) {
 	if a.job.Kind != storage.JobFlake {
-		w.Send(server.RefuseImport(m))
+		w.Send(authority.RefuseImport(m))
 		return
 	}
 	ready, unknown, err := s.db.RequestImports(ctx, a.job.EvaluationID, m.DrvPaths)
 	if err != nil {
 		s.log.Warn("queueing an import from derivation failed", "job", m.JobID, "error", err)
-		w.Send(server.RefuseImport(m))
+		w.Send(authority.RefuseImport(m))
 		return
 	}
 	if len(unknown) > 0 {

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/authority/authoritytest"
 	"gradient.dev/gradient/internal/nixtest"
-	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -52,7 +53,7 @@ func testLimitsReachTheBuildSpec(t *testing.T, dbURL string) {
 	})
 
 	sent := make(chan wire.ServerMessage, 64)
-	builder := server.NewTestLiveWorker(storage.NewID(), map[string]server.Abilities{w.project.ID: {Build: true}},
+	builder := authoritytest.NewLiveWorker(storage.NewID(), map[string]authority.Abilities{w.project.ID: {Build: true}},
 		wire.GradientCapabilities{Build: true}, &wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, SystemFeatures: []string{}},
 		func(m wire.ServerMessage) error { sent <- m; return nil })
 	w.sched.SessionStarted(builder)

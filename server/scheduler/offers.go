@@ -1,7 +1,7 @@
 package scheduler
 
 import (
-	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -26,7 +26,7 @@ func (s *Scheduler) offer(ids []string, all bool) {
 		s.fillRequiredPaths(ids) // a full pass follows a reload, which reads them
 	}
 	type offer struct {
-		w          *server.LiveWorker
+		w          *authority.LiveWorker
 		candidates []wire.JobCandidate
 	}
 	var offers []offer

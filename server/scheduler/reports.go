@@ -5,14 +5,14 @@ import (
 	"errors"
 	"time"
 
-	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
 
 // assignResponse handles AssignJobResponse: a declined job goes back to
 // the queue for another worker (JOBS.md §5.3).
-func (s *Scheduler) assignResponse(ctx context.Context, w *server.LiveWorker, m *wire.AssignJobResponse) {
+func (s *Scheduler) assignResponse(ctx context.Context, w *authority.LiveWorker, m *wire.AssignJobResponse) {
 	if m.Accepted {
 		return
 	}
@@ -291,7 +291,7 @@ func describeUpdate(u wire.JobUpdateKind) string {
 // sendJobList answers RequestJobList with the pending jobs the worker may
 // run, in pages of at most 1000 candidates and 2 MiB (JOBS.md §3.2); an
 // empty list is one empty final page.
-func (s *Scheduler) sendJobList(w *server.LiveWorker) {
+func (s *Scheduler) sendJobList(w *authority.LiveWorker) {
 	s.mu.Lock()
 	e := newEligibility(w)
 	var candidates []wire.JobCandidate

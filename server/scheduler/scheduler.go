@@ -22,7 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -50,7 +50,7 @@ type Config struct {
 	// 30 s). Negative retries at once.
 	RetryBackoff time.Duration
 	Logger       *slog.Logger
-	// DeployKeys opens projects' SSH deploy keys (server.DeployKeys),
+	// DeployKeys opens projects' SSH deploy keys (deploykeys.Keys),
 	// sent to the worker that fetches the project; nil sends none.
 	DeployKeys interface {
 		Private(ctx context.Context, projectID string) ([]byte, error)
@@ -91,7 +91,7 @@ func (c *Config) defaults() {
 // races (JOBS.md §5.2).
 const claimTries = 3
 
-// Scheduler implements server.JobLoop over the database's job queue.
+// Scheduler implements authority.JobLoop over the database's job queue.
 type Scheduler struct {
 	db  *storage.DB
 	cfg Config
@@ -130,7 +130,7 @@ type buildProgress struct {
 
 // workerState is what the scheduler knows of one live session.
 type workerState struct {
-	w *server.LiveWorker
+	w *authority.LiveWorker
 	// idle: the worker asked for a job of the kind and got none yet. The
 	// server keeps no queue of requests, only this flag (JOBS.md §5.2).
 	idle  [2]bool
@@ -154,7 +154,7 @@ type assignment struct {
 	fetchOnly bool
 }
 
-var _ server.JobLoop = (*Scheduler)(nil)
+var _ authority.JobLoop = (*Scheduler)(nil)
 
 // New returns a scheduler over db. Call Start before the server accepts
 // sessions.
@@ -323,17 +323,17 @@ func (s *Scheduler) dispatchAll() {
 	s.offer(nil, true)
 }
 
-// SessionStarted implements server.JobLoop.
-func (s *Scheduler) SessionStarted(w *server.LiveWorker) {
+// SessionStarted implements authority.JobLoop.
+func (s *Scheduler) SessionStarted(w *authority.LiveWorker) {
 	s.mu.Lock()
 	s.sessions[w.Session] = &workerState{w: w, scores: map[string]wire.CandidateScore{}, offered: map[string]bool{}}
 	s.m.sessions.Set(float64(len(s.sessions)))
 	s.mu.Unlock()
 }
 
-// SessionEnded implements server.JobLoop: the session's jobs go back to
+// SessionEnded implements authority.JobLoop: the session's jobs go back to
 // the queue (the worker abandoned them with the session).
-func (s *Scheduler) SessionEnded(w *server.LiveWorker, reason string) {
+func (s *Scheduler) SessionEnded(w *authority.LiveWorker, reason string) {
 	s.mu.Lock()
 	if ws := s.sessions[w.Session]; ws != nil {
 		ws.ended = true
@@ -379,8 +379,8 @@ func (s *Scheduler) SessionEnded(w *server.LiveWorker, reason string) {
 	s.dispatch(ids)
 }
 
-// HandleJobMessage implements server.JobLoop.
-func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage) {
+// HandleJobMessage implements authority.JobLoop.
+func (s *Scheduler) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessage) {
 	ctx := s.ctx
 	switch m := m.(type) {
 	case *wire.RequestJob:
@@ -437,7 +437,7 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 		if a := s.ownedJob(w, m.JobID); a != nil {
 			s.importRequest(ctx, w, a, m)
 		} else {
-			w.Send(server.RefuseImport(m)) // never left waiting
+			w.Send(authority.RefuseImport(m)) // never left waiting
 		}
 	case *wire.BuildProgress:
 		if a := s.owned(w, m.JobID, m.AssignmentID); a != nil {
@@ -448,7 +448,7 @@ func (s *Scheduler) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage)
 	}
 }
 
-func (s *Scheduler) setIdle(w *server.LiveWorker, kind wire.JobKind, idle bool) {
+func (s *Scheduler) setIdle(w *authority.LiveWorker, kind wire.JobKind, idle bool) {
 	if int(kind) >= 2 {
 		return
 	}
@@ -464,17 +464,17 @@ func (s *Scheduler) setIdle(w *server.LiveWorker, kind wire.JobKind, idle bool) 
 // one this session handed out, so an empty one never does. Reports for
 // anything else are dropped (connection.txt Server Restart, JOBS.md
 // §17.6).
-func (s *Scheduler) owned(w *server.LiveWorker, jobID, assignmentID string) *assignment {
+func (s *Scheduler) owned(w *authority.LiveWorker, jobID, assignmentID string) *assignment {
 	return s.held(w, jobID, func(a *assignment) bool { return a.id == assignmentID })
 }
 
 // ownedJob is owned for the messages that carry no assignment ID (log
 // lines, eval messages, declines, imports): the session must hold jobID.
-func (s *Scheduler) ownedJob(w *server.LiveWorker, jobID string) *assignment {
+func (s *Scheduler) ownedJob(w *authority.LiveWorker, jobID string) *assignment {
 	return s.held(w, jobID, func(*assignment) bool { return true })
 }
 
-func (s *Scheduler) held(w *server.LiveWorker, jobID string, match func(*assignment) bool) *assignment {
+func (s *Scheduler) held(w *authority.LiveWorker, jobID string, match func(*assignment) bool) *assignment {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.running[jobID]
@@ -488,7 +488,7 @@ func (s *Scheduler) held(w *server.LiveWorker, jobID string, match func(*assignm
 // serveIdle offers work to every session with an idle slot.
 func (s *Scheduler) serveIdle() {
 	s.mu.Lock()
-	var idle []*server.LiveWorker
+	var idle []*authority.LiveWorker
 	for _, ws := range s.sessions {
 		if ws.idle[0] || ws.idle[1] {
 			idle = append(idle, ws.w)
@@ -496,20 +496,20 @@ func (s *Scheduler) serveIdle() {
 	}
 	s.mu.Unlock()
 	// Oldest sessions first, so assignment order is stable.
-	slices.SortFunc(idle, func(a, b *server.LiveWorker) int { return int(a.Session - b.Session) })
+	slices.SortFunc(idle, func(a, b *authority.LiveWorker) int { return int(a.Session - b.Session) })
 	for _, w := range idle {
 		s.serve(s.ctx, w)
 	}
 }
 
 // serve assigns a job of every idle kind of w, if one is eligible.
-func (s *Scheduler) serve(ctx context.Context, w *server.LiveWorker) {
+func (s *Scheduler) serve(ctx context.Context, w *authority.LiveWorker) {
 	for _, kind := range []wire.JobKind{wire.JobKindFlake, wire.JobKindBuild} {
 		s.serveKind(ctx, w, kind)
 	}
 }
 
-func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wire.JobKind) {
+func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind wire.JobKind) {
 	for range claimTries {
 		job, fetchOnly := s.take(w, kind)
 		if job == nil {
@@ -563,7 +563,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *server.LiveWorker, kind wi
 // take removes from the queue the first job of kind w may run, and
 // clears w's idle flag for the kind. fetchOnly says that w gets only the
 // fetch step of a flake job (see splitFetch).
-func (s *Scheduler) take(w *server.LiveWorker, kind wire.JobKind) (job *storage.PendingJob, fetchOnly bool) {
+func (s *Scheduler) take(w *authority.LiveWorker, kind wire.JobKind) (job *storage.PendingJob, fetchOnly bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ws := s.sessions[w.Session]
@@ -659,7 +659,7 @@ func rank(scores map[string]wire.CandidateScore, jobID string) jobRank {
 }
 
 // keepScores records a worker's scores.
-func (s *Scheduler) keepScores(w *server.LiveWorker, scores []wire.CandidateScore) {
+func (s *Scheduler) keepScores(w *authority.LiveWorker, scores []wire.CandidateScore) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ws := s.sessions[w.Session]
@@ -821,7 +821,7 @@ func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
 	}
 	s.mu.Lock()
 	type abort struct {
-		w     *server.LiveWorker
+		w     *authority.LiveWorker
 		jobID string
 	}
 	var aborts []abort

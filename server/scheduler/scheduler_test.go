@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/authority/authoritytest"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -42,7 +45,7 @@ func newLoopEnv(t *testing.T, dbURL string, cfg scheduler.Config) *loopEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.DeployKeys = server.NewDeployKeys(db, secrets)
+	cfg.DeployKeys = deploykeys.New(db, secrets)
 	sched := scheduler.New(db, cfg)
 	if err := sched.Start(t.Context()); err != nil {
 		t.Fatal(err)
@@ -54,7 +57,7 @@ func newLoopEnv(t *testing.T, dbURL string, cfg scheduler.Config) *loopEnv {
 // testWorker is a session as the job loop sees it, with what it was sent.
 type testWorker struct {
 	env  *loopEnv
-	live *server.LiveWorker
+	live *authority.LiveWorker
 	sent chan wire.ServerMessage
 }
 
@@ -63,10 +66,10 @@ var (
 	x86     = &wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, SystemFeatures: []string{}}
 )
 
-var everything = server.Abilities{Fetch: true, Eval: true, Build: true}
+var everything = authority.Abilities{Fetch: true, Eval: true, Build: true}
 
 func (e *loopEnv) worker(projects []string, caps wire.GradientCapabilities, host *wire.WorkerCapabilities) *testWorker {
-	allowed := map[string]server.Abilities{}
+	allowed := map[string]authority.Abilities{}
 	for _, p := range projects {
 		allowed[p] = everything
 	}
@@ -74,9 +77,9 @@ func (e *loopEnv) worker(projects []string, caps wire.GradientCapabilities, host
 }
 
 // workerWith is a worker whose projects allow only some abilities.
-func (e *loopEnv) workerWith(projects map[string]server.Abilities, caps wire.GradientCapabilities, host *wire.WorkerCapabilities) *testWorker {
+func (e *loopEnv) workerWith(projects map[string]authority.Abilities, caps wire.GradientCapabilities, host *wire.WorkerCapabilities) *testWorker {
 	w := &testWorker{env: e, sent: make(chan wire.ServerMessage, 4096)}
-	w.live = server.NewTestLiveWorker(storage.NewID(), projects, caps, host, func(m wire.ServerMessage) error {
+	w.live = authoritytest.NewLiveWorker(storage.NewID(), projects, caps, host, func(m wire.ServerMessage) error {
 		w.sent <- m
 		return nil
 	})
@@ -185,12 +188,12 @@ func TestProjectAbilities(t *testing.T) {
 	if _, err := e.sched.StartEvaluation(t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "https://example.invalid/p.git", Commit: "abc"}); err != nil {
 		t.Fatal(err)
 	}
-	buildOnly := e.workerWith(map[string]server.Abilities{e.project: {Build: true}, storage.NewID(): everything}, allCaps, x86)
+	buildOnly := e.workerWith(map[string]authority.Abilities{e.project: {Build: true}, storage.NewID(): everything}, allCaps, x86)
 	buildOnly.send(&wire.RequestJob{Kind: wire.JobKindFlake})
 	if a := buildOnly.assigned(); a != nil {
 		t.Fatalf("a worker the project allows only builds got its flake job %s", a.JobID)
 	}
-	evaluator := e.workerWith(map[string]server.Abilities{e.project: {Fetch: true, Eval: true}}, allCaps, x86)
+	evaluator := e.workerWith(map[string]authority.Abilities{e.project: {Fetch: true, Eval: true}}, allCaps, x86)
 	evaluator.send(&wire.RequestJob{Kind: wire.JobKindFlake})
 	evaluator.mustAssigned("a worker the project allows to fetch and evaluate")
 }
@@ -793,7 +796,7 @@ func ptr[T any](v T) *T { return &v }
 func TestDrainingWorkerGetsNoJobs(t *testing.T) {
 	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
 	draining := e.worker([]string{e.project}, allCaps, x86)
-	server.DrainTestLiveWorker(draining.live)
+	authoritytest.Drain(draining.live)
 	draining.send(&wire.ClientDraining{})
 	draining.send(&wire.RequestJob{Kind: wire.JobKindBuild})
 	draining.send(&wire.RequestJob{Kind: wire.JobKindFlake})
@@ -826,7 +829,7 @@ func TestDeployKeyGoesWithTheFetch(t *testing.T) {
 	if _, err := srv.GenerateDeployKey(t.Context(), project, "test"); err != nil {
 		t.Fatal(err)
 	}
-	private, err := server.NewDeployKeys(e.db, e.secrets).Private(t.Context(), e.project)
+	private, err := deploykeys.New(e.db, e.secrets).Private(t.Context(), e.project)
 	if err != nil || len(private) == 0 {
 		t.Fatalf("private key %q, %v", private, err)
 	}

@@ -1,27 +1,27 @@
 package scheduler
 
 import (
-	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 )
 
-var _ server.JobUploads = (*Scheduler)(nil)
+var _ authority.JobUploads = (*Scheduler)(nil)
 
-// JobProducts implements server.JobUploads: what a job the session holds
+// JobProducts implements authority.JobUploads: what a job the session holds
 // may upload. A build job (an import from derivation's too) produces its
 // derivation's outputs, a flake job's fetch and evaluation produce
 // content-addressed sources, locked inputs and .drv files. A derivation
 // whose outputs have no path before the build (content-addressed
 // derivations) produces self-certifying paths.
-func (s *Scheduler) JobProducts(w *server.LiveWorker, jobID string) (server.JobProducts, bool) {
+func (s *Scheduler) JobProducts(w *authority.LiveWorker, jobID string) (authority.JobProducts, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.running[jobID]
 	if a == nil || a.session != w.Session {
-		return server.JobProducts{}, false
+		return authority.JobProducts{}, false
 	}
 	job := a.job
-	p := server.JobProducts{Project: job.ProjectID}
+	p := authority.JobProducts{Project: job.ProjectID}
 	if job.Kind == storage.JobFlake {
 		p.What = "evaluation of " + describe(job)
 		p.ContentAddressed = true

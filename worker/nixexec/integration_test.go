@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/nix"
@@ -49,7 +50,7 @@ const testFlake = `{
 // to the worker it names, and records every report.
 type scriptedLoop struct {
 	mu      sync.Mutex
-	workers map[string]*server.LiveWorker // by worker ID
+	workers map[string]*authority.LiveWorker // by worker ID
 	wants   map[string]map[wire.JobKind]int
 	queue   []queued
 	reports chan report
@@ -69,18 +70,18 @@ type report struct {
 }
 
 func newScriptedLoop() *scriptedLoop {
-	return &scriptedLoop{workers: map[string]*server.LiveWorker{}, wants: map[string]map[wire.JobKind]int{}, reports: make(chan report, 4096),
+	return &scriptedLoop{workers: map[string]*authority.LiveWorker{}, wants: map[string]map[wire.JobKind]int{}, reports: make(chan report, 4096),
 		held: map[string]queued{}}
 }
 
-func (l *scriptedLoop) SessionStarted(w *server.LiveWorker) {
+func (l *scriptedLoop) SessionStarted(w *authority.LiveWorker) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.workers[w.WorkerID] = w
 	l.wants[w.WorkerID] = map[wire.JobKind]int{}
 }
 
-func (l *scriptedLoop) SessionEnded(w *server.LiveWorker, reason string) {
+func (l *scriptedLoop) SessionEnded(w *authority.LiveWorker, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.workers[w.WorkerID] == w {
@@ -88,7 +89,7 @@ func (l *scriptedLoop) SessionEnded(w *server.LiveWorker, reason string) {
 	}
 }
 
-func (l *scriptedLoop) HandleJobMessage(w *server.LiveWorker, m wire.ClientMessage) {
+func (l *scriptedLoop) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessage) {
 	if rj, ok := m.(*wire.RequestJob); ok {
 		l.mu.Lock()
 		l.wants[w.WorkerID][rj.Kind]++
@@ -113,14 +114,14 @@ func (l *scriptedLoop) end(jobID string) {
 
 // JobProducts lets the server take a held job's uploads: a flake job's
 // content-addressed paths, a build's outputs as its BuildSpecs name them.
-func (l *scriptedLoop) JobProducts(w *server.LiveWorker, jobID string) (server.JobProducts, bool) {
+func (l *scriptedLoop) JobProducts(w *authority.LiveWorker, jobID string) (authority.JobProducts, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q, ok := l.held[jobID]
 	if !ok || q.workerID != w.WorkerID {
-		return server.JobProducts{}, false
+		return authority.JobProducts{}, false
 	}
-	p := server.JobProducts{Project: l.project, What: "scripted job " + jobID}
+	p := authority.JobProducts{Project: l.project, What: "scripted job " + jobID}
 	build, ok := q.job.Job.(*wire.BuildJob)
 	if !ok {
 		p.ContentAddressed = true

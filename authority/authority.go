@@ -1,0 +1,220 @@
+package authority
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/session/limit"
+	"gradient.dev/gradient/wire"
+)
+
+// Config is an authority's configuration; zero values take the defaults of
+// connection.txt.
+type Config struct {
+	// Policy decides the sessions workers dial (ProtoHandler, ServeWorker).
+	Policy Policy
+	// Jobs is the job loop behind worker sessions; nil is NoJobs.
+	Jobs JobLoop
+	// Cache answers the cache messages of each session; nil ignores them.
+	Cache CacheFactory
+
+	// HeartbeatTimeout drops a worker session silent for this long
+	// (proto.workerHeartbeatTimeoutSecs, 120 s). Negative disables it.
+	HeartbeatTimeout time.Duration
+	// HandshakeTimeout bounds agreement and handshake (15 s).
+	HandshakeTimeout time.Duration
+	// Federate offers the reserved federate capability (proto.federate,
+	// off): negotiated with workers that offer it, no behaviour yet.
+	Federate bool
+	// MaxConnections caps concurrent sessions (proto.maxConnections, 256);
+	// an upgrade beyond it gets HTTP 503.
+	MaxConnections int
+	// HandshakesPerIP caps the sessions of one client IP that have not
+	// finished the handshake (32); an upgrade beyond it gets HTTP 503.
+	// All unauthenticated sessions together hold at most half of
+	// MaxConnections, so idle sockets cannot starve the workers' slots.
+	HandshakesPerIP int
+	Logger          *slog.Logger
+	// Metrics takes the authority's series; nil registers them nowhere.
+	Metrics prometheus.Registerer
+	// MetricsPrefix starts every series name ("gradient_server").
+	MetricsPrefix string
+}
+
+func (c *Config) defaults() {
+	if c.Jobs == nil {
+		c.Jobs = NoJobs{}
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = 120 * time.Second
+	}
+	if c.HeartbeatTimeout < 0 {
+		c.HeartbeatTimeout = 0
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = session.HandshakeTimeout
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = 256
+	}
+	if c.HandshakesPerIP <= 0 {
+		c.HandshakesPerIP = 32
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	if c.MetricsPrefix == "" {
+		c.MetricsPrefix = "gradient_server"
+	}
+}
+
+// CacheFactory makes the cache-message handler of one established
+// session: the server's binary cache, or the proxy's passthrough to the
+// tenant's server.
+type CacheFactory func(s CacheSession) CacheHandler
+
+// CacheSession is what a cache handler gets of its session.
+type CacheSession struct {
+	// Ctx ends when the authority closes.
+	Ctx    context.Context
+	Log    *slog.Logger
+	Worker *LiveWorker
+}
+
+// CacheHandler answers one session's cache messages (IsCacheMessage). Its
+// answers go through the session's LiveWorker.Send.
+type CacheHandler interface {
+	// Handle takes one cache message; it must not block on the network.
+	// An UploadChunk's payload must have been consumed when it returns:
+	// the session reuses its frame.
+	Handle(m wire.ClientMessage)
+	// Close ends the session's transfers and waits for them; it is called
+	// once the session has ended.
+	Close()
+}
+
+// IsCacheMessage reports whether m goes to the session's CacheHandler.
+func IsCacheMessage(m wire.ClientMessage) bool {
+	switch m.(type) {
+	case *wire.CacheQuery, *wire.NarRequest, *wire.NarRequestResume,
+		*wire.UploadRequest, *wire.UploadChunk, *wire.UploadFinished, *wire.UploadCancel,
+		*wire.EvalCachePull, *wire.QueryKnownDerivations:
+		return true
+	}
+	return false
+}
+
+// Authority accepts and serves worker sessions.
+type Authority struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	live      *liveSessions
+	offline   *offlineReasons
+	accepting atomic.Bool
+	slots     chan struct{} // connection limiter: one token per session
+	// handshakes and handshakesPerIP cap worker sessions that have not
+	// finished the handshake: in all (half of slots) and per client IP.
+	handshakes      chan struct{}
+	handshakesPerIP *limit.PerIP
+
+	// ctx ends every session at once on Close (SIGTERM); its cause,
+	// ErrStopping, is the reason of the close frames it triggers.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+}
+
+// New builds an authority; it accepts sessions until Close.
+func New(cfg Config) *Authority {
+	cfg.defaults()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	a := &Authority{
+		cfg:             cfg,
+		log:             cfg.Logger,
+		live:            newLiveSessions(),
+		offline:         newOfflineReasons(),
+		slots:           make(chan struct{}, cfg.MaxConnections),
+		handshakes:      make(chan struct{}, max(cfg.MaxConnections/2, 1)),
+		handshakesPerIP: limit.NewPerIP(cfg.HandshakesPerIP),
+		ctx:             ctx,
+		cancel:          cancel,
+	}
+	a.metrics = newMetrics(a)
+	a.accepting.Store(true)
+	return a
+}
+
+// ErrStopping ends the authority's context on Close.
+var ErrStopping = errors.New("server stopping")
+
+// Close ends every session at once (Server Stop) with 1001 and waits for
+// the handlers of ProtoHandler, ServeWorker and Attach to return.
+// Established sessions are closed before the context ends, so their
+// queued messages drain first; the context then ends handshakes (and
+// whatever closeAll missed) with 1001 too.
+func (a *Authority) Close() {
+	a.accepting.Store(false)
+	a.live.closeAll(ErrStopping.Error())
+	a.cancel(ErrStopping)
+	a.wg.Wait()
+}
+
+// Attach runs f, which serves a connection outside the worker sessions
+// (a read-only cache session), under the authority: ctx ends on Close,
+// and Close waits for f to return.
+func (a *Authority) Attach(f func(ctx context.Context)) {
+	a.wg.Add(1)
+	defer a.wg.Done()
+	f(a.ctx)
+}
+
+// SetAccepting starts or stops accepting worker connections. Sessions
+// already up stay up; new ones are rejected with 403.
+func (a *Authority) SetAccepting(on bool) {
+	a.accepting.Store(on)
+	a.log.Info("worker connections", "accepting", on)
+}
+
+// Accepting reports whether new worker sessions are accepted.
+func (a *Authority) Accepting() bool { return a.accepting.Load() }
+
+// Connected is how many worker sessions are up or handshaking.
+func (a *Authority) Connected() int { return a.live.count() }
+
+// TakeSlot takes one of the MaxConnections slots for a session about to
+// start; false (counted as refused) when none is free. Refusing beats
+// queueing (SESSION.md §9).
+func (a *Authority) TakeSlot() (release func(), ok bool) {
+	select {
+	case a.slots <- struct{}{}:
+		return func() { <-a.slots }, true
+	default:
+		a.Refused("connection limit")
+		return nil, false
+	}
+}
+
+// Refused counts a connection refused before its handshake, by reason.
+func (a *Authority) Refused(reason string) { a.metrics.refused.WithLabelValues(reason).Inc() }
+
+// HandshakeTimeout bounds agreement and handshake of every session.
+func (a *Authority) HandshakeTimeout() time.Duration { return a.cfg.HandshakeTimeout }
+
+// capabilities are the authority's own in every worker handshake.
+func (a *Authority) capabilities() *wire.GradientCapabilities {
+	c := handshake.ServerCapabilities(a.cfg.Federate)
+	return &c
+}

@@ -1,0 +1,43 @@
+package authority_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The split of the server pinned: the authority, and the proxy built on
+// it, know no database, no NAR store, no binary cache, no admin API and
+// no scheduler (those plug in through Policy, JobLoop and CacheFactory);
+// the cache and the admin API use storage (the admin API the authority's
+// WorkerStatus too), never the server that wires them or each other; the scheduler plugs into the
+// authority and imports no other part of the server.
+func TestDependencies(t *testing.T) {
+	// Each package's forbidden imports, exact or "x/..." for every
+	// package under x.
+	const m = "gradient.dev/gradient/"
+	for pkg, forbidden := range map[string][]string{
+		"authority":        {"storage", "narstore", "server", "server/...", "worker", "nix"},
+		"proxy":            {"storage", "narstore", "server", "server/...", "worker", "nix"},
+		"server/cache":     {"authority", "server", "server/admin", "server/scheduler"},
+		"server/admin":     {"server", "server/cache", "server/scheduler", "narstore"},
+		"server/scheduler": {"server", "server/cache", "server/admin", "narstore"},
+	} {
+		out, err := exec.Command("go", "list", "-deps", m+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			dep, ok := strings.CutPrefix(dep, m)
+			if !ok || dep == pkg {
+				continue
+			}
+			for _, f := range forbidden {
+				// "x/..." is every package under x.
+				if dep == f || strings.HasSuffix(f, "/...") && strings.HasPrefix(dep, strings.TrimSuffix(f, "...")) {
+					t.Errorf("%s imports %s", pkg, dep)
+				}
+			}
+		}
+	}
+}

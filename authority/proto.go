@@ -1,0 +1,203 @@
+package authority
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/wire"
+)
+
+// ServeWorker runs a session the worker dialed over t (version agreement,
+// the handshake asking Config.Policy, then the dispatch loop) until it
+// ends; remote names the peer in logs. The caller has admitted the
+// connection (ProtoHandler applies the connection limits) and closes t
+// afterwards.
+func (a *Authority) ServeWorker(t session.Transport, remote string) {
+	a.serveWorker(t, remote, func() {})
+}
+
+// serveWorker runs a worker-dialed session; handshakeDone is called once
+// the handshake has ended, either way.
+func (a *Authority) serveWorker(t session.Transport, remote string, handshakeDone func()) {
+	a.wg.Add(1)
+	defer a.wg.Done()
+	ctx := a.ctx
+	log := a.log.With("remote", remote)
+	conn := &workerConn{connectedAt: time.Now()}
+	ad := &admission{a: a, conn: conn}
+	c := session.NewConn(t, session.ConnOptions{Logger: log})
+	est, err := session.RunAuthority(ctx, c, session.AuthorityConfig{Policy: ad, Capabilities: a.capabilities(), Timeout: a.cfg.HandshakeTimeout})
+	handshakeDone()
+	if err != nil {
+		if ad.reserved {
+			a.live.release(conn)
+		}
+		a.handshakeFailed(log, c, conn, ad.known, err)
+		return
+	}
+	ad.established = true
+	a.serveSession(log, conn, c, est, session.NewWorkerDialedAuth(est, ad))
+}
+
+// serveSession runs an established session, worker- or server-dialed,
+// until it ends: the dispatch loop, then the worker ID is freed and why
+// the session ended is kept as the worker's offline reason.
+func (a *Authority) serveSession(log *slog.Logger, conn *workerConn, c *session.Conn, est *session.Established, reauth *session.ServerAuth) {
+	ctx := a.ctx
+	workerID := est.WorkerID
+	log = log.With("worker", workerID)
+	sess := session.SplitServer(c, est, session.Options{HeartbeatTimeout: a.cfg.HeartbeatTimeout, Logger: log})
+	live := newLiveWorker(conn, est.Version, sess.Send)
+	conn.mu.Lock()
+	conn.sess = sess
+	conn.live = live
+	conn.reauth = reauth
+	conn.capabilities = est.Capabilities
+	pending := conn.reauthPending
+	conn.reauthPending = false
+	kicked := conn.kickReason
+	conn.mu.Unlock()
+	a.metrics.handshakeEnded("accepted", conn.connectedAt)
+	log.Info("worker connected", "version", est.Version, "authorized", est.AuthorizedPeers,
+		"failed", len(est.FailedPeers), "capabilities", CapabilityNames(est.Capabilities))
+	if kicked != "" {
+		// Disconnected (e.g. deactivated) while its InitAck was on the way.
+		go sess.Close(session.ClosePolicy, kicked)
+	} else if pending {
+		a.Reauth(workerID)
+	}
+
+	var cache CacheHandler = noCache{log}
+	if a.cfg.Cache != nil {
+		cache = a.cfg.Cache(CacheSession{Ctx: ctx, Log: log, Worker: live})
+	}
+	a.cfg.Jobs.SessionStarted(live)
+	reason := a.dispatch(ctx, log, conn, sess, reauth, cache, live)
+	sess.Close(session.CloseNormal, reason)
+	<-sess.Done()
+	cache.Close() // after the session, so no transfer waits on its writer
+	if r := sess.Reason(); r != "" {
+		reason = r
+	}
+	a.cfg.Jobs.SessionEnded(live, reason)
+	// The reason first, so whoever sees the worker gone also sees why.
+	a.offline.set(workerID, reason)
+	a.live.release(conn)
+	log.Info("worker disconnected", "reason", reason, "connected_for", time.Since(conn.connectedAt).Round(time.Millisecond))
+}
+
+// noCache is the cache handler of an authority without a cache.
+type noCache struct{ log *slog.Logger }
+
+func (n noCache) Handle(m wire.ClientMessage) {
+	n.log.Debug("ignoring message", "message", m.WireName())
+}
+func (noCache) Close() {}
+
+// handshakeFailed logs a failed handshake and keeps it as the offline
+// reason of a registered (known) worker ID.
+func (a *Authority) handshakeFailed(log *slog.Logger, c *session.Conn, conn *workerConn, known bool, err error) {
+	if refusal := c.Refusal(); refusal != "" {
+		a.metrics.handshakeEnded("version refused", conn.connectedAt)
+		return // the session layer logged the refusal at warn
+	}
+	var he *handshake.Error
+	workerID := ""
+	if errors.As(err, &he) {
+		workerID = he.WorkerID
+		if he.Code != 0 {
+			a.metrics.handshakeEnded("rejected", conn.connectedAt)
+		} else {
+			a.metrics.handshakeEnded("aborted", conn.connectedAt)
+		}
+	}
+	log.Warn("worker handshake failed", "worker", workerID, "error", err)
+	if known && workerID != "" {
+		a.offline.set(workerID, err.Error())
+	}
+}
+
+// dispatch handles the messages of an established session until it ends,
+// and says why it ended: auth messages here, cache messages to the cache
+// handler, job messages to the job loop.
+func (a *Authority) dispatch(ctx context.Context, log *slog.Logger, conn *workerConn, sess *session.ServerSession, reauth *session.ServerAuth, cache CacheHandler, live *LiveWorker) string {
+	for {
+		m, err := sess.Recv(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "server stopping"
+			}
+			return "connection lost: " + err.Error()
+		}
+		a.metrics.messages.WithLabelValues(m.WireName()).Inc()
+		handled, err := session.ServeAuth(ctx, sess, reauth, m)
+		if _, ok := m.(*wire.ReauthRequest); ok {
+			outcome := "sent"
+			if err != nil {
+				outcome = "failed"
+			}
+			a.metrics.reauths.WithLabelValues("worker", outcome).Inc()
+		}
+		if err != nil {
+			log.Warn("reauth failed", "error", err)
+			if errors.Is(err, session.ErrNoChallenge) {
+				sess.Send(&wire.ServerError{Code: 400, Message: "unexpected AuthResponse"})
+				return "protocol error: AuthResponse without AuthChallenge"
+			}
+			continue
+		}
+		if handled {
+			continue
+		}
+		if IsCacheMessage(m) {
+			cache.Handle(m)
+			if _, ok := m.(*wire.UploadChunk); ok {
+				sess.Reader.Release() // the chunk is on disk: reuse its frame
+			}
+			continue
+		}
+		switch m := m.(type) {
+		case *wire.InitConnection:
+			sess.Send(&wire.ServerError{Code: 400, Message: "unexpected InitConnection"})
+			return "protocol error: InitConnection after the handshake"
+		case *wire.ClientReject:
+			return "worker rejected the session: " + m.Reason
+		case *wire.WorkerCapabilities:
+			conn.mu.Lock()
+			conn.workerCaps = m
+			conn.mu.Unlock()
+		case *wire.ClientDraining:
+			conn.mu.Lock()
+			conn.draining = true
+			conn.mu.Unlock()
+			log.Info("worker is draining: no more assignments")
+		case *wire.WorkerMetrics:
+			// Liveness: any message resets the heartbeat.
+		default:
+			if !isJobMessage(m) {
+				log.Debug("ignoring message", "message", m.WireName())
+			}
+		}
+		if isJobMessage(m) {
+			a.cfg.Jobs.HandleJobMessage(live, m)
+		}
+	}
+}
+
+// CapabilityNames lists the capabilities that are on, for logs and views.
+func CapabilityNames(c wire.GradientCapabilities) []string {
+	var out []string
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{c.Core, "core"}, {c.Federate, "federate"}, {c.Fetch, "fetch"}, {c.Eval, "eval"}, {c.Build, "build"}, {c.Cache, "cache"}} {
+		if f.on {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}

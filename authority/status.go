@@ -1,0 +1,84 @@
+package authority
+
+import (
+	"slices"
+	"time"
+
+	"gradient.dev/gradient/session"
+)
+
+// WorkerStatus is the operator's view of one worker ID.
+type WorkerStatus struct {
+	WorkerID     string    `json:"worker_id"`
+	Live         bool      `json:"live"`
+	ConnectedAt  time.Time `json:"connected_at,omitzero"`
+	Projects     []string  `json:"projects,omitempty"` // authenticated for, while live
+	Capabilities []string  `json:"capabilities,omitempty"`
+	Draining     bool      `json:"draining,omitempty"`
+	// DialedURL is set while the server's own dial holds the session.
+	DialedURL string `json:"dialed_url,omitempty"`
+	// OfflineReason is the last failure or disconnect of the worker ID.
+	OfflineReason string    `json:"offline_reason,omitempty"`
+	OfflineSince  time.Time `json:"offline_since,omitzero"`
+}
+
+// WorkerStatus reports whether a worker is connected, and why it last went
+// away.
+func (a *Authority) WorkerStatus(workerID string) WorkerStatus {
+	st := WorkerStatus{WorkerID: workerID}
+	// A session holds the worker ID from its admission on, which is just
+	// before the worker reads its InitAck.
+	if conn := a.live.get(workerID); conn != nil {
+		conn.mu.Lock()
+		st.Live = true
+		st.ConnectedAt = conn.connectedAt
+		st.DialedURL = conn.dialURL
+		st.Projects = slices.Clone(conn.grant.Projects)
+		st.Capabilities = CapabilityNames(conn.capabilities)
+		st.Draining = conn.draining
+		conn.mu.Unlock()
+	}
+	if r, ok := a.offline.get(workerID); ok {
+		st.OfflineReason, st.OfflineSince = r.Reason, r.At
+	}
+	return st
+}
+
+// Session is the established session holding workerID, nil while none
+// is (or it is still in its handshake).
+func (a *Authority) Session(workerID string) *LiveWorker {
+	conn := a.live.get(workerID)
+	if conn == nil {
+		return nil
+	}
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	return conn.live
+}
+
+// Holds reports whether a session, established or handshaking past its
+// admission, holds workerID.
+func (a *Authority) Holds(workerID string) bool { return a.live.get(workerID) != nil }
+
+// Disconnect starts closing the live session of a worker, if any, with
+// 1008 and reason: the operator deactivated it, or the proxy revoked its
+// row. It does not wait for the close.
+func (a *Authority) Disconnect(workerID, reason string) {
+	conn := a.live.get(workerID)
+	if conn == nil {
+		return
+	}
+	conn.mu.Lock()
+	sess := conn.sess
+	if sess == nil {
+		// Admitted, not yet split: serveSession closes it right after.
+		conn.kickReason = reason
+	}
+	conn.mu.Unlock()
+	a.log.Info("closing worker session", "worker", workerID, "reason", reason)
+	if sess == nil {
+		return
+	}
+	// Close waits for the worker's close frame; the caller need not.
+	go sess.Close(session.ClosePolicy, reason)
+}

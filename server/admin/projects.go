@@ -1,0 +1,404 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"gradient.dev/gradient/gitsource"
+	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/storage"
+)
+
+func (a *API) createProject(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Team       string `json:"team"`
+		Name       string `json:"name"`
+		Repository string `json:"repository"`
+		Branch     string `json:"branch"`
+		// Wildcards: none is the default (storage.DefaultWildcards).
+		Wildcards []string `json:"wildcards"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var wildcards []string
+	if in.Wildcards != nil {
+		var err error
+		if wildcards, err = ParseWildcards(in.Wildcards); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+	}
+	if in.Team == "" {
+		a.fail(w, r, invalidf("team is empty: name the team that owns the project"))
+		return
+	}
+	if in.Branch == "" {
+		in.Branch = "main"
+	}
+	t, err := a.team(r.Context(), in.Team)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if err := a.checkSource(in.Repository, in.Branch); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	p, err := a.db.CreateProject(r.Context(), storage.NewProject{
+		TeamID: t.ID, Name: in.Name, Repository: in.Repository, Branch: in.Branch, Wildcards: wildcards,
+	})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.log.Info("admin: project created", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
+	writeJSON(w, http.StatusCreated, viewProject(p, t.Name))
+}
+
+// Bounds on a project's wildcards: a few patterns are the norm, and each
+// one goes to every evaluation of the project.
+const (
+	MaxWildcards      = 64
+	MaxWildcardLength = 256
+)
+
+// ParseWildcards checks wildcards given by an operator (WORKER.md §6.2;
+// each element may hold several, comma-separated) and returns one trimmed
+// pattern or exclusion per element. Its errors are ErrInvalid and say
+// what is wrong.
+func ParseWildcards(in []string) ([]string, error) {
+	list, err := nix.SplitWildcards(in)
+	if err != nil {
+		return nil, invalidf("wildcards: %s", strings.TrimPrefix(err.Error(), "nix: "))
+	}
+	if len(list) > MaxWildcards {
+		return nil, invalidf("wildcards: %d patterns, at most %d allowed", len(list), MaxWildcards)
+	}
+	for _, w := range list {
+		if len(w) > MaxWildcardLength {
+			return nil, invalidf("wildcards: pattern %.40q… is longer than %d bytes", w, MaxWildcardLength)
+		}
+	}
+	return list, nil
+}
+
+// updateProject changes what a project's evaluations build from now on;
+// evaluations already queued keep the wildcards they were queued with.
+func (a *API) updateProject(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var in struct {
+		Wildcards []string `json:"wildcards"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if in.Wildcards == nil {
+		a.fail(w, r, invalidf("nothing to update: give wildcards"))
+		return
+	}
+	wildcards, err := ParseWildcards(in.Wildcards)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err == nil {
+		err = a.db.UpdateProjectWildcards(ctx, p.ID, wildcards)
+	}
+	if err == nil {
+		p, err = a.db.Project(ctx, p.ID)
+	}
+	var t storage.Team
+	if err == nil {
+		t, err = a.db.Team(ctx, p.TeamID)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.log.Info("admin: project updated", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
+	writeJSON(w, http.StatusOK, viewProject(p, t.Name))
+}
+
+// checkSource refuses a repository or branch that git must not be given
+// (an option, a remote helper, a local repository the operator did not
+// allow, a branch git check-ref-format refuses) when a project's source
+// is set, rather than at every poll.
+func (a *API) checkSource(repository, branch string) error {
+	if err := gitsource.ValidateRepositoryURL(repository, a.cfg.AllowLocalRepositories); err != nil {
+		return invalidf("repository: %v", err)
+	}
+	if err := gitsource.ValidateBranch(branch); err != nil {
+		return invalidf("branch: %v", err)
+	}
+	return nil
+}
+
+func (a *API) listProjects(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	names, err := a.teamNames(ctx)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var projects []storage.Project
+	if ref := r.URL.Query().Get("team"); ref != "" {
+		t, err := a.team(ctx, ref)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		projects, err = a.db.ListTeamProjects(ctx, t.ID)
+	} else {
+		projects, err = a.db.ListProjects(ctx)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	views := make([]ProjectView, 0, len(projects))
+	for _, p := range projects {
+		views = append(views, viewProject(p, names[p.TeamID]))
+	}
+	writeJSON(w, http.StatusOK, views)
+}
+
+func (a *API) showProject(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	names, err := a.teamNames(ctx)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	caches, err := a.db.ProjectCaches(ctx, p.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	granted, err := a.db.ProjectGrantedTeams(ctx, p.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	v := viewProject(p, names[p.TeamID])
+	for _, c := range caches {
+		v.Caches = append(v.Caches, c.Name)
+	}
+	for _, t := range granted {
+		v.GrantedTeams = append(v.GrantedTeams, t.Name)
+	}
+	switch key, err := a.db.DeployKey(ctx, p.ID); {
+	case err == nil:
+		v.DeployKey = key.PublicKey
+	case !errors.Is(err, storage.ErrNotFound):
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// DeployKeyView answers generateDeployKey: the line to add to the
+// repository host as a (read-only) deploy key.
+type DeployKeyView struct {
+	Project   string `json:"project"`
+	PublicKey string `json:"public_key"`
+}
+
+func (a *API) generateDeployKey(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	name := a.projectName(ctx, p)
+	public, err := a.cfg.DeployKeys.Generate(ctx, p, "gradient-"+strings.ReplaceAll(name, "/", "-"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.log.Info("admin: deploy key generated", "project", name, "project_id", p.ID)
+	writeJSON(w, http.StatusOK, DeployKeyView{Project: name, PublicKey: public})
+}
+
+func (a *API) deleteDeployKey(w http.ResponseWriter, r *http.Request) {
+	p, err := a.project(r.Context(), r.PathValue("project"))
+	if err == nil {
+		err = a.db.DeleteDeployKey(r.Context(), p.ID)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.log.Info("admin: deploy key deleted", "project_id", p.ID, "name", p.Name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) deleteProject(w http.ResponseWriter, r *http.Request) {
+	p, err := a.project(r.Context(), r.PathValue("project"))
+	if err == nil {
+		err = a.db.DeleteProject(r.Context(), p.ID)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.log.Info("admin: project deleted", "project_id", p.ID, "name", p.Name)
+	a.cfg.Dialer.RefreshDials() // its registrations went with it
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// LinkResult answers subscribe and grant: whether the link is new, and
+// how many live sessions were challenged again because of it.
+type LinkResult struct {
+	Added                bool `json:"added"`
+	ReauthorizedSessions int  `json:"reauthorized_sessions"`
+}
+
+func (a *API) subscribe(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	c, err := a.cache(ctx, r.PathValue("cache"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	added, err := a.db.SubscribeProject(ctx, p.ID, c.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	res := LinkResult{Added: added}
+	if added {
+		a.log.Info("admin: project subscribed", "project_id", p.ID, "cache", c.Name)
+		// connection.txt: a project subscribing to a cache reauths the
+		// project's workers, whose project failed for lack of a cache.
+		res.ReauthorizedSessions = a.reauth(ctx, "project", p.ID, a.cfg.Workers.ReauthProject)
+	}
+	writeJSON(w, linkStatus(added), res)
+}
+
+func (a *API) unsubscribe(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	c, err := a.cache(ctx, r.PathValue("cache"))
+	if err == nil {
+		err = a.db.UnsubscribeProject(ctx, p.ID, c.ID)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.log.Info("admin: project unsubscribed", "project_id", p.ID, "cache", c.Name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) grant(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	t, err := a.team(ctx, r.PathValue("team"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	added, err := a.db.GrantTeam(ctx, p.ID, t.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	res := LinkResult{Added: added}
+	if added {
+		a.log.Info("admin: team granted", "project_id", p.ID, "team", t.Name)
+		// Live team workers join the project without reconnecting.
+		res.ReauthorizedSessions = a.reauth(ctx, "team", t.ID, a.cfg.Workers.ReauthTeam)
+	}
+	writeJSON(w, linkStatus(added), res)
+}
+
+func (a *API) revoke(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p, err := a.project(ctx, r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	t, err := a.team(ctx, r.PathValue("team"))
+	if err == nil {
+		err = a.db.RevokeTeam(ctx, p.ID, t.ID)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.log.Info("admin: team grant revoked", "project_id", p.ID, "team", t.Name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) projectWorkers(w http.ResponseWriter, r *http.Request) {
+	p, err := a.project(r.Context(), r.PathValue("project"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	workers, err := a.cfg.Workers.ProjectWorkers(r.Context(), p.ID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, listOf(workers))
+}
+
+// reauth runs a reauth after a change that is already committed: a
+// failure is logged, not returned, because the change itself stands and
+// the workers pick it up on their next connect.
+func (a *API) reauth(ctx context.Context, what, id string, fn func(context.Context, string) (int, error)) int {
+	n, err := fn(ctx, id)
+	if err != nil {
+		a.log.Warn("admin: reauth after change failed", what, id, "error", err)
+	}
+	return n
+}
+
+// linkStatus is 201 for a new subscription or grant, 200 for one that
+// already existed (PUT is idempotent).
+func linkStatus(added bool) int {
+	if added {
+		return http.StatusCreated
+	}
+	return http.StatusOK
+}
+
+// teamNames maps team IDs to names, for showing projects as TEAM/PROJECT.
+func (a *API) teamNames(ctx context.Context) (map[string]string, error) {
+	teams, err := a.db.ListTeams(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]string, len(teams))
+	for _, t := range teams {
+		names[t.ID] = t.Name
+	}
+	return names, nil
+}

@@ -1,0 +1,123 @@
+// Package cache is the Gradient server's binary cache: the plain Nix
+// cache over HTTP (nix-cache-info, signed narinfos, NARs with ranges) and
+// read-only cache sessions at /cache/{cache}/proto; on worker sessions
+// the cache messages (CacheQuery, NarRequest with resume, uploads with
+// their scope and leases, known derivations); the narinfo memo; and the
+// cache content the admin API manages (pushes, deletes).
+//
+// The cache knows the authority only through Sessions, and a worker
+// session only through the Scope and send function its Conn is given.
+package cache
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/server/internal/authgate"
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/limit"
+	"gradient.dev/gradient/storage"
+)
+
+// Sessions is what the cache needs of the authority (authority.Authority
+// implements it): read-only cache sessions count against its connection
+// limit and end when it closes.
+type Sessions interface {
+	// TakeSlot takes a connection slot; false when none is free.
+	TakeSlot() (release func(), ok bool)
+	// Refused counts a connection refused before its handshake.
+	Refused(reason string)
+	// Attach runs f until it returns; ctx ends when the authority closes.
+	Attach(f func(ctx context.Context))
+}
+
+// Config is the cache's configuration; zero values take the defaults.
+type Config struct {
+	DB *storage.DB
+	// NarStore holds the caches' compressed NARs. Nil serves narinfos
+	// but answers 503 for NAR downloads and uploads.
+	NarStore narstore.Store
+	// Sessions is the authority the read-only cache sessions run under.
+	Sessions Sessions
+	// Gate holds back addresses with too many wrong cache API keys; nil
+	// holds back nobody.
+	Gate   *authgate.Gate
+	Logger *slog.Logger
+	// Metrics takes the cache's series (gradient_cache_…); nil registers
+	// them nowhere.
+	Metrics prometheus.Registerer
+	// HandshakeTimeout bounds a cache session's agreement and handshake
+	// (15 s).
+	HandshakeTimeout time.Duration
+	// DisableAnonymousCache requires a cache API key on every read-only
+	// cache session, public caches included
+	// (proto.anonymousCache.enable = false).
+	DisableAnonymousCache bool
+	// AnonymousCacheSessionsPerIP caps anonymous cache sessions per client
+	// IP (proto.anonymousCache.maxConnectionsPerIp, 32).
+	AnonymousCacheSessionsPerIP int
+	// CacheSessionIdleTimeout closes a cache session that had no NAR
+	// transfer for this long (120 s).
+	CacheSessionIdleTimeout time.Duration
+	// NarinfoHook, if set, rewrites every signed narinfo (tests only:
+	// they tamper with it to check that Nix refuses a bad signature).
+	NarinfoHook func([]byte) []byte
+}
+
+func (c *Config) defaults() {
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = session.HandshakeTimeout
+	}
+	if c.AnonymousCacheSessionsPerIP <= 0 {
+		c.AnonymousCacheSessionsPerIP = 32
+	}
+	if c.CacheSessionIdleTimeout <= 0 {
+		c.CacheSessionIdleTimeout = 120 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+}
+
+// Cache is the binary cache of one server.
+type Cache struct {
+	cfg      Config
+	db       *storage.DB
+	log      *slog.Logger
+	metrics  *binaryCacheMetrics
+	gate     *authgate.Gate
+	sessions Sessions
+	// anonymousCache caps anonymous read-only cache sessions per IP.
+	anonymousCache *limit.PerIP
+	uploadLeases   *uploadLeases
+	// cacheMemo keeps cache rows, signing keys and narinfos; the admin
+	// API's deletes forget what they delete.
+	cacheMemo *cacheMemo
+}
+
+// New builds the cache; it registers its series on cfg.Metrics.
+func New(cfg Config) *Cache {
+	cfg.defaults()
+	c := &Cache{
+		cfg:            cfg,
+		db:             cfg.DB,
+		log:            cfg.Logger,
+		metrics:        newBinaryCacheMetrics(),
+		gate:           cfg.Gate,
+		sessions:       cfg.Sessions,
+		anonymousCache: limit.NewPerIP(cfg.AnonymousCacheSessionsPerIP),
+		uploadLeases:   newUploadLeases(),
+		cacheMemo:      newCacheMemo(),
+	}
+	for _, m := range c.metrics.collectors() {
+		cfg.Metrics.MustRegister(m)
+	}
+	return c
+}
