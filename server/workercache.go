@@ -27,16 +27,16 @@ type workerCacheScope struct {
 }
 
 func (w workerCacheScope) Readable(ctx context.Context) ([]storage.Cache, error) {
-	projects := w.live.Grant().Projects
+	g := w.live.Grant()
 	var out []storage.Cache
-	for _, p := range projects {
+	for _, p := range g.Projects {
 		cs, err := w.db.ProjectCaches(ctx, p)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, cs...)
 	}
-	peered, err := w.peerCaches(ctx)
+	peered, err := w.peerCaches(ctx, g.Caches)
 	if err != nil {
 		return nil, err
 	}
@@ -49,9 +49,9 @@ func (w workerCacheScope) Readable(ctx context.Context) ([]storage.Cache, error)
 	}), nil
 }
 
-// peerCaches are the caches the worker is a cache peer of.
-func (w workerCacheScope) peerCaches(ctx context.Context) ([]storage.Cache, error) {
-	ids := w.live.Grant().Caches
+// peerCaches are the caches of ids (the grant's: those the worker is a
+// cache peer of) that still exist.
+func (w workerCacheScope) peerCaches(ctx context.Context, ids []string) ([]storage.Cache, error) {
 	var out []storage.Cache
 	for _, id := range ids {
 		c, err := w.db.Cache(ctx, id)
@@ -86,6 +86,6 @@ func (w workerCacheScope) Writable(ctx context.Context, jobID string) (cache.Wri
 			return scope, err
 		}
 	}
-	caches, err := w.peerCaches(ctx)
+	caches, err := w.peerCaches(ctx, w.live.Grant().Caches)
 	return cache.WriteScope{JobID: jobID, Caches: caches}, err
 }
