@@ -55,7 +55,9 @@ func BenchmarkNarUploadOverSession(b *testing.B) {
 	var id uint64
 	for b.Loop() {
 		id++
-		if _, out := uploadNar(b, w.sess, id, testStorePath("blob"), c); !isOk(out) {
+		path := testStorePath("blob")
+		e.produce(path) // an output of the job the session holds: uploads are scoped to it
+		if _, out := uploadNar(b, w.sess, id, path, c); !isOk(out) {
 			b.Fatalf("upload: %+v", out)
 		}
 	}
