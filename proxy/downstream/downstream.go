@@ -1,0 +1,238 @@
+// Package downstream is the federation proxy's downstream leg
+// (federation.txt "Downstream Leg"): the proxy is the authority of its
+// own workers, authorized from proxystore's rows, and tracks each
+// tenant's live workers for the tenant's upstream aggregate.
+package downstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/proxy/proxystore"
+	"gradient.dev/gradient/proxy/upstream"
+	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/storage/sqldb"
+	"gradient.dev/gradient/wire"
+)
+
+// RevokedReason closes the session of a revoked worker.
+const RevokedReason = "worker revoked"
+
+// Config configures the downstream leg.
+type Config struct {
+	Store *proxystore.Store
+	// PoolChanged is told the tenant ID whenever one of its workers
+	// joins, leaves, drains or sends new WorkerCapabilities (the upstream
+	// Supervisor's PoolChanged). Nil tells no one.
+	PoolChanged func(tenantID string)
+	// Authority is the template of the authority's configuration
+	// (timeouts, limits); the leg sets its policy, job loop, logger and
+	// metrics.
+	Authority authority.Config
+	Logger    *slog.Logger
+	Metrics   prometheus.Registerer
+}
+
+// Leg authorizes the proxy's workers and serves their sessions. It is
+// the authority's Policy and JobLoop, and the upstream Supervisor's Pool.
+type Leg struct {
+	store   *proxystore.Store
+	changed func(tenantID string)
+	log     *slog.Logger
+	tokens  *secret.Verifier
+	auth    *authority.Authority
+
+	mu sync.Mutex
+	// tenantOf is the tenant of each worker ID as its last accepted
+	// authorization read it, for SessionStarted.
+	tenantOf map[string]string
+	// live is each tenant's established sessions, by session number.
+	live map[string]map[uint64]*authority.LiveWorker
+	// sessionTenant is the tenant each live session counts for.
+	sessionTenant map[uint64]string
+}
+
+var (
+	_ authority.Policy  = (*Leg)(nil)
+	_ authority.JobLoop = (*Leg)(nil)
+	_ upstream.Pool     = (*Leg)(nil)
+)
+
+// New builds the leg and its authority; Close ends every session.
+func New(cfg Config) (*Leg, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("downstream: a store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.PoolChanged == nil {
+		cfg.PoolChanged = func(string) {}
+	}
+	l := &Leg{store: cfg.Store, changed: cfg.PoolChanged, log: cfg.Logger, tokens: secret.NewVerifier(0),
+		tenantOf: map[string]string{}, live: map[string]map[uint64]*authority.LiveWorker{}, sessionTenant: map[uint64]string{}}
+	ac := cfg.Authority
+	ac.Policy, ac.Jobs, ac.Logger, ac.Metrics = l, l, cfg.Logger, cfg.Metrics
+	// Federate is reserved and never negotiated through the proxy.
+	ac.Federate = false
+	ac.MetricsPrefix = "gradient_proxy_downstream"
+	// No cache passthrough yet: cache messages are ignored.
+	l.auth = authority.New(ac)
+	return l, nil
+}
+
+// Authority serves the workers' sessions (ProtoHandler, WorkerStatus).
+func (l *Leg) Authority() *authority.Authority { return l.auth }
+
+// Close ends every downstream session (1001) and waits for them.
+func (l *Leg) Close() { l.auth.Close() }
+
+// row is the worker's row; ok false when there is none (or the ID is no
+// UUID, which no row can have).
+func (l *Leg) row(ctx context.Context, workerID string) (proxystore.Worker, bool, error) {
+	w, err := l.store.WorkerByID(ctx, workerID)
+	switch {
+	case errors.Is(err, sqldb.ErrNotFound), errors.Is(err, sqldb.ErrInvalid):
+		return proxystore.Worker{}, false, nil
+	case err != nil:
+		return proxystore.Worker{}, false, fmt.Errorf("reading worker %s: %w", workerID, err)
+	}
+	return w, true, nil
+}
+
+// Challenge names only the worker's own ID (federation.txt).
+func (l *Leg) Challenge(ctx context.Context, workerID string) ([]string, bool, error) {
+	w, ok, err := l.row(ctx, workerID)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return []string{w.ID}, true, nil
+}
+
+// Authorize checks the token for the worker's own ID against the row's
+// argon2id hash. The negotiated capabilities are the offer AND the row's
+// allowed set; federate is never allowed.
+func (l *Leg) Authorize(ctx context.Context, workerID string, tokens []wire.Pair[string, string]) (authority.Grant, error) {
+	w, ok, err := l.row(ctx, workerID)
+	if err != nil {
+		return authority.Grant{}, err
+	}
+	if !ok {
+		return authority.Grant{Decision: handshake.UnknownWorker.Decide(), WorkerID: workerID}, nil
+	}
+	for _, t := range tokens {
+		if !strings.EqualFold(t.First, w.ID) || !l.tokens.Verify(w.TokenHash, t.Second) {
+			continue
+		}
+		allowed := wire.GradientCapabilities{Fetch: w.Allowed.Fetch, Eval: w.Allowed.Eval, Build: w.Allowed.Build}
+		l.mu.Lock()
+		l.tenantOf[w.ID] = w.TenantID
+		l.mu.Unlock()
+		return authority.Grant{
+			Decision: handshake.Accept([]string{w.ID}, nil, allowed),
+			WorkerID: w.ID, Known: true,
+			Abilities: authority.Abilities{Fetch: w.Allowed.Fetch, Eval: w.Allowed.Eval, Build: w.Allowed.Build},
+		}, nil
+	}
+	return authority.Grant{Decision: handshake.NoValidTokens.Decide(), WorkerID: w.ID, Known: true}, nil
+}
+
+// Revoke deletes the worker's row and closes its live session at once.
+func (l *Leg) Revoke(ctx context.Context, workerID string) error {
+	w, err := l.store.WorkerByID(ctx, workerID)
+	if err != nil {
+		return err
+	}
+	if err := l.store.DeleteWorker(ctx, w.ID); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	delete(l.tenantOf, w.ID)
+	l.mu.Unlock()
+	l.auth.Disconnect(w.ID, RevokedReason)
+	return nil
+}
+
+// SessionStarted counts the worker for its tenant.
+func (l *Leg) SessionStarted(w *authority.LiveWorker) {
+	l.mu.Lock()
+	tenant, ok := l.tenantOf[w.WorkerID]
+	if ok {
+		if l.live[tenant] == nil {
+			l.live[tenant] = map[uint64]*authority.LiveWorker{}
+		}
+		l.live[tenant][w.Session] = w
+		l.sessionTenant[w.Session] = tenant
+	}
+	l.mu.Unlock()
+	if !ok {
+		// Revoked between its authorization and now: Revoke's
+		// Disconnect closes it.
+		l.auth.Disconnect(w.WorkerID, RevokedReason)
+		return
+	}
+	l.changed(tenant)
+}
+
+// HandleJobMessage: the proxy forwards no jobs yet (the next issue), so
+// a RequestJob gets no job and a job list is empty; a new
+// WorkerCapabilities or Draining changes the tenant's aggregate.
+func (l *Leg) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessage) {
+	switch m.(type) {
+	case *wire.WorkerCapabilities, *wire.ClientDraining:
+		if tenant, ok := l.tenantOfSession(w); ok {
+			l.changed(tenant)
+		}
+		return
+	}
+	authority.NoJobs{}.HandleJobMessage(w, m)
+}
+
+// SessionEnded takes the worker out of its tenant's pool.
+func (l *Leg) SessionEnded(w *authority.LiveWorker, _ string) {
+	l.mu.Lock()
+	tenant, ok := l.sessionTenant[w.Session]
+	if ok {
+		delete(l.sessionTenant, w.Session)
+		delete(l.live[tenant], w.Session)
+		if len(l.live[tenant]) == 0 {
+			delete(l.live, tenant)
+		}
+	}
+	l.mu.Unlock()
+	if ok {
+		l.changed(tenant)
+	}
+}
+
+func (l *Leg) tenantOfSession(w *authority.LiveWorker) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.sessionTenant[w.Session]
+	return t, ok
+}
+
+// Members are the tenant's live workers (upstream.Pool). Their
+// heartbeats' WorkerMetrics are not kept by the authority, so Metrics
+// stays nil.
+func (l *Leg) Members(tenantID string) []upstream.Member {
+	l.mu.Lock()
+	workers := make([]*authority.LiveWorker, 0, len(l.live[tenantID]))
+	for _, w := range l.live[tenantID] {
+		workers = append(workers, w)
+	}
+	l.mu.Unlock()
+	out := make([]upstream.Member, 0, len(workers))
+	for _, w := range workers {
+		out = append(out, upstream.Member{Capabilities: w.Capabilities(), Host: w.WorkerCapabilities(), Draining: w.Draining()})
+	}
+	return out
+}
