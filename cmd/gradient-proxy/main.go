@@ -1,7 +1,7 @@
 // Command gradient-proxy is the federation proxy (federation.txt): a
-// worker to every tenant's Gradient server and, once its downstream leg
-// exists, an authority to its own pool of workers. It serves /healthz and
-// /metrics; /proto for its workers and the admin API are the next step.
+// worker to every tenant's Gradient server and an authority to its own
+// pool of workers. It serves /proto for its workers, /healthz and
+// /metrics; job forwarding and the admin API are the next steps.
 package main
 
 import (

@@ -31,17 +31,24 @@ const description = `Runs the Gradient federation proxy: each tenant's Gradient 
 one worker. For every tenant whose upstream link is enabled (and who may
 run) it holds one worker session to the tenant's server, authenticated with
 the peer tokens the tenant handed over (sealed in the database under the
-encryption key), and reports the aggregate hardware of that tenant's pool.
-A 401 or 403 from the tenant's server marks the link failing with the
-server's reason; the proxy does not dial it again until the link is set
-again. It serves /healthz and /metrics (the upstream sessions' series carry
-tenant="<name>").
+encryption key), and reports the aggregate hardware of that tenant's
+connected, non-draining workers. A 401 or 403 from the tenant's server marks
+the link failing with the server's reason; the proxy does not dial it again
+until the link is set again.
 
-Planned, not served yet: /proto for the proxy's own workers (the downstream
-leg), job forwarding, and the admin API with its gradient commands for
-tenants, links and workers. Until the admin API exists nothing in this binary
-creates tenants or sets links, and the reported pool is empty; until job
-forwarding exists the proxy declines every job a tenant's server assigns it.
+The proxy's own workers connect to its /proto as to a server (gradient-worker
+with --server-url ws://PROXY/proto and a peers file holding WORKER_ID:TOKEN):
+each is authorized from its row (the token against the row's argon2id hash;
+an unknown ID gets 403, a wrong token 401), negotiates its offer AND the row's
+allowed capabilities (never federate), and counts in its tenant's upstream
+aggregate while connected. It serves /proto, /healthz and /metrics (the
+upstream sessions' series carry tenant="<name>").
+
+Planned, not served yet: job forwarding and the admin API with its gradient
+commands for tenants, links and workers. Until the admin API exists nothing
+in this binary creates tenants, sets links or creates workers; until job
+forwarding exists the proxy's workers get no jobs and the proxy declines
+every job a tenant's server assigns it.
 
 Each flag can also be set by its environment variable, listed beside it. A
 flag wins over the variable. Secrets are read from files only.`

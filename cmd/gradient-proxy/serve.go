@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"gradient.dev/gradient/metrics"
+	"gradient.dev/gradient/proxy/downstream"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/proxy/upstream"
 	"gradient.dev/gradient/sealbox"
@@ -26,8 +27,8 @@ const (
 	shutdownTimeout   = 10 * time.Second
 )
 
-// serve opens the database, runs the upstream leg and the HTTP endpoints
-// until ctx ends, then stops every upstream session. ready, when set,
+// serve opens the database, runs both legs and the HTTP endpoints until
+// ctx ends, then stops every upstream and downstream session. ready, when set,
 // learns the bound address (tests listen on port 0).
 func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.Addr)) error {
 	adminHash := ""
@@ -50,9 +51,19 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	defer store.Close()
 
 	registry := metrics.NewRegistry() // with the Go runtime and process series
-	sup, err := upstream.New(upstream.Config{
-		Store: store, Capabilities: opts.UpstreamCapabilities, Logger: log,
-		// The downstream leg brings the pool; until then it is empty.
+	// The downstream leg tells the supervisor of pool changes and the
+	// supervisor reads its pools; sup is set before any session starts.
+	var sup *upstream.Supervisor
+	leg, err := downstream.New(downstream.Config{
+		Store: store, Logger: log, Metrics: registry,
+		PoolChanged: func(tenantID string) { sup.PoolChanged(tenantID) },
+	})
+	if err != nil {
+		return err
+	}
+	defer leg.Close()
+	sup, err = upstream.New(upstream.Config{
+		Store: store, Capabilities: opts.UpstreamCapabilities, Logger: log, Pool: leg,
 		Worker: worker.Config{},
 	})
 	if err != nil {
@@ -72,6 +83,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
 	})
+	mux.Handle("GET /proto", leg.Authority().ProtoHandler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{registry, sup}, promhttp.HandlerOpts{}))
 	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -87,7 +99,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	log.Info("gradient-proxy listening", "address", ln.Addr().String(), "database_engine", store.Engine(),
 		"encryption_key_file", opts.EncryptionKeyFile, "admin_token", adminHash != "",
 		"upstream_capabilities", capabilityList(opts.UpstreamCapabilities),
-		"serves", "/healthz /metrics", "planned", "/proto (downstream workers), job forwarding, admin API")
+		"serves", "/proto /healthz /metrics", "planned", "job forwarding, admin API")
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -97,9 +109,10 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	case httpErr = <-served:
 	case <-ctx.Done():
 	}
-	log.Info("stopping: closing every upstream session")
+	log.Info("stopping: closing every upstream and downstream session")
 	stopSup()
 	<-supDone
+	leg.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if httpErr == nil {

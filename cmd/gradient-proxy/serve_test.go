@@ -24,6 +24,8 @@ import (
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage/storagetest"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
 )
 
 func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
@@ -126,6 +128,10 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	if _, err := store.SetLink(t.Context(), "acme", wsURL, proxyID, []proxystore.PeerToken{{PeerID: project.ID, Token: token}}); err != nil {
 		t.Fatal(err)
 	}
+	downstreamWorker, workerToken, err := store.CreateWorker(t.Context(), "acme", "builder", proxystore.Capabilities{Build: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	store.Close()
 
 	const adminToken = "proxy-serve-test-admin-token"
@@ -140,6 +146,14 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	})
 	waitfor.Within(t, 15*time.Second, "the tenant's session in the proxy's metrics", func() bool {
 		return metrics().Value("gradient_worker_connected", map[string]string{"tenant": "acme"}) == 1
+	})
+	// The proxy's own worker connects to its /proto as gradient-worker
+	// would, with WORKER_ID:TOKEN as its peers.
+	testworld.RunWorker(t, worker.Config{ServerURL: "ws" + strings.TrimPrefix(base, "http") + "/proto",
+		WorkerID: downstreamWorker.ID, Peers: downstreamWorker.ID + ":" + workerToken, Capabilities: wire.GradientCapabilities{Build: true},
+		CPUCoreScore: 100, BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond})
+	waitfor.Within(t, 15*time.Second, "the downstream worker's session in the proxy's metrics", func() bool {
+		return metrics().Value("gradient_proxy_downstream_workers_connected", nil) == 1
 	})
 	if m := metrics(); m["go_goroutines"] == nil || m["process_cpu_seconds_total"] == nil {
 		t.Fatal("/metrics lacks the runtime and process series")

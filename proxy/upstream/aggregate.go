@@ -22,8 +22,7 @@ type Member struct {
 }
 
 // Pool is the proxy's downstream workers by tenant: the connected ones
-// only. The downstream leg implements it; until then the proxy's pools
-// are empty.
+// only. The downstream leg (proxy/downstream) implements it.
 type Pool interface {
 	Members(tenantID string) []Member
 }
