@@ -58,6 +58,10 @@ type Leg struct {
 	live map[string]map[uint64]*authority.LiveWorker
 	// sessionTenant is the tenant each live session counts for.
 	sessionTenant map[uint64]string
+	// revoked are the worker IDs Revoke removed (IDs are never reused):
+	// a handshake that read the row just before the delete is refused
+	// or closed on start.
+	revoked map[string]bool
 }
 
 var (
@@ -78,7 +82,7 @@ func New(cfg Config) (*Leg, error) {
 		cfg.PoolChanged = func(string) {}
 	}
 	l := &Leg{store: cfg.Store, changed: cfg.PoolChanged, log: cfg.Logger, tokens: secret.NewVerifier(0),
-		tenantOf: map[string]string{}, live: map[string]map[uint64]*authority.LiveWorker{}, sessionTenant: map[uint64]string{}}
+		tenantOf: map[string]string{}, live: map[string]map[uint64]*authority.LiveWorker{}, sessionTenant: map[uint64]string{}, revoked: map[string]bool{}}
 	ac := cfg.Authority
 	ac.Policy, ac.Jobs, ac.Logger, ac.Metrics = l, l, cfg.Logger, cfg.Metrics
 	// Federate is reserved and never negotiated through the proxy.
@@ -134,8 +138,14 @@ func (l *Leg) Authorize(ctx context.Context, workerID string, tokens []wire.Pair
 		}
 		allowed := wire.GradientCapabilities{Fetch: w.Allowed.Fetch, Eval: w.Allowed.Eval, Build: w.Allowed.Build}
 		l.mu.Lock()
-		l.tenantOf[w.ID] = w.TenantID
+		revoked := l.revoked[w.ID]
+		if !revoked {
+			l.tenantOf[w.ID] = w.TenantID
+		}
 		l.mu.Unlock()
+		if revoked {
+			return authority.Grant{Decision: handshake.UnknownWorker.Decide(), WorkerID: w.ID}, nil
+		}
 		return authority.Grant{
 			Decision: handshake.Accept([]string{w.ID}, nil, allowed),
 			WorkerID: w.ID, Known: true,
@@ -156,6 +166,7 @@ func (l *Leg) Revoke(ctx context.Context, workerID string) error {
 	}
 	l.mu.Lock()
 	delete(l.tenantOf, w.ID)
+	l.revoked[w.ID] = true
 	l.mu.Unlock()
 	l.auth.Disconnect(w.ID, RevokedReason)
 	return nil
@@ -165,6 +176,7 @@ func (l *Leg) Revoke(ctx context.Context, workerID string) error {
 func (l *Leg) SessionStarted(w *authority.LiveWorker) {
 	l.mu.Lock()
 	tenant, ok := l.tenantOf[w.WorkerID]
+	ok = ok && !l.revoked[w.WorkerID]
 	if ok {
 		if l.live[tenant] == nil {
 			l.live[tenant] = map[uint64]*authority.LiveWorker{}
