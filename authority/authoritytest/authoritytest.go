@@ -3,6 +3,8 @@
 package authoritytest
 
 import (
+	"sync"
+
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/wire"
 )
@@ -22,3 +24,46 @@ func NewLiveWorker(workerID string, projects map[string]authority.Abilities, cap
 // Drain marks w draining, as its session does when the worker sends
 // Draining.
 func Drain(w *authority.LiveWorker) { authority.DrainForTest(w) }
+
+// HostRecorder is a job loop that keeps each worker's live session, so a
+// test can read what the authority recorded of it (WorkerCapabilities).
+// It runs no jobs.
+type HostRecorder struct {
+	mu   sync.Mutex
+	live map[string]*authority.LiveWorker
+}
+
+var _ authority.JobLoop = (*HostRecorder)(nil)
+
+// NewHostRecorder returns an empty recorder.
+func NewHostRecorder() *HostRecorder {
+	return &HostRecorder{live: map[string]*authority.LiveWorker{}}
+}
+
+func (r *HostRecorder) SessionStarted(w *authority.LiveWorker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.live[w.WorkerID] = w
+}
+
+func (r *HostRecorder) HandleJobMessage(*authority.LiveWorker, wire.ClientMessage) {}
+
+func (r *HostRecorder) SessionEnded(w *authority.LiveWorker, _ string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.live[w.WorkerID] == w {
+		delete(r.live, w.WorkerID)
+	}
+}
+
+// Host is the WorkerCapabilities recorded for workerID's live session,
+// nil without one.
+func (r *HostRecorder) Host(workerID string) *wire.WorkerCapabilities {
+	r.mu.Lock()
+	w := r.live[workerID]
+	r.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	return w.WorkerCapabilities()
+}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/authority/authoritytest"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/proxy/proxystore"
@@ -29,45 +29,12 @@ func TestMain(m *testing.M) {
 	os.Exit(sqldbtest.Main(m))
 }
 
-// hostRecorder is the tenants' server's job loop: it keeps each live
-// session, whose WorkerCapabilities are what the server knows of it.
-type hostRecorder struct {
-	mu   sync.Mutex
-	live map[string]*authority.LiveWorker
-}
-
-func (r *hostRecorder) SessionStarted(w *authority.LiveWorker) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.live[w.WorkerID] = w
-}
-
-func (r *hostRecorder) HandleJobMessage(*authority.LiveWorker, wire.ClientMessage) {}
-
-func (r *hostRecorder) SessionEnded(w *authority.LiveWorker, _ string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.live[w.WorkerID] == w {
-		delete(r.live, w.WorkerID)
-	}
-}
-
-func (r *hostRecorder) host(workerID string) *wire.WorkerCapabilities {
-	r.mu.Lock()
-	w := r.live[workerID]
-	r.mu.Unlock()
-	if w == nil {
-		return nil
-	}
-	return w.WorkerCapabilities()
-}
-
 // proxyWorld is one real server with two projects, each of which
 // registered a proxy worker ID; tenants A and B link to them, and the
 // proxy runs both legs on one store.
 type proxyWorld struct {
 	store      *proxystore.Store
-	server     *hostRecorder
+	server     *authoritytest.HostRecorder
 	leg        *Leg
 	proxyURL   string
 	tenantA    proxystore.Tenant
@@ -80,7 +47,7 @@ type proxyWorld struct {
 func newProxyWorld(t *testing.T, dbURL string) *proxyWorld {
 	t.Helper()
 	ctx := t.Context()
-	pw := &proxyWorld{server: &hostRecorder{live: map[string]*authority.LiveWorker{}}}
+	pw := &proxyWorld{server: authoritytest.NewHostRecorder()}
 	db := testworld.Open(t, dbURL)
 	box, err := sealbox.New(sealbox.NewKey())
 	if err != nil {
@@ -220,12 +187,12 @@ func TestDownstreamWorkersFormTheirTenantsAggregate(t *testing.T) {
 
 		workerB := runWorker(t, pw.proxyURL, rowB.ID, tokenB, "aarch64-linux", 3)
 		waitfor.True(t, "B's aggregate on the server", func() bool {
-			h := pw.server.host(pw.proxyIDB)
+			h := pw.server.Host(pw.proxyIDB)
 			return h != nil && slices.Equal(h.Architectures, []string{"aarch64-linux"}) && h.MaxConcurrentBuilds == 3
 		})
 		workerA := runWorker(t, pw.proxyURL, rowA.ID, tokenA, "x86_64-linux", 2)
 		waitfor.True(t, "A's aggregate on the server", func() bool {
-			h := pw.server.host(pw.proxyIDA)
+			h := pw.server.Host(pw.proxyIDA)
 			return h != nil && slices.Equal(h.Architectures, []string{"x86_64-linux"}) && h.MaxConcurrentBuilds == 2
 		})
 		members := pw.leg.Members(pw.tenantA.ID)
@@ -236,17 +203,17 @@ func TestDownstreamWorkersFormTheirTenantsAggregate(t *testing.T) {
 		if c := members[0].Capabilities; c.Federate || !c.Fetch || c.Eval || !c.Build {
 			t.Errorf("negotiated %+v, want fetch and build only (offer AND allowed, federate off)", c)
 		}
-		if h := pw.server.host(pw.proxyIDB); !slices.Equal(h.Architectures, []string{"aarch64-linux"}) || h.MaxConcurrentBuilds != 3 {
+		if h := pw.server.Host(pw.proxyIDB); !slices.Equal(h.Architectures, []string{"aarch64-linux"}) || h.MaxConcurrentBuilds != 3 {
 			t.Errorf("B's aggregate %+v counts A's worker", h)
 		}
 
 		// Leaving empties A's aggregate and leaves B's alone.
 		workerA.stop()
 		waitfor.True(t, "A's aggregate empty after its worker left", func() bool {
-			h := pw.server.host(pw.proxyIDA)
+			h := pw.server.Host(pw.proxyIDA)
 			return h != nil && len(h.Architectures) == 0 && h.MaxConcurrentBuilds == 0
 		})
-		if h := pw.server.host(pw.proxyIDB); h == nil || h.MaxConcurrentBuilds != 3 {
+		if h := pw.server.Host(pw.proxyIDB); h == nil || h.MaxConcurrentBuilds != 3 {
 			t.Errorf("B's aggregate %+v changed when A's worker left", h)
 		}
 		workerB.stop()

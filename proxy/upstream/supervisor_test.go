@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/authority/authoritytest"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/narstore"
@@ -85,41 +85,6 @@ func (p *fixedPool) set(tenantID string, members ...Member) {
 	p.members[tenantID] = members
 }
 
-// hostRecorder is the server's job loop in these tests: it keeps each
-// worker's live session, whose WorkerCapabilities are the server's record.
-type hostRecorder struct {
-	mu   sync.Mutex
-	live map[string]*authority.LiveWorker
-}
-
-func (r *hostRecorder) SessionStarted(w *authority.LiveWorker) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.live[w.WorkerID] = w
-}
-
-func (r *hostRecorder) HandleJobMessage(*authority.LiveWorker, wire.ClientMessage) {}
-
-func (r *hostRecorder) SessionEnded(w *authority.LiveWorker, _ string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.live[w.WorkerID] == w {
-		delete(r.live, w.WorkerID)
-	}
-}
-
-// host is the WorkerCapabilities the server holds for workerID's live
-// session, nil without one.
-func (r *hostRecorder) host(workerID string) *wire.WorkerCapabilities {
-	r.mu.Lock()
-	w := r.live[workerID]
-	r.mu.Unlock()
-	if w == nil {
-		return nil
-	}
-	return w.WorkerCapabilities()
-}
-
 // countingListener counts the connections a server accepted: the
 // proxy's dials.
 type countingListener struct {
@@ -142,7 +107,7 @@ type world struct {
 	db       *storage.DB
 	store    *proxystore.Store
 	srv      *server.Server
-	jobs     *hostRecorder
+	jobs     *authoritytest.HostRecorder
 	dials    *countingListener
 	url      string
 	project  storage.Project
@@ -159,7 +124,7 @@ type world struct {
 func newWorld(t *testing.T, dbURL string) *world {
 	t.Helper()
 	ctx := t.Context()
-	w := &world{jobs: &hostRecorder{live: map[string]*authority.LiveWorker{}}, pool: &fixedPool{}}
+	w := &world{jobs: authoritytest.NewHostRecorder(), pool: &fixedPool{}}
 	w.db = testworld.Open(t, dbURL)
 	box, err := sealbox.New(sealbox.NewKey())
 	if err != nil {
@@ -277,7 +242,7 @@ func TestSupervisorHoldsTheTenantsSession(t *testing.T) {
 		waitfor.True(t, "the proxy live for the project", w.live)
 		want := wire.WorkerCapabilities{Architectures: []string{"aarch64-linux", "x86_64-linux"}, SystemFeatures: []string{"kvm"},
 			MaxConcurrentBuilds: 6, CPUCount: 24, RAMTotalMB: 48000, CPUCoreScore: 500}
-		waitfor.True(t, "the aggregate on the server", func() bool { h := w.jobs.host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
+		waitfor.True(t, "the aggregate on the server", func() bool { h := w.jobs.Host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
 		// The session's own messages came in: its capabilities are recorded.
 		if caps := w.srv.WorkerStatus(w.proxyID).Capabilities; !slices.Contains(caps, "fetch") || !slices.Contains(caps, "eval") ||
 			!slices.Contains(caps, "build") || slices.Contains(caps, "federate") {
@@ -293,7 +258,7 @@ func TestSupervisorHoldsTheTenantsSession(t *testing.T) {
 		w.sup.PoolChanged(w.tenant.ID)
 		want.Architectures = []string{"aarch64-linux", "riscv64-linux", "x86_64-linux"}
 		want.MaxConcurrentBuilds, want.CPUCount, want.RAMTotalMB = 7, 28, 56000
-		waitfor.True(t, "the new aggregate on the server", func() bool { h := w.jobs.host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
+		waitfor.True(t, "the new aggregate on the server", func() bool { h := w.jobs.Host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
 		connectedAt := w.srv.WorkerStatus(w.proxyID).ConnectedAt
 
 		// The tenant's worker series, labelled with the tenant.
