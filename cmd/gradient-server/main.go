@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -24,15 +22,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	switch {
-	case err == nil, errors.Is(err, servicecli.ErrHelp):
-		os.Exit(0)
-	case errors.Is(err, errUsage):
-		os.Exit(2) // parseOptions already said why
-	default:
-		fmt.Fprintf(os.Stderr, "gradient-server: %v\n", err)
-		os.Exit(1)
-	}
+	stop()
+	os.Exit(servicecli.ExitCode("gradient-server", err, os.Stderr))
 }
 
 // run parses the configuration and serves until ctx ends; separate from

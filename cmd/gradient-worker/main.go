@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,15 +31,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
-	switch {
-	case err == nil, errors.Is(err, servicecli.ErrHelp):
-		os.Exit(0)
-	case errors.Is(err, errUsage):
-		os.Exit(2)
-	default:
-		fmt.Fprintf(os.Stderr, "gradient-worker: %v\n", err)
-		os.Exit(1)
-	}
+	stop()
+	os.Exit(servicecli.ExitCode("gradient-worker", err, os.Stderr))
 }
 
 // run parses the configuration and serves until ctx ends (the signal):

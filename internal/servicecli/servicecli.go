@@ -239,3 +239,19 @@ func unexpectedArgument(cmd *cli.Command, args []string, arg string) error {
 	}
 	return fmt.Errorf("unexpected argument %q", arg)
 }
+
+// ExitCode is a service's exit status for what its run returned: 0 when
+// it ended cleanly or printed help, 2 for a usage error (already
+// explained on stderr), 1 otherwise, after writing "command: err" to
+// stderr.
+func ExitCode(command string, err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, ErrHelp):
+		return 0
+	case errors.Is(err, ErrUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", command, err)
+		return 1
+	}
+}

@@ -2,6 +2,7 @@ package servicecli
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,24 @@ func TestParseSeconds(t *testing.T) {
 	for _, in := range []string{"", "-1", "-5s", "soon", "99999999999999999999"} {
 		if _, err := ParseSeconds(in); err == nil {
 			t.Errorf("%q: accepted", in)
+		}
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+		says string
+	}{
+		{nil, 0, ""},
+		{ErrHelp, 0, ""},
+		{fmt.Errorf("--listen: %w", ErrUsage), 2, ""},
+		{errors.New("database is gone"), 1, "gradient-x: database is gone\n"},
+	} {
+		var stderr strings.Builder
+		if got := ExitCode("gradient-x", c.err, &stderr); got != c.want || stderr.String() != c.says {
+			t.Errorf("ExitCode(%v) = %d, %q; want %d, %q", c.err, got, stderr.String(), c.want, c.says)
 		}
 	}
 }
