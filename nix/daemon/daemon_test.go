@@ -280,36 +280,54 @@ func TestStdioBuildFailures(t *testing.T) {
 	})
 }
 
+// stdioDaemons dials a `nix-daemon --stdio` child of the store per
+// connection and remembers them, so a test can count and kill them.
+type stdioDaemons struct {
+	s        *store
+	mu       sync.Mutex
+	children []*exec.Cmd
+}
+
+func (d *stdioDaemons) dial(context.Context) (io.ReadWriteCloser, error) {
+	cmd := exec.Command("nix-daemon", "--stdio", "--store", d.s.dir)
+	cmd.Env = d.s.env
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.children = append(d.children, cmd)
+	d.mu.Unlock()
+	return pipes{stdout, stdin}, nil
+}
+
+func (d *stdioDaemons) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.children)
+}
+
+// killAll kills every daemon dialed so far: gone at once, as in a crash.
+func (d *stdioDaemons) killAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, cmd := range d.children {
+		cmd.Process.Kill()
+	}
+}
+
 // TestReconnect: a daemon that goes away between operations is replaced
 // by a new connection; one that goes away during an operation fails it
 // with ErrConnection.
 func TestReconnect(t *testing.T) {
 	nixtest.Require(t, "nix-daemon")
 	s := newStore(t)
-	var mu sync.Mutex
-	var streams []*exec.Cmd
-	c := daemon.New(func(ctx context.Context) (io.ReadWriteCloser, error) {
-		cmd := exec.Command("nix-daemon", "--stdio", "--store", s.dir)
-		cmd.Env = s.env
-		stdin, _ := cmd.StdinPipe()
-		stdout, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		mu.Lock()
-		streams = append(streams, cmd)
-		mu.Unlock()
-		return pipes{stdout, stdin}, nil
-	}, daemon.Options{MaxConns: 1})
+	daemons := &stdioDaemons{s: s}
+	c := daemon.New(daemons.dial, daemon.Options{MaxConns: 1})
 	defer c.Close()
 	ctx := testContext(t)
-	killAll := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, cmd := range streams {
-			cmd.Process.Kill() // gone at once, as in a crash
-		}
-	}
+	killAll := daemons.killAll
 	if ok, err := c.IsValidPath(ctx, s.drvs["hello"]); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
@@ -325,10 +343,7 @@ func TestReconnect(t *testing.T) {
 	if ok, err := c.IsValidPath(ctx, s.drvs["hello"]); err != nil || !ok {
 		t.Fatalf("after the daemon went away mid-build: %v, %v", ok, err)
 	}
-	mu.Lock()
-	dialed := len(streams)
-	mu.Unlock()
-	if dialed != 3 {
+	if dialed := daemons.count(); dialed != 3 {
 		t.Errorf("%d connections, want 3", dialed)
 	}
 }
@@ -339,21 +354,8 @@ func TestReconnect(t *testing.T) {
 func TestFailedConnectionDropsIdleOnes(t *testing.T) {
 	nixtest.Require(t, "nix-daemon")
 	s := newStore(t)
-	var mu sync.Mutex
-	var children []*exec.Cmd
-	c := daemon.New(func(ctx context.Context) (io.ReadWriteCloser, error) {
-		cmd := exec.Command("nix-daemon", "--stdio", "--store", s.dir)
-		cmd.Env = s.env
-		stdin, _ := cmd.StdinPipe()
-		stdout, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		mu.Lock()
-		children = append(children, cmd)
-		mu.Unlock()
-		return pipes{stdout, stdin}, nil
-	}, daemon.Options{MaxConns: 2})
+	daemons := &stdioDaemons{s: s}
+	c := daemon.New(daemons.dial, daemon.Options{MaxConns: 2})
 	defer c.Close()
 	ctx := testContext(t)
 	built := make(chan error, 1)
@@ -370,19 +372,12 @@ func TestFailedConnectionDropsIdleOnes(t *testing.T) {
 		if ok, err := c.IsValidPath(ctx, s.drvs["hello"]); err != nil || !ok {
 			t.Fatal(ok, err)
 		}
-		mu.Lock()
-		n := len(children)
-		mu.Unlock()
-		if n == 2 {
+		if daemons.count() == 2 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	mu.Lock()
-	for _, cmd := range children {
-		cmd.Process.Kill()
-	}
-	mu.Unlock()
+	daemons.killAll()
 	if err := <-built; !errors.Is(err, daemon.ErrConnection) {
 		t.Fatalf("build on a daemon that went away: %v", err)
 	}
