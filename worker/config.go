@@ -53,6 +53,10 @@ type Config struct {
 
 	// Executor runs accepted jobs. Nil declines every assignment.
 	Executor Executor
+	// Forwarder, when set, takes over the job side of each established
+	// session (a federation proxy): see Forwarder. Executor then goes
+	// unused.
+	Forwarder Forwarder
 	// TempDir holds NARs in transit ("" means os.TempDir()).
 	TempDir string
 
