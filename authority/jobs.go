@@ -23,8 +23,8 @@ type JobLoop interface {
 	// HandleJobMessage receives every job message of w: RequestJob,
 	// RequestJobList, RequestJobChunk, AssignJobResponse, JobUpdate,
 	// JobCompleted, JobFailed, LogChunk, BuildProgress, EvalProgress,
-	// EvalMessage, ImportRequest, and WorkerCapabilities and
-	// ClientDraining after the authority recorded them on w.
+	// EvalMessage, ImportRequest, ClusterSignal, and WorkerCapabilities
+	// and ClientDraining after the authority recorded them on w.
 	HandleJobMessage(w *LiveWorker, m wire.ClientMessage)
 	// SessionEnded: w is gone (disconnect, heartbeat timeout, server
 	// stop); its running jobs must be re-queued.
@@ -77,7 +77,7 @@ func isJobMessage(m wire.ClientMessage) bool {
 	case *wire.RequestJob, *wire.RequestJobList, *wire.RequestJobChunk, *wire.AssignJobResponse,
 		*wire.JobUpdate, *wire.JobCompleted, *wire.JobFailed, *wire.LogChunk,
 		*wire.BuildProgress, *wire.EvalProgress, *wire.EvalMessage, *wire.ImportRequest,
-		*wire.WorkerCapabilities, *wire.ClientDraining:
+		*wire.ClientClusterSignal, *wire.WorkerCapabilities, *wire.ClientDraining:
 		return true
 	}
 	return false
@@ -103,6 +103,18 @@ func newLiveWorker(conn *workerConn, version uint16, send func(wire.ServerMessag
 
 // Send queues m on the session; it fails once the session is gone.
 func (w *LiveWorker) Send(m wire.ServerMessage) error { return w.send(m) }
+
+// Close starts closing this session with code and reason (what is
+// queued goes out first) and does not wait; a newer session of the same
+// worker is untouched, unlike Authority.Disconnect.
+func (w *LiveWorker) Close(code int, reason string) {
+	w.conn.mu.Lock()
+	sess := w.conn.sess
+	w.conn.mu.Unlock()
+	if sess != nil {
+		go sess.Close(code, reason)
+	}
+}
 
 // Authorized reports whether the session may run jobs of project.
 func (w *LiveWorker) Authorized(project string) bool {

@@ -14,6 +14,7 @@ import (
 
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/proxy/downstream"
+	"gradient.dev/gradient/proxy/hub"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/proxy/upstream"
 	"gradient.dev/gradient/sealbox"
@@ -51,11 +52,21 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	defer store.Close()
 
 	registry := metrics.NewRegistry() // with the Go runtime and process series
+	hubMetrics, err := hub.NewMetrics(registry)
+	if err != nil {
+		return err
+	}
+	// One hub per tenant forwards its jobs between its server and its
+	// workers behind the proxy; both legs share them.
+	hubs := hub.NewSet(log, hubMetrics)
+	hubsCtx, stopHubs := context.WithCancel(ctx)
+	defer stopHubs()
+	go hubs.Run(hubsCtx)
 	// The downstream leg tells the supervisor of pool changes and the
 	// supervisor reads its pools; sup is set before any session starts.
 	var sup *upstream.Supervisor
 	leg, err := downstream.New(downstream.Config{
-		Store: store, Logger: log, Metrics: registry,
+		Store: store, Logger: log, Metrics: registry, Hubs: hubs,
 		PoolChanged: func(tenantID string) { sup.PoolChanged(tenantID) },
 	})
 	if err != nil {
@@ -63,7 +74,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	}
 	defer leg.Close()
 	sup, err = upstream.New(upstream.Config{
-		Store: store, Capabilities: opts.UpstreamCapabilities, Logger: log, Pool: leg,
+		Store: store, Capabilities: opts.UpstreamCapabilities, Logger: log, Pool: leg, Hubs: hubs,
 		Worker: worker.Config{},
 	})
 	if err != nil {
@@ -99,7 +110,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	log.Info("gradient-proxy listening", "address", ln.Addr().String(), "database_engine", store.Engine(),
 		"encryption_key_file", opts.EncryptionKeyFile, "admin_token", adminHash != "",
 		"upstream_capabilities", capabilityList(opts.UpstreamCapabilities),
-		"serves", "/proto /healthz /metrics", "planned", "job forwarding, admin API")
+		"serves", "/proto /healthz /metrics", "forwards", "jobs and cache traffic per tenant", "planned", "admin API")
 	if ready != nil {
 		ready(ln.Addr())
 	}

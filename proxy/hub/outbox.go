@@ -30,6 +30,8 @@ type Outbox struct {
 	q       []queued
 	bytes   int
 	closed  bool
+	// finishing: Finish was called; later messages are dropped.
+	finishing bool
 	wake    chan struct{}
 	stopped chan struct{}
 }
@@ -38,6 +40,7 @@ type queued struct {
 	m    wire.ServerMessage
 	size int
 	at   time.Time
+	then func() // Finish's: run after what was queued before it, then stop
 }
 
 // NewOutbox starts the queue of a session whose send is send; onSlow is
@@ -57,7 +60,7 @@ func (o *Outbox) observe(f func(time.Duration)) { o.wait = f }
 func (o *Outbox) Send(m wire.ServerMessage) {
 	size := messageSize(m)
 	o.mu.Lock()
-	if o.closed {
+	if o.closed || o.finishing {
 		o.mu.Unlock()
 		return
 	}
@@ -80,6 +83,23 @@ func (o *Outbox) cutOffLocked(reason string) {
 	o.q, o.bytes = nil, 0
 	close(o.stopped)
 	go o.onSlow(reason)
+}
+
+// Finish runs f (which closes the session) once what is queued now has
+// been handed to the session, then stops; later messages are dropped.
+func (o *Outbox) Finish(f func()) {
+	o.mu.Lock()
+	if o.closed || o.finishing {
+		o.mu.Unlock()
+		return
+	}
+	o.finishing = true
+	o.q = append(o.q, queued{then: f, at: time.Now()})
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Close stops the queue; what is still queued is dropped.
@@ -114,6 +134,11 @@ func (o *Outbox) loop() {
 		o.q = o.q[1:]
 		o.bytes -= next.size
 		o.mu.Unlock()
+		if next.then != nil {
+			next.then()
+			o.Close()
+			return
+		}
 		o.wait(time.Since(next.at))
 		if err := o.send(next.m); err != nil {
 			o.mu.Lock()

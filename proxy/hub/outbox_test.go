@@ -44,3 +44,23 @@ func TestOutboxKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// Finish closes after what was queued before it; later sends are dropped.
+func TestOutboxFinishesAfterTheQueue(t *testing.T) {
+	got := make(chan string, 10)
+	o := NewOutbox(func(m wire.ServerMessage) error { got <- m.WireName(); return nil }, func(string) {})
+	o.Send(&wire.AbortJob{})
+	o.Send(&wire.ServerDraining{})
+	o.Finish(func() { got <- "close" })
+	o.Send(&wire.JobOffer{})
+	for _, want := range []string{"AbortJob", "Draining", "close"} {
+		if m := <-got; m != want {
+			t.Fatalf("got %s, want %s", m, want)
+		}
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("%s went out after Finish", m)
+	default:
+	}
+}

@@ -1,0 +1,293 @@
+package hub_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/internal/halfopen"
+	"gradient.dev/gradient/internal/nixtest"
+	"gradient.dev/gradient/internal/testworld"
+	"gradient.dev/gradient/proxy/downstream"
+	"gradient.dev/gradient/proxy/hub"
+	"gradient.dev/gradient/proxy/proxystore"
+	"gradient.dev/gradient/proxy/upstream"
+	"gradient.dev/gradient/sealbox"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/deploykeys"
+	"gradient.dev/gradient/server/scheduler"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/storagetest"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/worker/nixexec"
+)
+
+func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
+
+// chainFlake: greeting ← shout ← report, a dependency chain, and a build
+// that runs until it is stopped. Nothing but /bin/sh (offline).
+const chainFlake = `{
+  outputs = { self }: let
+    system = "x86_64-linux";
+    step = name: script: builtins.derivation { inherit name system; builder = "/bin/sh"; args = [ "-c" script ]; };
+  in {
+    packages.${system} = rec {
+      greeting = step "greeting" "echo building greeting; echo hello > $out";
+      shout = step "shout" "read v < ${greeting}; echo \"$v!\" > $out";
+      report = step "report" "read v < ${shout}; echo \"report: $v\" > $out";
+    };
+    checks.${system}.forever = step "forever" "while true; do echo still building; /bin/sleep 1; done";
+  };
+}
+`
+
+// fedWorld is a tenant's real Gradient server (scheduler, cache) and the
+// proxy's two legs with their hubs; workers behind the proxy are real
+// worker.Workers with the Nix executor.
+type fedWorld struct {
+	t        *testing.T
+	db       *storage.DB
+	sched    *scheduler.Scheduler
+	httpURL  string
+	project  storage.Project
+	cache    storage.Cache
+	repo     string
+	commit   string
+	proxyID  string // the proxy's worker ID at the tenant's server
+	store    *proxystore.Store
+	tenant   proxystore.Tenant
+	proxyURL string
+	proxyLog *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func newFedWorld(t *testing.T, heartbeatTimeout time.Duration) *fedWorld {
+	t.Helper()
+	ctx := t.Context()
+	dbURL := storagetest.SQLiteURL(t)
+	w := &fedWorld{t: t, db: testworld.Open(t, dbURL)}
+	quiet := slog.New(slog.DiscardHandler)
+	box, err := sealbox.New(sealbox.NewKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.sched = scheduler.New(w.db, scheduler.Config{Logger: quiet, Tick: 200 * time.Millisecond, DeployKeys: deploykeys.New(w.db, box),
+		RetryBackoff: 200 * time.Millisecond})
+	if err := w.sched.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.sched.Close)
+	var serverURL string
+	serverURL, w.httpURL = testworld.Serve(t, w.db, server.Config{Jobs: w.sched})
+	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": chainFlake})
+	w.project, w.cache = testworld.Project(t, w.db, w.repo)
+	var peers string
+	w.proxyID, peers = testworld.Register(t, w.db, w.project.ID)
+	_, token, _ := strings.Cut(peers, ":")
+
+	// The proxy: its own database, the tenant and its link.
+	if w.store, err = proxystore.Open(ctx, storagetest.SQLiteURL(t), box); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.store.Close() })
+	if w.tenant, err = w.store.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.store.SetLink(ctx, w.tenant.ID, serverURL, w.proxyID, []proxystore.PeerToken{{PeerID: w.project.ID, Token: token}}); err != nil {
+		t.Fatal(err)
+	}
+	w.proxyLog = &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("proxy log:\n%s", w.proxyLog.String())
+		}
+	})
+	log := slog.New(slog.NewTextHandler(w.proxyLog, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	reg := prometheus.NewRegistry()
+	m, err := hub.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubs := hub.NewSet(log, m)
+	var sup *upstream.Supervisor
+	leg, err := downstream.New(downstream.Config{Store: w.store, Hubs: hubs, Logger: log,
+		PoolChanged: func(id string) { sup.PoolChanged(id) },
+		Authority:   authority.Config{HeartbeatTimeout: heartbeatTimeout}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err = upstream.New(upstream.Config{Store: w.store, Capabilities: upstream.DefaultCapabilities, Pool: leg, Hubs: hubs,
+		PollInterval: 50 * time.Millisecond, Logger: log,
+		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Heartbeat: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(leg.Authority().ProtoHandler())
+	w.proxyURL = "ws" + strings.TrimPrefix(hs.URL, "http")
+	runCtx, stop := context.WithCancel(context.Background())
+	supDone := make(chan struct{})
+	go func() { defer close(supDone); sup.Run(runCtx) }()
+	go hubs.Run(runCtx)
+	t.Cleanup(func() {
+		stop()
+		<-supDone
+		leg.Close()
+		hs.Close()
+	})
+	return w
+}
+
+// startWorker runs a worker behind the proxy (a proxystore row of the
+// tenant) with a Nix store of its own; url is where it dials ("" for the
+// proxy).
+func (w *fedWorld) startWorker(name, url string) string {
+	w.t.Helper()
+	row, token, err := w.store.CreateWorker(w.t.Context(), w.tenant.ID, name, proxystore.Capabilities{Fetch: true, Eval: true, Build: true})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if url == "" {
+		url = w.proxyURL
+	}
+	testworld.RunWorker(w.t, worker.Config{
+		ServerURL: url, WorkerID: row.ID, Peers: row.ID + ":" + token,
+		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
+		Heartbeat: 500 * time.Millisecond, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Executor: &nixexec.Executor{Nix: nixtest.New(w.t), TempDir: w.t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+			AllowLocalRepositories: true},
+		TempDir: w.t.TempDir(),
+	})
+	return row.ID
+}
+
+func (w *fedWorld) evaluate(wildcards ...string) storage.Evaluation {
+	w.t.Helper()
+	ev, err := w.sched.StartEvaluation(w.t.Context(), storage.NewEvaluation{ProjectID: w.project.ID, RepositoryURL: w.repo, Commit: w.commit, Wildcards: wildcards})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return ev
+}
+
+func (w *fedWorld) waitFor(id, what string, timeout time.Duration, cond func(storage.Evaluation, []storage.Build) bool) (storage.Evaluation, []storage.Build) {
+	w.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ev, err := w.db.Evaluation(w.t.Context(), id)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		builds, err := w.db.EvaluationBuilds(w.t.Context(), id)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if cond(ev, builds) {
+			return ev, builds
+		}
+		if time.Now().After(deadline) {
+			var states []string
+			for _, b := range builds {
+				states = append(states, b.Attr+"="+string(b.Status)+"/"+string(b.FailureKind)+" "+b.Error)
+			}
+			log, _ := w.db.EvaluationLog(w.t.Context(), id)
+			w.t.Fatalf("evaluation %s: %s did not happen within %s (status %s, error %q, builds %v)\nlog:\n%s", id, what, timeout, ev.Status, ev.Error, states, log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func byAttr(builds []storage.Build) map[string]storage.Build {
+	m := map[string]storage.Build{}
+	for _, b := range builds {
+		m[b.Attr[strings.LastIndex(b.Attr, ".")+1:]] = b
+	}
+	return m
+}
+
+// A tenant's evaluation of a flake with a dependency chain runs on the
+// workers behind the proxy exactly as on the server's own: fetched,
+// evaluated and built there in order, the outputs uploaded through the
+// proxy into the tenant's cache, from where a real Nix copies them.
+func TestEvaluationBuildsBehindTheProxy(t *testing.T) {
+	w := newFedWorld(t, 0)
+	w.startWorker("builder-1", "")
+	w.startWorker("builder-2", "")
+	ev, builds := w.waitFor(w.evaluate("packages.x86_64-linux.*").ID, "the end", 3*time.Minute,
+		func(ev storage.Evaluation, _ []storage.Build) bool { return ev.Status.Terminal() })
+	if ev.Status != storage.EvaluationSucceeded {
+		log, _ := w.db.EvaluationLog(t.Context(), ev.ID)
+		t.Fatalf("evaluation %s: %s\nlog:\n%s", ev.Status, ev.Error, log)
+	}
+	b := byAttr(builds)
+	for _, name := range []string{"greeting", "shout", "report"} {
+		if b[name].Status != storage.BuildSucceeded || b[name].WorkerID != w.proxyID || len(b[name].OutputInfo) != 1 {
+			t.Fatalf("build %s: %+v, want succeeded on the proxy's worker ID", name, b[name])
+		}
+	}
+	if b["shout"].StartedAt.Before(b["greeting"].FinishedAt) || b["report"].StartedAt.Before(b["shout"].FinishedAt) {
+		t.Errorf("the chain ran out of order: %+v", b)
+	}
+	client := nixtest.New(t)
+	out := b["report"].OutputInfo[0].StorePath
+	if err := client.CopyFrom(t.Context(), w.httpURL+"/cache/main", []string{w.cache.PublicKey()}, out); err != nil {
+		t.Fatalf("nix copy from the tenant's cache: %v", err)
+	}
+	content, err := os.ReadFile(filepath.Join(client.Store, out))
+	if err != nil || strings.TrimSpace(string(content)) != "report: hello!" {
+		t.Errorf("report's output %q, %v", content, err)
+	}
+}
+
+// A worker lost mid-build (its connection dies half-open; the proxy's
+// heartbeat timeout drops it) fails the build upstream as transient, and
+// the server runs it again on the other worker behind the proxy.
+func TestWorkerLostMidBuildFailsTransientUpstream(t *testing.T) {
+	w := newFedWorld(t, 2*time.Second)
+	cut := halfopen.New(t, strings.TrimPrefix(w.proxyURL, "ws://"))
+	w.startWorker("doomed", "ws://"+cut.Addr())
+	ev := w.evaluate("checks.x86_64-linux.forever")
+	w.waitFor(ev.ID, "forever building", 2*time.Minute, func(_ storage.Evaluation, builds []storage.Build) bool {
+		return len(builds) == 1 && builds[0].Status == storage.BuildBuilding
+	})
+	w.startWorker("spare", "")
+	cut.Freeze()
+	_, builds := w.waitFor(ev.ID, "a transient failure recorded", time.Minute, func(_ storage.Evaluation, builds []storage.Build) bool {
+		return len(builds) == 1 && builds[0].FailureKind == storage.FailureTransient
+	})
+	if !strings.Contains(builds[0].Error, "worker behind the proxy lost") {
+		t.Errorf("the build's error %q does not name the lost worker", builds[0].Error)
+	}
+	// It runs again, on the spare behind the proxy.
+	w.waitFor(ev.ID, "forever building again", time.Minute, func(_ storage.Evaluation, builds []storage.Build) bool {
+		return len(builds) == 1 && builds[0].Status == storage.BuildBuilding && builds[0].Attempts >= 1
+	})
+	if err := w.sched.CancelEvaluation(t.Context(), ev.ID); err != nil {
+		t.Fatal(err)
+	}
+}
