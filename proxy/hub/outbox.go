@@ -26,14 +26,14 @@ type Outbox struct {
 	onSlow func(reason string)
 	wait   func(time.Duration)
 
-	mu      sync.Mutex
-	q       []queued
-	bytes   int
-	closed  bool
+	mu     sync.Mutex
+	q      []queued
+	bytes  int
+	closed bool
 	// finishing: Finish was called; later messages are dropped.
 	finishing bool
-	wake    chan struct{}
-	stopped chan struct{}
+	wake      chan struct{}
+	stopped   chan struct{}
 }
 
 type queued struct {
