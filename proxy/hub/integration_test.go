@@ -122,34 +122,40 @@ func newFedWorld(t *testing.T, heartbeatTimeout time.Duration) *fedWorld {
 	if _, err := w.store.SetLink(ctx, w.tenant.ID, serverURL, w.proxyID, []proxystore.PeerToken{{PeerID: w.project.ID, Token: token}}); err != nil {
 		t.Fatal(err)
 	}
-	w.proxyLog = &lockedBuffer{}
+	w.proxyURL, w.proxyLog = runProxy(t, w.store, heartbeatTimeout)
+	return w
+}
+
+// runProxy runs the proxy's legs and hubs over store until the test
+// ends; its log is shown when the test fails.
+func runProxy(t *testing.T, store *proxystore.Store, heartbeatTimeout time.Duration) (proxyURL string, logs *lockedBuffer) {
+	t.Helper()
+	logs = &lockedBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("proxy log:\n%s", w.proxyLog.String())
+			t.Logf("proxy log:\n%s", logs.String())
 		}
 	})
-	log := slog.New(slog.NewTextHandler(w.proxyLog, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	reg := prometheus.NewRegistry()
-	m, err := hub.NewMetrics(reg)
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	m, err := hub.NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	hubs := hub.NewSet(log, m)
 	var sup *upstream.Supervisor
-	leg, err := downstream.New(downstream.Config{Store: w.store, Hubs: hubs, Logger: log,
+	leg, err := downstream.New(downstream.Config{Store: store, Hubs: hubs, Logger: log,
 		PoolChanged: func(id string) { sup.PoolChanged(id) },
 		Authority:   authority.Config{HeartbeatTimeout: heartbeatTimeout}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup, err = upstream.New(upstream.Config{Store: w.store, Capabilities: upstream.DefaultCapabilities, Pool: leg, Hubs: hubs,
+	sup, err = upstream.New(upstream.Config{Store: store, Capabilities: upstream.DefaultCapabilities, Pool: leg, Hubs: hubs,
 		PollInterval: 50 * time.Millisecond, Logger: log,
 		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Heartbeat: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(leg.Authority().ProtoHandler())
-	w.proxyURL = "ws" + strings.TrimPrefix(hs.URL, "http")
 	runCtx, stop := context.WithCancel(context.Background())
 	supDone := make(chan struct{})
 	go func() { defer close(supDone); sup.Run(runCtx) }()
@@ -160,7 +166,7 @@ func newFedWorld(t *testing.T, heartbeatTimeout time.Duration) *fedWorld {
 		leg.Close()
 		hs.Close()
 	})
-	return w
+	return "ws" + strings.TrimPrefix(hs.URL, "http"), logs
 }
 
 // startWorker runs a worker behind the proxy (a proxystore row of the
