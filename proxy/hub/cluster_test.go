@@ -33,7 +33,9 @@ type rawConn struct {
 
 type openPolicy struct{}
 
-func (openPolicy) Challenge(context.Context, string) ([]string, error) { return []string{"0190a8f0-0000-7000-8000-0000000000aa"}, nil }
+func (openPolicy) Challenge(context.Context, string) ([]string, error) {
+	return []string{"0190a8f0-0000-7000-8000-0000000000aa"}, nil
+}
 func (openPolicy) Authorize(context.Context, string, []wire.Pair[string, string]) (handshake.Decision, error) {
 	return handshake.Accept([]string{"0190a8f0-0000-7000-8000-0000000000aa"}, nil, handshake.AllCapabilities), nil
 }
