@@ -44,11 +44,17 @@ allowed capabilities (never federate), and counts in its tenant's upstream
 aggregate while connected. It serves /proto, /healthz and /metrics (the
 upstream sessions' series carry tenant="<name>").
 
-Planned, not served yet: job forwarding and the admin API with its gradient
-commands for tenants, links and workers. Until the admin API exists nothing
-in this binary creates tenants, sets links or creates workers; until job
-forwarding exists the proxy's workers get no jobs and the proxy declines
-every job a tenant's server assigns it.
+Jobs are forwarded per tenant: the tenant's server offers and assigns jobs
+to the proxy's session, and the proxy hands each to the best capable waiting
+worker of that tenant (or declines), routes the reports back and passes NAR
+pulls, cache queries and uploads through to the tenant's server, which stays
+the cache; nothing is stored on the proxy. A worker lost mid-job fails it
+upstream as transient; a lost upstream session aborts the tenant's jobs and
+closes its workers' sessions after Draining. Frames never cross tenants.
+
+Planned, not served yet: the admin API with its gradient commands for
+tenants, links and workers. Until it exists nothing in this binary creates
+tenants, sets links or creates workers.
 
 Each flag can also be set by its environment variable, listed beside it. A
 flag wins over the variable. Secrets are read from files only.`
