@@ -2,6 +2,7 @@ package hub_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -51,23 +52,30 @@ const chainFlake = `{
 }
 `
 
-// fedWorld is a tenant's real Gradient server (scheduler, cache) and the
-// proxy's two legs with their hubs; workers behind the proxy are real
+// proxyWorld is the proxy: its database and its two legs with their
+// hubs. Tenants (each a real Gradient server with a scheduler and a
+// cache) are added with addTenant; workers behind the proxy are real
 // worker.Workers with the Nix executor.
-type fedWorld struct {
+type proxyWorld struct {
 	t        *testing.T
-	db       *storage.DB
-	sched    *scheduler.Scheduler
-	httpURL  string
-	project  storage.Project
-	cache    storage.Cache
-	repo     string
-	commit   string
-	proxyID  string // the proxy's worker ID at the tenant's server
+	box      *sealbox.Box
 	store    *proxystore.Store
-	tenant   proxystore.Tenant
 	proxyURL string
 	proxyLog *lockedBuffer
+}
+
+// fedWorld is one tenant: its server and its link at the proxy.
+type fedWorld struct {
+	*proxyWorld
+	db      *storage.DB
+	sched   *scheduler.Scheduler
+	httpURL string
+	project storage.Project
+	cache   storage.Cache
+	repo    string
+	commit  string
+	proxyID string // the proxy's worker ID at the tenant's server
+	tenant  proxystore.Tenant
 }
 
 type lockedBuffer struct {
@@ -87,17 +95,35 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func newFedWorld(t *testing.T, heartbeatTimeout time.Duration) *fedWorld {
+func newProxyWorld(t *testing.T, heartbeatTimeout time.Duration) *proxyWorld {
 	t.Helper()
-	ctx := t.Context()
-	dbURL := storagetest.SQLiteURL(t)
-	w := &fedWorld{t: t, db: testworld.Open(t, dbURL)}
-	quiet := slog.New(slog.DiscardHandler)
-	box, err := sealbox.New(sealbox.NewKey())
-	if err != nil {
+	p := &proxyWorld{t: t}
+	var err error
+	if p.box, err = sealbox.New(sealbox.NewKey()); err != nil {
 		t.Fatal(err)
 	}
-	w.sched = scheduler.New(w.db, scheduler.Config{Logger: quiet, Tick: 200 * time.Millisecond, DeployKeys: deploykeys.New(w.db, box),
+	if p.store, err = proxystore.Open(t.Context(), storagetest.SQLiteURL(t), p.box); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.store.Close() })
+	p.proxyURL, p.proxyLog = runProxy(t, p.store, heartbeatTimeout)
+	return p
+}
+
+// newFedWorld is a proxy with one tenant whose flake is chainFlake.
+func newFedWorld(t *testing.T, heartbeatTimeout time.Duration) *fedWorld {
+	return newProxyWorld(t, heartbeatTimeout).addTenant("acme", chainFlake)
+}
+
+// addTenant runs the tenant's server with a project of flake that
+// registered a worker ID for the proxy, and links the tenant to it.
+func (p *proxyWorld) addTenant(name, flake string) *fedWorld {
+	t := p.t
+	t.Helper()
+	ctx := t.Context()
+	w := &fedWorld{proxyWorld: p, db: testworld.Open(t, storagetest.SQLiteURL(t))}
+	quiet := slog.New(slog.DiscardHandler)
+	w.sched = scheduler.New(w.db, scheduler.Config{Logger: quiet, Tick: 200 * time.Millisecond, DeployKeys: deploykeys.New(w.db, p.box),
 		RetryBackoff: 200 * time.Millisecond})
 	if err := w.sched.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -105,24 +131,18 @@ func newFedWorld(t *testing.T, heartbeatTimeout time.Duration) *fedWorld {
 	t.Cleanup(w.sched.Close)
 	var serverURL string
 	serverURL, w.httpURL = testworld.Serve(t, w.db, server.Config{Jobs: w.sched})
-	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": chainFlake})
+	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": flake})
 	w.project, w.cache = testworld.Project(t, w.db, w.repo)
 	var peers string
 	w.proxyID, peers = testworld.Register(t, w.db, w.project.ID)
 	_, token, _ := strings.Cut(peers, ":")
-
-	// The proxy: its own database, the tenant and its link.
-	if w.store, err = proxystore.Open(ctx, storagetest.SQLiteURL(t), box); err != nil {
+	var err error
+	if w.tenant, err = p.store.CreateTenant(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.store.Close() })
-	if w.tenant, err = w.store.CreateTenant(ctx, "acme"); err != nil {
+	if _, err := p.store.SetLink(ctx, w.tenant.ID, serverURL, w.proxyID, []proxystore.PeerToken{{PeerID: w.project.ID, Token: token}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.store.SetLink(ctx, w.tenant.ID, serverURL, w.proxyID, []proxystore.PeerToken{{PeerID: w.project.ID, Token: token}}); err != nil {
-		t.Fatal(err)
-	}
-	w.proxyURL, w.proxyLog = runProxy(t, w.store, heartbeatTimeout)
 	return w
 }
 
@@ -173,6 +193,13 @@ func runProxy(t *testing.T, store *proxystore.Store, heartbeatTimeout time.Durat
 // tenant) with a Nix store of its own; url is where it dials ("" for the
 // proxy).
 func (w *fedWorld) startWorker(name, url string) string {
+	id, _ := w.startWorkerStore(name, url)
+	return id
+}
+
+// startWorkerStore is startWorker that also returns the worker's store
+// directory.
+func (w *fedWorld) startWorkerStore(name, url string) (id, store string) {
 	w.t.Helper()
 	row, token, err := w.store.CreateWorker(w.t.Context(), w.tenant.ID, name, proxystore.Capabilities{Fetch: true, Eval: true, Build: true})
 	if err != nil {
@@ -181,15 +208,16 @@ func (w *fedWorld) startWorker(name, url string) string {
 	if url == "" {
 		url = w.proxyURL
 	}
+	n := nixtest.New(w.t)
 	testworld.RunWorker(w.t, worker.Config{
 		ServerURL: url, WorkerID: row.ID, Peers: row.ID + ":" + token,
 		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
 		Heartbeat: 500 * time.Millisecond, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Executor: &nixexec.Executor{Nix: nixtest.New(w.t), TempDir: w.t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+		Executor: &nixexec.Executor{Nix: n, TempDir: w.t.TempDir(), Logger: slog.New(slog.DiscardHandler),
 			AllowLocalRepositories: true},
 		TempDir: w.t.TempDir(),
 	})
-	return row.ID
+	return row.ID, n.Store
 }
 
 func (w *fedWorld) evaluate(wildcards ...string) storage.Evaluation {
@@ -295,5 +323,79 @@ func TestWorkerLostMidBuildFailsTransientUpstream(t *testing.T) {
 	})
 	if err := w.sched.CancelEvaluation(t.Context(), ev.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// dagFlake is a tenant's own flake: greeting, two parallel leaves on it,
+// and a report on both; its outputs differ per tenant.
+func dagFlake(tenant string) string {
+	return `{
+  outputs = { self }: let
+    system = "x86_64-linux";
+    step = name: script: builtins.derivation { inherit name system; builder = "/bin/sh"; args = [ "-c" script ]; };
+  in {
+    packages.${system} = rec {
+      greeting = step "greeting" "echo hello from ` + tenant + ` > $out";
+      shout = step "shout" "read v < ${greeting}; echo \"$v!\" > $out";
+      whisper = step "whisper" "read v < ${greeting}; echo \"($v)\" > $out";
+      report = step "report" "read s < ${shout}; read w < ${whisper}; echo \"$s $w\" > $out";
+    };
+  };
+}
+`
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// Two tenants' evaluations run at once through one proxy: each builds
+// entirely on its own tenant's workers (its outputs are in their stores
+// and in no other tenant's worker's store), and each output lands in its
+// own tenant's cache.
+func TestTwoTenantsBuildApartThroughOneProxy(t *testing.T) {
+	p := newProxyWorld(t, 0)
+	tenants := []*fedWorld{p.addTenant("tenant-a", dagFlake("a")), p.addTenant("tenant-b", dagFlake("b"))}
+	stores := make([][]string, len(tenants))
+	for i, w := range tenants {
+		for j := range 2 - i { // a has two workers, b one
+			_, store := w.startWorkerStore(fmt.Sprintf("%s-%d", w.tenant.Name, j), "")
+			stores[i] = append(stores[i], store)
+		}
+	}
+	evs := make([]storage.Evaluation, len(tenants))
+	for i, w := range tenants {
+		evs[i] = w.evaluate("packages.x86_64-linux.*")
+	}
+	for i, w := range tenants {
+		ev, builds := w.waitFor(evs[i].ID, "the end", 3*time.Minute, func(ev storage.Evaluation, _ []storage.Build) bool { return ev.Status.Terminal() })
+		if ev.Status != storage.EvaluationSucceeded || len(builds) != 4 {
+			t.Fatalf("%s: evaluation %s (%s) with %d builds", w.tenant.Name, ev.Status, ev.Error, len(builds))
+		}
+		for _, b := range builds {
+			out := b.OutputInfo[0].StorePath
+			mine, theirs := false, false
+			for k, ss := range stores {
+				for _, s := range ss {
+					if exists(filepath.Join(s, out)) {
+						mine = mine || k == i
+						theirs = theirs || k != i
+					}
+				}
+			}
+			if !mine || theirs {
+				t.Errorf("%s's %s: on its own workers %v, on the other tenant's %v", w.tenant.Name, b.Attr, mine, theirs)
+			}
+		}
+		report := byAttr(builds)["report"].OutputInfo[0].StorePath
+		client := nixtest.New(t)
+		if err := client.CopyFrom(t.Context(), w.httpURL+"/cache/main", []string{w.cache.PublicKey()}, report); err != nil {
+			t.Fatalf("nix copy from %s's cache: %v", w.tenant.Name, err)
+		}
+		want := fmt.Sprintf("hello from %s! (hello from %s)", w.tenant.Name[len("tenant-"):], w.tenant.Name[len("tenant-"):])
+		if content, err := os.ReadFile(filepath.Join(client.Store, report)); err != nil || strings.TrimSpace(string(content)) != want {
+			t.Errorf("%s's report %q, %v; want %q", w.tenant.Name, content, err, want)
+		}
 	}
 }
