@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,10 @@ type rawUpstream struct {
 type rawConn struct {
 	sess *session.ServerSession
 	msgs chan wire.ClientMessage
+	// uploaded counts UploadChunk bytes, which are not queued in msgs;
+	// uploadDone gets the final chunk's offset.
+	uploaded   atomic.Int64
+	uploadDone chan uint64
 }
 
 type openPolicy struct{}
@@ -40,8 +45,11 @@ func (openPolicy) Authorize(context.Context, string, []wire.Pair[string, string]
 	return handshake.Accept([]string{"0190a8f0-0000-7000-8000-0000000000aa"}, nil, handshake.AllCapabilities), nil
 }
 
-func newRawUpstream(t *testing.T) *rawUpstream {
-	u := &rawUpstream{conns: make(chan *rawConn, 4)}
+func newRawUpstream(t testing.TB) *rawUpstream { return newRawUpstreamN(t, 4) }
+
+// newRawUpstreamN keeps up to n sessions for the test to take.
+func newRawUpstreamN(t testing.TB, n int) *rawUpstream {
+	u := &rawUpstream{conns: make(chan *rawConn, n)}
 	quiet := slog.New(slog.DiscardHandler)
 	hs := httptest.NewServer(session.Handler(func(r *http.Request, tr session.Transport) {
 		c := session.NewConn(tr, session.ConnOptions{Logger: quiet})
@@ -49,7 +57,8 @@ func newRawUpstream(t *testing.T) *rawUpstream {
 		if err != nil {
 			return
 		}
-		rc := &rawConn{sess: session.SplitServer(c, est, session.Options{Logger: quiet}), msgs: make(chan wire.ClientMessage, 1024)}
+		rc := &rawConn{sess: session.SplitServer(c, est, session.Options{Logger: quiet}), msgs: make(chan wire.ClientMessage, 1024),
+			uploadDone: make(chan uint64, 1)}
 		select {
 		case u.conns <- rc:
 		default: // a reconnect the test does not look at
@@ -58,6 +67,14 @@ func newRawUpstream(t *testing.T) *rawUpstream {
 			m, err := rc.sess.Recv(r.Context())
 			if err != nil {
 				return
+			}
+			if c, ok := m.(*wire.UploadChunk); ok {
+				rc.uploaded.Add(int64(len(c.Data)))
+				if c.IsFinal {
+					rc.uploadDone <- c.Offset
+				}
+				rc.sess.Reader.Release()
+				continue
 			}
 			rc.msgs <- m
 		}
@@ -74,7 +91,7 @@ type protoWorker struct {
 	msgs chan wire.ServerMessage
 }
 
-func dialProto(t *testing.T, url, id, token string, host wire.WorkerCapabilities) *protoWorker {
+func dialProto(t testing.TB, url, id, token string, host wire.WorkerCapabilities) *protoWorker {
 	t.Helper()
 	ctx := t.Context()
 	quiet := slog.New(slog.DiscardHandler)
@@ -104,7 +121,7 @@ func dialProto(t *testing.T, url, id, token string, host wire.WorkerCapabilities
 	return p
 }
 
-func (p *protoWorker) send(t *testing.T, m wire.ClientMessage) {
+func (p *protoWorker) send(t testing.TB, m wire.ClientMessage) {
 	t.Helper()
 	if err := p.sess.Send(m); err != nil {
 		t.Fatal(err)
@@ -112,7 +129,7 @@ func (p *protoWorker) send(t *testing.T, m wire.ClientMessage) {
 }
 
 // next is the next message of type T, skipping offers and lists.
-func next[T any, M wire.Message](t *testing.T, what string, c <-chan M) T {
+func next[T any, M wire.Message](t testing.TB, what string, c <-chan M) T {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {

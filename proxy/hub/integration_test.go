@@ -33,7 +33,11 @@ import (
 	"gradient.dev/gradient/worker/nixexec"
 )
 
-func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
+func TestMain(m *testing.M) {
+	// Databases log their migrations: keep warnings only.
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	os.Exit(storagetest.Main(m))
+}
 
 // chainFlake: greeting ← shout ← report, a dependency chain, and a build
 // that runs until it is stopped. Nothing but /bin/sh (offline).
@@ -148,7 +152,7 @@ func (p *proxyWorld) addTenant(name, flake string) *fedWorld {
 
 // runProxy runs the proxy's legs and hubs over store until the test
 // ends; its log is shown when the test fails.
-func runProxy(t *testing.T, store *proxystore.Store, heartbeatTimeout time.Duration) (proxyURL string, logs *lockedBuffer) {
+func runProxy(t testing.TB, store *proxystore.Store, heartbeatTimeout time.Duration) (proxyURL string, logs *lockedBuffer) {
 	t.Helper()
 	logs = &lockedBuffer{}
 	t.Cleanup(func() {
