@@ -158,11 +158,17 @@ func BenchmarkJobRoundTrip(b *testing.B) {
 			// overtake it. Count the polls.
 			polls, completed := 0, 0
 			read := func() {
-				switch nextMsg[wire.ClientMessage](b, c).(type) {
+				switch m := nextMsg[wire.ClientMessage](b, c).(type) {
 				case *wire.RequestJob:
 					polls++
 				case *wire.JobCompleted:
 					completed++
+				case *wire.JobFailed:
+					b.Fatalf("job %s failed: %s", m.JobID, m.Error)
+				case *wire.AssignJobResponse:
+					if !m.Accepted {
+						b.Fatalf("job %s declined: %s", m.JobID, *m.Reason)
+					}
 				}
 			}
 			for i := range b.N {
@@ -173,6 +179,9 @@ func BenchmarkJobRoundTrip(b *testing.B) {
 				start := time.Now()
 				c.sess.Send(&wire.AssignJob{JobID: fmt.Sprint("job-", i), AssignmentID: "a", Job: buildJob})
 				for completed == i {
+					if time.Since(start) > 30*time.Second {
+						b.Fatalf("job %d: no JobCompleted within 30 s", i)
+					}
 					read()
 				}
 				lat = append(lat, time.Since(start))
