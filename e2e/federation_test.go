@@ -155,6 +155,8 @@ func TestFederation(t *testing.T) {
 	workerA1 := f.downstream(t, "worker-a1", a1, "x86_64-linux", 2)
 	workerA2 := f.downstream(t, "worker-a2", a2, "aarch64-linux", 3)
 	f.downstream(t, "worker-b1", b1, "riscv64-linux", 4)
+	// Processes a subtest starts for later ones run under the test.
+	test := t
 
 	t.Run("each server sees its own pool's aggregate", func(t *testing.T) {
 		waitfor.True(t, "A's aggregate on server A", showsAggregate(t, f.serverA, f.projectA, f.proxyIDA, []string{"aarch64-linux", "x86_64-linux"}, 5))
@@ -171,7 +173,7 @@ func TestFederation(t *testing.T) {
 		// Leaving and joining change the aggregate.
 		workerA2.Stop()
 		waitfor.True(t, "A's aggregate without a2", showsAggregate(t, f.serverA, f.projectA, f.proxyIDA, []string{"x86_64-linux"}, 2))
-		workerA2 = f.downstream(t, "worker-a2-again", a2, "aarch64-linux", 3)
+		workerA2 = f.downstream(test, "worker-a2-again", a2, "aarch64-linux", 3)
 		waitfor.True(t, "A's aggregate with a2 back", showsAggregate(t, f.serverA, f.projectA, f.proxyIDA, []string{"aarch64-linux", "x86_64-linux"}, 5))
 		if w := listed(t, f.serverB, f.projectB, f.proxyIDB); w.Host == nil || w.Host.MaxConcurrentBuilds != 4 {
 			t.Errorf("B's aggregate %+v changed with A's pool", w.Host)
