@@ -260,7 +260,7 @@ func TestFederation(t *testing.T) {
 			"a1's token": a1.Token, "a2's token": a2.Token, "b1's token": b1.Token}
 		// Every byte of the proxy's SQLite database: the file, its WAL,
 		// its shared memory.
-		files := 0
+		files, control := 0, false
 		err := filepath.WalkDir(f.proxy.DataDir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
@@ -270,6 +270,8 @@ func TestFederation(t *testing.T) {
 				return err
 			}
 			files++
+			// The scan sees what the proxy stored in the clear.
+			control = control || bytes.Contains(data, []byte(f.proxyIDA))
 			for what, secret := range secrets {
 				if bytes.Contains(data, []byte(secret)) {
 					t.Errorf("%s holds %s in plaintext", path, what)
@@ -277,8 +279,8 @@ func TestFederation(t *testing.T) {
 			}
 			return nil
 		})
-		if err != nil || files == 0 {
-			t.Fatalf("reading the proxy's data directory %s: %d files, %v", f.proxy.DataDir, files, err)
+		if err != nil || files == 0 || !control {
+			t.Fatalf("reading the proxy's data directory %s: %d files, the link's worker ID found: %v, %v", f.proxy.DataDir, files, control, err)
 		}
 		for _, path := range []string{"/api/v1/tenants", "/api/v1/tenants/tenant-a", "/api/v1/tenants/tenant-b",
 			"/api/v1/tenants/tenant-a/link", "/api/v1/tenants/tenant-b/link", "/api/v1/workers", "/api/v1/sessions"} {
