@@ -26,7 +26,7 @@ import (
 //	POST   /api/v1/tenants                         {name} → tenant
 //	GET    /api/v1/tenants
 //	GET    /api/v1/tenants/{tenant}                with its link (or null) and worker count
-//	DELETE /api/v1/tenants/{tenant}                revokes its workers, stops its upstream session
+//	DELETE /api/v1/tenants/{tenant}                revokes its workers (rows deleted, sessions closed), stops its upstream session
 //	PUT    /api/v1/tenants/{tenant}/may-run        {may_run}
 //	PUT    /api/v1/tenants/{tenant}/link           {url, worker_id, peers: peers-file text} → link
 //	GET    /api/v1/tenants/{tenant}/link
