@@ -111,6 +111,25 @@ func TestProxyCommandsEndToEnd(t *testing.T) {
 	mustContain(t, run("link", "disable", "acme"), "Link of acme disabled.", "enabled:", "no")
 	mustContain(t, run("link", "enable", "acme"), "Link of acme enabled.")
 
+	// A token the tenant's server rejects: status shows failing, the
+	// server's reason and since when, until the link is set again.
+	run("link", "disable", "acme")
+	waitfor.True(t, "no session while disabled", func() bool { return strings.Contains(run("link", "status", "acme"), "disabled") })
+	wrongFile := filepath.Join(t.TempDir(), "wrong.peers")
+	if err := os.WriteFile(wrongFile, []byte(ten.ProjectID+":"+strings.Repeat("x", len(linkToken))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run("link", "set", "acme", "--url", ten.ProtoURL, "--worker-id", ten.WorkerID, "--peers-file", wrongFile)
+	run("link", "enable", "acme")
+	waitfor.True(t, "link status failing", func() bool { return strings.Contains(run("link", "status", "acme"), "failing") })
+	out = run("link", "status", "acme")
+	mustContain(t, out, "state:", "failing", "reason:", "401", "failing: set it again")
+	if regexp.MustCompile(`(?m)^since:\s+-$`).MatchString(out) {
+		t.Fatalf("a failing link's status without its time:\n%s", out)
+	}
+	run("link", "set", "acme", "--url", ten.ProtoURL, "--worker-id", ten.WorkerID, "--peers-file", peersFile)
+	waitfor.True(t, "link status live again", func() bool { return strings.Contains(run("link", "status", "acme"), "live since") })
+
 	mustContain(t, run("tenant", "delete", "acme"), "Deleted tenant acme")
 	fails(exitFail, "not found", "link", "status", "acme")
 	if strings.Contains(p.Logs.String(), linkToken) {
