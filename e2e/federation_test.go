@@ -144,7 +144,7 @@ func TestFederation(t *testing.T) {
 	// A's workers: one created through the CLI, one through the API.
 	out := f.proxy.CLI(t, "worker", "create", "tenant-a", "--name", "a1")
 	a1 := createdWorker{ID: regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}`).FindString(out)}
-	if m := regexp.MustCompile(`(?m)^\s*` + a1.ID + `:([0-9a-f]{64})\s*$`).FindStringSubmatch(out); m != nil {
+	if m := regexp.MustCompile(`(?m)^\s*` + a1.ID + `:(\S+)\s*$`).FindStringSubmatch(out); m != nil {
 		a1.Token = m[1]
 	}
 	if a1.ID == "" || a1.Token == "" {
@@ -193,6 +193,10 @@ func TestFederation(t *testing.T) {
 		l := f.link(t, "tenant-c")
 		if !strings.Contains(l.Reason, "401") || !strings.Contains(l.Reason, "no valid peer tokens provided") || l.Session.Live {
 			t.Errorf("link %+v, want failing with the server's 401 reason and no session", l)
+		}
+		// The operator's text says so too.
+		if text := f.proxy.CLI(t, "link", "status", "tenant-c"); !strings.Contains(text, "failing") || !strings.Contains(text, "no valid peer tokens provided") {
+			t.Errorf("gradient proxy link status does not show the failing link with the server's reason:\n%s", text)
 		}
 		rejected := func() float64 {
 			return f.serverB.Metrics(t).Value("gradient_server_handshakes_total", map[string]string{"outcome": "rejected"}) - rejectedBefore
