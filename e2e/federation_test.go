@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -42,6 +43,9 @@ type hostOnServer struct {
 	Host     *struct {
 		Architectures       []string `json:"architectures"`
 		MaxConcurrentBuilds uint32   `json:"max_concurrent_builds"`
+		CPUCount            int      `json:"cpu_count"`
+		RAMTotalMB          uint64   `json:"ram_total_mb"`
+		CPUCoreScore        uint32   `json:"cpu_core_score"`
 	} `json:"host"`
 }
 
@@ -132,8 +136,12 @@ func newFederation(t *testing.T) *federation {
 func (f *federation) downstream(t *testing.T, name string, w createdWorker, arch string, slots int) *proxyworld.Worker {
 	t.Helper()
 	return proxyworld.StartWorker(t, name, proxyworld.WorkerOptions{ServerURL: f.proxy.ProtoURL, ID: w.ID, Peers: w.ID + ":" + w.Token,
-		Architectures: []string{arch}, Features: []string{"big-parallel"}, Slots: slots})
+		Architectures: []string{arch}, Features: []string{"big-parallel"}, Slots: slots, CoreScore: coreScores[arch]})
 }
+
+// coreScores are the workers' single-core speeds by architecture: the
+// aggregate's is the fastest.
+var coreScores = map[string]int{"x86_64-linux": 100, "aarch64-linux": 300, "riscv64-linux": 50}
 
 // The federation end to end with real processes: two tenants' servers,
 // one proxy, real workers behind it (issue 17's Tests).
@@ -161,6 +169,15 @@ func TestFederation(t *testing.T) {
 	t.Run("each server sees its own pool's aggregate", func(t *testing.T) {
 		waitfor.True(t, "A's aggregate on server A", showsAggregate(t, f.serverA, f.projectA, f.proxyIDA, []string{"aarch64-linux", "x86_64-linux"}, 5))
 		waitfor.True(t, "B's aggregate on server B", showsAggregate(t, f.serverB, f.projectB, f.proxyIDB, []string{"riscv64-linux"}, 4))
+		// CPUs and RAM summed, the fastest core: all three workers run on
+		// this machine.
+		a, b := listed(t, f.serverA, f.projectA, f.proxyIDA).Host, listed(t, f.serverB, f.projectB, f.proxyIDB).Host
+		if a.CPUCount != 2*runtime.NumCPU() || a.RAMTotalMB != 2*b.RAMTotalMB || a.CPUCoreScore != 300 {
+			t.Errorf("A's aggregate %+v, want two workers' CPUs (%d) and RAM (%d MB) and core score 300", *a, 2*runtime.NumCPU(), 2*b.RAMTotalMB)
+		}
+		if b.CPUCount != runtime.NumCPU() || b.CPUCoreScore != 50 {
+			t.Errorf("B's aggregate %+v, want one worker's CPUs and core score 50", *b)
+		}
 		// The operator's text: the proxy's ID, live, architectures, slots.
 		text := f.serverA.CLI(t, "worker", "list", "--project", f.projectA)
 		if !regexp.MustCompile(`(?m)^` + f.proxyIDA + `\s+yes\s+\S+\s+\S+\s+aarch64-linux,x86_64-linux\s+5\s`).MatchString(text) {
