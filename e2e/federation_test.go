@@ -233,7 +233,10 @@ func TestFederation(t *testing.T) {
 		}
 
 		// Set again with the good token: the link recovers.
-		f.proxy.API(t, "PUT", "/api/v1/tenants/tenant-c/link", map[string]any{"url": f.serverB.ProtoURL, "worker_id": proxyIDC, "peers": peersC}, nil)
+		answer := f.proxy.API(t, "PUT", "/api/v1/tenants/tenant-c/link", map[string]any{"url": f.serverB.ProtoURL, "worker_id": proxyIDC, "peers": peersC}, nil)
+		if bytes.Contains(answer, []byte(goodToken)) {
+			t.Errorf("setting the link answers with its token: %s", answer)
+		}
 		waitfor.True(t, "tenant C's link ok and live", func() bool {
 			l := f.link(t, "tenant-c")
 			return l.State == "ok" && l.Session.Live
