@@ -2,7 +2,8 @@
 // worker to every tenant's Gradient server and an authority to its own
 // pool of workers, forwarding each tenant's jobs and cache traffic
 // between the tenant's server and the tenant's workers. It serves /proto
-// for its workers, /healthz and /metrics; the admin API is the next step.
+// for its workers, the admin API under /api/v1 (proxy/admin), /healthz
+// and /metrics.
 package main
 
 import (

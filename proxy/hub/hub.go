@@ -102,8 +102,12 @@ type job struct {
 	owner          uint64
 	kind           wire.JobKind
 	accepted       bool // the worker answered AssignJob with accepted
-	cluster        *wire.ClusterMembership
-	started        bool // StartCluster came for its attempt
+	// ended: the worker reported the job's end before its answer to the
+	// AssignJob (reports ride the bulk lane and may overtake it); the
+	// answer, when it comes, goes upstream and releases the job.
+	ended   bool
+	cluster *wire.ClusterMembership
+	started bool // StartCluster came for its attempt
 }
 
 type queryRoute struct {
@@ -208,7 +212,7 @@ func (h *Hub) detach(id uint64, reason string) {
 	var e effects
 	why := ReasonUpstreamLost + ": " + reason
 	for _, j := range sortedJobs(h.jobs) {
-		if m := h.workers[j.owner]; m != nil {
+		if m := h.workers[j.owner]; m != nil && !j.ended {
 			e.toWorker(m.d, &wire.AbortJob{JobID: j.id, Reason: why})
 		}
 	}
@@ -274,6 +278,9 @@ func (h *Hub) Leave(d Downstream, reason string) {
 			continue
 		}
 		delete(h.jobs, j.id)
+		if j.ended {
+			continue // reported already
+		}
 		lost++
 		if !j.accepted {
 			r := "worker behind the proxy lost before answering: " + reason
@@ -600,15 +607,20 @@ func (h *Hub) uploadRoute(id uint64, done bool) (uploadRoute, bool) {
 }
 
 // report forwards a worker's report of a job it owns; end releases it.
+// A report may overtake the worker's AssignJobResponse (it rides the
+// other lane): the owner runs the job either way.
 func (h *Hub) report(e *effects, w *member, jobID string, m wire.ClientMessage, end bool) {
 	j := h.jobs[jobID]
-	if j == nil || j.owner != w.d.Session() || !j.accepted {
+	if j == nil || j.owner != w.d.Session() || j.ended {
 		h.dropped(w.d, m, reasonNotHeld)
 		return
 	}
 	h.toUpstream(e, m)
-	if end {
+	switch {
+	case end && j.accepted:
 		h.release(j)
+	case end:
+		j.ended = true
 	}
 }
 
@@ -718,7 +730,7 @@ func (h *Hub) assignResponse(e *effects, w *member, m *wire.AssignJobResponse) {
 		return
 	}
 	h.toUpstream(e, m)
-	if m.Accepted {
+	if m.Accepted && !j.ended {
 		j.accepted = true
 		return
 	}

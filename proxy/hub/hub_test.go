@@ -493,3 +493,38 @@ func TestClusterMessagesReachTheHolders(t *testing.T) {
 		t.Fatal("a report for a dropped held member went upstream")
 	}
 }
+
+// A report may overtake the worker's AssignJobResponse (the bulk lane):
+// it goes upstream, and so does the late answer, once.
+func TestReportBeforeTheAnswerIsForwarded(t *testing.T) {
+	h := newHub()
+	a := buildWorker("a", "x86_64-linux")
+	h.Join(a)
+	u := attach(t, h)
+	h.FromWorker(a, &wire.RequestJob{Kind: wire.JobKindBuild})
+	u.h.Handle(buildAssign("j1", "x86_64-linux"))
+	a.take()
+	u.take()
+	h.FromWorker(a, &wire.LogChunk{JobID: "j1", Data: []byte("fast")})
+	h.FromWorker(a, &wire.JobCompleted{JobID: "j1", AssignmentID: "as-j1"})
+	h.FromWorker(a, &wire.AssignJobResponse{JobID: "j1", Accepted: true})
+	if got := names2(u.take()); !slices.Equal(got, []string{"LogChunk", "JobCompleted", "AssignJobResponse"}) {
+		t.Fatalf("upstream got %v", got)
+	}
+	// The job is over: a second answer or report goes nowhere, and the
+	// worker's loss fails nothing.
+	h.FromWorker(a, &wire.AssignJobResponse{JobID: "j1", Accepted: true})
+	h.FromWorker(a, &wire.JobCompleted{JobID: "j1"})
+	h.Leave(a, "gone")
+	if got := u.take(); len(got) != 0 {
+		t.Fatalf("upstream got %v after the job's end", names2(got))
+	}
+}
+
+func names2(msgs []wire.ClientMessage) []string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, m.WireName())
+	}
+	return out
+}

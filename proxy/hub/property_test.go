@@ -153,8 +153,14 @@ func (m *model) deliver() {
 					if owner, ok := tm.running[a.JobID]; ok && owner != w.session {
 						m.t.Fatalf("job %s assigned to %s while session %d runs it", a.JobID, w.workerID, owner)
 					}
-					if m.rng.IntN(4) == 0 {
+					switch m.rng.IntN(4) {
+					case 0:
 						tm.h.FromWorker(w, &wire.AssignJobResponse{JobID: a.JobID, Accepted: false})
+						continue
+					case 1:
+						// A fast job: its end overtakes the answer.
+						tm.h.FromWorker(w, &wire.JobCompleted{JobID: a.JobID})
+						tm.h.FromWorker(w, &wire.AssignJobResponse{JobID: a.JobID, Accepted: true})
 						continue
 					}
 					tm.running[a.JobID] = w.session
