@@ -446,7 +446,8 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 		h.assignResponse(&e, w, m)
 	case *wire.ClientDraining:
 		w.waiting = [2]bool{}
-	case *wire.WorkerCapabilities:
+	case *wire.WorkerCapabilities, *wire.WorkerMetrics:
+		// Read live by the rules; the upstream session reports the pool.
 	case *wire.JobUpdate:
 		h.report(&e, w, m.JobID, m, false)
 	case *wire.JobCompleted:
