@@ -117,6 +117,18 @@ func (w *LiveWorker) Close(code int, reason string) {
 	}
 }
 
+// Drop ends this session at once with 1008 and reason, for a worker
+// that stopped reading: what is queued is discarded and its close frame
+// is not waited for.
+func (w *LiveWorker) Drop(reason string) {
+	w.conn.mu.Lock()
+	sess := w.conn.sess
+	w.conn.mu.Unlock()
+	if sess != nil {
+		sess.Drop(reason)
+	}
+}
+
 // Authorized reports whether the session may run jobs of project.
 func (w *LiveWorker) Authorized(project string) bool {
 	w.conn.mu.Lock()

@@ -226,7 +226,7 @@ func (l *Leg) SessionStarted(w *authority.LiveWorker) {
 		if l.hubs != nil {
 			h := l.hubs.Tenant(tenant)
 			m = &member{w: w, hub: h}
-			m.outbox = h.NewOutbox(w.WorkerID, w.Send, func(reason string) { w.Close(session.ClosePolicy, "slow consumer: "+reason) })
+			m.outbox = h.NewOutbox(w.WorkerID, w.Send, func(reason string) { w.Drop("slow consumer: " + reason) })
 			l.joined[w.Session] = m
 		}
 	}

@@ -2,6 +2,7 @@ package hub_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/halfopen"
+	"gradient.dev/gradient/proxy/hub"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/session"
@@ -251,5 +254,74 @@ func TestClusterAndUpstreamLossThroughTheProxy(t *testing.T) {
 		if !slices.Equal(got, []string{"AbortJob", "Draining"}) {
 			t.Fatalf("%s got %v before its session closed, want AbortJob then Draining", w.id, got)
 		}
+	}
+}
+
+// A worker that stops reading (its connection dies half-open) while the
+// server streams a NAR to it is cut off once its queue overflows; the
+// tenant's other worker keeps getting its frames meanwhile, and the cut
+// off worker's job fails upstream as transient.
+func TestSlowWorkerIsCutOffWithoutStallingTheOthers(t *testing.T) {
+	ctx := t.Context()
+	up := newRawUpstream(t)
+	box, err := sealbox.New(sealbox.NewKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := proxystore.Open(ctx, storagetest.SQLiteURL(t), box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	tenant, err := store.CreateTenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.SetLink(ctx, tenant.ID, up.url, "0190a8f0-0000-7000-8000-000000000001",
+		[]proxystore.PeerToken{{PeerID: "0190a8f0-0000-7000-8000-0000000000aa", Token: strings.Repeat("ab", 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	proxyURL, logs := runProxy(t, store, 0)
+	upConn := <-up.conns
+	cut := halfopen.New(t, strings.TrimPrefix(proxyURL, "ws://"))
+	host := wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, MaxConcurrentBuilds: 1}
+	var workers []*protoWorker
+	for i, url := range []string{"ws://" + cut.Addr(), proxyURL} {
+		row, token, err := store.CreateWorker(ctx, tenant.ID, fmt.Sprintf("w%d", i), proxystore.Capabilities{Build: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := dialProto(t, url, row.ID, token, host)
+		w.send(t, &wire.RequestJob{Kind: wire.JobKindBuild})
+		next[*wire.RequestJob](t, "the poll upstream", upConn.msgs)
+		workers = append(workers, w)
+	}
+	slow, fast := workers[0], workers[1]
+	owner := map[*protoWorker]string{}
+	for _, id := range []string{"j-a", "j-b"} {
+		upConn.sess.Send(&wire.AssignJob{JobID: id, AssignmentID: "a", Job: &wire.BuildJob{Requirement: wire.BuildRequirement{Architecture: "x86_64-linux"}}})
+	}
+	for _, w := range workers {
+		owner[w] = next[*wire.AssignJob](t, "a job", w.msgs).JobID
+		w.send(t, &wire.AssignJobResponse{JobID: owner[w], Accepted: true})
+		next[*wire.AssignJobResponse](t, "the answer upstream", upConn.msgs)
+	}
+	cut.Freeze() // the slow worker reads nothing more
+	chunk := make([]byte, 512<<10)
+	for i := range 2 * hub.OutboxBytes / len(chunk) {
+		if err := upConn.sess.Send(&wire.NarPush{JobID: owner[slow], StorePath: "/nix/store/big", Data: chunk, Offset: uint64(i * len(chunk))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upConn.sess.Send(&wire.NarPush{JobID: owner[fast], StorePath: "/nix/store/small", Data: []byte("small"), IsFinal: true})
+	if p := next[*wire.NarPush](t, "the fast worker's NAR", fast.msgs); p.StorePath != "/nix/store/small" {
+		t.Fatalf("the fast worker got %+v", p)
+	}
+	f := next[*wire.JobFailed](t, "the slow worker's job failed upstream", upConn.msgs)
+	if f.JobID != owner[slow] || f.Kind != wire.FailureTransient {
+		t.Fatalf("upstream got %+v, want %s failed as transient", f, owner[slow])
+	}
+	if !strings.Contains(logs.String(), "cutting off a slow worker") {
+		t.Error("the proxy did not log the cut off")
 	}
 }
