@@ -66,6 +66,9 @@ type proxyWorld struct {
 	store    *proxystore.Store
 	proxyURL string
 	proxyLog *lockedBuffer
+	// dataDir holds the proxy's database, tempDir is its sessions'
+	// temporary directory: neither may hold a NAR.
+	dataDir, tempDir string
 }
 
 // fedWorld is one tenant: its server and its link at the proxy.
@@ -106,11 +109,14 @@ func newProxyWorld(t *testing.T, heartbeatTimeout time.Duration) *proxyWorld {
 	if p.box, err = sealbox.New(sealbox.NewKey()); err != nil {
 		t.Fatal(err)
 	}
-	if p.store, err = proxystore.Open(t.Context(), storagetest.SQLiteURL(t), p.box); err != nil {
+	dbURL := storagetest.SQLiteURL(t)
+	p.dataDir = filepath.Dir(strings.TrimPrefix(dbURL, "sqlite://"))
+	if p.store, err = proxystore.Open(t.Context(), dbURL, p.box); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.store.Close() })
-	p.proxyURL, p.proxyLog = runProxy(t, p.store, heartbeatTimeout)
+	p.tempDir = t.TempDir()
+	p.proxyURL, p.proxyLog = runProxyIn(t, p.store, heartbeatTimeout, p.tempDir)
 	return p
 }
 
@@ -154,6 +160,13 @@ func (p *proxyWorld) addTenant(name, flake string) *fedWorld {
 // ends; its log is shown when the test fails.
 func runProxy(t testing.TB, store *proxystore.Store, heartbeatTimeout time.Duration) (proxyURL string, logs *lockedBuffer) {
 	t.Helper()
+	return runProxyIn(t, store, heartbeatTimeout, t.TempDir())
+}
+
+// runProxyIn is runProxy with the upstream sessions' temporary directory
+// (where a worker stages NARs in transit; the proxy must stage none).
+func runProxyIn(t testing.TB, store *proxystore.Store, heartbeatTimeout time.Duration, tempDir string) (proxyURL string, logs *lockedBuffer) {
+	t.Helper()
 	logs = &lockedBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -175,7 +188,7 @@ func runProxy(t testing.TB, store *proxystore.Store, heartbeatTimeout time.Durat
 	}
 	sup, err = upstream.New(upstream.Config{Store: store, Capabilities: upstream.DefaultCapabilities, Pool: leg, Hubs: hubs,
 		PollInterval: 50 * time.Millisecond, Logger: log,
-		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Heartbeat: time.Second}})
+		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Heartbeat: time.Second, TempDir: tempDir}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,6 +313,21 @@ func TestEvaluationBuildsBehindTheProxy(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(content)) != "report: hello!" {
 		t.Errorf("report's output %q, %v", content, err)
 	}
+	w.checkNoNARs()
+}
+
+// checkNoNARs: the proxy's data and temporary directories hold nothing
+// but its database; every NAR passed through.
+func (p *proxyWorld) checkNoNARs() {
+	p.t.Helper()
+	for _, dir := range []string{p.dataDir, p.tempDir} {
+		filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && !strings.HasPrefix(d.Name(), "gradient.db") {
+				p.t.Errorf("the proxy left %s", path)
+			}
+			return nil
+		})
+	}
 }
 
 // A worker lost mid-build (its connection dies half-open; the proxy's
@@ -402,4 +430,5 @@ func TestTwoTenantsBuildApartThroughOneProxy(t *testing.T) {
 			t.Errorf("%s's report %q, %v; want %q", w.tenant.Name, content, err, want)
 		}
 	}
+	p.checkNoNARs()
 }
