@@ -179,6 +179,14 @@ func (h *Hub) run(e *effects) {
 // offer book and for a job for every waiting worker's kind.
 func (h *Hub) attach(send func(wire.ClientMessage) error) uint64 {
 	h.mu.Lock()
+	if h.up != nil {
+		// A tenant has one upstream session at a time; one still
+		// attached is over.
+		old := h.up.id
+		h.mu.Unlock()
+		h.detach(old, "replaced by a new upstream session")
+		h.mu.Lock()
+	}
 	h.upSeq++
 	h.up = &upLink{id: h.upSeq, send: send}
 	id := h.up.id

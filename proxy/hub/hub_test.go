@@ -528,3 +528,21 @@ func names2(msgs []wire.ClientMessage) []string {
 	}
 	return out
 }
+
+// A second upstream session ends the first one's jobs before it takes
+// over: nothing of the old session's lingers in the new one.
+func TestANewUpstreamSessionReplacesTheOld(t *testing.T) {
+	h := newHub()
+	a := buildWorker("a", "x86_64-linux")
+	h.Join(a)
+	u := attach(t, h)
+	assigned(t, h, u, a, "j1")
+	u2 := attach(t, h)
+	if got := names(a.take()); !slices.Equal(got, []string{"AbortJob", "Draining"}) || a.closed == "" {
+		t.Fatalf("a got %v (closed %q) when the session was replaced", got, a.closed)
+	}
+	h.FromWorker(a, &wire.JobCompleted{JobID: "j1", AssignmentID: "as-j1"})
+	if got := u2.take(); len(got) != 0 {
+		t.Fatalf("the new session got the old session's report %v", got)
+	}
+}
