@@ -522,7 +522,7 @@ func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []
 			SystemFeatures: features,
 			CPUCoreScore:   score,
 			BackoffInitial: 100 * time.Millisecond, BackoffMax: 2 * time.Second,
-			Executor: &nixexec.Executor{Nix: n, TempDir: tmp, Logger: wlog, AllowLocalRepositories: true},
+			Executor: &nixexec.Executor{Nix: n, Logger: wlog, AllowLocalRepositories: true},
 			TempDir:  tmp,
 			Logger:   wlog,
 			Metrics:  prometheus.WrapRegistererWith(prometheus.Labels{"worker": name}, u.srv.Metrics()),

@@ -263,7 +263,13 @@ func (c *Client) AddToStoreNar(ctx context.Context, it Import, nar io.Reader, do
 		err := cn.processStderr(stderrIO{})
 		if werr := <-written; werr != nil {
 			// The frames stopped short: the daemon still waits for the
-			// rest, so the connection must go whatever it said.
+			// rest, so the connection must go whatever it said. When the
+			// NAR's reader failed, the daemon did not: its other
+			// connections stay.
+			var re narReadError
+			if errors.As(werr, &re) {
+				return discard{fmt.Errorf("reading the NAR of %s: %w", it.Path, re.error)}
+			}
 			return fmt.Errorf("sending the NAR of %s: %w", it.Path, werr)
 		}
 		return err
@@ -289,10 +295,15 @@ func (cn *conn) writeFrames(r io.Reader) error {
 			return cn.w.u64(0).flush()
 		}
 		if err != nil {
-			return err
+			return narReadError{err}
 		}
 	}
 }
+
+// narReadError is the failure of the reader an AddToStoreNar sends.
+type narReadError struct{ error }
+
+func (e narReadError) Unwrap() error { return e.error }
 
 // AddTempRoot keeps path from the garbage collector while this
 // connection lasts.
