@@ -451,30 +451,32 @@ type pipes struct {
 func (p pipes) Write(b []byte) (int, error) { return p.w.Write(b) }
 func (p pipes) Close() error                { p.w.Close(); return p.ReadCloser.Close() }
 
-// benchClient is a stdio daemon on a store holding a built path.
-func benchClient(b *testing.B) (*daemon.Client, string) {
+// benchClient is a stdio daemon on a store holding a built path (hello's
+// output) and greet's .drv, not built.
+func benchClient(b *testing.B) (c *daemon.Client, helloOut, greetDrv string) {
 	nixtest.Require(b, "nix-daemon")
 	n := nixtest.New(b)
 	env := append(append(os.Environ(), n.Env...), "NIX_CONFIG="+strings.Join(nixtest.Config, "\n"))
 	expr := filepath.Join(n.WorkDir, "test.nix")
 	os.WriteFile(expr, []byte(testExpr), 0o644)
-	cmd := exec.Command("nix-instantiate", "--store", n.Store, expr, "-A", "hello")
+	cmd := exec.Command("nix-instantiate", "--store", n.Store, expr, "-A", "hello", "-A", "greet")
 	cmd.Env = env
 	out, err := cmd.Output()
-	if err != nil {
-		b.Fatal(err)
+	drvs := strings.Fields(string(out))
+	if err != nil || len(drvs) != 2 {
+		b.Fatal(string(out), err)
 	}
-	c := daemon.New(daemon.Command("nix-daemon", []string{"--stdio", "--store", n.Store}, env, nil), daemon.Options{})
+	c = daemon.New(daemon.Command("nix-daemon", []string{"--stdio", "--store", n.Store}, env, nil), daemon.Options{})
 	b.Cleanup(func() { c.Close() })
-	results, err := c.BuildPaths(b.Context(), []string{strings.TrimSpace(string(out)) + "!*"}, daemon.BuildOptions{})
+	results, err := c.BuildPaths(b.Context(), []string{drvs[0] + "!*"}, daemon.BuildOptions{})
 	if err != nil || len(results) != 1 || !results[0].Success() {
 		b.Fatal(results, err)
 	}
-	return c, results[0].Outputs["out"]
+	return c, results[0].Outputs["out"], drvs[1]
 }
 
 func BenchmarkQueryPathInfo(b *testing.B) {
-	c, out := benchClient(b)
+	c, out, _ := benchClient(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		if info, err := c.QueryPathInfo(b.Context(), out); err != nil || info == nil {
@@ -484,11 +486,36 @@ func BenchmarkQueryPathInfo(b *testing.B) {
 }
 
 func BenchmarkNarFromPath(b *testing.B) {
-	c, out := benchClient(b)
+	c, out, _ := benchClient(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := c.NarFromPath(b.Context(), out, io.Discard); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkPrefetchCheck compares two ways to learn what a job must pull
+// before building greet (its input hello's output is valid, greet's is
+// not): QueryValidPaths of the wanted paths, which the worker uses, and
+// QueryMissing of greet's outputs, which walks the derivation's closure
+// and names derivations to build, not paths to pull.
+func BenchmarkPrefetchCheck(b *testing.B) {
+	c, helloOut, greetDrv := benchClient(b)
+	b.Run("QueryValidPaths", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if valid, err := c.QueryValidPaths(b.Context(), []string{greetDrv, helloOut}); err != nil || len(valid) != 2 {
+				b.Fatal(valid, err)
+			}
+		}
+	})
+	b.Run("QueryMissing", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if m, err := c.QueryMissing(b.Context(), []string{greetDrv + "!*"}); err != nil || !slices.Equal(m.WillBuild, []string{greetDrv}) {
+				b.Fatal(m, err)
+			}
+		}
+	})
 }
