@@ -66,6 +66,45 @@ func (s *store) client(t *testing.T) *daemon.Client {
 	return c
 }
 
+// socketClient starts a nix-daemon of its own for the store on a Unix
+// socket (the real daemon, as the system runs it, minus systemd) and
+// speaks to it there.
+func (s *store) socketClient(t *testing.T) *daemon.Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "socket")
+	cmd := exec.Command("nix-daemon", "--store", s.dir)
+	cmd.Env = append(slices.Clone(s.env), "NIX_DAEMON_SOCKET_PATH="+sock)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon made no socket: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := daemon.New(daemon.Socket(sock), daemon.Options{MaxConns: 2})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// transports are the two ways the worker reaches a daemon; every
+// operation is tested over both.
+var transports = []struct {
+	name   string
+	client func(*store, *testing.T) *daemon.Client
+}{
+	{"stdio", (*store).client},
+	{"socket", (*store).socketClient},
+}
+
 func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -97,10 +136,16 @@ func (l *lines) logger() *daemon.Logger {
 
 func (l *lines) all() []string { l.mu.Lock(); defer l.mu.Unlock(); return slices.Clone(l.l) }
 
-func TestStdioDaemon(t *testing.T) {
+func TestDaemonOperations(t *testing.T) {
 	nixtest.Require(t, "nix-daemon")
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { testOperations(t, tr.client) })
+	}
+}
+
+func testOperations(t *testing.T, client func(*store, *testing.T) *daemon.Client) {
 	s := newStore(t)
-	c := s.client(t)
+	c := client(s, t)
 	ctx := testContext(t)
 
 	hs, err := c.Handshake(ctx)
@@ -173,7 +218,7 @@ func TestStdioDaemon(t *testing.T) {
 	var de *daemon.Error
 
 	// NAR import into another store; a wrong hash is refused.
-	other := newStore(t).client(t)
+	other := client(newStore(t), t)
 	wrong := daemon.Import{Path: out, Deriver: info.Deriver, NarHash: make([]byte, 32), NarSize: info.NarSize}
 	err = other.AddToStoreNar(ctx, wrong, bytes.NewReader(nar.Bytes()), true)
 	if !errors.As(err, &de) || !strings.Contains(err.Error(), "hash mismatch") {
@@ -226,10 +271,16 @@ type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("the NAR stream broke") }
 
-func TestStdioBuildFailures(t *testing.T) {
+func TestDaemonBuildFailures(t *testing.T) {
 	nixtest.Require(t, "nix-daemon")
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { testBuildFailures(t, tr.client) })
+	}
+}
+
+func testBuildFailures(t *testing.T, client func(*store, *testing.T) *daemon.Client) {
 	s := newStore(t)
-	c := s.client(t)
+	c := client(s, t)
 
 	t.Run("permanent", func(t *testing.T) {
 		var log lines
@@ -387,42 +438,17 @@ func TestFailedConnectionDropsIdleOnes(t *testing.T) {
 	}
 }
 
-// TestSocketDaemon runs a nix-daemon of its own on a Unix socket.
-func TestSocketDaemon(t *testing.T) {
+// TestSocketDaemonConcurrency: operations at once on the socket daemon
+// take connections of their own.
+func TestSocketDaemonConcurrency(t *testing.T) {
 	nixtest.Require(t, "nix-daemon")
 	s := newStore(t)
-	sock := filepath.Join(t.TempDir(), "socket")
-	cmd := exec.Command("nix-daemon", "--store", s.dir)
-	cmd.Env = append(slices.Clone(s.env), "NIX_DAEMON_SOCKET_PATH="+sock)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon made no socket: %s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	c := daemon.New(daemon.Socket(sock), daemon.Options{MaxConns: 2})
-	defer c.Close()
+	c := s.socketClient(t)
 	ctx := testContext(t)
-	hs, err := c.Handshake(ctx)
-	if err != nil || hs.Version != daemon.MinVersion && hs.Version < daemon.MinVersion {
-		t.Fatalf("handshake %+v, %v", hs, err)
-	}
-	var log lines
-	res := build(t, c, s.drvs["greet"], daemon.BuildOptions{Log: log.logger()})
+	res := build(t, c, s.drvs["greet"], daemon.BuildOptions{})
 	if !res.Success() || res.Outputs["out"] == "" {
 		t.Fatalf("result %+v", res)
 	}
-	// Two operations at once take two connections.
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for range 8 {
