@@ -48,6 +48,8 @@ type Nix struct {
 	settings   settingsCache // see showConfig
 	daemonOnce sync.Once
 	daemon     *daemon.Client
+	hookOnce   sync.Once // see buildHook
+	hookPath   string
 }
 
 func (n *Nix) logger() *slog.Logger {

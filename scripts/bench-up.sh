@@ -65,9 +65,11 @@ printf 'ratio:                      %.1fx\n' "$(echo "$up_s / $nix_s" | bc -l)"
 # evaluation (to the first build job accepted) and the end (the last
 # job's completion to the exit).
 stamp() { date -d "$1" +%s.%N; }
-first_job=$(grep -m1 'msg="accepted job"' "$work/up.log" | sed 's/^time=\([^ ]*\).*/\1/')
-first_build=$(grep 'msg="accepted job"' "$work/up.log" | grep -m1 'kind=build' | sed 's/^time=\([^ ]*\).*/\1/')
-last_done=$(grep 'msg="job completed"' "$work/up.log" | tail -1 | sed 's/^time=\([^ ]*\).*/\1/')
+# (awk, not grep -m1 in a pipe: an early exit would fail the pipe)
+at() { awk -v re="$1" -v last="${2:-}" '$0 ~ re { t = substr($1, 6); if (!last) { print t; exit } } END { if (last && t) print t }' "$work/up.log"; }
+first_job=$(at 'msg="accepted job"')
+first_build=$(at 'msg="accepted job".*kind=build')
+last_done=$(at 'msg="job completed"' last)
 if [ -n "$first_build" ] && [ -n "$last_done" ]; then
   printf 'start to first job:         %.2f s\n' "$(echo "$(stamp "$first_job") - $t1" | bc -l)"
   printf 'first job to first build:   %.2f s\n' "$(echo "$(stamp "$first_build") - $(stamp "$first_job")" | bc -l)"

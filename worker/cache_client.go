@@ -92,6 +92,10 @@ type CacheClient struct {
 	// time from the request to the end, resumes and retries included. It
 	// must not block.
 	Transferred func(download bool, bytes uint64, elapsed time.Duration)
+	// Overflowed, when set, is told each time a pull's buffer overflows
+	// (its reader fell behind; the rest is asked for again). It must not
+	// block.
+	Overflowed func()
 
 	queryPrefix string
 	querySeq    atomic.Uint64

@@ -283,6 +283,9 @@ func (s *NarStream) take(m wire.ServerMessage) *wire.NarRequestResume {
 					return nil
 				}
 				s.dropping = true
+				if s.c.Overflowed != nil {
+					s.c.Overflowed()
+				}
 			}
 			if m.IsFinal {
 				s.ended = true

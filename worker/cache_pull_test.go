@@ -114,7 +114,11 @@ func TestPullResumesAfterAbort(t *testing.T) {
 // buffer and the server's stream ended, asked for again from where the
 // reader is. The reader still gets every byte once, in order.
 func TestPullOverflowResumes(t *testing.T) {
-	h := newPullHarness(t, func(c *CacheClient) { c.PullBufferBytes = 8; c.PullIdleTimeout = 20 * time.Second })
+	var overflows atomic.Int32
+	h := newPullHarness(t, func(c *CacheClient) {
+		c.PullBufferBytes, c.PullIdleTimeout = 8, 20*time.Second
+		c.Overflowed = func() { overflows.Add(1) }
+	})
 	h.feed(&wire.NarStreamHeader{JobID: "job", StorePath: pullTestPath, TotalBytes: 16, StreamToken: "t"})
 	// Nobody reads yet: 8 bytes fit, the rest is dropped.
 	h.push("0123", 0, false)
@@ -140,6 +144,9 @@ func TestPullOverflowResumes(t *testing.T) {
 	r := <-done
 	if r.err != nil || string(r.b) != "0123456789abcdef" {
 		t.Fatalf("read %q, %v", r.b, r.err)
+	}
+	if overflows.Load() != 1 {
+		t.Errorf("Overflowed told %d times, want once", overflows.Load())
 	}
 }
 

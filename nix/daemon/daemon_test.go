@@ -331,6 +331,31 @@ func testBuildFailures(t *testing.T, client func(*store, *testing.T) *daemon.Cli
 	})
 }
 
+// The client's build hook is the one builds run with: it runs, declines,
+// and the daemon builds locally.
+func TestBuildHook(t *testing.T) {
+	nixtest.Require(t, "nix-daemon")
+	s := newStore(t)
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	hook := filepath.Join(dir, "hook")
+	script := "#!/bin/sh\necho \"$@\" >> " + ran + "\necho '# decline-permanently' >&2\nexec cat >/dev/null\n"
+	if err := os.WriteFile(hook, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := daemon.New(daemon.Command("nix-daemon", []string{"--stdio", "--store", s.dir}, s.env, nil), daemon.Options{BuildHook: hook})
+	defer c.Close()
+	for _, drv := range []string{s.drvs["hello"], s.drvs["greet"]} {
+		if res := build(t, c, drv, daemon.BuildOptions{}); !res.Success() {
+			t.Fatalf("result %+v", res)
+		}
+	}
+	// Once per build operation (the daemon's worker asks its hook once).
+	if b, err := os.ReadFile(ran); err != nil || strings.Count(string(b), "\n") != 2 {
+		t.Errorf("the hook ran %q, %v; want twice", b, err)
+	}
+}
+
 // stdioDaemons dials a `nix-daemon --stdio` child of the store per
 // connection and remembers them, so a test can count and kill them.
 type stdioDaemons struct {

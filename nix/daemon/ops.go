@@ -426,7 +426,7 @@ func (r *BuildResult) Success() bool {
 func (c *Client) BuildPaths(ctx context.Context, targets []string, opts BuildOptions) ([]BuildResult, error) {
 	var results []BuildResult
 	err := c.do(ctx, false, func(cn *conn) error {
-		if err := cn.setOptions(opts); err != nil {
+		if err := cn.setOptions(opts, c.buildHook); err != nil {
 			return err
 		}
 		cn.w.u64(opBuildPathsWithResults).strings(targets).u64(0)
@@ -454,9 +454,12 @@ const (
 	levelError = 0
 )
 
-func (cn *conn) setOptions(opts BuildOptions) error {
+func (cn *conn) setOptions(opts BuildOptions, buildHook string) error {
 	maxJobs := max(opts.MaxJobs, 1)
 	overrides := [][2]string{{"timeout", seconds(opts.Timeout)}}
+	if buildHook != "" {
+		overrides = append(overrides, [2]string{"build-hook", buildHook})
+	}
 	cn.w.u64(opSetOptions).
 		bool(false). // keepFailed
 		bool(false). // keepGoing
