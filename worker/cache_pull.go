@@ -78,7 +78,7 @@ type NarStream struct {
 	next     uint64 // offset of the next byte to accept
 	total    uint64
 	token    string
-	arrived  time.Time // last accepted byte
+	arrived  time.Time // last chunk, a resume sent, or the request
 	final    bool      // every byte accepted
 	// dropping: the buffer overflowed and chunks are dropped until the
 	// reader drained it and the server's stream ended (ended).
@@ -253,6 +253,9 @@ func (s *NarStream) take(m wire.ServerMessage) *wire.NarRequestResume {
 		}
 		s.total, s.token = m.TotalBytes, m.StreamToken
 	case *wire.NarPush:
+		// Any chunk shows the server is sending, also one dropped
+		// while a full buffer waits for the reader.
+		s.arrived = time.Now()
 		data, offset := m.Data, m.Offset
 		end := offset + uint64(len(data))
 		switch {
@@ -296,7 +299,6 @@ func (s *NarStream) take(m wire.ServerMessage) *wire.NarRequestResume {
 			s.chunks = append(s.chunks, append([]byte(nil), data...))
 			s.buffered += len(data)
 			s.next += uint64(len(data))
-			s.arrived = time.Now()
 			if s.c.Moved != nil {
 				s.c.Moved(true, len(data))
 			}

@@ -250,3 +250,47 @@ func TestPullFailures(t *testing.T) {
 		}
 	})
 }
+
+// A server that streams as fast as it can into a pull whose reader only
+// starts after the whole first stream went by: the buffer overflows, the
+// reader resumes again and again, and still reads the object exactly.
+func TestPullThroughRepeatedOverflows(t *testing.T) {
+	object := make([]byte, 64<<10)
+	for i := range object {
+		object[i] = byte(i * 7)
+	}
+	const chunk = 1 << 10
+	var overflows atomic.Int32
+	h := newPullHarness(t, func(c *CacheClient) {
+		c.PullBufferBytes = 4 << 10
+		c.Overflowed = func() { overflows.Add(1) }
+	})
+	// serve streams the object from offset, as the server's stream does.
+	serve := func(offset uint64) {
+		h.feed(&wire.NarStreamHeader{JobID: "job", StorePath: pullTestPath, TotalBytes: uint64(len(object)), StreamToken: "t"})
+		for o := offset; o < uint64(len(object)); o += chunk {
+			end := min(o+chunk, uint64(len(object)))
+			h.feed(&wire.NarPush{JobID: "job", StorePath: pullTestPath, Data: object[o:end], Offset: o, IsFinal: end == uint64(len(object))})
+		}
+	}
+	serve(0)
+	done := h.readAll()
+	for {
+		select {
+		case r := <-done:
+			if r.err != nil || !bytes.Equal(r.b, object) {
+				t.Fatalf("read %d bytes, %v", len(r.b), r.err)
+			}
+			if overflows.Load() == 0 {
+				t.Fatal("no overflow: the test did not test it")
+			}
+			return
+		case m := <-h.sent:
+			r, ok := m.(*wire.NarRequestResume)
+			if !ok {
+				t.Fatalf("sent %s", m.WireName())
+			}
+			serve(r.ReceivedBytes)
+		}
+	}
+}
