@@ -9,5 +9,6 @@
 // eval.go + walker.nix (wildcard discovery, Instantiate), derivation.go
 // (.drv files read through the daemon, DrvClosure), aterm.go (the .drv
 // parser), build.go (Build and failure
-// classification), errors.go (typed errors).
+// classification), buildhook.go (the build hook builds run with),
+// errors.go (typed errors).
 package nix
