@@ -294,3 +294,72 @@ func TestPullThroughRepeatedOverflows(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPullStream feeds a pull any sequence of stream messages (headers,
+// chunks of one object at any offset and length, aborts) and reads in
+// between: whatever the reader gets is the object's bytes in order, once
+// each, and nothing panics.
+func FuzzPullStream(f *testing.F) {
+	f.Add([]byte{8, 0, 1, 0, 16, 1, 4, 16, 4, 255, 1, 8, 16, 4, 255})
+	f.Add([]byte{2, 0, 1, 0, 63, 1, 16, 63, 2, 0, 4, 255, 1, 4, 63, 4, 255, 0, 1})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		object := make([]byte, 256)
+		for i := range object {
+			object[i] = byte(i*31 + 7)
+		}
+		if len(ops) == 0 {
+			return
+		}
+		c := NewCacheClient(func(wire.ClientMessage) error { return nil })
+		c.PullBufferBytes = int(ops[0]%64) + 1
+		c.PullIdleTimeout = time.Millisecond
+		s, err := c.OpenNar(context.Background(), "job", pullTestPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var got []byte
+		buf := make([]byte, 256)
+		next := func(i *int) byte {
+			if *i >= len(ops) {
+				return 0
+			}
+			*i++
+			return ops[*i-1]
+		}
+		for i := 1; i < len(ops); {
+			switch op := next(&i); op % 5 {
+			case 0:
+				token := "t"
+				if op&0x80 != 0 {
+					token = "u"
+				}
+				c.HandleMessage(&wire.NarStreamHeader{JobID: "job", StorePath: pullTestPath, TotalBytes: uint64(len(object)), StreamToken: token})
+			case 1:
+				offset := int(next(&i)) * 4 % len(object)
+				end := min(offset+int(next(&i)%64), len(object))
+				c.HandleMessage(&wire.NarPush{JobID: "job", StorePath: pullTestPath, Data: object[offset:end], Offset: uint64(offset), IsFinal: end == len(object)})
+			case 2:
+				c.HandleMessage(&wire.NarAbort{JobID: "job", StorePath: pullTestPath, Reason: "fuzz"})
+			case 3:
+				if op&0x80 != 0 {
+					c.HandleMessage(&wire.NarUnavailable{JobID: "job", StorePath: pullTestPath})
+				}
+			case 4:
+				// Only reads that need not wait for the server (it is this
+				// goroutine), or the one that asks for a resume.
+				ns := s.(*NarStream)
+				ns.mu.Lock()
+				ready := len(ns.chunks) > 0 || ns.final || ns.err != nil || ns.unavailable != "" || (ns.dropping && ns.ended)
+				ns.mu.Unlock()
+				if ready {
+					n, _ := s.Read(buf[:int(next(&i))%len(buf)+1])
+					got = append(got, buf[:n]...)
+				}
+			}
+			if !bytes.Equal(got, object[:min(len(got), len(object))]) || len(got) > len(object) {
+				t.Fatalf("read %d bytes that are not the object's prefix", len(got))
+			}
+		}
+	})
+}
