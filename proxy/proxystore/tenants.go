@@ -94,7 +94,7 @@ func (s *Store) DeleteTenant(ctx context.Context, nameOrID string) error {
 		if err != nil {
 			return err
 		}
-		running, err := sqldb.Exists(ctx, tx, `SELECT 1 FROM vm_usage WHERE tenant_id = $1 AND outcome = 'running'`, t.ID)
+		running, err := sqldb.Exists(ctx, tx, `SELECT 1 FROM vm_usage WHERE tenant_id = $1 AND outcome IN ('creating', 'running')`, t.ID)
 		if err != nil {
 			return err
 		}
