@@ -390,7 +390,7 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, w *world, t *tenant) e
 			if connected {
 				r.sessions.Drain(row.WorkerID)
 			}
-			if !connected || w.now.Sub(*row.DrainingSince) >= r.cfg.DrainGrace {
+			if w.now.Sub(*row.DrainingSince) >= r.cfg.DrainGrace {
 				if r.delete(ctx, w, t, row, proxystore.VMDeleted, "drained") {
 					continue
 				}
@@ -600,7 +600,8 @@ func (r *Reconciler) image(ctx context.Context, w *world, t *tenant, system stri
 		r.failed(t.id, w.now)
 		return nil, err
 	}
-	r.succeeded(t.id)
+	// No reset of the backoff: only a create or delete that went
+	// through shows the tenant's calls go through again.
 	w.images[key] = img
 	return img, nil
 }
