@@ -124,6 +124,13 @@ func TestOneListPerPassForAllTenants(t *testing.T) {
 	var tenants []proxystore.Tenant
 	for _, name := range []string{"a", "b", "c"} {
 		tn := r.tenant(name)
+		if name == "c" { // the snapshot by ID
+			cfg, _ := r.store.HetznerConfig(t.Context(), tn.ID)
+			cfg.SnapshotLabel, cfg.SnapshotID = "", 90
+			if _, err := r.store.SetHetznerConfig(t.Context(), tn.ID, cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
 		r.noWorkers(tn.ID) // no workers needed here
 		r.demand.set(tn.ID, x86, 2)
 		tenants = append(tenants, tn)
@@ -133,9 +140,16 @@ func TestOneListPerPassForAllTenants(t *testing.T) {
 	if got := r.cloud.count("GET /servers"); got != 2 {
 		t.Fatalf("%d server lists in 2 passes for 3 tenants", got)
 	}
+	if got := r.cloud.count("GET /images"); got != 2 {
+		t.Fatalf("%d image lists, want one for each tenant booting by label", got)
+	}
 	for _, tn := range tenants {
-		if n := len(r.cloud.serversOf(tn.ID)); n != 1 {
-			t.Fatalf("tenant %s has %d servers, want 1", tn.Name, n)
+		servers := r.cloud.serversOf(tn.ID)
+		if len(servers) != 1 {
+			t.Fatalf("tenant %s has %d servers, want 1", tn.Name, len(servers))
+		}
+		if want := map[string]int64{"a": 100, "b": 100, "c": 90}[tn.Name]; servers[0].Image.ID != want {
+			t.Fatalf("tenant %s booted image %d, want %d", tn.Name, servers[0].Image.ID, want)
 		}
 	}
 }
@@ -231,10 +245,29 @@ func TestLeakGuard(t *testing.T) {
 	if r.cloud.server(other.ID) == nil {
 		t.Fatal("a server without the gradient-tenant label was deleted")
 	}
+	// A row written before a creation that never happened (a crash
+	// between the two) is dropped with its worker after the list grace.
+	orphan, _, err := r.store.BeginVM(t.Context(), acme.ID, proxystore.NewVM{System: x86, ServerType: "cx22", Allowed: proxystore.Capabilities{Build: true}}, r.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pass()
+	if rows := r.rows(acme.ID); len(rows) != 1 {
+		t.Fatalf("a row being created was dropped within the list grace: %+v", rows)
+	}
 	r.clock.Advance(DefaultListGrace)
 	r.pass()
 	if r.cloud.server(fresh.ID) != nil {
 		t.Fatal("the unlabelled-row server was not deleted after the list grace")
+	}
+	if rows := r.rows(acme.ID); len(rows) != 0 {
+		t.Fatalf("a row whose server never appeared stays: %+v", rows)
+	}
+	if _, err := r.store.WorkerByID(t.Context(), orphan.WorkerID); !errors.Is(err, sqldb.ErrNotFound) {
+		t.Fatalf("its worker row stays: %v", err)
+	}
+	if u := r.usage(acme.ID); len(u) != 0 {
+		t.Fatalf("a VM never created is billed: %+v", u)
 	}
 
 	// The create-versus-list race: the next server is not listed for
@@ -484,4 +517,37 @@ func TestUserDataRefusesInjection(t *testing.T) {
 	if env[EnvServerURL] != "wss://proxy.example/proto" || env[EnvWorkerID] != "w" || env[EnvPeers] != "w:t" || env[EnvMaxBuilds] != "3" {
 		t.Fatalf("env %v", env)
 	}
+}
+
+// A server type the API does not know fails the creation (client_error):
+// nothing is billed or left behind, and the tenant backs off instead of
+// asking again every pass.
+func TestUnknownServerTypeLeavesNothing(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, sqldbtest.SQLiteURL(t))
+	acme := r.tenant("acme")
+	cfg, _ := r.store.HetznerConfig(t.Context(), acme.ID)
+	cfg.Systems[x86] = proxystore.HetznerSystem{ServerType: "cx99", Slots: 1}
+	if _, err := r.store.SetHetznerConfig(t.Context(), acme.ID, cfg); err != nil {
+		t.Fatal(err)
+	}
+	r.demand.set(acme.ID, x86, 2)
+	r.pass()
+	r.pass()
+	if got := r.cloud.createsOf(acme.ID); got != 1 {
+		t.Fatalf("%d create calls, want 1 and then the backoff", got)
+	}
+	if r.apiCalls(opCreateServer, "client_error") != 1 {
+		t.Fatal("the 422 is not counted as client_error")
+	}
+	if rows, ws, u := r.rows(acme.ID), must(r.store.Workers(t.Context(), acme.ID)), r.usage(acme.ID); len(rows)+len(ws)+len(u) != 0 {
+		t.Fatalf("a failed creation left rows %+v, workers %+v, usage %+v", rows, ws, u)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
