@@ -19,7 +19,7 @@ import (
 // level (servers, actions, images, server types, locations), for the
 // real hcloud-go client. Failures (429, 5xx) are injected on demand.
 type fakeCloud struct {
-	t   *testing.T
+	t   testing.TB
 	now func() time.Time
 	srv *httptest.Server
 
@@ -53,7 +53,7 @@ type failure struct {
 	status, n            int
 }
 
-func newFakeCloud(t *testing.T, now func() time.Time) *fakeCloud {
+func newFakeCloud(t testing.TB, now func() time.Time) *fakeCloud {
 	f := &fakeCloud{t: t, now: now, nextID: 1000, servers: map[int64]*fakeServer{}, calls: map[string]int{}, creates: map[string]int{},
 		serverTypes: map[string]schema.ServerType{
 			"cx22":  {ID: 1, Name: "cx22", Architecture: "x86", Cores: 2, Memory: 4, Disk: 40},

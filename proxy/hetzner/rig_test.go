@@ -119,7 +119,7 @@ func (s *legSessions) drains(id string) int {
 // Hetzner API whose "VMs" run real workers from their user data, and a
 // reconciler on a controllable clock.
 type rig struct {
-	t        *testing.T
+	t        testing.TB
 	dbURL    string
 	box      *sealbox.Box
 	store    *proxystore.Store
@@ -144,7 +144,7 @@ type vm struct {
 	stop func()
 }
 
-func newRig(t *testing.T, dbURL string) *rig {
+func newRig(t testing.TB, dbURL string) *rig {
 	t.Helper()
 	box, err := sealbox.New(sealbox.NewKey())
 	if err != nil {
@@ -251,7 +251,7 @@ func (r *rig) noWorkers(tenantID string) {
 }
 
 // parseEnv reads the env file out of a #cloud-config user data.
-func parseEnv(t *testing.T, userData string) map[string]string {
+func parseEnv(t testing.TB, userData string) map[string]string {
 	t.Helper()
 	if !strings.HasPrefix(userData, "#cloud-config\n") {
 		t.Fatalf("user data is no #cloud-config:\n%s", userData)
