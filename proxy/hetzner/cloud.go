@@ -26,7 +26,6 @@ func NewClient(endpoint, token string, httpClient *http.Client) *hcloud.Client {
 		hcloud.WithToken(token),
 		hcloud.WithApplication("gradient-proxy", ""),
 		hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0}),
-		hcloud.WithPollOpts(hcloud.PollOpts{BackoffFunc: hcloud.ConstantBackoff(time.Second)}),
 	}
 	if endpoint != "" {
 		opts = append(opts, hcloud.WithEndpoint(endpoint))
