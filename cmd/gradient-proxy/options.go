@@ -26,9 +26,12 @@ type options struct {
 	// AdminToken is the file's content, hashed at start-up and dropped.
 	AdminToken           string
 	UpstreamCapabilities wire.GradientCapabilities
-	Hetzner              hetznerOptions
-	LogLevel             slog.Level
-	LogFormat            string
+	// AuthFailures is how many wrong admin tokens one address may send
+	// per minute (then 429); 0 does not limit.
+	AuthFailures int
+	Hetzner      hetznerOptions
+	LogLevel     slog.Level
+	LogFormat    string
 }
 
 // hetznerOptions configure the Hetzner Cloud workers; Token empty turns
@@ -61,13 +64,34 @@ connected, non-draining workers. A 401 or 403 from the tenant's server marks
 the link failing with the server's reason; the proxy does not dial it again
 until the link is set again.
 
-The proxy's own workers connect to its /proto as to a server (gradient-worker
-with --server-url ws://PROXY/proto and a peers file holding WORKER_ID:TOKEN):
-each is authorized from its row (the token against the row's argon2id hash;
-an unknown ID gets 403, a wrong token 401), negotiates its offer AND the row's
+The proxy's own workers connect to its /proto as to a server: each is
+authorized from its row (the token against the row's argon2id hash; an
+unknown ID gets 403, a wrong token 401), negotiates its offer AND the row's
 allowed capabilities (never federate), and counts in its tenant's upstream
-aggregate while connected. It serves /proto, /healthz and /metrics (the
+aggregate while connected. It serves /proto, the admin API under /api/v1
+(bearer admin token from --admin-token-file), /healthz and /metrics (the
 upstream sessions' series carry tenant="<name>").
+
+A deployment:
+  1. The tenant registers a worker ID for the proxy on their server and
+     hands the worker ID and the printed peers line PROJECT_ID:TOKEN to the
+     operator:
+       gradient worker register --project TEAM/PROJECT
+     (or --worker-id PROXY_ID to reuse an ID; one line per project).
+  2. The operator, with GRADIENT_PROXY_URL and GRADIENT_PROXY_ADMIN_TOKEN_FILE
+     set (or --proxy and --proxy-token-file):
+       gradient proxy tenant create acme
+       gradient proxy link set acme --url wss://ci.acme.example/proto \
+           --worker-id WORKER_ID --peers-file acme.peers
+       gradient proxy link status acme
+       gradient proxy worker create acme --name builder-1
+     worker create prints the worker's ID and token once, and its peers
+     line WORKER_ID:TOKEN.
+  3. On each machine: gradient-worker --id WORKER_ID
+     --server-url ws://PROXY:3200/proto --peers-file FILE, FILE holding
+     that WORKER_ID:TOKEN line.
+  gradient proxy worker list and gradient proxy sessions show the live
+  sessions; gradient proxy worker revoke ID closes a worker's at once.
 
 With a Hetzner token file and the proxy's /proto URL as the VMs reach it,
 the proxy boots Hetzner Cloud VMs for the tenants whose Hetzner
@@ -78,11 +102,8 @@ connected within the boot deadline, or a drain grace after the tenant's
 link failed or the tenant was stopped. Until job forwarding exists no job
 is pending, so no VM boots.
 
-Planned, not served yet: job forwarding and the admin API with its gradient
-commands for tenants, links and workers. Until the admin API exists nothing
-in this binary creates tenants, sets links or creates workers; until job
-forwarding exists the proxy's workers get no jobs and the proxy declines
-every job a tenant's server assigns it.
+Planned, not served yet: job forwarding. Until it exists the proxy's workers
+get no jobs and the proxy declines every job a tenant's server assigns it.
 
 Each flag can also be set by its environment variable, listed beside it. A
 flag wins over the variable. Secrets are read from files only.`
@@ -106,13 +127,16 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		return f
 	}
 	flags := []cli.Flag{
-		str("listen", &opts.Listen, "127.0.0.1:3200", "address serving /healthz and /metrics"),
+		str("listen", &opts.Listen, "127.0.0.1:3200", "address serving /proto, /api/v1, /healthz and /metrics"),
 		str("database", &opts.Database, "./gradient-proxy-data",
 			"a postgres:// URL, or a data directory for embedded SQLite (a password in the URL is never logged)"),
 		file("encryption-key-file", &opts.EncryptionKeyFile,
 			"32-byte key (raw or base64) sealing the tenants' upstream tokens in the database (required: the proxy refuses to start without it)"),
 		file("admin-token-file", &raw.adminTokenFile,
-			"file holding the admin API token, checked and hashed at start-up (the admin API itself is planned, not served yet)"),
+			"file holding the admin API token (/api/v1, used by gradient proxy …), hashed at start-up; without it the admin API answers 503"),
+		&cli.IntFlag{Name: "auth-failures-per-minute", Value: 30, Destination: &opts.AuthFailures, Sources: env.Vars(proxyVar("auth-failures-per-minute")),
+			Validator: servicecli.NotNegative[int],
+			Usage:     "wrong admin tokens one client address may send per minute; beyond them it gets HTTP 429 until it regains attempts at that rate; 0 disables"},
 		str("upstream-capabilities", &raw.capabilities, "fetch,eval,build",
 			"comma list of the capabilities every upstream session offers: fetch, eval, build, federate"),
 		file("hetzner-token-file", &raw.hetznerTokenFile, "file holding the Hetzner Cloud API token; without it no VM is booted"),

@@ -12,13 +12,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"gradient.dev/gradient/internal/authgate"
 	"gradient.dev/gradient/metrics"
+	"gradient.dev/gradient/proxy/admin"
 	"gradient.dev/gradient/proxy/downstream"
 	"gradient.dev/gradient/proxy/hetzner"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/proxy/upstream"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 )
@@ -41,7 +44,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 			return err
 		}
 	}
-	opts.AdminToken = "" // only the hash lives on, for the admin API to come
+	opts.AdminToken = "" // only the hash lives on, for the admin API
 
 	box, err := sealbox.OpenKeyFile(opts.EncryptionKeyFile)
 	if err != nil {
@@ -103,6 +106,11 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /proto", leg.Authority().ProtoHandler())
+	var gate *authgate.Gate // nil: --auth-failures-per-minute 0
+	if opts.AuthFailures > 0 {
+		gate = authgate.New(limit.NewFailures(opts.AuthFailures, time.Minute, nil), log)
+	}
+	admin.New(admin.Config{Store: store, AdminTokenHash: adminHash, Gate: gate, Downstream: leg, Upstream: sup, Logger: log}).Mount(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{registry, sup}, promhttp.HandlerOpts{}))
 	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -125,7 +133,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		"encryption_key_file", opts.EncryptionKeyFile, "admin_token", adminHash != "",
 		"upstream_capabilities", capabilityList(opts.UpstreamCapabilities),
 		"hetzner", reconciler != nil, "hetzner_endpoint", opts.Hetzner.Endpoint,
-		"serves", "/proto /healthz /metrics", "planned", "job forwarding, admin API")
+		"serves", "/proto /api/v1 /healthz /metrics", "planned", "job forwarding")
 	if ready != nil {
 		ready(ln.Addr())
 	}

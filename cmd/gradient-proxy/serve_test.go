@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -155,6 +156,41 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	waitfor.Within(t, 15*time.Second, "the downstream worker's session in the proxy's metrics", func() bool {
 		return metrics().Value("gradient_proxy_downstream_workers_connected", nil) == 1
 	})
+	// The admin API, with the token from the file: both legs' sessions,
+	// and never the upstream token.
+	adminGet := func(path, token string) (int, string) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, _ := adminGet("/api/v1/sessions", ""); status != http.StatusUnauthorized {
+		t.Fatalf("/api/v1/sessions without the token: %d", status)
+	}
+	var sessions struct {
+		Upstream []struct {
+			Tenant string `json:"tenant"`
+			Live   bool   `json:"live"`
+		} `json:"upstream"`
+		Downstream []struct {
+			WorkerID string `json:"worker_id"`
+		} `json:"downstream"`
+	}
+	status, sessionsBody := adminGet("/api/v1/sessions", adminToken)
+	if status != http.StatusOK || json.Unmarshal([]byte(sessionsBody), &sessions) != nil || len(sessions.Upstream) != 1 || !sessions.Upstream[0].Live ||
+		len(sessions.Downstream) != 1 || sessions.Downstream[0].WorkerID != downstreamWorker.ID {
+		t.Fatalf("/api/v1/sessions: %d %s", status, sessionsBody)
+	}
+	if status, body := adminGet("/api/v1/tenants/acme/link", adminToken); status != http.StatusOK || strings.Contains(body, token) {
+		t.Fatalf("/api/v1/tenants/acme/link: %d, or it holds the token: %s", status, body)
+	}
 	if m := metrics(); m["go_goroutines"] == nil || m["process_cpu_seconds_total"] == nil {
 		t.Fatal("/metrics lacks the runtime and process series")
 	}

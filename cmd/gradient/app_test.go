@@ -67,6 +67,13 @@ var perInvocationFlags = map[string]string{
 	"gradient eval start --wait":          "whether this command follows its evaluation",
 	"gradient eval start --wait-interval": "how this command follows its evaluation",
 	"gradient eval list --limit":          "the length of one listing",
+
+	"gradient proxy link set --url":               "the link being set",
+	"gradient proxy link set --worker-id":         "the link being set",
+	"gradient proxy link set --peers-file":        "the link being set",
+	"gradient proxy worker create --name":         "the worker being created",
+	"gradient proxy worker create --capabilities": "the worker being created",
+	"gradient proxy worker list --tenant":         "a filter of one listing",
 }
 
 // TestEveryFlagHasAVariable walks every command of the CLI: each flag has
