@@ -112,3 +112,23 @@ func TestUsagePerPeriod(t *testing.T) {
 		t.Fatalf("the deleted tenant's bill %+v", u)
 	}
 }
+
+// A tenant with an open VM row (even one still being created) is not
+// deleted, and none of its workers is revoked by the attempt.
+func TestDeleteTenantWithVMsIsRefused(t *testing.T) {
+	t.Parallel()
+	p := admintest.Start(t, sqldbtest.SQLiteURL(t), admintest.Options{})
+	c := newClient(t, p)
+	ctx := t.Context()
+	if _, err := p.Store.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	v, _, err := p.Store.BeginVM(ctx, "acme", proxystore.NewVM{System: "x86_64-linux", ServerType: "cx22", Allowed: proxystore.Capabilities{Build: true}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.fails(http.StatusConflict, "has running VMs", "DELETE", "/api/v1/tenants/acme", "")
+	if _, err := p.Store.WorkerByID(ctx, v.WorkerID); err != nil {
+		t.Fatalf("the refused delete revoked the VM's worker: %v", err)
+	}
+}

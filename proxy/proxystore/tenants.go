@@ -99,7 +99,7 @@ func (s *Store) DeleteTenant(ctx context.Context, nameOrID string) error {
 			return err
 		}
 		if running {
-			return sqldb.Conflict("tenant %q has running VMs; delete them first", t.Name)
+			return sqldb.Conflict("tenant %q has running VMs; disable its Hetzner workers and wait until they are deleted", t.Name)
 		}
 		_, err = tx.ExecContext(ctx, `DELETE FROM tenants WHERE id = $1`, t.ID)
 		return err
