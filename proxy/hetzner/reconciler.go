@@ -378,6 +378,14 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, w *world, t *tenant) e
 			continue
 		}
 		connected := r.sessions.Connected(row.WorkerID)
+		// The boot deadline comes first: a VM that never connected ran
+		// nothing, draining or not.
+		if row.ConnectedAt == nil && !connected && w.now.Sub(row.CreatedAt) >= r.cfg.BootDeadline {
+			if r.delete(ctx, w, t, row, proxystore.VMFailedBoot, "not connected within the boot deadline") {
+				r.m.actions.WithLabelValues("failed_boot").Inc()
+				continue
+			}
+		}
 		if why != "" || row.DrainingSince != nil {
 			if row.DrainingSince == nil {
 				var err error
@@ -397,12 +405,6 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, w *world, t *tenant) e
 			}
 			counts["draining"]++
 			continue
-		}
-		if row.ConnectedAt == nil && !connected && w.now.Sub(row.CreatedAt) >= r.cfg.BootDeadline {
-			if r.delete(ctx, w, t, row, proxystore.VMFailedBoot, "not connected within the boot deadline") {
-				r.m.actions.WithLabelValues("failed_boot").Inc()
-				continue
-			}
 		}
 		if connected {
 			counts["connected"]++

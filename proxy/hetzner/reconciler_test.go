@@ -311,12 +311,19 @@ func TestLeakGuard(t *testing.T) {
 func TestBootDeadline(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, sqldbtest.SQLiteURL(t))
-	dead, live := r.tenant("dead"), r.tenant("live")
+	dead, live, stopped := r.tenant("dead"), r.tenant("live"), r.tenant("stopped")
 	r.noWorkers(dead.ID)
+	r.noWorkers(stopped.ID)
 	r.demand.set(dead.ID, x86, 1)
 	r.demand.set(live.ID, x86, 1)
+	r.demand.set(stopped.ID, x86, 1)
 	r.pass()
 	r.waitConnected(live.ID, 1)
+	// A tenant stopped while its VM boots: the VM drains, but it never
+	// connected, so the boot deadline ends it unbilled.
+	if _, err := r.store.SetTenantMayRun(t.Context(), stopped.ID, false); err != nil {
+		t.Fatal(err)
+	}
 	r.clock.Advance(DefaultBootDeadline - time.Second)
 	r.pass()
 	if len(r.cloud.serversOf(dead.ID)) != 1 {
@@ -334,6 +341,9 @@ func TestBootDeadline(t *testing.T) {
 	}
 	if ws, _ := r.store.Workers(t.Context(), dead.ID); len(ws) != 0 {
 		t.Fatalf("the failed VM's worker row stays: %+v", ws)
+	}
+	if u := r.usage(stopped.ID); len(u) != 1 || u[0].Outcome != proxystore.VMFailedBoot || u[0].BilledUnits != 0 {
+		t.Fatalf("the stopped tenant's VM that never connected: %+v, want failed_boot with no bill", u)
 	}
 	if len(r.cloud.serversOf(live.ID)) != 1 || len(r.rows(live.ID)) != 1 {
 		t.Fatal("the connected VM was deleted at the boot deadline")
