@@ -176,7 +176,11 @@ func (a *Authority) dispatch(ctx context.Context, log *slog.Logger, conn *worker
 			conn.mu.Unlock()
 			log.Info("worker is draining: no more assignments")
 		case *wire.WorkerMetrics:
-			// Liveness: any message resets the heartbeat.
+			// Any message resets the heartbeat; this one is also the
+			// worker's load, kept for the job loop and the status.
+			conn.mu.Lock()
+			conn.workerLoad = m
+			conn.mu.Unlock()
 		default:
 			if !isJobMessage(m) {
 				log.Debug("ignoring message", "message", m.WireName())
