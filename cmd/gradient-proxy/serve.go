@@ -93,7 +93,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		client := hetzner.NewClient(h.Endpoint, h.Token, &http.Client{Timeout: hetznerCallTimeout})
 		// The job forwarding's offer book (issue 18) is not wired yet:
 		// no job is pending, so no VM boots; the rest of the rules run.
-		reconciler, err = hetzner.New(hetzner.Config{Store: store, Client: client, Sessions: leg, Demand: hetzner.NoDemand{},
+		reconciler, err = hetzner.New(hetzner.Config{Store: store, Client: client, Sessions: leg, Demand: hubs,
 			ProtoURL: h.ProtoURL, Interval: h.Interval, BillingUnit: h.BillingUnit, ScaleDownWindow: h.ScaleDownWindow,
 			BootDeadline: h.BootDeadline, DrainGrace: h.DrainGrace, ListGrace: h.ListGrace,
 			BackoffMin: h.BackoffInitial, BackoffMax: h.BackoffMax, Logger: log, Metrics: registry})

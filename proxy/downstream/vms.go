@@ -8,10 +8,17 @@ import "gradient.dev/gradient/wire"
 // Connected reports whether an established session holds the worker.
 func (l *Leg) Connected(workerID string) bool { return l.auth.Session(workerID) != nil }
 
-// Busy reports whether the worker runs a job the proxy forwarded to it.
-// The proxy forwards no jobs yet (job forwarding, issue 18, is planned),
-// so no worker is busy; forwarding reports its assignments here.
-func (l *Leg) Busy(workerID string) bool { return false }
+// Busy reports whether the worker holds a job the proxy forwarded to it
+// (its tenant's hub knows); without hubs no worker is busy.
+func (l *Leg) Busy(workerID string) bool {
+	if l.hubs == nil {
+		return false
+	}
+	l.mu.Lock()
+	tenant, ok := l.tenantOf[workerID]
+	l.mu.Unlock()
+	return ok && l.hubs.Tenant(tenant).Holds(workerID)
+}
 
 // Drain sends Draining to the worker's session: it requests nothing more
 // and finishes what it runs. It reports whether a session got it.

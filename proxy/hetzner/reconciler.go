@@ -20,8 +20,8 @@ import (
 )
 
 // Demand is how many jobs wait for each tenant, per Nix system: the
-// job forwarding's mirror of the upstream offer book (issue 18) will
-// implement it; until it is wired, NoDemand boots nothing.
+// job forwarding's mirror of the upstream offer book (proxy/hub's Set)
+// implements it; NoDemand boots nothing.
 type Demand interface {
 	// PendingJobs maps a Nix system to the tenant's jobs waiting for a
 	// worker of that system.
