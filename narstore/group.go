@@ -83,7 +83,7 @@ type groupSync struct {
 	// pending are the objects of the next group.
 	pending  []*pendingCommit
 	flushing bool
-	// onFlush, when set, sees each group's size and time (metrics).
+	// onFlush, when set, sees each group's size and time (ObserveGroups).
 	onFlush func(objects int, took time.Duration)
 	// beforeFlush, when set (tests), runs in the leader before a flush.
 	beforeFlush func()
@@ -169,4 +169,13 @@ func (g *groupSync) flush(batch []*pendingCommit) {
 	if err := syncRenames(dirs); err != nil {
 		failAll(fmt.Errorf("nar store: %w", err))
 	}
+}
+
+// ObserveGroups makes the store tell f the size and the sync time of each
+// group it commits (metrics); f runs under the group's lock and must not
+// block.
+func (l *Local) ObserveGroups(f func(objects int, took time.Duration)) {
+	l.group.mu.Lock()
+	l.group.onFlush = f
+	l.group.mu.Unlock()
 }

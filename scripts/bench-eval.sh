@@ -5,9 +5,11 @@
 # every .drv uploaded, stored and recorded). Each side gets a fresh chroot
 # store and a fresh salt, so nothing is cached. gradient up is interrupted
 # once the evaluation is done: the builds are not what this measures.
-# Prints one line per N: both times (from the evaluation's queueing, so the
-# server's and workers' start-up is left out), the ratio, and the worker's
-# own split (nix evaluation, walk and uploads).
+# Prints one line per N: plain nix eval; gradient from the evaluation's
+# queueing to its flake job's JobCompleted (start-up of the server and the
+# worker left out); the ratio; and gradient's split: its own nix evaluation
+# of the attributes (drvPaths, written through the store's daemon) and the
+# rest (closure walk, every .drv uploaded, stored and recorded).
 #
 # Usage: scripts/bench-eval.sh [GRADIENT-BINARY] [N...]   (default: builds ./cmd/gradient; N = 400 2000 20000)
 set -euo pipefail
@@ -38,10 +40,7 @@ mkdir -p "$work/etc" && export NIX_CONF_DIR=$work/etc NIX_USER_CONF_FILES=
 
 now() { date +%s.%N; }
 
-# stamp prefixes every line with the seconds since the epoch.
-stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done; }
-
-printf '%7s %10s %12s %7s %10s %10s\n' N nix_eval_s gradient_s ratio eval_s uploads
+printf '%7s %10s %12s %7s %10s %10s\n' N nix_eval_s gradient_s ratio its_eval_s walk_s
 for n in "${sizes[@]}"; do
   salt=$(date +%s%N)
   flake=$work/flake-$n
@@ -67,29 +66,31 @@ EOF
 
   # Gradient: until the evaluation line says the derivations are discovered.
   log=$work/up-$n.log
-  ("$gradient" up --workers 1 --store "$work/gradient-store-$n" --data-dir "$work/up-$n" --verbose \
-    --timeout 30m "$flake" 2>&1 >/dev/null | stamp >"$log") &
+  "$gradient" up --workers 1 --store "$work/gradient-store-$n" --data-dir "$work/up-$n" --verbose \
+    --timeout 30m "$flake" >/dev/null 2>"$log" &
   up_pid=$!
   while ! grep -q "derivations discovered\|evaluation failed\|gradient up: " "$log" 2>/dev/null; do
     kill -0 "$up_pid" 2>/dev/null || break
     sleep 0.2
   done
-  pkill -INT -P "$up_pid" 2>/dev/null || true
+  kill -INT "$up_pid" 2>/dev/null || true
   wait "$up_pid" 2>/dev/null || true
   up_pid=
-  line=$(grep -m1 "derivations discovered" "$log") || { tail -20 "$log" >&2; exit 1; }
-  discovered=$(echo "$line" | grep -o '[0-9]* derivations discovered' | cut -d' ' -f1)
+  discovered=$(grep -m1 -o '[0-9]* derivations discovered' "$log" | cut -d' ' -f1) || { tail -20 "$log" >&2; exit 1; }
   [ "$discovered" -eq "$n" ] || { echo "gradient discovered $discovered, want $n" >&2; exit 1; }
-  queued=$(grep -m1 "evaluation of .* queued" "$log" | cut -d' ' -f1)
-  done_at=$(echo "$line" | cut -d' ' -f1)
-  evaluating=$(grep -m1 'msg="evaluating flake"' "$log" | cut -d' ' -f1)
-  walked=$(grep -m1 'msg="evaluation done"' "$log" | cut -d' ' -f1)
-  attrs=$(grep -m1 'msg="evaluated attributes"\|msg="walking derivations"' "$log" | cut -d' ' -f1 || true)
+  # The components' own log times (slog's time=): the scheduler queues the
+  # evaluation, the worker evaluates and walks, the scheduler records the
+  # flake job's JobCompleted (every EvalResult recorded before it).
+  at() { date -d "$(grep -m1 "$1" "$log" | grep -o 'time=[^ ]*' | cut -d= -f2)" +%s.%N; }
+  queued=$(at 'msg="evaluation queued"')
+  evaluating=$(at 'msg="nix: evaluating"')
+  evaluated=$(at 'msg="nix: evaluated"')
+  completed=$(at 'msg="job completed" component=scheduler')
   nix_s=$(echo "$t1 - $t0" | bc -l)
-  up_s=$(echo "$done_at - $queued" | bc -l)
-  ev_s=$(echo "$walked - $evaluating" | bc -l)
-  uploads=$(grep -c 'msg="uploaded paths"' "$log" || true)
-  printf '%7d %10.2f %12.2f %6.1fx %10.2f %10s\n' "$n" "$nix_s" "$up_s" "$(echo "$up_s / $nix_s" | bc -l)" "$ev_s" "$uploads"
+  up_s=$(echo "$completed - $queued" | bc -l)
+  ev_s=$(echo "$evaluated - $evaluating" | bc -l)
+  walk_s=$(echo "$completed - $evaluated" | bc -l)
+  printf '%7d %10.2f %12.2f %6.1fx %10.2f %10.2f\n' "$n" "$nix_s" "$up_s" "$(echo "$up_s / $nix_s" | bc -l)" "$ev_s" "$walk_s"
   [ -z "${BENCH_EVAL_KEEP:-}" ] || cp "$log" "${BENCH_EVAL_KEEP}-$n.log"
   chmod -R u+w "$work/nix-store-$n" "$work/gradient-store-$n" 2>/dev/null || true
   rm -rf "$work/nix-store-$n" "$work/gradient-store-$n" "$work/up-$n"
