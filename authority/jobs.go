@@ -23,8 +23,9 @@ type JobLoop interface {
 	// HandleJobMessage receives every job message of w: RequestJob,
 	// RequestJobList, RequestJobChunk, AssignJobResponse, JobUpdate,
 	// JobCompleted, JobFailed, LogChunk, BuildProgress, EvalProgress,
-	// EvalMessage, ImportRequest, and WorkerCapabilities and
-	// ClientDraining after the authority recorded them on w.
+	// EvalMessage, ImportRequest, and WorkerCapabilities, WorkerMetrics
+	// (every heartbeat) and ClientDraining after the authority recorded
+	// them on w.
 	HandleJobMessage(w *LiveWorker, m wire.ClientMessage)
 	// SessionEnded: w is gone (disconnect, heartbeat timeout, server
 	// stop); its running jobs must be re-queued.
@@ -77,7 +78,7 @@ func isJobMessage(m wire.ClientMessage) bool {
 	case *wire.RequestJob, *wire.RequestJobList, *wire.RequestJobChunk, *wire.AssignJobResponse,
 		*wire.JobUpdate, *wire.JobCompleted, *wire.JobFailed, *wire.LogChunk,
 		*wire.BuildProgress, *wire.EvalProgress, *wire.EvalMessage, *wire.ImportRequest,
-		*wire.WorkerCapabilities, *wire.ClientDraining:
+		*wire.WorkerCapabilities, *wire.WorkerMetrics, *wire.ClientDraining:
 		return true
 	}
 	return false
@@ -140,6 +141,14 @@ func (w *LiveWorker) WorkerCapabilities() *wire.WorkerCapabilities {
 	w.conn.mu.Lock()
 	defer w.conn.mu.Unlock()
 	return w.conn.workerCaps
+}
+
+// WorkerMetrics is the latest heartbeat's WorkerMetrics (load, free
+// RAM), nil until the first.
+func (w *LiveWorker) WorkerMetrics() *wire.WorkerMetrics {
+	w.conn.mu.Lock()
+	defer w.conn.mu.Unlock()
+	return w.conn.workerLoad
 }
 
 // Draining: the worker sent Draining; assign it nothing more.

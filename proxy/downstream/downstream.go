@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -30,7 +31,8 @@ const RevokedReason = "worker revoked"
 type Config struct {
 	Store *proxystore.Store
 	// PoolChanged is told the tenant ID whenever one of its workers
-	// joins, leaves, drains or sends new WorkerCapabilities (the upstream
+	// joins, leaves, drains, sends WorkerCapabilities that differ from
+	// its last ones, or its first WorkerMetrics (the upstream
 	// Supervisor's PoolChanged). Nil tells no one.
 	PoolChanged func(tenantID string)
 	// Authority is the template of the authority's configuration
@@ -58,6 +60,8 @@ type Leg struct {
 	live map[string]map[uint64]*authority.LiveWorker
 	// sessionTenant is the tenant each live session counts for.
 	sessionTenant map[uint64]string
+	// reported is what each live session's pool changes counted.
+	reported map[uint64]*reported
 	// revoked are the worker IDs Revoke removed (IDs are never reused):
 	// a handshake that read the row just before the delete is refused
 	// or closed on start.
@@ -82,7 +86,7 @@ func New(cfg Config) (*Leg, error) {
 		cfg.PoolChanged = func(string) {}
 	}
 	l := &Leg{store: cfg.Store, changed: cfg.PoolChanged, log: cfg.Logger, tokens: secret.NewVerifier(0),
-		tenantOf: map[string]string{}, live: map[string]map[uint64]*authority.LiveWorker{}, sessionTenant: map[uint64]string{}, revoked: map[string]bool{}}
+		tenantOf: map[string]string{}, live: map[string]map[uint64]*authority.LiveWorker{}, sessionTenant: map[uint64]string{}, reported: map[uint64]*reported{}, revoked: map[string]bool{}}
 	ac := cfg.Authority
 	ac.Policy, ac.Jobs, ac.Logger, ac.Metrics = l, l, cfg.Logger, cfg.Metrics
 	// Federate is reserved and never negotiated through the proxy.
@@ -195,17 +199,63 @@ func (l *Leg) SessionStarted(w *authority.LiveWorker) {
 }
 
 // HandleJobMessage: the proxy forwards no jobs yet (the next issue), so
-// a RequestJob gets no job and a job list is empty; a new
-// WorkerCapabilities or Draining changes the tenant's aggregate.
+// a RequestJob gets no job and a job list is empty. What changes the
+// tenant's aggregate is a pool change: Draining, WorkerCapabilities that
+// differ from the session's last ones, and a session's first
+// WorkerMetrics. Later heartbeats change only the load figures, which
+// the upstream session's own heartbeat carries, so no heartbeat is a
+// pool change.
 func (l *Leg) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessage) {
-	switch m.(type) {
-	case *wire.WorkerCapabilities, *wire.ClientDraining:
-		if tenant, ok := l.tenantOfSession(w); ok {
+	switch m := m.(type) {
+	case *wire.WorkerCapabilities, *wire.WorkerMetrics, *wire.ClientDraining:
+		if tenant, ok := l.tenantOfSession(w); ok && l.changesPool(w, m) {
 			l.changed(tenant)
 		}
 		return
 	}
 	authority.NoJobs{}.HandleJobMessage(w, m)
+}
+
+// reported is what the tenant's aggregate last counted of a session's
+// host.
+type reported struct {
+	host   *wire.WorkerCapabilities
+	loaded bool // a WorkerMetrics came
+}
+
+// changesPool reports whether m changes what the aggregate counts of w,
+// and notes it.
+func (l *Leg) changesPool(w *authority.LiveWorker, m wire.ClientMessage) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.reported[w.Session]
+	if r == nil {
+		if _, live := l.sessionTenant[w.Session]; !live {
+			return false
+		}
+		r = &reported{}
+		l.reported[w.Session] = r
+	}
+	switch m := m.(type) {
+	case *wire.WorkerCapabilities:
+		if r.host != nil && sameHost(r.host, m) {
+			return false
+		}
+		r.host = m
+	case *wire.WorkerMetrics:
+		if r.loaded {
+			return false
+		}
+		r.loaded = true
+	}
+	return true
+}
+
+// sameHost compares what the aggregate takes from WorkerCapabilities.
+func sameHost(a, b *wire.WorkerCapabilities) bool {
+	return slices.Equal(a.Architectures, b.Architectures) && slices.Equal(a.SystemFeatures, b.SystemFeatures) &&
+		a.MaxConcurrentBuilds == b.MaxConcurrentBuilds && a.CPUCount == b.CPUCount &&
+		a.RAMTotalMB == b.RAMTotalMB && a.CPUCoreScore == b.CPUCoreScore
 }
 
 // SessionEnded takes the worker out of its tenant's pool.
@@ -214,6 +264,7 @@ func (l *Leg) SessionEnded(w *authority.LiveWorker, _ string) {
 	tenant, ok := l.sessionTenant[w.Session]
 	if ok {
 		delete(l.sessionTenant, w.Session)
+		delete(l.reported, w.Session)
 		delete(l.live[tenant], w.Session)
 		if len(l.live[tenant]) == 0 {
 			delete(l.live, tenant)
@@ -232,9 +283,8 @@ func (l *Leg) tenantOfSession(w *authority.LiveWorker) (string, bool) {
 	return t, ok
 }
 
-// Members are the tenant's live workers (upstream.Pool). Their
-// heartbeats' WorkerMetrics are not kept by the authority, so Metrics
-// stays nil.
+// Members are the tenant's live workers (upstream.Pool), with what each
+// session last reported of its host and load.
 func (l *Leg) Members(tenantID string) []upstream.Member {
 	l.mu.Lock()
 	workers := make([]*authority.LiveWorker, 0, len(l.live[tenantID]))
@@ -244,7 +294,7 @@ func (l *Leg) Members(tenantID string) []upstream.Member {
 	l.mu.Unlock()
 	out := make([]upstream.Member, 0, len(workers))
 	for _, w := range workers {
-		out = append(out, upstream.Member{Capabilities: w.Capabilities(), Host: w.WorkerCapabilities(), Draining: w.Draining()})
+		out = append(out, upstream.Member{Capabilities: w.Capabilities(), Host: w.WorkerCapabilities(), Metrics: w.WorkerMetrics(), Draining: w.Draining()})
 	}
 	return out
 }

@@ -78,6 +78,7 @@ type tenantSession struct {
 	url, workerID    string
 	tokens           map[string]string
 	since            time.Time // the link's StateSince: SetLink changes it
+	connectedAt      time.Time // the last session's establishment (under Supervisor.mu)
 	w                *worker.Worker
 	registry         *prometheus.Registry
 	cancel           context.CancelFunc
@@ -301,6 +302,9 @@ func (s *Supervisor) current(ts *tenantSession) bool {
 
 // established marks the link OK: its credentials hold.
 func (s *Supervisor) established(ts *tenantSession) {
+	s.mu.Lock()
+	ts.connectedAt = time.Now()
+	s.mu.Unlock()
 	if !s.current(ts) {
 		return
 	}
