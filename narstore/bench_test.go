@@ -36,7 +36,8 @@ func BenchmarkCommitSmall(b *testing.B) {
 }
 
 // BenchmarkCommitSmallConcurrent is 32 uploads in flight, as a pipelined
-// evaluation sends them: concurrent commits share their durability work.
+// evaluation sends them: the filesystem joins their fsyncs' journal
+// commits.
 func BenchmarkCommitSmallConcurrent(b *testing.B) {
 	s := openStoreB(b)
 	objs := smallObjects(b, b.N+64)

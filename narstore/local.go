@@ -13,13 +13,11 @@ import (
 )
 
 // Local stores objects as files: <dir>/nars/<2 key chars>/<rest>.nar.zst.
-// A put writes <dir>/nars/.put-*.tmp, makes it durable and renames it into
-// place (the same filesystem, so the rename is atomic), so a crash never
-// leaves a partial object under its name; concurrent puts and commits
-// share their syncs (group.go). The directory belongs to one server.
+// A put writes <dir>/nars/.put-*.tmp, fsyncs it and renames it into place
+// (the same filesystem, so the rename is atomic), so a crash never leaves
+// a partial object under its name. The directory belongs to one server.
 type Local struct {
-	nars  string
-	group *groupSync
+	nars string
 }
 
 const tempPattern = ".put-*.tmp"
@@ -43,7 +41,7 @@ func OpenLocal(dir string, log *slog.Logger) (*Local, error) {
 	if len(leftovers) > 0 && log != nil {
 		log.Info("nar store: removed unfinished uploads", "dir", nars, "count", len(leftovers))
 	}
-	return &Local{nars: nars, group: newGroupSync()}, nil
+	return &Local{nars: nars}, nil
 }
 
 func (l *Local) path(key string) string {
@@ -70,8 +68,23 @@ func (l *Local) Put(ctx context.Context, nar io.Reader, verify func(Object) erro
 			return Object{}, err
 		}
 	}
-	if err = l.group.commit(tmp, l.path(obj.Key)); err != nil {
-		return Object{}, err
+	if err = tmp.Sync(); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	if err = tmp.Close(); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	final := l.path(obj.Key)
+	if err = os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	// An existing object has the same bytes (same hash): replacing it is
+	// harmless and keeps puts idempotent.
+	if err = os.Rename(tmp.Name(), final); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	if err = syncDir(filepath.Dir(final)); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
 	}
 	return obj, nil
 }

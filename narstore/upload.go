@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -108,11 +109,23 @@ func (u *localUpload) Commit(ctx context.Context, inspect io.Writer, verify func
 			return Object{}, err
 		}
 	}
-	// Once handed to the group the file is the group's: closed, renamed
-	// or removed there.
+	if err = u.f.Sync(); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	if err = u.f.Close(); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	final := u.l.path(obj.Key)
+	if err = os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
+	// Same key, same bytes: replacing an existing object is harmless.
+	if err = os.Rename(u.f.Name(), final); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
+	}
 	u.done = true
-	if err = u.l.group.commit(u.f, u.l.path(obj.Key)); err != nil {
-		return Object{}, err
+	if err = syncDir(filepath.Dir(final)); err != nil {
+		return Object{}, fmt.Errorf("nar store: %w", err)
 	}
 	return obj, nil
 }

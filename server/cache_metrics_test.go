@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"gradient.dev/gradient/storage"
-	"gradient.dev/gradient/storage/storagetest"
 )
 
 // /metrics answers without credentials, so a private cache's name must
@@ -50,33 +49,6 @@ func TestMetricsDoNotNamePrivateCaches(t *testing.T) {
 	for _, want := range []string{`cache="private",result="miss"`, `cache="main",result="miss"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, body)
-		}
-	}
-}
-
-// An upload's commit shows in the NAR store's group-commit series.
-func TestMetricsCountGroupCommits(t *testing.T) {
-	db, err := storage.Open(t.Context(), storagetest.SQLiteURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	e := newCacheProtoEnv(t, db, Config{})
-	w := e.projectWorker()
-	path := testStorePath("out")
-	e.produce(path)
-	if _, out := uploadNar(t, w.sess, 1, path, compressNar(t, randomNar(400))); !isOk(out) {
-		t.Fatalf("upload: %+v", out)
-	}
-	resp, err := http.Get(e.httpURL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, want := range []string{"gradient_narstore_group_commit_objects_sum 1", "gradient_narstore_group_commit_duration_seconds_count 1"} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
 	}
 }

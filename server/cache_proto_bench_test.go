@@ -71,7 +71,7 @@ func BenchmarkNarUploadOverSession(b *testing.B) {
 // BenchmarkSmallUploadsPipelined uploads 400-byte NARs (a .drv's size)
 // through the worker's cache client as an evaluation does: 4 transfers
 // at once and up to 128 sent uploads waiting for their commit. The
-// server verifies each and commits them in groups (narstore group.go).
+// server verifies and commits them concurrently.
 func BenchmarkSmallUploadsPipelined(b *testing.B) {
 	benchSmallUploads(b, 4, 128)
 }

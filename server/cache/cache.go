@@ -119,12 +119,5 @@ func New(cfg Config) *Cache {
 	for _, m := range c.metrics.collectors() {
 		cfg.Metrics.MustRegister(m)
 	}
-	if g, ok := cfg.NarStore.(groupStore); ok {
-		cfg.Metrics.MustRegister(c.metrics.groupObjects, c.metrics.groupSeconds)
-		g.ObserveGroups(func(objects int, took time.Duration) {
-			c.metrics.groupObjects.Observe(float64(objects))
-			c.metrics.groupSeconds.Observe(took.Seconds())
-		})
-	}
 	return c
 }

@@ -1,8 +1,6 @@
 package cache
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gradient.dev/gradient/storage"
@@ -16,15 +14,6 @@ type binaryCacheMetrics struct {
 	narSizes     *prometheus.HistogramVec
 	narinfos     *prometheus.CounterVec
 	narUploads   *prometheus.CounterVec
-	// groupObjects and groupSeconds describe the NAR store's group
-	// commits (registered only for a store that reports them).
-	groupObjects prometheus.Histogram
-	groupSeconds prometheus.Histogram
-}
-
-// groupStore is a NAR store that commits in groups (narstore.Local).
-type groupStore interface {
-	ObserveGroups(func(objects int, took time.Duration))
 }
 
 // narSecondsBuckets span a small NAR over loopback to a large one over a
@@ -56,14 +45,6 @@ func newBinaryCacheMetrics() *binaryCacheMetrics {
 		narUploads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gradient_cache_nar_uploads_total", Help: "NAR uploads through the admin API by outcome.",
 		}, []string{"outcome"}),
-		groupObjects: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "gradient_narstore_group_commit_objects", Help: "Objects made durable and visible by one group commit of the NAR store.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
-		}),
-		groupSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "gradient_narstore_group_commit_duration_seconds", Help: "Time one group commit of the NAR store takes: its files' syncs, renames and directory syncs.",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .5, 1, 5},
-		}),
 	}
 }
 

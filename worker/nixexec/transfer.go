@@ -22,7 +22,8 @@ const (
 	uploadParallel = 4
 	// uploadPending is how many uploads of one job may be sent and wait
 	// for the server's commit (CACHE.md §4.3: the small-upload window),
-	// so a server that commits in groups gets groups to commit.
+	// so the server commits many at once (their fsyncs share journal
+	// commits) instead of one per round trip.
 	uploadPending = 128
 	// pullRounds caps closure expansion (WORKER.md §7.3).
 	pullRounds = 1024

@@ -11,9 +11,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
-
-	"gradient.dev/gradient/internal/waitfor"
 )
 
 // compressed returns NAR i (small, distinct) and its compressed bytes.
@@ -38,82 +35,19 @@ func upload(s *Local, zst []byte) (Object, error) {
 	return u.Commit(context.Background(), nil, nil)
 }
 
-// TestConcurrentCommitsShareOneGroup holds the first flush until every
-// other commit waits: those then become visible together in one group,
-// each readable, and no temporary file is left.
-func TestConcurrentCommitsShareOneGroup(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	const n = 40
-	release := make(chan struct{})
-	var (
-		mu     sync.Mutex
-		groups []int
-	)
-	first := true
-	s.group.beforeFlush = func() {
-		if first {
-			first = false
-			<-release
-		}
-	}
-	s.group.onFlush = func(objects int, _ time.Duration) {
-		mu.Lock()
-		groups = append(groups, objects)
-		mu.Unlock()
-	}
-	nars := make([][]byte, n)
-	objs := make([]Object, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	_, zst0 := compressed(0)
-	nars[0], _ = compressed(0)
-	wg.Go(func() { objs[0], errs[0] = upload(s, zst0) })
-	waitfor.True(t, "the first commit to lead a flush", func() bool {
-		s.group.mu.Lock()
-		defer s.group.mu.Unlock()
-		return s.group.flushing
-	})
-	for i := 1; i < n; i++ {
-		nar, zst := compressed(i)
-		nars[i] = nar
-		wg.Go(func() { objs[i], errs[i] = upload(s, zst) })
-	}
-	waitfor.True(t, "every other commit to wait for the next group", func() bool {
-		s.group.mu.Lock()
-		defer s.group.mu.Unlock()
-		return len(s.group.pending) == n-1
-	})
-	close(release)
-	wg.Wait()
-	for i := range n {
-		if errs[i] != nil {
-			t.Fatalf("commit %d: %v", i, errs[i])
-		}
-		if !bytes.Equal(readObject(t, s, objs[i].Key), nars[i]) {
-			t.Fatalf("object %d reads back different bytes", i)
-		}
-	}
-	if fmt.Sprint(groups) != fmt.Sprint([]int{1, n - 1}) {
-		t.Fatalf("groups %v, want [1 %d]", groups, n-1)
-	}
-	if temps, _ := filepath.Glob(filepath.Join(dir, "nars", tempPattern)); len(temps) != 0 {
-		t.Fatalf("temporary files left: %v", temps)
-	}
-}
-
-// TestKilledDuringGroupCommitsKeepsAcknowledged kills a process that
-// commits small objects from many goroutines: every object whose Commit
-// returned before the kill is there, whole, after a restart, and only
-// objects that were committed are visible.
-func TestKilledDuringGroupCommitsKeepsAcknowledged(t *testing.T) {
-	if dir := os.Getenv("NARSTORE_GROUP_CRASH_DIR"); dir != "" {
-		groupCommitter(dir)
+// TestKilledDuringConcurrentCommitsKeepsAcknowledged kills a process that
+// commits small objects from 32 goroutines, as a pipelined evaluation's
+// uploads do: every object whose Commit returned before the kill is there,
+// whole, after a restart, and only objects that were committed are
+// visible.
+func TestKilledDuringConcurrentCommitsKeepsAcknowledged(t *testing.T) {
+	if dir := os.Getenv("NARSTORE_CONCURRENT_CRASH_DIR"); dir != "" {
+		concurrentCommitter(dir)
 		return
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledDuringGroupCommitsKeepsAcknowledged$")
-	cmd.Env = append(os.Environ(), "NARSTORE_GROUP_CRASH_DIR="+dir)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledDuringConcurrentCommitsKeepsAcknowledged$")
+	cmd.Env = append(os.Environ(), "NARSTORE_CONCURRENT_CRASH_DIR="+dir)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -148,8 +82,8 @@ func TestKilledDuringGroupCommitsKeepsAcknowledged(t *testing.T) {
 			t.Fatalf("acknowledged object %d lost or damaged", i)
 		}
 	}
-	// Unacknowledged objects may be visible too (their group was synced,
-	// the child died before printing), but only objects it committed:
+	// Unacknowledged objects may be visible too (renamed into place before
+	// the child died, not yet printed), but only objects it committed:
 	// each of 32 goroutines holds at most one unacknowledged number.
 	committed := map[string]bool{}
 	for i := range len(acked) + 32 {
@@ -167,8 +101,8 @@ func TestKilledDuringGroupCommitsKeepsAcknowledged(t *testing.T) {
 	}
 }
 
-// groupCommitter commits objects 0, 1, … from 32 goroutines until killed.
-func groupCommitter(dir string) {
+// concurrentCommitter commits objects 0, 1, … from 32 goroutines until killed.
+func concurrentCommitter(dir string) {
 	s, err := OpenLocal(dir, nil)
 	if err != nil {
 		os.Exit(3)
