@@ -53,7 +53,8 @@ type Config struct {
 
 	// Executor runs accepted jobs. Nil declines every assignment.
 	Executor Executor
-	// TempDir holds NARs in transit ("" means os.TempDir()).
+	// TempDir holds large compressed uploads while they are spooled
+	// ("" means os.TempDir()); pulls stream without files.
 	TempDir string
 
 	// Server-dialed mode: ListenAddr serves the dialed handshake, over TLS
