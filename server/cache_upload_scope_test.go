@@ -254,3 +254,52 @@ func TestContentAddressedBuildOutputs(t *testing.T) {
 		}
 	})
 }
+
+// Which caches a job's uploads go to follows the admin API's subscription
+// changes at once, though the server keeps each project's subscriptions
+// between uploads: an unsubscribed cache takes no further upload, a
+// subscribed one takes the next.
+func TestUploadsFollowSubscriptionChanges(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		ctx := t.Context()
+		e := newCacheProtoEnv(t, db, Config{AdminTokenHash: sha256Hex(testAdminToken)})
+		second, err := db.CreateCache(ctx, storage.NewCache{Name: "second"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.SubscribeProject(ctx, e.project.ID, second.ID); err != nil {
+			t.Fatal(err)
+		}
+		w := e.projectWorker()
+		admin := &adminEnv{t: t, db: db, base: strings.TrimSuffix("http"+strings.TrimPrefix(e.url, "ws"), "/proto"), token: testAdminToken}
+		sub := projectPath("ops/web") + "/caches/second"
+		in := func(what, path string, want ...storage.Cache) {
+			t.Helper()
+			hash, _ := storage.StorePathHash(path)
+			for _, c := range []storage.Cache{e.cache, second} {
+				_, err := db.CachePath(ctx, c.ID, hash)
+				switch {
+				case slices.ContainsFunc(want, func(w storage.Cache) bool { return w.ID == c.ID }) && err != nil:
+					t.Errorf("%s: cache %s lacks the upload: %v", what, c.Name, err)
+				case !slices.ContainsFunc(want, func(w storage.Cache) bool { return w.ID == c.ID }) && !errors.Is(err, storage.ErrNotFound):
+					t.Errorf("%s: cache %s got the upload (%v)", what, c.Name, err)
+				}
+			}
+		}
+		upload := func(id uint64, name string) string {
+			t.Helper()
+			path := testStorePath(name)
+			e.produce(path)
+			if _, out := uploadNar(t, w.sess, id, path, compressNar(t, randomNar(1000))); !isOk(out) {
+				t.Fatalf("upload of %s: %+v", name, out)
+			}
+			return path
+		}
+		in("both subscribed", upload(1, "first"), e.cache, second)
+		admin.must(204, "DELETE", sub, nil, nil)
+		in("after unsubscribing second", upload(2, "after-unsubscribe"), e.cache)
+		admin.must(201, "PUT", sub, nil, nil)
+		in("after subscribing second again", upload(3, "after-subscribe"), e.cache, second)
+	})
+}

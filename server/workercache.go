@@ -13,7 +13,7 @@ import (
 // workerCache is the authority's CacheFactory: the binary cache answers
 // each worker session's cache messages within the session's grant.
 func (s *Server) workerCache(cs authority.CacheSession) authority.CacheHandler {
-	return s.cache.NewConn(cs.Ctx, cs.Log, cs.Worker.Send, workerCacheScope{db: s.db, jobs: s.cfg.Jobs, live: cs.Worker})
+	return s.cache.NewConn(cs.Ctx, cs.Log, cs.Worker.Send, workerCacheScope{db: s.db, subscriptions: s.cache, jobs: s.cfg.Jobs, live: cs.Worker})
 }
 
 // workerCacheScope is a worker session's cache.Scope, derived from a copy
@@ -21,6 +21,9 @@ func (s *Server) workerCache(cs authority.CacheSession) authority.CacheHandler {
 // takes effect at once.
 type workerCacheScope struct {
 	db *storage.DB
+	// subscriptions answers ProjectCaches from the cache's memo, which
+	// the admin API invalidates on every subscription change.
+	subscriptions *cache.Cache
 	// jobs and live resolve a job to its project.
 	jobs authority.JobLoop
 	live *authority.LiveWorker
@@ -30,7 +33,7 @@ func (w workerCacheScope) Readable(ctx context.Context) ([]storage.Cache, error)
 	g := w.live.Grant()
 	var out []storage.Cache
 	for _, p := range g.Projects {
-		cs, err := w.db.ProjectCaches(ctx, p)
+		cs, err := w.subscriptions.ProjectCaches(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +85,7 @@ func (w workerCacheScope) Writable(ctx context.Context, jobID string) (cache.Wri
 				return scope, nil
 			}
 			var err error
-			scope.Caches, err = w.db.ProjectCaches(ctx, products.Project)
+			scope.Caches, err = w.subscriptions.ProjectCaches(ctx, products.Project)
 			return scope, err
 		}
 	}

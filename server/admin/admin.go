@@ -117,6 +117,9 @@ type CacheContent interface {
 	DeletePath(ctx context.Context, c storage.Cache, hash string) error
 	// Forget drops what the cache keeps of a deleted cache.
 	Forget(c storage.Cache)
+	// SubscriptionsChanged drops what the cache keeps of a project's
+	// subscriptions, after they changed or the project was deleted.
+	SubscriptionsChanged(projectID string)
 }
 
 // Evaluations starts and cancels evaluations: the job loop, when it can.

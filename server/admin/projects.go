@@ -253,6 +253,7 @@ func (a *API) deleteProject(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	a.cfg.Cache.SubscriptionsChanged(p.ID)
 	a.log.Info("admin: project deleted", "project_id", p.ID, "name", p.Name)
 	a.cfg.Dialer.RefreshDials() // its registrations went with it
 	w.WriteHeader(http.StatusNoContent)
@@ -284,6 +285,7 @@ func (a *API) subscribe(w http.ResponseWriter, r *http.Request) {
 	}
 	res := LinkResult{Added: added}
 	if added {
+		a.cfg.Cache.SubscriptionsChanged(p.ID)
 		a.log.Info("admin: project subscribed", "project_id", p.ID, "cache", c.Name)
 		// connection.txt: a project subscribing to a cache reauths the
 		// project's workers, whose project failed for lack of a cache.
@@ -307,6 +309,7 @@ func (a *API) unsubscribe(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	a.cfg.Cache.SubscriptionsChanged(p.ID)
 	a.log.Info("admin: project unsubscribed", "project_id", p.ID, "cache", c.Name)
 	w.WriteHeader(http.StatusNoContent)
 }

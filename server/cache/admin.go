@@ -100,4 +100,7 @@ func (bc *Cache) DeletePath(ctx context.Context, c storage.Cache, hash string) e
 }
 
 // Forget drops what the cache keeps of a deleted cache.
-func (bc *Cache) Forget(c storage.Cache) { bc.cacheMemo.forgetCache(c) }
+func (bc *Cache) Forget(c storage.Cache) {
+	bc.cacheMemo.forgetCache(c)
+	bc.subscriptions.forgetAll()
+}

@@ -100,6 +100,9 @@ type Cache struct {
 	// cacheMemo keeps cache rows, signing keys and narinfos; the admin
 	// API's deletes forget what they delete.
 	cacheMemo *cacheMemo
+	// subscriptions keeps projects' subscribed caches; the admin API
+	// reports every change.
+	subscriptions *subscriptionMemo
 }
 
 // New builds the cache; it registers its series on cfg.Metrics.
@@ -115,6 +118,7 @@ func New(cfg Config) *Cache {
 		anonymousCache: limit.NewPerIP(cfg.AnonymousCacheSessionsPerIP),
 		uploadLeases:   newUploadLeases(),
 		cacheMemo:      newCacheMemo(),
+		subscriptions:  newSubscriptionMemo(),
 	}
 	for _, m := range c.metrics.collectors() {
 		cfg.Metrics.MustRegister(m)
