@@ -37,25 +37,43 @@ func (u *upRun) evaluate(ctx context.Context) int {
 	}
 	lastBuild := map[string]seen{}
 	var builds []storage.Build
-	// The builds are read every poll for the progress lines; between, the
-	// evaluation's row alone, often, so the run ends soon after the
-	// evaluation (an end found only by the next full poll cost up to a
-	// poll, 250 ms on average).
+	// The builds are read for the progress lines when, at a poll, their
+	// mark (storage.BuildsMark: counts and times of the builds past
+	// waiting) moved, so an evaluation discovering thousands of
+	// derivations is not read whole every poll; between polls the
+	// evaluation's row alone is read, often, so the run ends soon after
+	// the evaluation (an end found only by the next full poll cost up to
+	// a poll, 250 ms on average).
 	tick := time.NewTicker(max(u.opts.poll/upStatusChecks, time.Millisecond))
 	defer tick.Stop()
 	var lastRead time.Time
+	var lastMark storage.BuildsMark
 	for {
-		if !lastRead.IsZero() && time.Since(lastRead) < u.opts.poll {
+		if !lastRead.IsZero() {
 			if cur, err := u.db.Evaluation(ctx, ev.ID); err == nil && !cur.Status.Terminal() && cur.Status == lastEval {
-				select {
-				case <-ctx.Done():
-					return u.interrupted(ctx, ev.ID)
-				case <-tick.C:
+				unchanged := true
+				if time.Since(lastRead) >= u.opts.poll {
+					mark, err := u.db.EvaluationBuildsMark(ctx, ev.ID)
+					if unchanged = err == nil && mark == lastMark; unchanged {
+						lastRead = time.Now()
+					}
 				}
-				continue
+				if unchanged {
+					select {
+					case <-ctx.Done():
+						return u.interrupted(ctx, ev.ID)
+					case <-tick.C:
+					}
+					continue
+				}
 			}
 		}
 		lastRead = time.Now()
+		// The mark first: a change between it and the builds is read now
+		// and moves the next mark, which reads the builds again.
+		if mark, err := u.db.EvaluationBuildsMark(ctx, ev.ID); err == nil {
+			lastMark = mark
+		}
 		// A short read deadline of its own: the run's context may be over
 		// and the final state must still be read.
 		ev, builds, err = u.readEvaluation(ctx, ev.ID)

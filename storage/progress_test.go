@@ -1,0 +1,122 @@
+package storage
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+)
+
+// The mark of an evaluation's builds stays put while the evaluation only
+// discovers (waiting) derivations, and moves when a build is queued,
+// started or ended.
+func TestEvaluationBuildsMark(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		mark := func() BuildsMark {
+			t.Helper()
+			m, err := db.EvaluationBuildsMark(ctx, e.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		empty := mark()
+		worker := NewID()
+		a := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, worker)
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, []DiscoveredBuild{discovered("a", "packages.x86_64-linux.a"), discovered("b", "", "a")}); err != nil {
+			t.Fatal(err)
+		}
+		if got := mark(); got != empty {
+			t.Errorf("discovering waiting builds moved the mark: %+v", got)
+		}
+		ready, err := db.CompleteFlakeJob(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued := mark()
+		if queued == empty {
+			t.Fatal("queueing a build left the mark")
+		}
+		jobs := pendingOf(t, db, ready)
+		job := jobs[drvPath("a")]
+		claim := mustClaim(t, db, job.JobID, worker)
+		building := mark()
+		if building == queued {
+			t.Fatal("starting a build left the mark")
+		}
+		if _, err := db.CompleteBuild(ctx, claim, []BuildOutputInfo{{Name: "out", StorePath: job.Outputs[0].Path, NarSize: 42, NarHash: "sha256:x"}}); err != nil {
+			t.Fatal(err)
+		}
+		if done := mark(); done == building || done == queued {
+			t.Fatal("ending a build left the mark")
+		}
+		if again := mark(); again != mark() {
+			t.Error("two marks without a change differ")
+		}
+	})
+}
+
+// What gradient up's poll reads during an evaluation that has discovered
+// 20,000 derivations: every build, or their mark.
+func BenchmarkEvaluationProgressPoll(b *testing.B) {
+	db, err := Open(b.Context(), "sqlite://"+filepath.Join(b.TempDir(), "gradient.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	ctx := b.Context()
+	team, err := db.CreateTeam(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	project, err := db.CreateProject(ctx, NewProject{TeamID: team.ID, Name: "p", Repository: "r", Branch: "main"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := db.CreateEvaluation(ctx, NewEvaluation{ProjectID: project.ID, RepositoryURL: "r", Commit: "c"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pending, err := db.PendingJobs(ctx)
+	if err != nil || len(pending) != 1 {
+		b.Fatalf("PendingJobs = %d, %v", len(pending), err)
+	}
+	if _, err := db.ClaimJob(ctx, pending[0].JobID, NewID()); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.SetEvaluationStatus(ctx, e.ID, EvaluationEvaluating); err != nil {
+		b.Fatal(err)
+	}
+	const n = 20000
+	for start := 0; start < n; start += 1000 {
+		var batch []DiscoveredBuild
+		for i := start; i < start+1000; i++ {
+			batch = append(batch, DiscoveredBuild{
+				Attr: fmt.Sprintf("packages.x86_64-linux.p%d", i), DrvPath: fmt.Sprintf("/nix/store/%08d-p.drv", i),
+				Outputs:      []BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%08d-p", i)}},
+				Architecture: "x86_64-linux",
+			})
+		}
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("builds", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if bs, err := db.EvaluationBuilds(ctx, e.ID); err != nil || len(bs) != n {
+				b.Fatal(len(bs), err)
+			}
+		}
+	})
+	b.Run("mark", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := db.EvaluationBuildsMark(ctx, e.ID); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
