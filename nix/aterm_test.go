@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -83,6 +84,9 @@ func TestDerivationsMatchShowDerivation(t *testing.T) {
 	// A .drv the store lacks, and a path that is not a .drv.
 	if _, err := n.Derivations(ctx, "/nix/store/00000000000000000000000000000000-gone.drv"); err == nil || !strings.Contains(err.Error(), "gone.drv") {
 		t.Errorf("missing .drv: %v", err)
+	}
+	if _, err := n.Derivations(ctx, append(slices.Clone(paths), "/nix/store/00000000000000000000000000000000-gone.drv")...); err == nil || !strings.Contains(err.Error(), "gone.drv") {
+		t.Errorf("a missing .drv among present ones: %v", err)
 	}
 	if _, err := n.Derivations(ctx, "/etc/passwd"); err == nil {
 		t.Error("read /etc/passwd as a derivation")

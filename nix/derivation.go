@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // DerivationOutput is one output of a derivation.
@@ -46,32 +48,84 @@ func (n *Nix) Derivation(ctx context.Context, drvPath string) (*Derivation, erro
 
 // Derivations reads and parses .drv files from the store: each one's
 // NAR through the daemon (a .drv is a regular file), its ATerm text by
-// ParseDerivation. A path the store lacks is an error.
+// ParseDerivation. A path the store lacks is an error. Up to
+// derivationReaders are read at once, each over its own daemon
+// connection, so an evaluation's closure walk does not wait for one round
+// trip per .drv in turn.
 func (n *Nix) Derivations(ctx context.Context, drvPaths ...string) (map[string]*Derivation, error) {
-	drvs := make(map[string]*Derivation, len(drvPaths))
-	var nar bytes.Buffer
+	var todo []string
+	seen := make(map[string]bool, len(drvPaths))
 	for _, p := range drvPaths {
-		if drvs[p] != nil {
+		if seen[p] {
 			continue
 		}
+		seen[p] = true
 		if err := checkStorePath(p); err != nil || !strings.HasSuffix(p, ".drv") {
 			return nil, fmt.Errorf("nix: reading derivation %q: not a store path of a .drv", p)
 		}
-		nar.Reset()
-		if _, err := n.daemonClient().NarFromPath(ctx, p, &cappedWriter{w: &nar, left: maxDerivationBytes + 1024}); err != nil {
-			return nil, fmt.Errorf("nix: reading derivation %s: %w", p, daemonError(ctx, err))
+		todo = append(todo, p)
+	}
+	read := make([]*Derivation, len(todo))
+	errs := make([]error, len(todo))
+	var next atomic.Int64
+	var failed atomic.Bool // the readers stop taking paths
+	var wg sync.WaitGroup
+	for range min(derivationReaders, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var nar bytes.Buffer
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(todo) || failed.Load() {
+					return
+				}
+				read[i], errs[i] = n.readDerivation(ctx, todo[i], &nar)
+				if errs[i] != nil {
+					failed.Store(true)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	drvs := make(map[string]*Derivation, len(todo))
+	for i, p := range todo {
+		if errs[i] != nil {
+			return nil, errs[i]
 		}
-		text, err := narRegularFile(nar.Bytes())
-		if err != nil {
-			return nil, fmt.Errorf("nix: reading derivation %s: %w", p, err)
+		if read[i] == nil { // not read: a later path failed first
+			for _, err := range errs[i:] {
+				if err != nil {
+					return nil, err
+				}
+			}
+			return nil, fmt.Errorf("nix: reading derivation %s: not read", p)
 		}
-		d, err := ParseDerivation(p, text)
-		if err != nil {
-			return nil, fmt.Errorf("nix: %w", err)
-		}
-		drvs[p] = d
+		drvs[p] = read[i]
 	}
 	return drvs, nil
+}
+
+// derivationReaders is how many .drv files Derivations reads at once: the
+// daemon client's default pool.
+const derivationReaders = 4
+
+// readDerivation reads and parses one .drv, using nar as its buffer.
+func (n *Nix) readDerivation(ctx context.Context, p string, nar *bytes.Buffer) (*Derivation, error) {
+	nar.Reset()
+	if _, err := n.daemonClient().NarFromPath(ctx, p, &cappedWriter{w: nar, left: maxDerivationBytes + 1024}); err != nil {
+		return nil, fmt.Errorf("nix: reading derivation %s: %w", p, daemonError(ctx, err))
+	}
+	text, err := narRegularFile(nar.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("nix: reading derivation %s: %w", p, err)
+	}
+	d, err := ParseDerivation(p, text)
+	if err != nil {
+		return nil, fmt.Errorf("nix: %w", err)
+	}
+	return d, nil
 }
 
 // cappedWriter fails once more than left bytes were written.
