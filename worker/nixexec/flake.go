@@ -178,9 +178,11 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 		j.r.Send(&wire.EvalMessage{JobID: j.id, Level: wire.EvalLevelError, Source: "nix-eval:" + attr, Message: ev.AttrErrors[attr]})
 	}
 	// The discovered .drv files pin their closures until uploaded.
-	for _, d := range ev.Derivations {
-		j.pin(ctx, d.DrvPath)
+	drvPaths := make([]string, len(ev.Derivations))
+	for i, d := range ev.Derivations {
+		drvPaths[i] = d.DrvPath
 	}
+	j.pin(ctx, drvPaths...)
 	w := &walk{j: j, visited: map[string]bool{}, uploaded: map[string]bool{}}
 	if err := w.run(ctx, ev.Derivations); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 )
 
 // GC roots (WORKER.md §7.7): while a job needs store paths it pulled,
@@ -38,6 +39,7 @@ func (j *job) pin(ctx context.Context, paths ...string) {
 		r.warn(j, err)
 		return
 	}
+	var links []string
 	for _, p := range paths {
 		link := filepath.Join(r.dir, r.prefix+filepath.Base(p))
 		if err := os.Symlink(p, link); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -45,11 +47,33 @@ func (j *job) pin(ctx context.Context, paths ...string) {
 			continue
 		}
 		r.links = append(r.links, link)
-		if err := j.e.Nix.AddIndirectRoot(ctx, link); err != nil {
-			r.warn(j, err)
-		}
+		links = append(links, link)
+	}
+	// The daemon is told of the links a few at a time (one round trip
+	// each), so an evaluation's thousands of .drv files do not wait for
+	// one another.
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range min(pinRegistrars, len(links)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(links); i = int(next.Add(1)) - 1 {
+				if err := j.e.Nix.AddIndirectRoot(ctx, links[i]); err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		r.warn(j, *err)
 	}
 }
+
+// pinRegistrars is how many links pin registers with the daemon at once.
+const pinRegistrars = 4
 
 func (r *roots) warn(j *job, err error) {
 	if !r.warned {
