@@ -9,7 +9,8 @@
 # queueing to its flake job's JobCompleted (start-up of the server and the
 # worker left out); the ratio; and gradient's split: its own nix evaluation
 # of the attributes (drvPaths, written through the store's daemon) and the
-# rest (closure walk, every .drv uploaded, stored and recorded).
+# rest (closure walk, every .drv uploaded, stored and recorded); and the
+# gradient process's own CPU time (server and worker, not Nix) until then.
 #
 # Usage: scripts/bench-eval.sh [GRADIENT-BINARY] [N...]   (default: builds ./cmd/gradient; N = 400 2000 20000)
 set -euo pipefail
@@ -40,7 +41,7 @@ mkdir -p "$work/etc" && export NIX_CONF_DIR=$work/etc NIX_USER_CONF_FILES=
 
 now() { date +%s.%N; }
 
-printf '%7s %10s %12s %7s %10s %10s\n' N nix_eval_s gradient_s ratio its_eval_s walk_s
+printf '%7s %10s %12s %7s %10s %10s %8s\n' N nix_eval_s gradient_s ratio its_eval_s walk_s cpu_s
 for n in "${sizes[@]}"; do
   salt=$(date +%s%N)
   flake=$work/flake-$n
@@ -73,6 +74,9 @@ EOF
     kill -0 "$up_pid" 2>/dev/null || break
     sleep 0.2
   done
+  # The gradient process's own CPU (server and worker; not its Nix
+  # children) up to here: user + system ticks of /proc/PID/stat.
+  cpu_s=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$up_pid/stat" 2>/dev/null || echo nan)
   kill -INT "$up_pid" 2>/dev/null || true
   wait "$up_pid" 2>/dev/null || true
   up_pid=
@@ -90,7 +94,7 @@ EOF
   up_s=$(echo "$completed - $queued" | bc -l)
   ev_s=$(echo "$evaluated - $evaluating" | bc -l)
   walk_s=$(echo "$completed - $evaluated" | bc -l)
-  printf '%7d %10.2f %12.2f %6.1fx %10.2f %10.2f\n' "$n" "$nix_s" "$up_s" "$(echo "$up_s / $nix_s" | bc -l)" "$ev_s" "$walk_s"
+  printf '%7d %10.2f %12.2f %6.1fx %10.2f %10.2f %8s\n' "$n" "$nix_s" "$up_s" "$(echo "$up_s / $nix_s" | bc -l)" "$ev_s" "$walk_s" "$cpu_s"
   [ -z "${BENCH_EVAL_KEEP:-}" ] || cp "$log" "${BENCH_EVAL_KEEP}-$n.log"
   chmod -R u+w "$work/nix-store-$n" "$work/gradient-store-$n" 2>/dev/null || true
   rm -rf "$work/nix-store-$n" "$work/gradient-store-$n" "$work/up-$n"
