@@ -170,15 +170,17 @@ const completeBuildSQL = `WITH ` + lazyCommitCTE + `,
 	      WHERE w.status = 'waiting')
 	SELECT (SELECT count(*) FROM a), (SELECT evaluation_id FROM j), (SELECT project_id FROM j),
 	       (SELECT string_agg(id, ',') FROM d),
-	       (SELECT count(*) FROM (SELECT 1 FROM builds o JOIN b ON o.evaluation_id = b.evaluation_id
-	               WHERE o.id <> b.id AND o.status IN ('waiting', 'queued', 'building') LIMIT $4) x)`
+	       CASE WHEN $5::boolean THEN (SELECT count(*) FROM (SELECT 1 FROM builds o JOIN b ON o.evaluation_id = b.evaluation_id
+	               WHERE o.id <> b.id AND o.status IN ('waiting', 'queued', 'building') LIMIT $4) x) ELSE $4 END`
 
 // completeBuildsSQL records the success of many calls' builds: each
 // open assignment of an assigned build job is closed, its job done, its
 // build succeeded. It returns, per completed build, its waiting
 // dependents and how many other builds of its evaluation are still to
-// run (leaving out the whole batch, capped at $4). d and o are
-// materialized so they run once per batch, not once per completed build.
+// run (leaving out the whole batch, capped at $4; $4 itself unless $5,
+// for callers that check the end themselves: CompleteBuildDeferEnd). d
+// and o are materialized so they run once per batch, not once per
+// completed build.
 const completeBuildsSQL = `WITH ` + lazyCommitCTE + `,
 	r AS (SELECT * FROM unnest($1::text[], $2::text[]) AS r(assignment_id, info)),
 	a AS (UPDATE job_assignments SET closed_at = $3, outcome = 'completed' FROM r
@@ -197,11 +199,16 @@ const completeBuildsSQL = `WITH ` + lazyCommitCTE + `,
 	o AS MATERIALIZED (SELECT ev.evaluation_id,
 	        (SELECT count(*) FROM (SELECT 1 FROM builds o WHERE o.evaluation_id = ev.evaluation_id
 	           AND o.status IN ('waiting', 'queued', 'building') AND o.id NOT IN (SELECT id FROM b) LIMIT $4) x) AS others
-	      FROM (SELECT DISTINCT evaluation_id FROM b) ev)
-	SELECT b.assignment_id, b.evaluation_id, b.project_id, d.ids, o.others
-	FROM b LEFT JOIN d ON d.assignment_id = b.assignment_id JOIN o ON o.evaluation_id = b.evaluation_id`
+	      FROM (SELECT DISTINCT evaluation_id FROM b WHERE $5::boolean) ev)
+	SELECT b.assignment_id, b.evaluation_id, b.project_id, d.ids, COALESCE(o.others, $4)
+	FROM b LEFT JOIN d ON d.assignment_id = b.assignment_id LEFT JOIN o ON o.evaluation_id = b.evaluation_id`
 
-type completeCall struct{ assignmentID, info string }
+type completeCall struct {
+	assignmentID, info string
+	// end: check whether the build was its evaluation's last (CompleteBuild;
+	// CompleteBuildDeferEnd leaves that to its caller).
+	end bool
+}
 
 // completion is what the completing statement reports of one build.
 type completion struct {
@@ -219,6 +226,10 @@ func (db *DB) newCompletionBatcher() *batcher[completeCall, completion] {
 // call); a call whose assignment completed nothing gets a completion that
 // is not closed.
 func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]completion, error) {
+	end := false
+	for _, c := range calls {
+		end = end || c.end
+	}
 	if len(calls) == 1 {
 		var (
 			closed                      int
@@ -226,7 +237,7 @@ func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]com
 			c                           completion
 		)
 		err := retryingStatement(func() error {
-			return db.hotRow(ctx, completeBuildSQL, calls[0].assignmentID, nowMillis(), calls[0].info, finishCheckBound).
+			return db.hotRow(ctx, completeBuildSQL, calls[0].assignmentID, nowMillis(), calls[0].info, finishCheckBound, end).
 				Scan(&closed, &evalID, &project, &dependents, &c.othersStillToRun)
 		})
 		c.closed, c.evalID, c.project, c.dependents = closed > 0, evalID.String, project.String, dependents.String
@@ -242,7 +253,7 @@ func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]com
 	}
 	var done map[string]completion
 	err = retryingStatement(func() error {
-		done, err = scanCompletions(st.QueryContext(ctx, ids, infos, nowMillis(), finishCheckBound))
+		done, err = scanCompletions(st.QueryContext(ctx, ids, infos, nowMillis(), finishCheckBound, end))
 		return err
 	})
 	if err != nil {
@@ -301,8 +312,8 @@ const readyDependentsPG = `WITH ` + lazyCommitCTE + `, r AS (
 // re-checks what it depends on. A crash between the steps leaves work
 // that RecoverInterruptedWork finishes (ReadyStrandedBuilds,
 // FinishDoneEvaluations).
-func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string) ([]string, error) {
-	c, err := db.completions.do(ctx, completeCall{assignmentID, info})
+func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string, end bool) ([]string, error) {
+	c, err := db.completions.do(ctx, completeCall{assignmentID, info, end})
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +328,7 @@ func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string) ([
 			return nil, fmt.Errorf("build recorded; readying its dependents failed (ReadyStrandedBuilds retries): %w", err)
 		}
 	}
-	if len(ready) > 0 || c.othersStillToRun >= finishCheckBound {
+	if len(ready) > 0 || !end || c.othersStillToRun >= finishCheckBound {
 		return ready, nil
 	}
 	// Without a lock: of two last builds completing at once, the later

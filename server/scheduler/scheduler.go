@@ -116,7 +116,10 @@ type Scheduler struct {
 	queue    *jobQueue // the pending jobs
 	sessions map[uint64]*workerState
 	running  map[string]*assignment // by job ID
-	imports  []*importRequest       // import-from-derivation requests waiting
+	// completing counts, by evaluation, the build completions being
+	// recorded (see endIfLast).
+	completing map[string]int
+	imports    []*importRequest // import-from-derivation requests waiting
 	// progress is the latest BuildProgress of each running build, by
 	// build ID (JOBS.md §9.2: kept 15 s, shown while building).
 	progress map[string]buildProgress
@@ -165,7 +168,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
 		queue: newJobQueue(), sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
-		progress: map[string]buildProgress{},
+		completing: map[string]int{}, progress: map[string]buildProgress{},
 	}
 	s.logs = newLogBuffer(s)
 	s.m = newLoopMetrics(cfg.Metrics, s.idleSessions)
@@ -256,33 +259,60 @@ func (s *Scheduler) loop() {
 	}
 }
 
-// reload replaces the in-memory queue with the database's pending jobs.
+// reload brings the in-memory queue in line with the database's pending
+// jobs: it reads their IDs, drops the queued jobs the database no longer
+// has pending and reads in full only the jobs new to the queue, so a pass
+// over a large queue costs one read of its IDs (not of every job, with
+// its derivation's details, as the first version did).
 func (s *Scheduler) reload(ctx context.Context) error {
-	jobs, err := s.db.PendingJobs(ctx)
+	s.mu.Lock()
+	mark := s.queue.seq
+	s.mu.Unlock()
+	ids, err := s.db.PendingJobIDs(ctx)
+	if err != nil {
+		return err
+	}
+	pending := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		pending[id] = struct{}{}
+	}
+	s.mu.Lock()
+	var unknown []string
+	for _, id := range ids {
+		if s.queue.get(id) == nil && s.running[id] == nil {
+			unknown = append(unknown, id)
+		}
+	}
+	stale := s.queue.staleSince(mark, pending)
+	for _, id := range stale {
+		s.queue.remove(id)
+	}
+	s.m.pending.Set(float64(s.queue.len()))
+	s.mu.Unlock()
+	if len(stale) > 0 {
+		s.log.Debug("dropped queued jobs the database no longer has pending", "jobs", len(stale))
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	jobs, err := s.db.PendingJobsByID(ctx, unknown)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	old := s.queue
-	s.queue = newJobQueue()
 	var unread []string
 	for i := range jobs {
 		j := &jobs[i]
 		if s.running[j.JobID] != nil {
 			continue // claimed in the meantime
 		}
-		// A job's inputs do not change while it waits: the old queue's
-		// copy serves, and only jobs new to it are read (below).
-		if o := old.get(j.JobID); o != nil {
-			j.RequiredPaths = o.RequiredPaths
-		}
-		if j.Kind == storage.JobBuild && j.RequiredPaths == nil {
+		if s.queue.add(j) && j.Kind == storage.JobBuild {
 			unread = append(unread, j.JobID)
 		}
-		s.queue.add(j)
 	}
 	s.m.pending.Set(float64(s.queue.len()))
 	s.mu.Unlock()
+	s.reoffer(unread)
 	s.fillRequiredPaths(unread)
 	return nil
 }
@@ -530,6 +560,9 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 				return
 			}
 			s.mu.Unlock()
+			if job.Kind == storage.JobBuild {
+				s.endIfLast(ctx, job.EvaluationID) // it may have held the end back
+			}
 			continue // lost a race: the job is gone, try the next one
 		}
 		a := &assignment{id: id, job: job, session: w.Session, workerID: w.WorkerID, fetchOnly: fetchOnly}
