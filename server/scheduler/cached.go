@@ -128,6 +128,9 @@ func (s *Scheduler) admit(ctx context.Context, evalID string, cacheIDs []string,
 		s.mu.Unlock()
 		s.reoffer(added)
 		s.dispatch(added)
+		if s.admitted != nil {
+			s.admitted(added)
+		}
 		queued += len(added)
 		ids = next
 	}

@@ -119,6 +119,9 @@ type Scheduler struct {
 	// completing counts, by evaluation, the build completions being
 	// recorded (see endIfLast).
 	completing map[string]int
+	// admitted, when set (tests), sees each chunk of an evaluation's
+	// ready jobs after it joined the queue and was dispatched.
+	admitted func(jobIDs []string)
 	imports    []*importRequest // import-from-derivation requests waiting
 	// progress is the latest BuildProgress of each running build, by
 	// build ID (JOBS.md §9.2: kept 15 s, shown while building).
