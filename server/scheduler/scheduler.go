@@ -122,7 +122,7 @@ type Scheduler struct {
 	// admitted, when set (tests), sees each chunk of an evaluation's
 	// ready jobs after it joined the queue and was dispatched.
 	admitted func(jobIDs []string)
-	imports    []*importRequest // import-from-derivation requests waiting
+	imports  []*importRequest // import-from-derivation requests waiting
 	// progress is the latest BuildProgress of each running build, by
 	// build ID (JOBS.md §9.2: kept 15 s, shown while building).
 	progress map[string]buildProgress
