@@ -191,6 +191,7 @@ func runThroughput(b *testing.B, dbURL string, n int, memory bool) {
 		runtime.ReadMemStats(&before)
 		peak = sampleHeap()
 	}
+	pg := startBackendCPU(b, dbURL)
 	b.ResetTimer()
 	start := time.Now()
 	cpu := startCPU()
@@ -214,6 +215,10 @@ func runThroughput(b *testing.B, dbURL string, n int, memory bool) {
 		b.ReportMetric(ms(time.Duration(at[0]-start.UnixNano())), "first-assignment-ms")
 	}
 	if memory {
+		b.ReportMetric((processCPU()-cpu.proc)/float64(n)*1e6, "proc-cpu-us/assignment")
+		if used := pg.used(); used >= 0 {
+			b.ReportMetric(used/float64(n)*1e6, "pg-cpu-us/assignment")
+		}
 		b.ReportMetric(float64(before.HeapInuse)/(1<<20), "heap-before-MiB")
 		b.ReportMetric(float64(peak.stop())/(1<<20), "peak-heap-MiB")
 		b.ReportMetric(float64(peak.peakRSS.Load())/(1<<20), "peak-rss-MiB")
@@ -453,4 +458,73 @@ func (h *heapSampler) stop() uint64 {
 	close(h.done)
 	h.wg.Wait()
 	return h.peak.Load()
+}
+
+// backendCPU measures the CPU time of the PostgreSQL backends serving
+// the benchmark's database (from /proc, so the server must be local):
+// what the database costs per assignment, apart from whatever else the
+// machine runs. It reads nothing on SQLite.
+type backendCPU struct {
+	conn  *sql.DB
+	start map[int]float64
+}
+
+func startBackendCPU(b *testing.B, dbURL string) *backendCPU {
+	if !strings.HasPrefix(dbURL, "postgres") {
+		return &backendCPU{}
+	}
+	conn, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	m := &backendCPU{conn: conn}
+	m.start = m.read()
+	return m
+}
+
+func (m *backendCPU) read() map[int]float64 {
+	rows, err := m.conn.Query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	out := map[int]float64{}
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) != nil {
+			return nil
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue // not local
+		}
+		// Fields after the command's closing parenthesis: utime and
+		// stime are the 12th and 13th.
+		_, rest, _ := strings.Cut(string(data), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		out[pid] = (ut + st) / 100 // USER_HZ
+	}
+	return out
+}
+
+// used is the backends' CPU seconds since the start, -1 when unknown.
+func (m *backendCPU) used() float64 {
+	if m.conn == nil {
+		return -1
+	}
+	now := m.read()
+	if len(now) == 0 {
+		return -1
+	}
+	var sum float64
+	for pid, v := range now {
+		sum += v - m.start[pid]
+	}
+	return sum
 }
