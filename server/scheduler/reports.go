@@ -365,15 +365,26 @@ func describeUpdate(u wire.JobUpdateKind) string {
 // sendJobList answers RequestJobList with the pending jobs the worker may
 // run, in pages of at most 1000 candidates and 2 MiB (JOBS.md §3.2); an
 // empty list is one empty final page.
+//
+// The queue is walked under the lock, the candidates built after it: a
+// list of a large queue holds up no other session's pick.
 func (s *Scheduler) sendJobList(w *authority.LiveWorker) {
+	type listed struct {
+		job      *storage.PendingJob
+		required []storage.RequiredPath // set under the lock (fillRequiredPaths)
+	}
+	var jobs []listed
 	s.mu.Lock()
 	e := newEligibility(w)
-	var candidates []wire.JobCandidate
 	s.queue.each(e.mayAny, func(job *storage.PendingJob) bool {
-		candidates = append(candidates, candidate(job))
+		jobs = append(jobs, listed{job, job.RequiredPaths})
 		return true
 	})
 	s.mu.Unlock()
+	candidates := make([]wire.JobCandidate, len(jobs))
+	for i, l := range jobs {
+		candidates[i] = candidateWith(l.job, l.required)
+	}
 	pages := wire.CandidatePages(candidates)
 	if len(pages) == 0 {
 		pages = [][]wire.JobCandidate{{}}
@@ -385,7 +396,11 @@ func (s *Scheduler) sendJobList(w *authority.LiveWorker) {
 	}
 }
 
-func candidate(job *storage.PendingJob) wire.JobCandidate {
+func candidate(job *storage.PendingJob) wire.JobCandidate { return candidateWith(job, job.RequiredPaths) }
+
+// candidateWith is the candidate of job with its required paths (read
+// under s.mu; the job's other fields do not change once queued).
+func candidateWith(job *storage.PendingJob, required []storage.RequiredPath) wire.JobCandidate {
 	c := wire.JobCandidate{JobID: job.JobID, RequiredPaths: []wire.RequiredPath{}, DrvPaths: []string{}, OutputPaths: []string{}}
 	if job.Kind == storage.JobFlake && job.FlakeSource != "" {
 		// Evaluating a fetched source: the source is what it needs.
@@ -393,7 +408,7 @@ func candidate(job *storage.PendingJob) wire.JobCandidate {
 	}
 	if job.Kind == storage.JobBuild {
 		c.DrvPaths = []string{job.DrvPath}
-		for _, p := range job.RequiredPaths {
+		for _, p := range required {
 			r := wire.RequiredPath{Path: p.Path}
 			if p.Cached {
 				r.CacheInfo = &wire.CacheInfo{FileSize: p.FileSize, NarSize: p.NarSize}
