@@ -644,9 +644,20 @@ func (db *DB) QueueReadyBuilds(ctx context.Context, evalID string, ids []string)
 // queueBuildsByID queues those of the builds ids (of evaluation evalID)
 // that are waiting with every dependency built, and returns them.
 func (db *DB) queueBuildsByID(ctx context.Context, tx *sql.Tx, evalID string, ids []string) ([]string, error) {
-	const update = `UPDATE builds SET status = 'queued' WHERE evaluation_id = $1 AND status = 'waiting' AND ` +
+	// The chunk's builds are looked up by key, whatever the statistics
+	// say: given the evaluation and status plainly, PostgreSQL's planner
+	// (with the statistics of builds inserted moments ago) scans the
+	// evaluation's waiting builds and filters them by the list, and
+	// given them in a CASE, which no index serves, it scans the table;
+	// either way each chunk would cost as much as all of them. So the
+	// CASE, and no sequential scan in this transaction.
+	const update = `UPDATE builds SET status = 'queued'
+		WHERE CASE WHEN evaluation_id = $1 AND status = 'waiting' THEN true ELSE false END AND ` +
 		readyCondition + ` AND id `
 	if db.engine == EnginePostgres {
+		if _, err := db.txExec(ctx, tx, `SET LOCAL enable_seqscan = off`); err != nil {
+			return nil, err
+		}
 		rows, err := db.txQuery(ctx, tx, update+`= ANY($2::text[]) RETURNING id`, evalID, ids)
 		return collect(rows, err, scanString)
 	}
