@@ -396,7 +396,9 @@ func (s *Scheduler) sendJobList(w *authority.LiveWorker) {
 	}
 }
 
-func candidate(job *storage.PendingJob) wire.JobCandidate { return candidateWith(job, job.RequiredPaths) }
+func candidate(job *storage.PendingJob) wire.JobCandidate {
+	return candidateWith(job, job.RequiredPaths)
+}
 
 // candidateWith is the candidate of job with its required paths (read
 // under s.mu; the job's other fields do not change once queued).

@@ -119,6 +119,10 @@ type Scheduler struct {
 	// completing counts, by evaluation, the build completions being
 	// recorded (see endIfLast).
 	completing map[string]int
+	// claiming holds the jobs taken from the queue whose claim is under
+	// way: pending in the database still, but not to be queued again by
+	// a resync.
+	claiming map[string]bool
 	// admitted, when set (tests), sees each chunk of an evaluation's
 	// ready jobs after it joined the queue and was dispatched.
 	admitted func(jobIDs []string)
@@ -171,7 +175,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
 		queue: newJobQueue(), sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
-		completing: map[string]int{}, progress: map[string]buildProgress{},
+		completing: map[string]int{}, claiming: map[string]bool{}, progress: map[string]buildProgress{},
 	}
 	s.logs = newLogBuffer(s)
 	s.m = newLoopMetrics(cfg.Metrics, s.idleSessions)
@@ -282,7 +286,7 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	s.mu.Lock()
 	var unknown []string
 	for _, id := range ids {
-		if s.queue.get(id) == nil && s.running[id] == nil {
+		if s.queue.get(id) == nil && s.running[id] == nil && !s.claiming[id] {
 			unknown = append(unknown, id)
 		}
 	}
@@ -306,7 +310,7 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	var unread []string
 	for i := range jobs {
 		j := &jobs[i]
-		if s.running[j.JobID] != nil {
+		if s.running[j.JobID] != nil || s.claiming[j.JobID] {
 			continue // claimed in the meantime
 		}
 		if s.queue.add(j) && j.Kind == storage.JobBuild {
@@ -552,6 +556,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 		id, err := s.db.ClaimJob(ctx, job.JobID, w.WorkerID)
 		if err != nil {
 			s.mu.Lock()
+			delete(s.claiming, job.JobID)
 			if ws := s.sessions[w.Session]; ws != nil && !ws.ended {
 				ws.idle[kind] = true
 			}
@@ -570,6 +575,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 		}
 		a := &assignment{id: id, job: job, session: w.Session, workerID: w.WorkerID, fetchOnly: fetchOnly}
 		s.mu.Lock()
+		delete(s.claiming, job.JobID)
 		ws := s.sessions[w.Session]
 		if ws == nil || ws.ended {
 			s.mu.Unlock()
@@ -625,6 +631,7 @@ func (s *Scheduler) take(w *authority.LiveWorker, kind wire.JobKind) (job *stora
 		return nil, false
 	}
 	job = s.queue.remove(best.JobID)
+	s.claiming[job.JobID] = true
 	for _, other := range s.sessions {
 		delete(other.offered, job.JobID) // frees room in their offer windows
 	}
