@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/internal/gctune"
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -137,13 +138,59 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 //
 //	GRADIENT_BENCH_SCALE=1 go test -run '^$' -bench DispatchScale -benchtime 1x -timeout 60m ./server/scheduler
 func BenchmarkDispatchScale(b *testing.B) {
-	sizes := []int{4000}
+	for _, e := range benchEngines {
+		for _, n := range scaleSizes(b) {
+			b.Run(fmt.Sprintf("%s/builds=%d", e.name, n), func(b *testing.B) {
+				for range b.N {
+					runThroughput(b, e.url(b), n, true)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkQueueMemory: the server's memory with a whole evaluation
+// queued and no build worker to take any of it: the heap after a
+// collection, less the heap before the evaluation completed
+// (queued-heap-MiB, and per build), and the process's RSS then. The sizes
+// are BenchmarkDispatchScale's (GRADIENT_BENCH_SCALE).
+//
+//	GRADIENT_BENCH_SCALE=100000 go test -run '^$' -bench QueueMemory -benchtime 1x ./server/scheduler
+func BenchmarkQueueMemory(b *testing.B) {
+	for _, e := range benchEngines {
+		for _, n := range scaleSizes(b) {
+			b.Run(fmt.Sprintf("%s/builds=%d", e.name, n), func(b *testing.B) {
+				for range b.N {
+					r := newDispatchRig(b, e.url(b), 0, &workerHooks{})
+					r.evaluate(b, n, false)
+					r.batches = nil
+					var before, after runtime.MemStats
+					runtime.GC()
+					runtime.ReadMemStats(&before)
+					close(r.gate)
+					waitfor.Within(b, 10*time.Minute, "the whole evaluation queued", func() bool { return r.srv.sched.QueueLen() == n })
+					runtime.GC()
+					runtime.ReadMemStats(&after)
+					queued := float64(after.HeapInuse) - float64(before.HeapInuse)
+					b.ReportMetric(queued/(1<<20), "queued-heap-MiB")
+					b.ReportMetric(queued/float64(n), "heap-B/build")
+					b.ReportMetric(float64(residentBytes())/(1<<20), "rss-MiB")
+				}
+			})
+		}
+	}
+}
+
+// scaleSizes are the evaluation sizes of the scale benchmarks: 4,000,
+// or those GRADIENT_BENCH_SCALE names (1: 4,000 to 100,000).
+func scaleSizes(b *testing.B) []int {
 	switch v := os.Getenv("GRADIENT_BENCH_SCALE"); v {
 	case "", "0":
+		return []int{4000}
 	case "1":
-		sizes = []int{4000, 20_000, 50_000, 100_000}
+		return []int{4000, 20_000, 50_000, 100_000}
 	default:
-		sizes = nil
+		var sizes []int
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n < 100 {
@@ -151,15 +198,7 @@ func BenchmarkDispatchScale(b *testing.B) {
 			}
 			sizes = append(sizes, n)
 		}
-	}
-	for _, e := range benchEngines {
-		for _, n := range sizes {
-			b.Run(fmt.Sprintf("%s/builds=%d", e.name, n), func(b *testing.B) {
-				for range b.N {
-					runThroughput(b, e.url(b), n, true)
-				}
-			})
-		}
+		return sizes
 	}
 }
 
