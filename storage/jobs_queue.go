@@ -825,20 +825,41 @@ func (db *DB) completeBuild(ctx context.Context, assignmentID string, outputs []
 // succeeded whose dependencies are now all built. On PostgreSQL the
 // dependents are locked first (in ID order), so of two builds completing
 // at once the later one sees the earlier one succeeded.
+//
+// The dependents are found from the build's edges, then looked up by key:
+// SQLite's planner, without statistics, otherwise walks every edge of the
+// evaluation (the primary key's prefix, which covers the query) or every
+// waiting build, on every completion, which costs as much as the
+// evaluation is large.
 func (db *DB) readyDependents(ctx context.Context, tx *sql.Tx, evalID, drv string) ([]string, error) {
+	edges := "build_edges e"
+	if db.engine == EngineSQLite {
+		edges += " INDEXED BY build_edges_by_dependency"
+	}
 	rows, err := db.txQuery(ctx, tx,
-		`SELECT id FROM builds WHERE evaluation_id = $1 AND status = 'waiting' AND drv_path IN
-		 (SELECT drv_path FROM build_edges WHERE evaluation_id = $1 AND dependency_drv_path = $2)
-		 ORDER BY id`+db.forUpdate(), evalID, drv)
+		`SELECT b.id FROM `+edges+` CROSS JOIN builds b
+		 WHERE e.evaluation_id = $1 AND e.dependency_drv_path = $2
+		   AND b.evaluation_id = e.evaluation_id AND b.drv_path = e.drv_path AND b.status = 'waiting'
+		 ORDER BY b.id`+strings.Replace(db.forUpdate(), "UPDATE", "UPDATE OF b", 1), evalID, drv)
 	waiting, err := collect(rows, err, scanString)
 	if err != nil || len(waiting) == 0 {
 		return nil, err
 	}
-	rows, err = db.txQuery(ctx, tx,
-		`UPDATE builds SET status = 'queued' WHERE evaluation_id = $1 AND status = 'waiting' AND drv_path IN
-		 (SELECT drv_path FROM build_edges WHERE evaluation_id = $1 AND dependency_drv_path = $2)
-		 AND `+readyNow+` AND `+readyCondition+` RETURNING id`, evalID, drv)
-	return collect(rows, err, scanString)
+	var ready []string
+	for len(waiting) > 0 {
+		n := min(len(waiting), inListMax)
+		args, in := inList([]any{evalID}, waiting[:n])
+		waiting = waiting[n:]
+		rows, err := db.txQuery(ctx, tx,
+			`UPDATE builds SET status = 'queued' WHERE id IN (`+in+`) AND evaluation_id = $1 AND status = 'waiting'
+			 AND `+readyNow+` AND `+readyCondition+` RETURNING id`, args...)
+		part, err := collect(rows, err, scanString)
+		if err != nil {
+			return nil, err
+		}
+		ready = append(ready, part...)
+	}
+	return ready, nil
 }
 
 // insertBuildJobs adds a pending build job per queued build.
