@@ -152,12 +152,26 @@ func (db *DB) explainUnclaimed(ctx context.Context, jobID string) error {
 	return conflict("job %s is not pending", jobID)
 }
 
+// openAssignment is "closed_at IS NULL" in a form no index serves: given
+// plainly, the planner finds the assignments through the partial index of
+// open ones (job_assignments_open), whose entries of assignments closed
+// since the last vacuum it walks on every completion, instead of by
+// primary key.
+const openAssignment = `CASE WHEN job_assignments.closed_at IS NULL THEN true ELSE false END`
+
+// waitingDependent is "w.status = 'waiting'" in a form no index serves,
+// so a completion reaches its dependents through its edges and then by
+// key; given plainly, the planner scans the evaluation's waiting builds
+// once per completed build, which while a large evaluation's builds are
+// still being readied are nearly all of them.
+const waitingDependent = `CASE WHEN w.status = 'waiting' THEN true ELSE false END`
+
 // completeBuildSQL is completeBuildsSQL for one call, cheaper in the
 // same way as claimJobSQL. Its columns: 1 if it completed, the
 // evaluation, the project, the waiting dependents, the others to run.
 const completeBuildSQL = `WITH ` + lazyCommitCTE + `,
 	a AS (UPDATE job_assignments SET closed_at = $2, outcome = 'completed'
-	      WHERE id = $1 AND closed_at IS NULL AND EXISTS (SELECT 1 FROM cfg)
+	      WHERE id = $1 AND ` + openAssignment + ` AND EXISTS (SELECT 1 FROM cfg)
 	        AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = job_assignments.job_id AND jobs.kind = 'build' AND jobs.status = 'assigned')
 	      RETURNING job_id),
 	j AS (UPDATE jobs SET status = 'done' FROM a WHERE jobs.id = a.job_id
@@ -167,7 +181,7 @@ const completeBuildSQL = `WITH ` + lazyCommitCTE + `,
 	      RETURNING builds.id, builds.evaluation_id, builds.drv_path),
 	d AS (SELECT w.id FROM b JOIN build_edges e ON e.evaluation_id = b.evaluation_id AND e.dependency_drv_path = b.drv_path
 	      JOIN builds w ON w.evaluation_id = e.evaluation_id AND w.drv_path = e.drv_path
-	      WHERE w.status = 'waiting')
+	      WHERE ` + waitingDependent + `)
 	SELECT (SELECT count(*) FROM a), (SELECT evaluation_id FROM j), (SELECT project_id FROM j),
 	       (SELECT string_agg(id, ',') FROM d),
 	       CASE WHEN $5::boolean THEN (SELECT count(*) FROM (SELECT 1 FROM builds o JOIN b ON o.evaluation_id = b.evaluation_id
@@ -184,7 +198,7 @@ const completeBuildSQL = `WITH ` + lazyCommitCTE + `,
 const completeBuildsSQL = `WITH ` + lazyCommitCTE + `,
 	r AS (SELECT * FROM unnest($1::text[], $2::text[]) AS r(assignment_id, info)),
 	a AS (UPDATE job_assignments SET closed_at = $3, outcome = 'completed' FROM r
-	      WHERE job_assignments.id = r.assignment_id AND job_assignments.closed_at IS NULL AND EXISTS (SELECT 1 FROM cfg)
+	      WHERE job_assignments.id = r.assignment_id AND ` + openAssignment + ` AND EXISTS (SELECT 1 FROM cfg)
 	        AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = job_assignments.job_id AND jobs.kind = 'build' AND jobs.status = 'assigned')
 	      RETURNING job_assignments.id AS assignment_id, job_assignments.job_id, r.info),
 	j AS (UPDATE jobs SET status = 'done' FROM a WHERE jobs.id = a.job_id
@@ -195,7 +209,7 @@ const completeBuildsSQL = `WITH ` + lazyCommitCTE + `,
 	d AS MATERIALIZED (SELECT b.assignment_id, string_agg(w.id, ',') AS ids FROM b
 	      JOIN build_edges e ON e.evaluation_id = b.evaluation_id AND e.dependency_drv_path = b.drv_path
 	      JOIN builds w ON w.evaluation_id = e.evaluation_id AND w.drv_path = e.drv_path
-	      WHERE w.status = 'waiting' GROUP BY b.assignment_id),
+	      WHERE ` + waitingDependent + ` GROUP BY b.assignment_id),
 	o AS MATERIALIZED (SELECT ev.evaluation_id,
 	        (SELECT count(*) FROM (SELECT 1 FROM builds o WHERE o.evaluation_id = ev.evaluation_id
 	           AND o.status IN ('waiting', 'queued', 'building') AND o.id NOT IN (SELECT id FROM b) LIMIT $4) x) AS others
