@@ -23,12 +23,20 @@ import (
 // (implicit or explicit) transaction; see lazyCommit.
 const lazyCommitCTE = `cfg AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS v)`
 
+// pendingJob is "jobs.status = 'pending'" in a form no index serves:
+// given plainly, the planner finds a claim's jobs through the partial
+// index of pending ones (jobs_pending), walking every pending job (and
+// the entries of those claimed since the last vacuum) on every claim,
+// instead of by primary key: a claim would cost as much as the queue is
+// long.
+const pendingJob = `CASE WHEN jobs.status = 'pending' THEN true ELSE false END`
+
 // claimJobSQL is claimJobsSQL for one call, which it serves at about
 // two thirds of the cost (the batch form's unnest and DISTINCT ON): most
 // claims run alone when the server is not busy. It returns 1 if claimed.
 const claimJobSQL = `WITH ` + lazyCommitCTE + `,
 	j AS (UPDATE jobs SET status = 'assigned', attempts = attempts + 1
-	      WHERE id = $1 AND status = 'pending' AND EXISTS (SELECT 1 FROM cfg)
+	      WHERE id = $1 AND ` + pendingJob + ` AND EXISTS (SELECT 1 FROM cfg)
 	      RETURNING kind, build_id, evaluation_id),
 	a AS (INSERT INTO job_assignments (id, job_id, worker_id, opened_at)
 	      SELECT $2::text, $1::text, $3::text, $4::bigint FROM j),
@@ -49,7 +57,7 @@ const claimJobsSQL = `WITH ` + lazyCommitCTE + `,
 	      FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS r(job_id, assignment_id, worker_id, n)
 	      ORDER BY job_id, n),
 	j AS (UPDATE jobs SET status = 'assigned', attempts = attempts + 1 FROM r
-	      WHERE jobs.id = r.job_id AND jobs.status = 'pending' AND EXISTS (SELECT 1 FROM cfg)
+	      WHERE jobs.id = r.job_id AND ` + pendingJob + ` AND EXISTS (SELECT 1 FROM cfg)
 	      RETURNING jobs.id, jobs.kind, jobs.build_id, jobs.evaluation_id, r.assignment_id, r.worker_id),
 	a AS (INSERT INTO job_assignments (id, job_id, worker_id, opened_at)
 	      SELECT assignment_id, id, worker_id, $4::bigint FROM j),
