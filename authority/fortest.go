@@ -44,3 +44,9 @@ func (h TestHandle) HasOfflineReason(workerID string) bool {
 func (h TestHandle) Reauths(initiator, outcome string) float64 {
 	return counterValue(h.a.metrics.reauths.WithLabelValues(initiator, outcome))
 }
+
+// MessagesReceived is how many messages named name (a wire name such as
+// "WorkerMetrics") the authority's sessions have received.
+func (h TestHandle) MessagesReceived(name string) float64 {
+	return counterValue(h.a.metrics.messages.WithLabelValues(name))
+}

@@ -23,8 +23,9 @@ type JobLoop interface {
 	// HandleJobMessage receives every job message of w: RequestJob,
 	// RequestJobList, RequestJobChunk, AssignJobResponse, JobUpdate,
 	// JobCompleted, JobFailed, LogChunk, BuildProgress, EvalProgress,
-	// EvalMessage, ImportRequest, and WorkerCapabilities and
-	// ClientDraining after the authority recorded them on w.
+	// EvalMessage, ImportRequest, ClusterSignal, and WorkerCapabilities,
+	// WorkerMetrics (every heartbeat) and ClientDraining after the
+	// authority recorded them on w.
 	HandleJobMessage(w *LiveWorker, m wire.ClientMessage)
 	// SessionEnded: w is gone (disconnect, heartbeat timeout, server
 	// stop); its running jobs must be re-queued.
@@ -77,7 +78,7 @@ func isJobMessage(m wire.ClientMessage) bool {
 	case *wire.RequestJob, *wire.RequestJobList, *wire.RequestJobChunk, *wire.AssignJobResponse,
 		*wire.JobUpdate, *wire.JobCompleted, *wire.JobFailed, *wire.LogChunk,
 		*wire.BuildProgress, *wire.EvalProgress, *wire.EvalMessage, *wire.ImportRequest,
-		*wire.WorkerCapabilities, *wire.ClientDraining:
+		*wire.ClientClusterSignal, *wire.WorkerCapabilities, *wire.WorkerMetrics, *wire.ClientDraining:
 		return true
 	}
 	return false
@@ -103,6 +104,30 @@ func newLiveWorker(conn *workerConn, version uint16, send func(wire.ServerMessag
 
 // Send queues m on the session; it fails once the session is gone.
 func (w *LiveWorker) Send(m wire.ServerMessage) error { return w.send(m) }
+
+// Close starts closing this session with code and reason (what is
+// queued goes out first) and does not wait; a newer session of the same
+// worker is untouched, unlike Authority.Disconnect.
+func (w *LiveWorker) Close(code int, reason string) {
+	w.conn.mu.Lock()
+	sess := w.conn.sess
+	w.conn.mu.Unlock()
+	if sess != nil {
+		go sess.Close(code, reason)
+	}
+}
+
+// Drop ends this session at once with 1008 and reason, for a worker
+// that stopped reading: what is queued is discarded and its close frame
+// is not waited for.
+func (w *LiveWorker) Drop(reason string) {
+	w.conn.mu.Lock()
+	sess := w.conn.sess
+	w.conn.mu.Unlock()
+	if sess != nil {
+		sess.Drop(reason)
+	}
+}
 
 // Authorized reports whether the session may run jobs of project.
 func (w *LiveWorker) Authorized(project string) bool {
@@ -140,6 +165,14 @@ func (w *LiveWorker) WorkerCapabilities() *wire.WorkerCapabilities {
 	w.conn.mu.Lock()
 	defer w.conn.mu.Unlock()
 	return w.conn.workerCaps
+}
+
+// WorkerMetrics is the latest heartbeat's WorkerMetrics (load, free
+// RAM), nil until the first.
+func (w *LiveWorker) WorkerMetrics() *wire.WorkerMetrics {
+	w.conn.mu.Lock()
+	defer w.conn.mu.Unlock()
+	return w.conn.workerLoad
 }
 
 // Draining: the worker sent Draining; assign it nothing more.

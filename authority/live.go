@@ -25,6 +25,7 @@ type workerConn struct {
 	grant        Grant
 	capabilities wire.GradientCapabilities
 	workerCaps   *wire.WorkerCapabilities
+	workerLoad   *wire.WorkerMetrics
 	draining     bool
 	// reauthPending: a reauth asked for while the handshake was finishing,
 	// run once the session is up.

@@ -1,10 +1,12 @@
 package authority
 
 import (
+	"math"
 	"slices"
 	"time"
 
 	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/wire"
 )
 
 // WorkerStatus is the operator's view of one worker ID.
@@ -15,11 +17,58 @@ type WorkerStatus struct {
 	Projects     []string  `json:"projects,omitempty"` // authenticated for, while live
 	Capabilities []string  `json:"capabilities,omitempty"`
 	Draining     bool      `json:"draining,omitempty"`
+	// Host is what the live session last reported of its machine; for
+	// a federation proxy, the aggregate of its pool. Nil before the
+	// first WorkerCapabilities or WorkerMetrics.
+	Host *HostStatus `json:"host,omitempty"`
 	// DialedURL is set while the server's own dial holds the session.
 	DialedURL string `json:"dialed_url,omitempty"`
 	// OfflineReason is the last failure or disconnect of the worker ID.
 	OfflineReason string    `json:"offline_reason,omitempty"`
 	OfflineSince  time.Time `json:"offline_since,omitzero"`
+}
+
+// HostStatus is a live worker's latest WorkerCapabilities and
+// WorkerMetrics.
+type HostStatus struct {
+	// From WorkerCapabilities (zero while none came: a worker that may
+	// not build sends none).
+	Architectures       []string `json:"architectures"`
+	SystemFeatures      []string `json:"system_features"`
+	MaxConcurrentBuilds uint32   `json:"max_concurrent_builds"`
+	CPUCount            uint32   `json:"cpu_count"`
+	RAMTotalMB          uint64   `json:"ram_total_mb"`
+	CPUCoreScore        uint32   `json:"cpu_core_score"`
+	Zone                string   `json:"zone,omitempty"`
+	// From the latest heartbeat's WorkerMetrics, nil before it.
+	CPUUsagePct *float32 `json:"cpu_usage_pct,omitempty"`
+	RAMFreeMB   *uint64  `json:"ram_free_mb,omitempty"`
+}
+
+// hostStatus is the view of what a session reported; nil when nothing.
+func hostStatus(caps *wire.WorkerCapabilities, load *wire.WorkerMetrics) *HostStatus {
+	if caps == nil && load == nil {
+		return nil
+	}
+	h := &HostStatus{Architectures: []string{}, SystemFeatures: []string{}}
+	if caps != nil {
+		h.Architectures = append(h.Architectures, caps.Architectures...)
+		h.SystemFeatures = append(h.SystemFeatures, caps.SystemFeatures...)
+		h.MaxConcurrentBuilds, h.CPUCount = caps.MaxConcurrentBuilds, caps.CPUCount
+		h.RAMTotalMB, h.CPUCoreScore = caps.RAMTotalMB, caps.CPUCoreScore
+		if caps.Zone != nil {
+			h.Zone = *caps.Zone
+		}
+	}
+	if load != nil {
+		free := load.RAMFreeMB
+		h.RAMFreeMB = &free
+		// JSON has no NaN or infinity: a worker's bad figure is left out.
+		if usage := load.CPUUsagePct; !math.IsNaN(float64(usage)) && !math.IsInf(float64(usage), 0) {
+			h.CPUUsagePct = &usage
+		}
+	}
+	return h
 }
 
 // WorkerStatus reports whether a worker is connected, and why it last went
@@ -36,6 +85,7 @@ func (a *Authority) WorkerStatus(workerID string) WorkerStatus {
 		st.Projects = slices.Clone(conn.grant.Projects)
 		st.Capabilities = CapabilityNames(conn.capabilities)
 		st.Draining = conn.draining
+		st.Host = hostStatus(conn.workerCaps, conn.workerLoad)
 		conn.mu.Unlock()
 	}
 	if r, ok := a.offline.get(workerID); ok {

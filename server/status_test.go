@@ -1,8 +1,15 @@
 package server
 
 import (
+	"encoding/json"
+	"math"
+	"reflect"
 	"strings"
 	"testing"
+
+	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/wire"
 
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/storage"
@@ -64,6 +71,63 @@ func TestOfflineReasonsKeepOnlyRegisteredIDs(t *testing.T) {
 		kept := e.srv.auth.ForTest().OfflineReasonsKept()
 		if kept != 1 {
 			t.Errorf("%d offline reasons kept, want 1 (the registered worker ID's)", kept)
+		}
+	})
+}
+
+// The operator's view of a live worker carries what its session last
+// reported of its machine: WorkerCapabilities (architectures, features,
+// slots, CPUs, RAM, core score) and the heartbeat's load. A figure JSON
+// cannot carry (NaN) is left out rather than breaking the view.
+func TestWorkerStatusShowsTheSessionsHost(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newEnv(t, db, Config{})
+		id := newWorkerID(t)
+		token := e.register(storage.PeerProject, e.project.ID, id)
+		w := e.mustConnect(id, map[string]string{e.project.ID: token})
+		waitfor.True(t, "the worker to be live", func() bool { return e.srv.WorkerStatus(id).Live })
+		if h := e.srv.WorkerStatus(id).Host; h != nil {
+			t.Fatalf("host %+v before the worker reported one", h)
+		}
+
+		if err := w.sess.Send(&wire.WorkerMetrics{CPUUsagePct: 12.5, RAMFreeMB: 3000}); err != nil {
+			t.Fatal(err)
+		}
+		waitfor.True(t, "the heartbeat's load in the status", func() bool {
+			h := e.srv.WorkerStatus(id).Host
+			return h != nil && h.RAMFreeMB != nil && *h.RAMFreeMB == 3000
+		})
+		if h := e.srv.WorkerStatus(id).Host; h.CPUUsagePct == nil || *h.CPUUsagePct != 12.5 || h.MaxConcurrentBuilds != 0 {
+			t.Errorf("host %+v, want the load alone", h)
+		}
+
+		zone := "fsn1"
+		if err := w.sess.Send(&wire.WorkerCapabilities{Architectures: []string{"x86_64-linux", "i686-linux"}, SystemFeatures: []string{"kvm"},
+			MaxConcurrentBuilds: 6, CPUCount: 16, RAMTotalMB: 64000, CPUCoreScore: 420, Zone: &zone}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.sess.Send(&wire.WorkerMetrics{CPUUsagePct: float32(math.NaN()), RAMFreeMB: 2000}); err != nil {
+			t.Fatal(err)
+		}
+		waitfor.True(t, "the capabilities and the second heartbeat in the status", func() bool {
+			h := e.srv.WorkerStatus(id).Host
+			return h != nil && h.CPUCount == 16 && h.RAMFreeMB != nil && *h.RAMFreeMB == 2000
+		})
+		st := e.srv.WorkerStatus(id)
+		want := authority.HostStatus{Architectures: []string{"x86_64-linux", "i686-linux"}, SystemFeatures: []string{"kvm"},
+			MaxConcurrentBuilds: 6, CPUCount: 16, RAMTotalMB: 64000, CPUCoreScore: 420, Zone: "fsn1", RAMFreeMB: st.Host.RAMFreeMB}
+		if !reflect.DeepEqual(*st.Host, want) {
+			t.Errorf("host %+v, want %+v (a NaN load left out)", *st.Host, want)
+		}
+		if _, err := json.Marshal(st); err != nil {
+			t.Errorf("the status does not encode: %v", err)
+		}
+
+		w.sess.Close(session.CloseNormal, "worker leaving")
+		waitfor.True(t, "the worker offline", func() bool { return !e.srv.WorkerStatus(id).Live })
+		if h := e.srv.WorkerStatus(id).Host; h != nil {
+			t.Errorf("an offline worker shows host %+v", h)
 		}
 	})
 }

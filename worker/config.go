@@ -53,7 +53,12 @@ type Config struct {
 
 	// Executor runs accepted jobs. Nil declines every assignment.
 	Executor Executor
-	// TempDir holds NARs in transit ("" means os.TempDir()).
+	// Forwarder, when set, takes over the job side of each established
+	// session (a federation proxy): see Forwarder. Executor then goes
+	// unused.
+	Forwarder Forwarder
+	// TempDir holds large compressed uploads while they are spooled
+	// ("" means os.TempDir()); pulls stream without files.
 	TempDir string
 
 	// Server-dialed mode: ListenAddr serves the dialed handshake, over TLS

@@ -78,6 +78,10 @@ func (w *Worker) serve(ctx context.Context, c *session.Conn, est *session.Establ
 		AckTimeout: w.cfg.AckTimeout, PingInterval: w.cfg.PingInterval, DrainTimeout: w.cfg.FlushTimeout, Logger: w.log,
 	})
 	ls := newLiveSession(w, sess, session.NewWorkerAuth(est, tokens))
+	if w.cfg.Forwarder != nil {
+		ls.fwd = w.cfg.Forwarder.Forward(ForwardedSession{Send: sess.Send, Version: sess.Version(),
+			Capabilities: est.Capabilities, AuthorizedPeers: est.AuthorizedPeers, Log: ls.log})
+	}
 	w.m.sessions.Inc()
 	if w.cfg.OnEstablished != nil {
 		w.cfg.OnEstablished()

@@ -40,6 +40,8 @@ type liveSession struct {
 	// scoring feeds the scorer goroutine, which answers offers and list
 	// pages in order, off the dispatch goroutine (store checks run Nix).
 	scoring chan scoreTask
+	// fwd, with Config.Forwarder, takes every job and cache message.
+	fwd ForwardHandler
 
 	mu   sync.Mutex
 	jobs map[string]*runningJob
@@ -56,6 +58,7 @@ func newLiveSession(w *Worker, sess *session.WorkerSession, auth *session.Worker
 	cache.TempDir = w.cfg.TempDir
 	cache.Moved = w.m.narMoved
 	cache.Transferred = w.m.narTransferred
+	cache.Overflowed = w.m.narPullOverflowed
 	return &liveSession{w: w, sess: sess, auth: auth, jobs: map[string]*runningJob{}, cache: cache, scoring: make(chan scoreTask, 256),
 		log: w.log.With("session_version", sess.Version())}
 }
@@ -76,7 +79,9 @@ func (ls *liveSession) run(ctx context.Context) sessionEnd {
 		}
 	}()
 	go ls.heartbeat()
-	go ls.scorer()
+	if ls.fwd == nil {
+		go ls.scorer()
+	}
 
 	// The reader's context is the session's own: cancelling it would close
 	// the socket before the stop sequence's reports went out.
@@ -93,6 +98,13 @@ func (ls *liveSession) run(ctx context.Context) sessionEnd {
 	ls.mu.Lock()
 	stopping, drained, refused := ls.stopping, ls.drained, ls.refused
 	ls.mu.Unlock()
+	if ls.fwd != nil {
+		reason := ls.sess.Reason()
+		if stopping {
+			reason = "worker stopping"
+		}
+		ls.fwd.Ended(reason)
+	}
 	if stopping {
 		<-stopped // the stop sequence may still wait for reports
 		return endStopped
@@ -117,6 +129,9 @@ func (ls *liveSession) start() {
 	if ls.sess.Capabilities.Build {
 		hw := ls.w.capabilities()
 		ls.send(&hw)
+	}
+	if ls.fwd != nil {
+		return // the forwarder polls
 	}
 	ls.send(&wire.RequestJobList{})
 	for _, kind := range jobKinds {
@@ -169,7 +184,7 @@ func (ls *liveSession) requestIfFree(kind wire.JobKind) {
 // canRun: jobs of kind are negotiated, there is an executor to run them,
 // and neither side is draining.
 func (ls *liveSession) canRun(kind wire.JobKind) bool {
-	return !ls.quiet() && kindEnabled(ls.sess.Capabilities, kind) && ls.w.cfg.Executor != nil
+	return ls.fwd == nil && !ls.quiet() && kindEnabled(ls.sess.Capabilities, kind) && ls.w.cfg.Executor != nil
 }
 
 // quiet: the server or the worker is draining.
@@ -193,7 +208,7 @@ func (ls *liveSession) dispatch(m wire.ServerMessage) {
 		ls.send(answerChallenge(ls.w.currentTokens(), ch))
 		return
 	}
-	if ls.cache.HandleMessage(m) {
+	if ls.fwd == nil && ls.cache.HandleMessage(m) {
 		return
 	}
 	handled, err := session.HandleAuth(ls.sess, ls.auth, m)
@@ -203,6 +218,10 @@ func (ls *liveSession) dispatch(m wire.ServerMessage) {
 		} else if u, ok := m.(*wire.AuthUpdate); ok {
 			ls.log.Info("authorization updated", "authorized", u.AuthorizedPeers, "failed_peers", len(u.FailedPeers))
 		}
+		return
+	}
+	if ls.fwd != nil {
+		ls.forward(m)
 		return
 	}
 	switch m := m.(type) {
@@ -239,11 +258,31 @@ func (ls *liveSession) dispatch(m wire.ServerMessage) {
 	}
 }
 
+// forward hands m to the Forwarder, after the worker's own bookkeeping
+// of a Draining or Reject.
+func (ls *liveSession) forward(m wire.ServerMessage) {
+	switch m := m.(type) {
+	case *wire.ServerDraining:
+		ls.log.Info("server is draining: the forwarder finishes its jobs")
+		ls.markDrained()
+	case *wire.ServerReject:
+		ls.log.Warn("server refused the session", "code", m.Code, "reason", m.Reason)
+		if ls.w.rejected(m.Code, m.Reason) {
+			ls.mu.Lock()
+			ls.refused = true
+			ls.mu.Unlock()
+		}
+		ls.markDrained()
+	}
+	ls.fwd.Handle(m)
+}
+
 // markDrained stops requests and closes the session once no job is left.
+// A forwarded session's jobs run elsewhere: the server closes it.
 func (ls *liveSession) markDrained() {
 	ls.mu.Lock()
 	ls.drained = true
-	idle := len(ls.jobs) == 0
+	idle := len(ls.jobs) == 0 && ls.fwd == nil
 	ls.mu.Unlock()
 	if idle {
 		ls.sess.Close(session.CloseNormal, "server draining")

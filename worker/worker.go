@@ -76,6 +76,14 @@ func New(cfg Config) (*Worker, error) {
 // ID is the worker's ID.
 func (w *Worker) ID() string { return w.cfg.WorkerID }
 
+// Connected reports whether a session with a server is established now
+// (the proxy's admin API shows it for each upstream session).
+func (w *Worker) Connected() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.live) > 0
+}
+
 // Run serves until ctx ends: dials the server URL with reconnects, serves
 // the listener for server-dialed sessions, and watches the peers file.
 // On ctx's end every session is stopped (Draining, running jobs reported

@@ -26,18 +26,20 @@ func NewLiveWorker(workerID string, projects map[string]authority.Abilities, cap
 func Drain(w *authority.LiveWorker) { authority.DrainForTest(w) }
 
 // HostRecorder is a job loop that keeps each worker's live session, so a
-// test can read what the authority recorded of it (WorkerCapabilities).
-// It runs no jobs.
+// test can read what the authority recorded of it (WorkerCapabilities,
+// WorkerMetrics) and how many of each job message it sent. It runs no
+// jobs.
 type HostRecorder struct {
-	mu   sync.Mutex
-	live map[string]*authority.LiveWorker
+	mu       sync.Mutex
+	live     map[string]*authority.LiveWorker
+	received map[string]map[string]int // worker ID → wire name → count
 }
 
 var _ authority.JobLoop = (*HostRecorder)(nil)
 
 // NewHostRecorder returns an empty recorder.
 func NewHostRecorder() *HostRecorder {
-	return &HostRecorder{live: map[string]*authority.LiveWorker{}}
+	return &HostRecorder{live: map[string]*authority.LiveWorker{}, received: map[string]map[string]int{}}
 }
 
 func (r *HostRecorder) SessionStarted(w *authority.LiveWorker) {
@@ -46,7 +48,22 @@ func (r *HostRecorder) SessionStarted(w *authority.LiveWorker) {
 	r.live[w.WorkerID] = w
 }
 
-func (r *HostRecorder) HandleJobMessage(*authority.LiveWorker, wire.ClientMessage) {}
+func (r *HostRecorder) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessage) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.received[w.WorkerID] == nil {
+		r.received[w.WorkerID] = map[string]int{}
+	}
+	r.received[w.WorkerID][m.WireName()]++
+}
+
+// Received is how many messages named name (a wire name such as
+// "WorkerMetrics") workerID's sessions have sent to the job loop.
+func (r *HostRecorder) Received(workerID, name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.received[workerID][name]
+}
 
 func (r *HostRecorder) SessionEnded(w *authority.LiveWorker, _ string) {
 	r.mu.Lock()
@@ -66,4 +83,16 @@ func (r *HostRecorder) Host(workerID string) *wire.WorkerCapabilities {
 		return nil
 	}
 	return w.WorkerCapabilities()
+}
+
+// Metrics is the WorkerMetrics recorded for workerID's live session, nil
+// without one (or before its first heartbeat).
+func (r *HostRecorder) Metrics(workerID string) *wire.WorkerMetrics {
+	r.mu.Lock()
+	w := r.live[workerID]
+	r.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	return w.WorkerMetrics()
 }

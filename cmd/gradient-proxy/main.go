@@ -1,7 +1,9 @@
 // Command gradient-proxy is the federation proxy (federation.txt): a
 // worker to every tenant's Gradient server and an authority to its own
-// pool of workers. It serves /proto for its workers, /healthz and
-// /metrics; job forwarding and the admin API are the next steps.
+// pool of workers, forwarding each tenant's jobs and cache traffic
+// between the tenant's server and the tenant's workers. It serves /proto
+// for its workers, the admin API under /api/v1 (proxy/admin), /healthz
+// and /metrics.
 package main
 
 import (

@@ -12,12 +12,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"gradient.dev/gradient/internal/authgate"
 	"gradient.dev/gradient/metrics"
+	"gradient.dev/gradient/proxy/admin"
 	"gradient.dev/gradient/proxy/downstream"
+	"gradient.dev/gradient/proxy/hetzner"
+	"gradient.dev/gradient/proxy/hub"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/proxy/upstream"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 )
@@ -25,6 +30,8 @@ import (
 const (
 	readHeaderTimeout = 10 * time.Second
 	shutdownTimeout   = 10 * time.Second
+	// hetznerCallTimeout bounds one Hetzner API request.
+	hetznerCallTimeout = 30 * time.Second
 )
 
 // serve opens the database, runs both legs and the HTTP endpoints until
@@ -38,7 +45,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 			return err
 		}
 	}
-	opts.AdminToken = "" // only the hash lives on, for the admin API to come
+	opts.AdminToken = "" // only the hash lives on, for the admin API
 
 	box, err := sealbox.OpenKeyFile(opts.EncryptionKeyFile)
 	if err != nil {
@@ -51,11 +58,21 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	defer store.Close()
 
 	registry := metrics.NewRegistry() // with the Go runtime and process series
+	hubMetrics, err := hub.NewMetrics(registry)
+	if err != nil {
+		return err
+	}
+	// One hub per tenant forwards its jobs between its server and its
+	// workers behind the proxy; both legs share them.
+	hubs := hub.NewSet(log, hubMetrics)
+	hubsCtx, stopHubs := context.WithCancel(ctx)
+	defer stopHubs()
+	go hubs.Run(hubsCtx)
 	// The downstream leg tells the supervisor of pool changes and the
 	// supervisor reads its pools; sup is set before any session starts.
 	var sup *upstream.Supervisor
 	leg, err := downstream.New(downstream.Config{
-		Store: store, Logger: log, Metrics: registry,
+		Store: store, Logger: log, Metrics: registry, Hubs: hubs,
 		PoolChanged: func(tenantID string) { sup.PoolChanged(tenantID) },
 	})
 	if err != nil {
@@ -63,12 +80,28 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	}
 	defer leg.Close()
 	sup, err = upstream.New(upstream.Config{
-		Store: store, Capabilities: opts.UpstreamCapabilities, Logger: log, Pool: leg,
+		Store: store, Capabilities: opts.UpstreamCapabilities, Logger: log, Pool: leg, Hubs: hubs,
 		Worker: worker.Config{},
 	})
 	if err != nil {
 		return err
 	}
+
+	var reconciler *hetzner.Reconciler
+	if opts.Hetzner.Token != "" {
+		h := opts.Hetzner
+		client := hetzner.NewClient(h.Endpoint, h.Token, &http.Client{Timeout: hetznerCallTimeout})
+		// The job forwarding's offer book (issue 18) is not wired yet:
+		// no job is pending, so no VM boots; the rest of the rules run.
+		reconciler, err = hetzner.New(hetzner.Config{Store: store, Client: client, Sessions: leg, Demand: hubs,
+			ProtoURL: h.ProtoURL, Interval: h.Interval, BillingUnit: h.BillingUnit, ScaleDownWindow: h.ScaleDownWindow,
+			BootDeadline: h.BootDeadline, DrainGrace: h.DrainGrace, ListGrace: h.ListGrace,
+			BackoffMin: h.BackoffInitial, BackoffMax: h.BackoffMax, Logger: log, Metrics: registry})
+		if err != nil {
+			return err
+		}
+	}
+	opts.Hetzner.Token = ""
 
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
@@ -84,6 +117,11 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /proto", leg.Authority().ProtoHandler())
+	var gate *authgate.Gate // nil: --auth-failures-per-minute 0
+	if opts.AuthFailures > 0 {
+		gate = authgate.New(limit.NewFailures(opts.AuthFailures, time.Minute, nil), log)
+	}
+	admin.New(admin.Config{Store: store, AdminTokenHash: adminHash, Gate: gate, Downstream: leg, Upstream: sup, Logger: log}).Mount(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{registry, sup}, promhttp.HandlerOpts{}))
 	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -93,13 +131,20 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	supCtx, stopSup := context.WithCancel(ctx)
 	supDone := make(chan error, 1)
 	go func() { supDone <- sup.Run(supCtx) }()
+	recDone := make(chan error, 1)
+	if reconciler != nil {
+		go func() { recDone <- reconciler.Run(supCtx) }()
+	} else {
+		recDone <- nil
+	}
 
 	// One line with what the proxy runs with; never a secret (sqldb logs
 	// the database location redacted).
 	log.Info("gradient-proxy listening", "address", ln.Addr().String(), "database_engine", store.Engine(),
 		"encryption_key_file", opts.EncryptionKeyFile, "admin_token", adminHash != "",
 		"upstream_capabilities", capabilityList(opts.UpstreamCapabilities),
-		"serves", "/proto /healthz /metrics", "planned", "job forwarding, admin API")
+		"hetzner", reconciler != nil, "hetzner_endpoint", opts.Hetzner.Endpoint,
+		"serves", "/proto /api/v1 /healthz /metrics", "forwards", "jobs and cache traffic per tenant")
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -112,6 +157,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	log.Info("stopping: closing every upstream and downstream session")
 	stopSup()
 	<-supDone
+	<-recDone
 	leg.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()

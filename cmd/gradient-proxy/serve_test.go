@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -155,6 +156,41 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	waitfor.Within(t, 15*time.Second, "the downstream worker's session in the proxy's metrics", func() bool {
 		return metrics().Value("gradient_proxy_downstream_workers_connected", nil) == 1
 	})
+	// The admin API, with the token from the file: both legs' sessions,
+	// and never the upstream token.
+	adminGet := func(path, token string) (int, string) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, _ := adminGet("/api/v1/sessions", ""); status != http.StatusUnauthorized {
+		t.Fatalf("/api/v1/sessions without the token: %d", status)
+	}
+	var sessions struct {
+		Upstream []struct {
+			Tenant string `json:"tenant"`
+			Live   bool   `json:"live"`
+		} `json:"upstream"`
+		Downstream []struct {
+			WorkerID string `json:"worker_id"`
+		} `json:"downstream"`
+	}
+	status, sessionsBody := adminGet("/api/v1/sessions", adminToken)
+	if status != http.StatusOK || json.Unmarshal([]byte(sessionsBody), &sessions) != nil || len(sessions.Upstream) != 1 || !sessions.Upstream[0].Live ||
+		len(sessions.Downstream) != 1 || sessions.Downstream[0].WorkerID != downstreamWorker.ID {
+		t.Fatalf("/api/v1/sessions: %d %s", status, sessionsBody)
+	}
+	if status, body := adminGet("/api/v1/tenants/acme/link", adminToken); status != http.StatusOK || strings.Contains(body, token) {
+		t.Fatalf("/api/v1/tenants/acme/link: %d, or it holds the token: %s", status, body)
+	}
 	if m := metrics(); m["go_goroutines"] == nil || m["process_cpu_seconds_total"] == nil {
 		t.Fatal("/metrics lacks the runtime and process series")
 	}
@@ -206,5 +242,51 @@ func TestServeRefusesABadKey(t *testing.T) {
 	err = serve(t.Context(), opts, slog.New(slog.DiscardHandler), nil)
 	if err == nil || !strings.Contains(err.Error(), "encryption key") {
 		t.Fatalf("serve with a bad key: %v, want a refusal naming the encryption key", err)
+	}
+}
+
+// With a Hetzner token file the proxy runs the reconciler against the
+// configured endpoint with that token: its passes list the labelled
+// servers, the calls show in /metrics, and the token is never logged.
+func TestServeRunsTheHetznerReconciler(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var lists int
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer hc-secret-token" || r.URL.Path != "/servers" || r.URL.Query().Get("label_selector") != "gradient-tenant" {
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error":{"code":"unauthorized","message":"no"}}`))
+			return
+		}
+		mu.Lock()
+		lists++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"servers":[],"meta":{"pagination":{"page":1,"per_page":50,"last_page":1,"total_entries":0}}}`))
+	}))
+	t.Cleanup(api.Close)
+	keyFile := writeFile(t, "proxy.key", sealbox.EncodeKey(sealbox.NewKey())+"\n")
+	base, logs, stop := startProxy(t, []string{"--listen", "127.0.0.1:0", "--database", t.TempDir(), "--encryption-key-file", keyFile,
+		"--hetzner-token-file", writeFile(t, "hcloud", "hc-secret-token\n"), "--hetzner-endpoint", api.URL,
+		"--hetzner-proto-url", "wss://proxy.example/proto", "--hetzner-reconcile-interval", "1"}, nil)
+	waitfor.True(t, "two reconcile passes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return lists >= 2
+	})
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `gradient_proxy_hetzner_api_calls_total{operation="list_servers",outcome="ok"}`) {
+		t.Fatal("/metrics lacks the Hetzner API calls")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "hc-secret-token") {
+		t.Fatal("the Hetzner token is in the log")
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -88,9 +90,63 @@ type workerStatusInfo struct {
 	Projects      []string  `json:"projects"`
 	Capabilities  []string  `json:"capabilities"`
 	Draining      bool      `json:"draining"`
+	Host          *hostInfo `json:"host"`
 	OfflineReason string    `json:"offline_reason"`
 	OfflineSince  time.Time `json:"offline_since"`
 	Deactivated   bool      `json:"deactivated"`
+}
+
+// hostInfo is what a live worker (or a proxy, for its pool) reported of
+// its machine.
+type hostInfo struct {
+	Architectures       []string `json:"architectures"`
+	SystemFeatures      []string `json:"system_features"`
+	MaxConcurrentBuilds uint32   `json:"max_concurrent_builds"`
+	CPUCount            uint32   `json:"cpu_count"`
+	RAMTotalMB          uint64   `json:"ram_total_mb"`
+	CPUCoreScore        uint32   `json:"cpu_core_score"`
+	Zone                string   `json:"zone"`
+	CPUUsagePct         *float32 `json:"cpu_usage_pct"`
+	RAMFreeMB           *uint64  `json:"ram_free_mb"`
+}
+
+// architectures and slots are the list's columns; "-" before the worker
+// reported its host.
+func (h *hostInfo) architectures() string {
+	if h == nil {
+		return "-"
+	}
+	return listOrDash(h.Architectures)
+}
+
+func (h *hostInfo) slots() string {
+	if h == nil {
+		return "-"
+	}
+	return strconv.FormatUint(uint64(h.MaxConcurrentBuilds), 10)
+}
+
+// pairs are the host's lines in worker show.
+func (h *hostInfo) pairs() []string {
+	if h == nil {
+		return []string{"host", "- (not reported yet)"}
+	}
+	load := "-"
+	if h.RAMFreeMB != nil {
+		load = fmt.Sprintf("%d MB RAM free", *h.RAMFreeMB)
+		if h.CPUUsagePct != nil {
+			load = fmt.Sprintf("%.0f%% CPU, %s", *h.CPUUsagePct, load)
+		}
+	}
+	return []string{
+		"architectures", listOrDash(h.Architectures),
+		"system features", listOrDash(h.SystemFeatures),
+		"build slots", h.slots(),
+		"cpus", fmt.Sprintf("%d (core score %d)", h.CPUCount, h.CPUCoreScore),
+		"ram", fmt.Sprintf("%d MB", h.RAMTotalMB),
+		"zone", orDash(h.Zone),
+		"load", load,
+	}
 }
 
 type projectWorkerInfo struct {

@@ -155,9 +155,10 @@ func workerList(c *adminCmd) int {
 		for _, id := range w.Projects {
 			projects = append(projects, nameOr(names, id))
 		}
-		rows = append(rows, []string{w.WorkerID, live, listOrDash(projects), listOrDash(w.Capabilities), orDash(w.OfflineReason)})
+		rows = append(rows, []string{w.WorkerID, live, listOrDash(projects), listOrDash(w.Capabilities),
+			w.Host.architectures(), w.Host.slots(), orDash(w.OfflineReason)})
 	}
-	table(c.stdout, []string{"WORKER", "LIVE", "PROJECTS", "CAPABILITIES", "OFFLINE REASON"}, rows)
+	table(c.stdout, []string{"WORKER", "LIVE", "PROJECTS", "CAPABILITIES", "ARCHITECTURES", "SLOTS", "OFFLINE REASON"}, rows)
 	return exitOK
 }
 
@@ -205,6 +206,7 @@ func workerShow(c *adminCmd) int {
 	if w.Live {
 		pairs = append(pairs, "connected", when(w.ConnectedAt), "projects", listOrDash(projects),
 			"capabilities", listOrDash(w.Capabilities), "draining", yesNo(w.Draining))
+		pairs = append(pairs, w.Host.pairs()...)
 	}
 	if w.OfflineReason != "" {
 		pairs = append(pairs, "offline reason", w.OfflineReason, "offline since", when(w.OfflineSince))

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -37,6 +38,9 @@ const (
 	metaNoAdminFlags = "noAdminFlags"
 	// metaHelpOnStderr marks commands whose stdout is only their result.
 	metaHelpOnStderr = "helpOnStderr"
+	// metaProxy marks the proxy's commands, which take --proxy and its
+	// token instead of --server, --token and --token-file.
+	metaProxy = "proxy"
 )
 
 // exitStatus ends a command that has already said why on stderr.
@@ -101,6 +105,7 @@ func (a *app) rootCommand() *cli.Command {
 			a.serverCommand(),
 			a.evalCommand(),
 			a.buildCommand(),
+			a.proxyCommand(),
 		},
 	}
 	root.Walk(func(c *cli.Command) error {
@@ -132,7 +137,7 @@ func (a *app) globalFlags() []cli.Flag {
 			Sources: a.trackedEnv("GRADIENT_ADMIN_TOKEN", token), Validator: countSets[string](token)},
 		&cli.StringFlag{Name: "token-file", Usage: "`FILE` holding the admin token", TakesFile: true,
 			Sources: a.trackedEnv("GRADIENT_ADMIN_TOKEN_FILE", tokenFile), Validator: countSets[string](tokenFile)},
-		&cli.BoolFlag{Name: "json", Usage: "print the server's JSON instead of text", Validator: countSets[bool](json)},
+		&cli.BoolFlag{Name: "json", Usage: "print the server's (or proxy's) JSON instead of text", Validator: countSets[bool](json)},
 	}
 }
 
@@ -338,7 +343,11 @@ func globalFlagsOf(cmd *cli.Command) []cli.Flag {
 	if metadata(cmd, metaNoAdminFlags) {
 		return nil
 	}
-	return cmd.VisiblePersistentFlags()
+	flags := cmd.VisiblePersistentFlags()
+	if metadata(cmd, metaProxy) {
+		flags = slices.DeleteFunc(flags, func(f cli.Flag) bool { return slices.Contains([]string{"server", "token", "token-file"}, f.Names()[0]) })
+	}
+	return flags
 }
 
 // overview lists every command below cmd with its arguments and usage,

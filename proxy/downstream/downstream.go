@@ -1,7 +1,9 @@
 // Package downstream is the federation proxy's downstream leg
 // (federation.txt "Downstream Leg"): the proxy is the authority of its
-// own workers, authorized from proxystore's rows, and tracks each
-// tenant's live workers for the tenant's upstream aggregate.
+// own workers, authorized from proxystore's rows, tracks each tenant's
+// live workers for the tenant's upstream aggregate, and joins each
+// worker to its tenant's hub (proxy/hub), which gets the worker's job
+// and cache messages.
 package downstream
 
 import (
@@ -9,15 +11,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/proxy/hub"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/proxy/upstream"
 	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/storage/sqldb"
 	"gradient.dev/gradient/wire"
@@ -30,9 +35,13 @@ const RevokedReason = "worker revoked"
 type Config struct {
 	Store *proxystore.Store
 	// PoolChanged is told the tenant ID whenever one of its workers
-	// joins, leaves, drains or sends new WorkerCapabilities (the upstream
+	// joins, leaves, drains, sends WorkerCapabilities that differ from
+	// its last ones, or its first WorkerMetrics (the upstream
 	// Supervisor's PoolChanged). Nil tells no one.
 	PoolChanged func(tenantID string)
+	// Hubs forward each tenant's jobs; nil forwards nothing (a RequestJob
+	// gets no job, a job list is empty, cache messages are ignored).
+	Hubs *hub.Set
 	// Authority is the template of the authority's configuration
 	// (timeouts, limits); the leg sets its policy, job loop, logger and
 	// metrics.
@@ -58,10 +67,36 @@ type Leg struct {
 	live map[string]map[uint64]*authority.LiveWorker
 	// sessionTenant is the tenant each live session counts for.
 	sessionTenant map[uint64]string
+	// reported is what each live session's pool changes counted.
+	reported map[uint64]*reported
 	// revoked are the worker IDs Revoke removed (IDs are never reused):
 	// a handshake that read the row just before the delete is refused
 	// or closed on start.
 	revoked map[string]bool
+	// joined is each live session's place in its tenant's hub.
+	joined map[uint64]*member
+
+	hubs *hub.Set
+}
+
+// member is a live session as its tenant's hub sees it (hub.Downstream):
+// sends go through a bounded Outbox.
+type member struct {
+	w      *authority.LiveWorker
+	hub    *hub.Hub
+	outbox *hub.Outbox
+}
+
+func (m *member) Session() uint64                         { return m.w.Session }
+func (m *member) WorkerID() string                        { return m.w.WorkerID }
+func (m *member) Send(msg wire.ServerMessage)             { m.outbox.Send(msg) }
+func (m *member) Capabilities() wire.GradientCapabilities { return m.w.Capabilities() }
+func (m *member) Host() *wire.WorkerCapabilities          { return m.w.WorkerCapabilities() }
+func (m *member) Draining() bool                          { return m.w.Draining() }
+
+// Close ends the session once what the hub queued before went out.
+func (m *member) Close(reason string) {
+	m.outbox.Finish(func() { m.w.Close(session.CloseGoingAway, reason) })
 }
 
 var (
@@ -82,13 +117,17 @@ func New(cfg Config) (*Leg, error) {
 		cfg.PoolChanged = func(string) {}
 	}
 	l := &Leg{store: cfg.Store, changed: cfg.PoolChanged, log: cfg.Logger, tokens: secret.NewVerifier(0),
-		tenantOf: map[string]string{}, live: map[string]map[uint64]*authority.LiveWorker{}, sessionTenant: map[uint64]string{}, revoked: map[string]bool{}}
+		tenantOf: map[string]string{}, live: map[string]map[uint64]*authority.LiveWorker{}, sessionTenant: map[uint64]string{}, reported: map[uint64]*reported{}, revoked: map[string]bool{},
+		joined: map[uint64]*member{}, hubs: cfg.Hubs}
 	ac := cfg.Authority
 	ac.Policy, ac.Jobs, ac.Logger, ac.Metrics = l, l, cfg.Logger, cfg.Metrics
 	// Federate is reserved and never negotiated through the proxy.
 	ac.Federate = false
 	ac.MetricsPrefix = "gradient_proxy_downstream"
-	// No cache passthrough yet: cache messages are ignored.
+	if l.hubs != nil {
+		// The tenant's server is the cache: the hub passes through.
+		ac.Cache = func(s authority.CacheSession) authority.CacheHandler { return passthrough{l: l, w: s.Worker} }
+	}
 	l.auth = authority.New(ac)
 	return l, nil
 }
@@ -177,12 +216,19 @@ func (l *Leg) SessionStarted(w *authority.LiveWorker) {
 	l.mu.Lock()
 	tenant, ok := l.tenantOf[w.WorkerID]
 	ok = ok && !l.revoked[w.WorkerID]
+	var m *member
 	if ok {
 		if l.live[tenant] == nil {
 			l.live[tenant] = map[uint64]*authority.LiveWorker{}
 		}
 		l.live[tenant][w.Session] = w
 		l.sessionTenant[w.Session] = tenant
+		if l.hubs != nil {
+			h := l.hubs.Tenant(tenant)
+			m = &member{w: w, hub: h}
+			m.outbox = h.NewOutbox(w.WorkerID, w.Send, func(reason string) { w.Drop("slow consumer: " + reason) })
+			l.joined[w.Session] = m
+		}
 	}
 	l.mu.Unlock()
 	if !ok {
@@ -191,35 +237,119 @@ func (l *Leg) SessionStarted(w *authority.LiveWorker) {
 		l.auth.Disconnect(w.WorkerID, RevokedReason)
 		return
 	}
+	if m != nil {
+		m.hub.Join(m)
+	}
 	l.changed(tenant)
 }
 
-// HandleJobMessage: the proxy forwards no jobs yet (the next issue), so
-// a RequestJob gets no job and a job list is empty; a new
-// WorkerCapabilities or Draining changes the tenant's aggregate.
+// joinedAs is the session's hub membership, nil without one.
+func (l *Leg) joinedAs(w *authority.LiveWorker) *member {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.joined[w.Session]
+}
+
+// passthrough is a session's cache handler: its tenant's hub forwards
+// the messages to the tenant's server. Nothing is stored on the proxy.
+type passthrough struct {
+	l *Leg
+	w *authority.LiveWorker
+}
+
+// Handle passes m on; an UploadChunk's payload is encoded into the
+// upstream frame before Handle returns.
+func (p passthrough) Handle(m wire.ClientMessage) {
+	if j := p.l.joinedAs(p.w); j != nil {
+		j.hub.FromWorker(j, m)
+	}
+}
+
+func (passthrough) Close() {}
+
+// HandleJobMessage hands the worker's job messages to its tenant's hub
+// (without hubs a RequestJob gets no job and a job list is empty). What
+// also changes the tenant's aggregate is a pool change: Draining,
+// WorkerCapabilities that differ from the session's last ones, and a
+// session's first WorkerMetrics. Later heartbeats change only the load
+// figures, which the upstream session's own heartbeat carries, so no
+// heartbeat is a pool change.
 func (l *Leg) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessage) {
-	switch m.(type) {
-	case *wire.WorkerCapabilities, *wire.ClientDraining:
-		if tenant, ok := l.tenantOfSession(w); ok {
+	switch m := m.(type) {
+	case *wire.WorkerCapabilities, *wire.WorkerMetrics, *wire.ClientDraining:
+		if tenant, ok := l.tenantOfSession(w); ok && l.changesPool(w, m) {
 			l.changed(tenant)
 		}
+	}
+	if j := l.joinedAs(w); j != nil {
+		j.hub.FromWorker(j, m)
 		return
 	}
 	authority.NoJobs{}.HandleJobMessage(w, m)
 }
 
-// SessionEnded takes the worker out of its tenant's pool.
-func (l *Leg) SessionEnded(w *authority.LiveWorker, _ string) {
+// reported is what the tenant's aggregate last counted of a session's
+// host.
+type reported struct {
+	host   *wire.WorkerCapabilities
+	loaded bool // a WorkerMetrics came
+}
+
+// changesPool reports whether m changes what the aggregate counts of w,
+// and notes it.
+func (l *Leg) changesPool(w *authority.LiveWorker, m wire.ClientMessage) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.reported[w.Session]
+	if r == nil {
+		if _, live := l.sessionTenant[w.Session]; !live {
+			return false
+		}
+		r = &reported{}
+		l.reported[w.Session] = r
+	}
+	switch m := m.(type) {
+	case *wire.WorkerCapabilities:
+		if r.host != nil && sameHost(r.host, m) {
+			return false
+		}
+		r.host = m
+	case *wire.WorkerMetrics:
+		if r.loaded {
+			return false
+		}
+		r.loaded = true
+	}
+	return true
+}
+
+// sameHost compares what the aggregate takes from WorkerCapabilities.
+func sameHost(a, b *wire.WorkerCapabilities) bool {
+	return slices.Equal(a.Architectures, b.Architectures) && slices.Equal(a.SystemFeatures, b.SystemFeatures) &&
+		a.MaxConcurrentBuilds == b.MaxConcurrentBuilds && a.CPUCount == b.CPUCount &&
+		a.RAMTotalMB == b.RAMTotalMB && a.CPUCoreScore == b.CPUCoreScore
+}
+
+// SessionEnded takes the worker out of its tenant's pool and hub: the
+// hub fails its jobs upstream as transient.
+func (l *Leg) SessionEnded(w *authority.LiveWorker, reason string) {
 	l.mu.Lock()
 	tenant, ok := l.sessionTenant[w.Session]
+	m := l.joined[w.Session]
+	delete(l.joined, w.Session)
 	if ok {
 		delete(l.sessionTenant, w.Session)
+		delete(l.reported, w.Session)
 		delete(l.live[tenant], w.Session)
 		if len(l.live[tenant]) == 0 {
 			delete(l.live, tenant)
 		}
 	}
 	l.mu.Unlock()
+	if m != nil {
+		m.hub.Leave(m, reason)
+		m.outbox.Close()
+	}
 	if ok {
 		l.changed(tenant)
 	}
@@ -232,9 +362,8 @@ func (l *Leg) tenantOfSession(w *authority.LiveWorker) (string, bool) {
 	return t, ok
 }
 
-// Members are the tenant's live workers (upstream.Pool). Their
-// heartbeats' WorkerMetrics are not kept by the authority, so Metrics
-// stays nil.
+// Members are the tenant's live workers (upstream.Pool), with what each
+// session last reported of its host and load.
 func (l *Leg) Members(tenantID string) []upstream.Member {
 	l.mu.Lock()
 	workers := make([]*authority.LiveWorker, 0, len(l.live[tenantID]))
@@ -244,7 +373,7 @@ func (l *Leg) Members(tenantID string) []upstream.Member {
 	l.mu.Unlock()
 	out := make([]upstream.Member, 0, len(workers))
 	for _, w := range workers {
-		out = append(out, upstream.Member{Capabilities: w.Capabilities(), Host: w.WorkerCapabilities(), Draining: w.Draining()})
+		out = append(out, upstream.Member{Capabilities: w.Capabilities(), Host: w.WorkerCapabilities(), Metrics: w.WorkerMetrics(), Draining: w.Draining()})
 	}
 	return out
 }

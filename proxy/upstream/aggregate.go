@@ -44,7 +44,7 @@ type Hardware struct {
 // of members), build slots, CPUs and RAM summed and saturating at their
 // wire type's maximum, the fastest core score. The heartbeat's free RAM
 // is summed the same way and its CPU usage is the members' weighted by
-// their CPU counts. Zone, endpoint and the measured speeds belong to one
+// their CPU counts (a usage outside 0..100, or NaN, left out). Zone, endpoint and the measured speeds belong to one
 // machine and stay absent.
 func Aggregate(members []Member) Hardware {
 	h := Hardware{Host: wire.WorkerCapabilities{Architectures: []string{}, SystemFeatures: []string{}}}
@@ -72,9 +72,13 @@ func Aggregate(members []Member) Hardware {
 		}
 		if m.Metrics != nil {
 			h.Metrics.RAMFreeMB = addSaturating(h.Metrics.RAMFreeMB, m.Metrics.RAMFreeMB, math.MaxUint64)
-			weight := uint64(max(cpus, 1)) // a worker without a host message counts as one CPU
-			usageWeighted += float64(m.Metrics.CPUUsagePct) * float64(weight)
-			usageCPUs += weight
+			// A usage that is no percentage (NaN, out of range) is a
+			// worker's bad figure: left out, not passed on.
+			if usage := float64(m.Metrics.CPUUsagePct); usage >= 0 && usage <= 100 {
+				weight := uint64(max(cpus, 1)) // a worker without a host message counts as one CPU
+				usageWeighted += usage * float64(weight)
+				usageCPUs += weight
+			}
 		}
 	}
 	if usageCPUs > 0 {

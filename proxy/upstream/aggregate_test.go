@@ -53,6 +53,17 @@ func TestAggregate(t *testing.T) {
 				Metrics: wire.WorkerMetrics{RAMFreeMB: math.MaxUint64}, Workers: 2},
 		},
 		{
+			"a usage that is no percentage is left out of the load",
+			[]Member{
+				{Host: host(nil, nil, 1, 4, 10, 1), Metrics: &wire.WorkerMetrics{CPUUsagePct: float32(math.NaN()), RAMFreeMB: 1}},
+				{Host: host(nil, nil, 1, 4, 10, 1), Metrics: &wire.WorkerMetrics{CPUUsagePct: 1e9, RAMFreeMB: 1}},
+				{Host: host(nil, nil, 1, 4, 10, 1), Metrics: &wire.WorkerMetrics{CPUUsagePct: 40, RAMFreeMB: 1}},
+			},
+			Hardware{Host: wire.WorkerCapabilities{Architectures: []string{}, SystemFeatures: []string{},
+				MaxConcurrentBuilds: 3, CPUCount: 12, RAMTotalMB: 30, CPUCoreScore: 1},
+				Metrics: wire.WorkerMetrics{CPUUsagePct: 40, RAMFreeMB: 3}, Workers: 3},
+		},
+		{
 			"a worker without a host message counts its capabilities and load",
 			[]Member{{Capabilities: evalFetch, Metrics: &wire.WorkerMetrics{CPUUsagePct: 30, RAMFreeMB: 5}}},
 			Hardware{Capabilities: evalFetch, Host: empty, Metrics: wire.WorkerMetrics{CPUUsagePct: 30, RAMFreeMB: 5}, Workers: 1},

@@ -9,8 +9,10 @@
 // A 401 or 403 Reject from the tenant's server marks the link failing
 // with the server's reason and ends that tenant's dialing until the
 // operator sets the link again; any other failure reconnects with the
-// worker's backoff. Until job forwarding exists the sessions have no
-// executor, so every AssignJob is declined.
+// worker's backoff. With Config.Hubs each session's job side is the
+// tenant's hub (worker.Config.Forwarder): the server's offers, jobs and
+// cache answers go to the tenant's workers behind the proxy; without
+// hubs the sessions have no executor and every AssignJob is declined.
 package upstream
 
 import (
@@ -28,6 +30,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"gradient.dev/gradient/gitsource"
+	"gradient.dev/gradient/proxy/hub"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/storage/sqldb"
@@ -46,13 +49,16 @@ type Config struct {
 	// Pool is the downstream workers whose aggregate each tenant's
 	// session reports; nil means empty pools.
 	Pool Pool
+	// Hubs, when set, take each tenant's session's job side (the
+	// tenant's hub is its worker.Config.Forwarder).
+	Hubs *hub.Set
 	// PollInterval is how often the links are read again (5 s); Changed
 	// reads them at once.
 	PollInterval time.Duration
 	// Worker is the template of every tenant's worker configuration:
 	// timeouts, backoff, heartbeat, TLS. The supervisor sets the server
-	// URL, worker ID, tokens, capabilities, host, hooks, metrics and
-	// logger, and leaves no executor (every AssignJob is declined).
+	// URL, worker ID, tokens, capabilities, host, hooks, metrics, logger
+	// and the forwarder (the tenant's hub), and leaves no executor.
 	Worker worker.Config
 	Logger *slog.Logger
 }
@@ -78,6 +84,7 @@ type tenantSession struct {
 	url, workerID    string
 	tokens           map[string]string
 	since            time.Time // the link's StateSince: SetLink changes it
+	connectedAt      time.Time // the last session's establishment (under Supervisor.mu)
 	w                *worker.Worker
 	registry         *prometheus.Registry
 	cancel           context.CancelFunc
@@ -238,7 +245,10 @@ func (s *Supervisor) start(ctx context.Context, l proxystore.Link, tokens map[st
 	cfg.ServerURL, cfg.WorkerID = l.URL, l.WorkerID
 	cfg.PeersFile, cfg.Peers = "", peersText(tokens)
 	cfg.Capabilities = s.cfg.Capabilities
-	cfg.Executor = nil
+	cfg.Executor, cfg.Forwarder = nil, nil
+	if s.cfg.Hubs != nil {
+		cfg.Forwarder = s.cfg.Hubs.Tenant(l.TenantID)
+	}
 	cfg.ListenAddr, cfg.Listener = "", nil
 	cfg.HostCapabilities = func() wire.WorkerCapabilities { return s.Hardware(l.TenantID).Host }
 	cfg.HostMetrics = func() *wire.WorkerMetrics {
@@ -270,7 +280,8 @@ func (s *Supervisor) start(ctx context.Context, l proxystore.Link, tokens map[st
 }
 
 // stop ends a tenant's worker and waits for it (no jobs run on it, so
-// its stop sequence is Draining and a close).
+// its stop sequence is Draining and a close; the hub then aborts the
+// tenant's jobs behind the proxy).
 func (s *Supervisor) stop(ts *tenantSession) {
 	s.log.Info("stopping the upstream session", "tenant", ts.tenant)
 	ts.cancel()
@@ -301,6 +312,9 @@ func (s *Supervisor) current(ts *tenantSession) bool {
 
 // established marks the link OK: its credentials hold.
 func (s *Supervisor) established(ts *tenantSession) {
+	s.mu.Lock()
+	ts.connectedAt = time.Now()
+	s.mu.Unlock()
 	if !s.current(ts) {
 		return
 	}

@@ -251,6 +251,16 @@ func TestSupervisorHoldsTheTenantsSession(t *testing.T) {
 		if l := w.link(t); l.State != proxystore.LinkOK {
 			t.Fatalf("link %+v, want ok", l)
 		}
+		// The operator's view of the session: live, the link's URL, worker
+		// ID and peer IDs, never a token.
+		waitfor.True(t, "the supervisor's status live", func() bool { st, ok := w.sup.Status(w.tenant.ID); return ok && st.Live })
+		if st, _ := w.sup.Status(w.tenant.ID); st.Tenant != "acme" || st.URL != w.url || st.WorkerID != w.proxyID ||
+			!slices.Equal(st.Peers, []string{w.project.ID}) || st.ConnectedAt.IsZero() {
+			t.Fatalf("status %+v", st)
+		}
+		if all := w.sup.Statuses(); len(all) != 1 || all[0].TenantID != w.tenant.ID {
+			t.Fatalf("statuses %+v, want the tenant's one", all)
+		}
 
 		// A third worker joins the pool.
 		w.pool.set(w.tenant.ID, append(w.pool.Members(w.tenant.ID),
@@ -273,6 +283,7 @@ func TestSupervisorHoldsTheTenantsSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitfor.True(t, "the session closed after disabling the link", func() bool { return !w.srv.WorkerStatus(w.proxyID).Live })
+		waitfor.True(t, "no status for a disabled link", func() bool { _, ok := w.sup.Status(w.tenant.ID); return !ok })
 		if _, err := w.store.EnableLink(ctx, w.tenant.ID); err != nil {
 			t.Fatal(err)
 		}

@@ -13,12 +13,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/internal/authgate"
 	"gradient.dev/gradient/secret"
-	"gradient.dev/gradient/server/internal/authgate"
 	"gradient.dev/gradient/storage"
 )
 
@@ -243,36 +242,6 @@ func (a *API) routes(mux *http.ServeMux) {
 
 // requireAdmin lets a request through only with the admin bearer token.
 func (a *API) requireAdmin(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hash := a.cfg.AdminTokenHash
-		if hash == "" {
-			writeError(w, http.StatusServiceUnavailable, "admin API disabled: set an admin token")
-			return
-		}
-		token, ok := bearerToken(r)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="gradient-admin"`)
-			writeError(w, http.StatusUnauthorized, "missing admin token: send Authorization: Bearer <admin token>")
-			return
-		}
-		if a.cfg.Gate.HeldBack(w, r, writeError) {
-			return
-		}
-		if !a.tokens.Verify(hash, token) { // constant time
-			a.cfg.Gate.Failed(r, "admin token")
-			w.Header().Set("WWW-Authenticate", `Bearer realm="gradient-admin", error="invalid_token"`)
-			writeError(w, http.StatusUnauthorized, "wrong admin token")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func bearerToken(r *http.Request) (string, bool) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
+	b := &authgate.Bearer{Hash: a.cfg.AdminTokenHash, Realm: "gradient-admin", Tokens: a.tokens, Gate: a.cfg.Gate}
+	return b.Require(next, writeError)
 }

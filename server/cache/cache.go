@@ -16,8 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"gradient.dev/gradient/internal/authgate"
 	"gradient.dev/gradient/narstore"
-	"gradient.dev/gradient/server/internal/authgate"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/storage"

@@ -1,6 +1,8 @@
 // Package authgate holds back client addresses that made too many failed
 // authentications (admin token, cache API keys over HTTP and on cache
-// sessions): the admin API and the binary cache share one Gate.
+// sessions): the server's admin API and binary cache share one Gate, the
+// proxy's admin API has its own. Bearer is the admin token check both
+// admin APIs run.
 package authgate
 
 import (

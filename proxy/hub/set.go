@@ -1,0 +1,117 @@
+package hub
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+)
+
+// ScoreInterval is how often changed scores go upstream (federation.txt:
+// once per second).
+const ScoreInterval = time.Second
+
+// BookRefresh is how often each hub asks its upstream for the full offer
+// list, dropping candidates taken elsewhere.
+const BookRefresh = 30 * time.Second
+
+// Set is the proxy's hubs, one per tenant ID, shared by the downstream
+// leg (which joins each worker to its tenant's hub) and the upstream
+// supervisor (which forwards each tenant's session to it).
+type Set struct {
+	log *slog.Logger
+	m   *Metrics
+
+	mu   sync.Mutex
+	hubs map[string]*Hub
+}
+
+// NewSet makes an empty set; m may be nil.
+func NewSet(log *slog.Logger, m *Metrics) *Set {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Set{log: log, m: m, hubs: map[string]*Hub{}}
+}
+
+// Tenant is the hub of tenantID, made on first use.
+func (s *Set) Tenant(tenantID string) *Hub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.hubs[tenantID]
+	if h == nil {
+		h = New(tenantID, s.log, s.m)
+		s.hubs[tenantID] = h
+	}
+	return h
+}
+
+// Run flushes every hub's changed scores once per ScoreInterval and
+// refreshes its book once per BookRefresh until ctx ends.
+func (s *Set) Run(ctx context.Context) {
+	t := time.NewTicker(ScoreInterval)
+	defer t.Stop()
+	refresh := time.NewTicker(BookRefresh)
+	defer refresh.Stop()
+	for {
+		var each func(*Hub)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			each = (*Hub).FlushScores
+		case <-refresh.C:
+			each = (*Hub).RefreshBook
+		}
+		for _, h := range s.all() {
+			each(h)
+		}
+	}
+}
+
+func (s *Set) all() []*Hub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hubs := make([]*Hub, 0, len(s.hubs))
+	for _, h := range s.hubs {
+		hubs = append(hubs, h)
+	}
+	return hubs
+}
+
+// PendingJobs is the tenant's book's build candidates per Nix system
+// (hetzner.Demand).
+func (s *Set) PendingJobs(tenantID string) map[string]int {
+	return s.Tenant(tenantID).Pending()
+}
+
+// NewOutbox is an Outbox for a worker of hub h, its queue wait and cut
+// offs counted in h's tenant's series and logged.
+func (h *Hub) NewOutbox(workerID string, send func(wire.ServerMessage) error, cutOff func(reason string)) *Outbox {
+	o := NewOutbox(send, func(reason string) {
+		h.log.Warn("cutting off a slow worker behind the proxy", "worker", workerID, "reason", reason)
+		h.m.slowWorker(h.tenant)
+		cutOff(reason)
+	})
+	if h.m != nil {
+		o.observe(func(d time.Duration) { h.m.waited(h.tenant, d) })
+	}
+	return o
+}
+
+// Forward makes s the tenant's upstream session (worker.Forwarder): the
+// upstream worker.Worker of the tenant hands the hub its job side.
+func (h *Hub) Forward(s worker.ForwardedSession) worker.ForwardHandler {
+	return &upSession{h: h, id: h.attach(s.Send)}
+}
+
+type upSession struct {
+	h  *Hub
+	id uint64
+}
+
+func (u *upSession) Handle(m wire.ServerMessage) { u.h.fromUpstream(u.id, m) }
+func (u *upSession) Ended(reason string)         { u.h.detach(u.id, reason) }
