@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"errors"
 	"io/fs"
 	"net/http"
 	"net/url"
@@ -19,8 +20,8 @@ import (
 )
 
 // forwardFlake is a tenant's flake: base ← left, right ← top (a chain
-// with parallel leaves), and gated, another leaf that writes a marker
-// into GATE and runs until GATE/release exists, so a test can act while
+// with parallel leaves), and gated, another leaf that adds a line to
+// GATE/started and runs until GATE/release exists, so a test can act while
 // it builds. TAG makes each tenant's derivations its own.
 const forwardFlake = `{
   outputs = { self }: let
@@ -32,7 +33,7 @@ const forwardFlake = `{
       left = step "TAG-left" "read v < ${base}; echo \"$v left\" > $out";
       right = step "TAG-right" "read v < ${base}; echo \"$v right\" > $out";
       top = step "TAG-top" "read a < ${left}; read b < ${right}; echo \"$a $b\" > $out";
-      gated = step "TAG-gated" "read v < ${base}; echo started > GATE/started-$$; while [ ! -e GATE/release ]; do /bin/sleep 0.2; done; echo \"$v gated\" > $out";
+      gated = step "TAG-gated" "read v < ${base}; echo started >> GATE/started; while [ ! -e GATE/release ]; do /bin/sleep 0.2; done; echo \"$v gated\" > $out";
     };
   };
 }
@@ -73,11 +74,16 @@ func (tf *tenantFlake) round(t *testing.T, name string) (commit, gate string) {
 // started is how many times a gated build began behind gate.
 func started(t *testing.T, gate string) int {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(gate, "started-*"))
+	// One line per start: a PID would not do, each sandbox has its own
+	// PID namespace.
+	data, err := os.ReadFile(filepath.Join(gate, "started"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(m)
+	return bytes.Count(data, []byte("\n"))
 }
 
 func release(t *testing.T, gate string) {
@@ -396,10 +402,10 @@ func TestJobForwarding(t *testing.T) {
 			t.Fatalf("running builds: %s %v, %s %v; want one on exactly one worker",
 				workersA[0].Name, runningBuilds(workersA[0]), workersA[1].Name, runningBuilds(workersA[1]))
 		}
-		failedBefore := len(f.serverA.Lines(`msg="job failed"`, "kind=transient", "gated"))
+		failedBefore := len(f.serverA.Lines(`msg="job failed"`, "kind=Transient", "gated"))
 		victim.Kill()
 		waitfor.Within(t, time.Minute, "server A recording the gated job failed transient", func() bool {
-			return len(f.serverA.Lines(`msg="job failed"`, "kind=transient", "gated", "requeued=true")) > failedBefore
+			return len(f.serverA.Lines(`msg="job failed"`, "kind=Transient", "gated", "requeued=true")) > failedBefore
 		})
 		// The retry (after the server's retry backoff, 30 s) runs on the
 		// survivor: a second start behind the gate, then let it go.
