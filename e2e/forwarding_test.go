@@ -209,6 +209,9 @@ func runningBuilds(w *proxyworld.Worker) []string {
 // narMagic starts every NAR (its first string, length-prefixed).
 var narMagic = []byte("\x0d\x00\x00\x00\x00\x00\x00\x00nix-archive-1")
 
+// zstdMagic starts a zstd frame: compressed NARs as the cache serves them.
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
 // noNAR fails t when a file under dir is a NAR, holds one, or is named
 // like one; it returns how many files it read.
 func noNAR(t *testing.T, dir string) int {
@@ -218,7 +221,9 @@ func noNAR(t *testing.T, dir string) int {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		if name := d.Name(); strings.HasSuffix(name, ".nar") || strings.Contains(name, ".nar.") || strings.HasSuffix(name, ".narinfo") {
+		// A worker stages pulls as *.nar.zst and uploads as nar-upload-*.zst.
+		if name := d.Name(); strings.HasSuffix(name, ".nar") || strings.Contains(name, ".nar.") || strings.HasPrefix(name, "nar-") ||
+			strings.HasSuffix(name, ".narinfo") {
 			t.Errorf("the proxy holds %s", path)
 		}
 		data, err := os.ReadFile(path)
@@ -226,7 +231,7 @@ func noNAR(t *testing.T, dir string) int {
 			return err
 		}
 		files++
-		if bytes.Contains(data, narMagic) || bytes.Contains(data, []byte("nix-archive-1")) {
+		if bytes.Contains(data, narMagic) || bytes.Contains(data, []byte("nix-archive-1")) || bytes.HasPrefix(data, zstdMagic) {
 			t.Errorf("%s holds a NAR", path)
 		}
 		return nil
@@ -501,6 +506,14 @@ func TestJobForwarding(t *testing.T) {
 		})
 		release(t, gateA)
 		builds := succeeded(t, f.serverA, waitEval(t, f.serverA, evA, "ends after the restart", terminal), "gated")
+		// The aborted run and the one after the restart, which re-queued
+		// the job its predecessor had assigned.
+		if n := started(t, gateA); n != 2 {
+			t.Errorf("A's gated build started %d times, want twice (aborted, then after the restart)", n)
+		}
+		if len(f.serverA.Lines("recovered interrupted work")) == 0 {
+			t.Error("the restarted server A did not re-queue the interrupted job")
+		}
 		if by := builtBy(builds["gated"], workersA...); len(by) != 1 {
 			t.Errorf("A's gated built by %v, want one of A's workers", by)
 		}
