@@ -135,6 +135,10 @@ type Authority struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
+	// closeMu orders every wg.Add before Close's Wait: a handshake that
+	// arrives while Close runs is refused instead of racing it.
+	closeMu sync.Mutex
+	closed  bool
 }
 
 // New builds an authority; it accepts sessions until Close.
@@ -169,14 +173,32 @@ func (a *Authority) Close() {
 	a.accepting.Store(false)
 	a.live.closeAll(ErrStopping.Error())
 	a.cancel(ErrStopping)
+	a.closeMu.Lock()
+	a.closed = true
+	a.closeMu.Unlock()
 	a.wg.Wait()
+}
+
+// enter counts a handler Close waits for; false once Close has begun, when
+// the handler must not start.
+func (a *Authority) enter() bool {
+	a.closeMu.Lock()
+	defer a.closeMu.Unlock()
+	if a.closed {
+		return false
+	}
+	a.wg.Add(1)
+	return true
 }
 
 // Attach runs f, which serves a connection outside the worker sessions
 // (a read-only cache session), under the authority: ctx ends on Close,
 // and Close waits for f to return.
 func (a *Authority) Attach(f func(ctx context.Context)) {
-	a.wg.Add(1)
+	if !a.enter() {
+		f(a.ctx) // already cancelled: f sees the authority stopping
+		return
+	}
 	defer a.wg.Done()
 	f(a.ctx)
 }

@@ -20,6 +20,7 @@ func TestDependencies(t *testing.T) {
 		"authority":        {"storage", "narstore", "server", "server/...", "worker", "nix"},
 		"proxy":            {"storage", "narstore", "server", "server/...", "worker", "nix"},
 		"proxy/admin":      {"storage", "server", "server/...", "nix"}, // narstore comes with worker (upstream)
+		"proxy/hetzner":    {"storage", "narstore", "server", "server/...", "worker", "nix", "proxy/downstream", "proxy/upstream"},
 		"server/cache":     {"authority", "server", "server/admin", "server/scheduler"},
 		"server/admin":     {"server", "server/cache", "server/scheduler", "narstore"},
 		"server/scheduler": {"server", "server/cache", "server/admin", "narstore"},

@@ -23,10 +23,15 @@ func (a *Authority) ServeWorker(t session.Transport, remote string) {
 // serveWorker runs a worker-dialed session; handshakeDone is called once
 // the handshake has ended, either way.
 func (a *Authority) serveWorker(t session.Transport, remote string, handshakeDone func()) {
-	a.wg.Add(1)
+	log := a.log.With("remote", remote)
+	if !a.enter() {
+		// Close has begun: the same 1001 every session gets.
+		handshakeDone()
+		session.NewConn(t, session.ConnOptions{Logger: log}).Close(session.CloseGoingAway, ErrStopping.Error())
+		return
+	}
 	defer a.wg.Done()
 	ctx := a.ctx
-	log := a.log.With("remote", remote)
 	conn := &workerConn{connectedAt: time.Now()}
 	ad := &admission{a: a, conn: conn}
 	c := session.NewConn(t, session.ConnOptions{Logger: log})

@@ -185,18 +185,18 @@ func TestParseDerivationStructuredAttrs(t *testing.T) {
 
 func TestDaemonImportChecks(t *testing.T) {
 	good := NarImport{StorePath: greetOut, NarHash: "sha256-RhJqG8uhWoNgDDC9UurfXh1Y7iTtci2nyM6w6yPr6W0=", NarSize: 168,
-		References: []string{helloOut}, Deriver: greetDrv, NarZst: "x.nar.zst"}
+		References: []string{helloOut}, Deriver: greetDrv}
 	got, err := daemonImport(good)
 	if err != nil || got.Path != greetOut || nixbase32.Encode(got.NarHash) != strings.TrimPrefix(greetNix, "sha256:") ||
 		got.NarSize != 168 || got.Deriver != greetDrv || !slices.Equal(got.References, []string{helloOut}) {
 		t.Errorf("daemonImport = %+v, %v", got, err)
 	}
 	for _, bad := range []NarImport{
-		{StorePath: "/tmp/x", NarHash: greetNix, NarSize: 1, NarZst: "x"},
-		{StorePath: greetOut, NarHash: "md5:x", NarSize: 1, NarZst: "x"},
-		{StorePath: greetOut, NarHash: greetNix, NarSize: 0, NarZst: "x"},
-		{StorePath: greetOut, NarHash: greetNix, NarSize: 1, NarZst: "x", References: []string{"hello"}},
-		{StorePath: greetOut, NarHash: greetNix, NarSize: 1, NarZst: "x", Deriver: "greet.drv"},
+		{StorePath: "/tmp/x", NarHash: greetNix, NarSize: 1},
+		{StorePath: greetOut, NarHash: "md5:x", NarSize: 1},
+		{StorePath: greetOut, NarHash: greetNix, NarSize: 0},
+		{StorePath: greetOut, NarHash: greetNix, NarSize: 1, References: []string{"hello"}},
+		{StorePath: greetOut, NarHash: greetNix, NarSize: 1, Deriver: "greet.drv"},
 	} {
 		if _, err := daemonImport(bad); err == nil {
 			t.Errorf("daemonImport(%+v) succeeded", bad)

@@ -44,9 +44,12 @@ type Nix struct {
 	// --stdio` child per connection (see daemonClient).
 	Dialer daemon.Dialer
 
-	version    versionCache // see Version
+	version    versionCache  // see Version
+	settings   settingsCache // see showConfig
 	daemonOnce sync.Once
 	daemon     *daemon.Client
+	hookOnce   sync.Once // see buildHook
+	hookPath   string
 }
 
 func (n *Nix) logger() *slog.Logger {
@@ -121,10 +124,16 @@ func (n *Nix) outputJSON(ctx context.Context, v any, name string, args ...string
 	return nil
 }
 
-// showConfig returns the effective settings. Nix 2.20 renamed `nix
+// showConfig returns the effective settings, read once per Nix (see
+// settingsCache). Nix 2.20 renamed `nix
 // show-config` to `nix config show` (the old name later went away); both
 // print `name = value` lines, which parseConfig reads.
 func (n *Nix) showConfig(ctx context.Context) (map[string]string, error) {
+	n.settings.mu.Lock()
+	defer n.settings.mu.Unlock()
+	if n.settings.m != nil {
+		return n.settings.m, nil
+	}
 	v, err := n.Version(ctx)
 	if err != nil {
 		return nil, err
@@ -137,7 +146,16 @@ func (n *Nix) showConfig(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseConfig(out), nil
+	n.settings.m = parseConfig(out)
+	return n.settings.m, nil
+}
+
+// settingsCache remembers the first successful `nix config show` of a
+// Nix (System and SystemFeatures read the same settings); like Version, a
+// failure is not cached, and Config and Env are read by that first call.
+type settingsCache struct {
+	mu sync.Mutex
+	m  map[string]string
 }
 
 // parseConfig reads `name = value` lines (lists are space-separated in the

@@ -13,14 +13,14 @@ import (
 // daemonClient is the connection pool to the store's daemon, made on
 // first use: the system daemon's socket for the default store when it
 // listens, otherwise `nix-daemon --stdio` children on Store with this
-// Nix's configuration.
+// Nix's configuration. Builds run with the decline hook (buildhook.go).
 func (n *Nix) daemonClient() *daemon.Client {
 	n.daemonOnce.Do(func() {
 		dial := n.Dialer
 		if dial == nil {
 			dial = daemon.LocalDialer(n.program("nix-daemon"), n.Store, n.environ(), slogWriter{n.logger()})
 		}
-		n.daemon = daemon.New(dial, daemon.Options{Logger: n.logger()})
+		n.daemon = daemon.New(dial, daemon.Options{Logger: n.logger(), BuildHook: n.buildHook()})
 	})
 	return n.daemon
 }

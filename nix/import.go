@@ -1,13 +1,16 @@
 package nix
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
-	"os"
+	"hash"
+	"io"
 	"path/filepath"
-	"slices"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -23,114 +26,139 @@ type NarImport struct {
 	References []string // full store paths
 	Deriver    string   // full path or ""
 	CA         string
-	// NarZst is a file holding the zstd-compressed NAR (as the server's cache stores it).
-	NarZst string
 }
 
-// ImportNARs adds items to the store through the daemon (AddToStoreNar),
-// each NAR streamed from its file through zstd; the daemon verifies each
-// against its hash and size. Items go in reference order; references
-// outside items must already be valid. Items already valid are skipped.
-func (n *Nix) ImportNARs(ctx context.Context, items []NarImport) error {
-	if len(items) == 0 {
-		return nil
-	}
-	imports := make([]daemon.Import, len(items))
-	byPath := make(map[string]int, len(items))
-	for i, it := range items {
-		imp, err := daemonImport(it)
-		if err != nil {
-			return err
-		}
-		imports[i] = imp
-		byPath[it.StorePath] = i
-	}
-	var outside []string
-	for _, it := range items {
-		for _, ref := range it.References {
-			if _, in := byPath[ref]; !in && !slices.Contains(outside, ref) {
-				outside = append(outside, ref)
-			}
-		}
-	}
-	// Checked here because the daemon's own error names neither side clearly.
-	if len(outside) > 0 {
-		missing, err := n.MissingPaths(ctx, outside...)
-		if err != nil {
-			return fmt.Errorf("nix: importing NARs: checking references: %w", err)
-		}
-		if len(missing) > 0 {
-			return fmt.Errorf("nix: importing NARs: references neither imported nor valid in the store: %s", strings.Join(missing, ", "))
-		}
-	}
-	paths := make([]string, len(items))
-	for i, it := range items {
-		paths[i] = it.StorePath
-	}
-	valid, err := n.ValidPaths(ctx, paths...)
-	if err != nil {
-		return fmt.Errorf("nix: importing NARs: %w", err)
-	}
+// NarMismatchError: a NAR's bytes do not match the hash or size it was
+// announced with. The path was not added.
+type NarMismatchError struct {
+	Path    string
+	Message string
+}
 
-	start := time.Now()
-	c := n.daemonClient()
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+func (e *NarMismatchError) Error() string {
+	return fmt.Sprintf("nix: NAR of %s: %s", e.Path, e.Message)
+}
+
+// decoders are zstd decoders for imports (one holds ≈ 100 KiB of
+// state; a fresh one per import would be garbage per path).
+var decoders = sync.Pool{New: func() any {
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		panic(err) // only for invalid options
+	}
+	return d
+}}
+
+// ImportNAR adds it to the store through the daemon (AddToStoreNar),
+// streaming its NAR from zst, a zstd-compressed stream (as the server's
+// cache stores it), without a temporary file. Its references must be
+// valid already (Nix registers a path only after them).
+//
+// The NAR is checked against it.NarHash and it.NarSize as it passes: the
+// last bytes go to the daemon only once the whole stream (zst to its end,
+// so a reader that checks the compressed bytes fails first) matched, so
+// a wrong NAR fails with a *NarMismatchError and the daemon, which never
+// saw a complete NAR, adds nothing. The daemon checks the hash again.
+func (n *Nix) ImportNAR(ctx context.Context, it NarImport, zst io.Reader) error {
+	imp, err := daemonImport(it)
 	if err != nil {
 		return err
 	}
-	defer dec.Close()
-	added := 0
-	for _, i := range referenceOrder(items, byPath) {
-		it := items[i]
-		if slices.Contains(valid, it.StorePath) {
-			continue
-		}
-		if err := n.importOne(ctx, c, dec, imports[i], it.NarZst); err != nil {
-			return fmt.Errorf("nix: importing %s: %w", it.StorePath, err)
-		}
-		added++
+	dec := decoders.Get().(*zstd.Decoder)
+	defer func() {
+		dec.Reset(nil)
+		decoders.Put(dec)
+	}()
+	if err := dec.Reset(zst); err != nil {
+		return fmt.Errorf("nix: importing %s: %w", it.StorePath, err)
 	}
-	n.logger().Debug("nix: imported NARs", "paths", added, "took", time.Since(start))
+	v := newNarVerifier(dec, it.StorePath, imp.NarHash, it.NarSize)
+	// The paths come from the worker's own cache, which verified them;
+	// signatures are not checked.
+	err = daemonError(ctx, n.daemonClient().AddToStoreNar(ctx, imp, v, true))
+	if v.err != nil && !errors.Is(v.err, io.EOF) {
+		// The stream's own failure says more than the daemon's
+		// reaction to it (a broken connection).
+		var mismatch *NarMismatchError
+		if errors.As(v.err, &mismatch) {
+			return mismatch
+		}
+		return fmt.Errorf("nix: importing %s: reading the NAR: %w", it.StorePath, v.err)
+	}
+	if err != nil {
+		return fmt.Errorf("nix: importing %s: %w", it.StorePath, err)
+	}
 	return nil
 }
 
-func (n *Nix) importOne(ctx context.Context, c *daemon.Client, dec *zstd.Decoder, imp daemon.Import, file string) error {
-	f, err := os.Open(file)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := dec.Reset(f); err != nil {
-		return err
-	}
-	// The paths come from the worker's own cache, which verified them;
-	// the daemon still checks the NAR against its hash.
-	return daemonError(ctx, c.AddToStoreNar(ctx, imp, dec, true))
+// holdBack is how many bytes of a NAR the verifier keeps from the daemon
+// until it checked the whole: more than the NAR's closing ")" token (a
+// length and a padded byte), without which the daemon cannot finish
+// parsing, so it cannot register the path.
+const holdBack = 16
+
+// narVerifier passes a NAR through, hashing and counting it, and holds
+// its last holdBack bytes until the source ended and hash and size
+// matched.
+type narVerifier struct {
+	src        io.Reader
+	path       string
+	want       []byte
+	size, seen int64
+	h          hash.Hash
+	buf        []byte
+	start, end int
+	checked    bool
+	err        error // sticky: io.EOF after the last byte, or the failure
 }
 
-// referenceOrder lists items' indices so that each comes after the items
-// it references (a depth-first walk; self-references are ignored).
-func referenceOrder(items []NarImport, byPath map[string]int) []int {
-	order := make([]int, 0, len(items))
-	state := make([]byte, len(items)) // 0 new, 1 on the walk, 2 placed
-	var visit func(i int)
-	visit = func(i int) {
-		if state[i] != 0 {
-			return
+func newNarVerifier(src io.Reader, path string, want []byte, size int64) *narVerifier {
+	return &narVerifier{src: src, path: path, want: want, size: size, h: sha256.New(), buf: make([]byte, 64<<10+holdBack)}
+}
+
+func (v *narVerifier) Read(p []byte) (int, error) {
+	for {
+		avail := v.end - v.start
+		if !v.checked {
+			avail -= holdBack
 		}
-		state[i] = 1
-		for _, ref := range items[i].References {
-			if j, ok := byPath[ref]; ok && j != i {
-				visit(j)
+		if avail > 0 {
+			n := copy(p, v.buf[v.start:v.start+avail])
+			v.start += n
+			return n, nil
+		}
+		if v.err != nil {
+			return 0, v.err
+		}
+		if v.checked {
+			v.err = io.EOF
+			return 0, io.EOF
+		}
+		v.end = copy(v.buf, v.buf[v.start:v.end])
+		v.start = 0
+		n, err := v.src.Read(v.buf[v.end:])
+		v.h.Write(v.buf[v.end : v.end+n])
+		v.end += n
+		v.seen += int64(n)
+		switch {
+		case v.seen > v.size:
+			v.err = &NarMismatchError{Path: v.path, Message: fmt.Sprintf("more than the %d bytes announced", v.size)}
+		case err == io.EOF:
+			if v.seen != v.size {
+				v.err = &NarMismatchError{Path: v.path, Message: fmt.Sprintf("%d bytes, announced %d", v.seen, v.size)}
+			} else if sum := v.h.Sum(nil); !bytes.Equal(sum, v.want) {
+				v.err = &NarMismatchError{Path: v.path, Message: fmt.Sprintf("hash sha256:%s, announced sha256:%s",
+					nixbase32.Encode(sum), nixbase32.Encode(v.want))}
+			} else {
+				v.checked = true
 			}
+		case err != nil:
+			v.err = err
 		}
-		state[i] = 2
-		order = append(order, i)
+		if v.err != nil {
+			return 0, v.err
+		}
 	}
-	for i := range items {
-		visit(i)
-	}
-	return order
 }
 
 // daemonImport checks an item's metadata and puts it in the daemon's form.
@@ -140,9 +168,6 @@ func daemonImport(it NarImport) (daemon.Import, error) {
 	}
 	if it.NarSize <= 0 {
 		return daemon.Import{}, fmt.Errorf("nix: importing %s: NAR size %d", it.StorePath, it.NarSize)
-	}
-	if it.NarZst == "" {
-		return daemon.Import{}, fmt.Errorf("nix: importing %s: no NAR file", it.StorePath)
 	}
 	narHash, err := (PathInfo{Path: it.StorePath, NarHash: it.NarHash}).NarHashNix32()
 	if err != nil {

@@ -3,6 +3,8 @@ package nix
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,9 +17,9 @@ import (
 )
 
 // importFixture adds to a store a source file, a .drv using it and the
-// built output referring to it, and returns their imports (NARs dumped and
-// zstd-compressed) in the order src, drv, out.
-func importFixture(t *testing.T, n *Nix) []NarImport {
+// built output referring to it, and returns their imports in the order
+// src, drv, out with their NARs zstd-compressed.
+func importFixture(t *testing.T, n *Nix) ([]NarImport, map[string][]byte) {
 	t.Helper()
 	ctx := testContext(t)
 	dir := t.TempDir()
@@ -49,6 +51,7 @@ func importFixture(t *testing.T, n *Nix) []NarImport {
 	enc, _ := zstd.NewWriter(nil)
 	defer enc.Close()
 	var items []NarImport
+	objects := map[string][]byte{}
 	for i, info := range infos {
 		var nar bytes.Buffer
 		if err := n.DumpPath(ctx, info.Path, &nar); err != nil {
@@ -57,35 +60,55 @@ func importFixture(t *testing.T, n *Nix) []NarImport {
 		if sum := sha256.Sum256(nar.Bytes()); "sha256:"+nixbase32.Encode(sum[:]) != info.NarHash {
 			t.Fatalf("dumped NAR of %s does not match its hash %s", info.Path, info.NarHash)
 		}
-		file := filepath.Join(dir, filepath.Base(info.Path)+".nar.zst")
-		if err := os.WriteFile(file, enc.EncodeAll(nar.Bytes(), nil), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		objects[paths[i]] = enc.EncodeAll(nar.Bytes(), nil)
 		narHash, err := info.NarHashNix32()
 		if err != nil {
 			t.Fatal(err)
 		}
 		items = append(items, NarImport{
 			StorePath: paths[i], NarHash: narHash, NarSize: info.NarSize,
-			References: info.References, Deriver: info.Deriver, CA: info.CA, NarZst: file,
+			References: info.References, Deriver: info.Deriver, CA: info.CA,
 		})
 	}
-	return items
+	return items, objects
 }
 
-func TestImportNARs(t *testing.T) {
+// failAtEnd yields r's bytes, then err instead of the end: a stream
+// whose last check (the compressed object's hash) failed.
+type failAtEnd struct {
+	r   io.Reader
+	err error
+}
+
+func (f failAtEnd) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err == io.EOF {
+		err = f.err
+	}
+	return n, err
+}
+
+func TestImportNAR(t *testing.T) {
 	ctx := testContext(t)
-	items := importFixture(t, newTestNix(t))
+	items, objects := importFixture(t, newTestNix(t))
 	src, drv, out := items[0], items[1], items[2]
 	if src.CA == "" || !slices.Equal(out.References, []string{src.StorePath}) || out.Deriver != drv.StorePath {
 		t.Fatalf("fixture %+v", items)
 	}
+	object := func(it NarImport) io.Reader { return bytes.NewReader(objects[it.StorePath]) }
+	notValid := func(t *testing.T, n *Nix, path string) {
+		t.Helper()
+		if valid, err := n.ValidPaths(ctx, path); err != nil || len(valid) != 0 {
+			t.Errorf("after a failed import valid %v %v", valid, err)
+		}
+	}
 
 	t.Run("closure", func(t *testing.T) {
 		n := newTestNix(t)
-		// Out of order on purpose: Nix sorts by references.
-		if err := n.ImportNARs(ctx, []NarImport{out, drv, src}); err != nil {
-			t.Fatal(err)
+		for _, it := range items {
+			if err := n.ImportNAR(ctx, it, object(it)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		infos, err := n.PathInfo(ctx, src.StorePath, drv.StorePath, out.StorePath)
 		if err != nil {
@@ -95,16 +118,13 @@ func TestImportNARs(t *testing.T) {
 			want := items[i]
 			got, _ := info.NarHashNix32()
 			if got != want.NarHash || info.NarSize != want.NarSize || !slices.Equal(info.References, want.References) ||
-				info.Deriver != want.Deriver || info.CA != want.CA {
+				info.Deriver != want.Deriver || info.CA != want.CA || info.Ultimate {
 				t.Errorf("imported %+v, want %+v", info, want)
 			}
 		}
-		// Importing valid paths again is a no-op.
-		if err := n.ImportNARs(ctx, items); err != nil {
+		// Importing a valid path again changes nothing.
+		if err := n.ImportNAR(ctx, out, object(out)); err != nil {
 			t.Errorf("re-import: %v", err)
-		}
-		if entries, _ := filepath.Glob(filepath.Join(n.WorkDir, "nar-import-*")); len(entries) != 0 {
-			t.Errorf("temporary caches left: %v", entries)
 		}
 	})
 
@@ -112,29 +132,103 @@ func TestImportNARs(t *testing.T) {
 		n := newTestNix(t)
 		bad := src
 		bad.NarHash = out.NarHash
-		err := n.ImportNARs(ctx, []NarImport{bad})
-		if err == nil || !strings.Contains(err.Error(), src.StorePath) || !strings.Contains(err.Error(), "hash mismatch") {
+		err := n.ImportNAR(ctx, bad, object(src))
+		var mismatch *NarMismatchError
+		if !errors.As(err, &mismatch) || mismatch.Path != src.StorePath || !strings.Contains(err.Error(), "hash sha256:") {
 			t.Errorf("import with a wrong hash: %v", err)
 		}
-		if valid, err := n.ValidPaths(ctx, src.StorePath); err != nil || len(valid) != 0 {
-			t.Errorf("after a failed import valid %v %v", valid, err)
+		notValid(t, n, src.StorePath)
+		// The connection's failure did not end the store's others.
+		if err := n.ImportNAR(ctx, src, object(src)); err != nil {
+			t.Errorf("import after a refused one: %v", err)
 		}
+	})
+
+	t.Run("wrong size", func(t *testing.T) {
+		n := newTestNix(t)
+		for _, size := range []int64{src.NarSize - 8, src.NarSize + 8} {
+			bad := src
+			bad.NarSize = size
+			var mismatch *NarMismatchError
+			if err := n.ImportNAR(ctx, bad, object(src)); !errors.As(err, &mismatch) {
+				t.Errorf("import announcing %d of %d bytes: %v", size, src.NarSize, err)
+			}
+		}
+		notValid(t, n, src.StorePath)
+	})
+
+	t.Run("stream fails at its end", func(t *testing.T) {
+		// Every NAR byte but the held-back tail reached the daemon; the
+		// stream's failure still keeps the path out of the store.
+		n := newTestNix(t)
+		broken := errors.New("the object's hash is wrong")
+		err := n.ImportNAR(ctx, src, failAtEnd{object(src), broken})
+		if !errors.Is(err, broken) {
+			t.Errorf("import of a failing stream: %v", err)
+		}
+		notValid(t, n, src.StorePath)
+	})
+
+	t.Run("not zstd", func(t *testing.T) {
+		n := newTestNix(t)
+		if err := n.ImportNAR(ctx, src, strings.NewReader("plain bytes, not a zstd frame")); err == nil {
+			t.Error("import of garbage succeeded")
+		}
+		notValid(t, n, src.StorePath)
 	})
 
 	t.Run("missing reference", func(t *testing.T) {
 		n := newTestNix(t)
-		err := n.ImportNARs(ctx, []NarImport{out})
-		if err == nil || !strings.Contains(err.Error(), "neither imported nor valid") || !strings.Contains(err.Error(), src.StorePath) {
+		if err := n.ImportNAR(ctx, out, object(out)); err == nil || !strings.Contains(err.Error(), src.StorePath+"' is not valid") {
 			t.Errorf("import without its reference: %v", err)
 		}
-		// With the reference valid, the rest imports alone.
-		if err := n.ImportNARs(ctx, []NarImport{src}); err != nil {
+		notValid(t, n, out.StorePath)
+		if err := n.ImportNAR(ctx, src, object(src)); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.ImportNARs(ctx, []NarImport{out}); err != nil {
+		if err := n.ImportNAR(ctx, out, object(out)); err != nil {
 			t.Errorf("import with its reference valid: %v", err)
 		}
 	})
+}
+
+// The verifier passes a NAR on, but its last bytes only after the source
+// ended and matched: a stream that fails at its end has not given the
+// daemon a complete NAR.
+func TestNarVerifierHoldsBackTheEnd(t *testing.T) {
+	nar := bytes.Repeat([]byte("0123456789abcdef"), 10000) // 160,000 bytes, read in several pieces
+	sum := sha256.Sum256(nar)
+	for _, tc := range []struct {
+		name      string
+		src       io.Reader
+		size      int64
+		want      []byte
+		delivered int // bytes Read returns before the error
+		err       string
+	}{
+		{"intact", bytes.NewReader(nar), int64(len(nar)), sum[:], len(nar), ""},
+		{"source fails at its end", failAtEnd{bytes.NewReader(nar), errors.New("object hash wrong")}, int64(len(nar)), sum[:], len(nar) - holdBack, "object hash wrong"},
+		{"wrong hash", bytes.NewReader(nar), int64(len(nar)), make([]byte, 32), len(nar) - holdBack, "hash sha256:"},
+		{"shorter than announced", bytes.NewReader(nar), int64(len(nar)) + 1, sum[:], len(nar) - holdBack, "announced"},
+		{"longer than announced", bytes.NewReader(nar), int64(len(nar)) - 100, sum[:], -1, "more than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newNarVerifier(tc.src, "/nix/store/x", tc.want, tc.size)
+			got, err := io.ReadAll(v)
+			switch {
+			case tc.err == "" && (err != nil || !bytes.Equal(got, nar)):
+				t.Errorf("read %d bytes, %v", len(got), err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("error %v, want one saying %q", err, tc.err)
+			case tc.err != "" && len(got) >= len(nar)-8:
+				t.Errorf("delivered %d of %d bytes: the NAR's closing token went out", len(got), len(nar))
+			case tc.delivered >= 0 && len(got) != tc.delivered:
+				t.Errorf("delivered %d bytes before the end, want %d", len(got), tc.delivered)
+			case tc.delivered < 0 && int64(len(got)) > tc.size-holdBack:
+				t.Errorf("delivered %d bytes of an over-long NAR announced at %d", len(got), tc.size)
+			}
+		})
+	}
 }
 
 func TestVersionOfInstalledNix(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -131,6 +132,10 @@ func TestBuildSuccessAndNAR(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "building hello") || !strings.Contains(log.String(), "greeting") {
 		t.Errorf("build log lacks builder output:\n%s", log.String())
+	}
+	// The builds ran with the decline hook, not Nix's own.
+	if b, err := os.ReadFile(filepath.Join(n.WorkDir, buildHookName)); err != nil || string(b) != declineHookScript {
+		t.Errorf("build hook %q, %v", b, err)
 	}
 
 	infos, err := n.PathInfo(ctx, out)

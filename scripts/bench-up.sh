@@ -6,6 +6,7 @@
 # (from `gradient up --verbose` logs) as p50s.
 #
 # Usage: scripts/bench-up.sh [GRADIENT-BINARY]   (default: builds ./cmd/gradient)
+# With BENCH_UP_LOG=FILE the gradient up log is kept there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -52,13 +53,30 @@ t1=$(now)
   >"$work/up.out" 2>"$work/up.log" || { tail -20 "$work/up.log"; exit 1; }
 t2=$(now)
 
+if [ -n "${BENCH_UP_LOG:-}" ]; then cp "$work/up.log" "$BENCH_UP_LOG"; fi
 nix_s=$(echo "$t1 - $t0" | bc -l)
 up_s=$(echo "$t2 - $t1" | bc -l)
 printf 'nix build --max-jobs 2:     %.2f s\n' "$nix_s"
 printf 'gradient up --workers 2:    %.2f s\n' "$up_s"
 printf 'ratio:                      %.1fx\n' "$(echo "$up_s / $nix_s" | bc -l)"
 
-# The worker's own timings: its "build timings" line per build.
+# Fixed cost around the builds, from the log's clock: the start (process
+# start to the first job accepted: server and workers), the fetch and
+# evaluation (to the first build job accepted) and the end (the last
+# job's completion to the exit).
+stamp() { date -d "$1" +%s.%N; }
+# (awk, not grep -m1 in a pipe: an early exit would fail the pipe)
+at() { awk -v re="$1" -v last="${2:-}" '$0 ~ re { t = substr($1, 6); if (!last) { print t; exit } } END { if (last && t) print t }' "$work/up.log"; }
+first_job=$(at 'msg="accepted job"')
+first_build=$(at 'msg="accepted job".*kind=build')
+last_done=$(at 'msg="job completed"' last)
+if [ -n "$first_build" ] && [ -n "$last_done" ]; then
+  printf 'start to first job:         %.2f s\n' "$(echo "$(stamp "$first_job") - $t1" | bc -l)"
+  printf 'first job to first build:   %.2f s\n' "$(echo "$(stamp "$first_build") - $(stamp "$first_job")" | bc -l)"
+  printf 'last job to exit:           %.2f s\n' "$(echo "$t2 - $(stamp "$last_done")" | bc -l)"
+fi
+
+# The worker's own timings: its "built" line per build.
 p50() { sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
 for field in prepare_ms build_ms handover_ms upload_ms overhead_ms; do
   printf '%-14s p50 %s ms\n' "$field" "$(grep -o "$field=[0-9]*" "$work/up.log" | cut -d= -f2 | p50)"

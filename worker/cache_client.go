@@ -81,6 +81,9 @@ type CacheClient struct {
 	// PullIdleTimeout fails a NAR pull that received nothing for this
 	// long (0 means PullIdleTimeout).
 	PullIdleTimeout time.Duration
+	// PullBufferBytes bounds the compressed bytes a pull buffers for its
+	// reader (0 means PullBufferBytes).
+	PullBufferBytes int
 	// Moved, when set, counts the NAR bytes of pulls (download) and
 	// uploads as they pass; it must not block.
 	Moved func(download bool, n int)
@@ -89,6 +92,10 @@ type CacheClient struct {
 	// time from the request to the end, resumes and retries included. It
 	// must not block.
 	Transferred func(download bool, bytes uint64, elapsed time.Duration)
+	// Overflowed, when set, is told each time a pull's buffer overflows
+	// (its reader fell behind; the rest is asked for again). It must not
+	// block.
+	Overflowed func()
 
 	queryPrefix string
 	querySeq    atomic.Uint64
@@ -97,9 +104,7 @@ type CacheClient struct {
 	mu      sync.Mutex
 	queries map[string]chan wire.ServerMessage
 	uploads map[uint64]chan wire.ServerMessage
-	pulls   map[pullKey]*narPull
-	// pullProgress wakes pulls waiting for their streams.
-	pullProgress chan struct{}
+	pulls   map[pullKey]*NarStream
 }
 
 // NewCacheClient returns a client that sends through send, normally
@@ -112,10 +117,7 @@ func NewCacheClient(send func(wire.ClientMessage) error) *CacheClient {
 		queryPrefix: hex.EncodeToString(b[:]),
 		queries:     map[string]chan wire.ServerMessage{},
 		uploads:     map[uint64]chan wire.ServerMessage{},
-		pulls:       map[pullKey]*narPull{},
-		// Buffered by one: a wake-up is never lost, and extra ones are
-		// dropped (waiters poll the pulls' state anyway).
-		pullProgress: make(chan struct{}, 1),
+		pulls:       map[pullKey]*NarStream{},
 	}
 }
 

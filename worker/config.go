@@ -57,7 +57,8 @@ type Config struct {
 	// session (a federation proxy): see Forwarder. Executor then goes
 	// unused.
 	Forwarder Forwarder
-	// TempDir holds NARs in transit ("" means os.TempDir()).
+	// TempDir holds large compressed uploads while they are spooled
+	// ("" means os.TempDir()); pulls stream without files.
 	TempDir string
 
 	// Server-dialed mode: ListenAddr serves the dialed handshake, over TLS

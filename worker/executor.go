@@ -39,7 +39,8 @@ type Reporter interface {
 // implements it over the session.
 type Cache interface {
 	Query(ctx context.Context, jobID string, paths []string, mode wire.QueryMode) ([]wire.CachedPath, error)
-	Pull(ctx context.Context, jobID string, paths []string, dir string) (map[string]PulledNar, error)
+	// OpenNar streams path's compressed NAR object from the cache.
+	OpenNar(ctx context.Context, jobID, path string) (io.ReadCloser, error)
 	Upload(ctx context.Context, jobID, storePath string, nar io.Reader, meta UploadMeta) error
 	KnownDerivations(ctx context.Context, jobID string, drvPaths []string) ([]string, error)
 }

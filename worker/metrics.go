@@ -19,6 +19,7 @@ type workerMetrics struct {
 	narBytes        *prometheus.CounterVec // by direction
 	narSeconds      *prometheus.HistogramVec
 	narSizes        *prometheus.HistogramVec
+	pullOverflows   prometheus.Counter
 }
 
 // jobBuckets span an evaluation answered from Nix's cache (a fraction of
@@ -69,6 +70,10 @@ func newWorkerMetrics(r prometheus.Registerer, w *Worker) (*workerMetrics, error
 			Name: "gradient_worker_nar_transfer_size_bytes", Help: "Compressed bytes of one NAR pulled whole (download) or uploaded (upload).",
 			Buckets: narSizeBuckets,
 		}, []string{"direction"}),
+		pullOverflows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gradient_worker_nar_pull_overflows_total",
+			Help: "Times a NAR pull's buffer overflowed because the import into the store fell behind; each asks the server for the rest of the object again.",
+		}),
 	}
 	connected := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gradient_worker_connected", Help: "Sessions with a server established now.",
@@ -78,7 +83,7 @@ func newWorkerMetrics(r prometheus.Registerer, w *Worker) (*workerMetrics, error
 		return float64(len(w.live))
 	})
 	collectors := []prometheus.Collector{m.sessions, m.connectFailures, m.jobsRunning, m.jobsFinished, m.jobSeconds, m.jobDuration,
-		m.narBytes, m.narSeconds, m.narSizes, connected}
+		m.narBytes, m.narSeconds, m.narSizes, m.pullOverflows, connected}
 	for i, c := range collectors {
 		if err := r.Register(c); err != nil {
 			for _, registered := range collectors[:i] {
@@ -107,6 +112,9 @@ func (m *workerMetrics) narTransferred(download bool, bytes uint64, elapsed time
 	m.narSeconds.WithLabelValues(d).Observe(elapsed.Seconds())
 	m.narSizes.WithLabelValues(d).Observe(float64(bytes))
 }
+
+// narPullOverflowed is the cache client's Overflowed hook.
+func (m *workerMetrics) narPullOverflowed() { m.pullOverflows.Inc() }
 
 func direction(download bool) string {
 	if download {

@@ -58,6 +58,7 @@ func newLiveSession(w *Worker, sess *session.WorkerSession, auth *session.Worker
 	cache.TempDir = w.cfg.TempDir
 	cache.Moved = w.m.narMoved
 	cache.Transferred = w.m.narTransferred
+	cache.Overflowed = w.m.narPullOverflowed
 	return &liveSession{w: w, sess: sess, auth: auth, jobs: map[string]*runningJob{}, cache: cache, scoring: make(chan scoreTask, 256),
 		log: w.log.With("session_version", sess.Version())}
 }

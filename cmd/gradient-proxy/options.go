@@ -8,10 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/urfave/cli/v3"
 
 	"gradient.dev/gradient/internal/servicecli"
+	"gradient.dev/gradient/proxy/hetzner"
 	"gradient.dev/gradient/wire"
 )
 
@@ -26,8 +29,30 @@ type options struct {
 	// AuthFailures is how many wrong admin tokens one address may send
 	// per minute (then 429); 0 does not limit.
 	AuthFailures int
+	Hetzner      hetznerOptions
 	LogLevel     slog.Level
 	LogFormat    string
+}
+
+// hetznerOptions configure the Hetzner Cloud workers; Token empty turns
+// them off.
+type hetznerOptions struct {
+	// Token is the token file's content (never logged).
+	Token    string
+	Endpoint string
+	// ProtoURL is the proxy's /proto as the VMs reach it.
+	ProtoURL                               string
+	Interval, BillingUnit, ScaleDownWindow time.Duration
+	BootDeadline, DrainGrace, ListGrace    time.Duration
+	BackoffInitial, BackoffMax             time.Duration
+}
+
+// defaultHetzner is hetznerOptions without a token: the reconciler's
+// defaults.
+func defaultHetzner() hetznerOptions {
+	return hetznerOptions{Endpoint: hcloud.Endpoint, Interval: hetzner.DefaultInterval, BillingUnit: hetzner.DefaultBillingUnit,
+		ScaleDownWindow: hetzner.DefaultScaleDownWindow, BootDeadline: hetzner.DefaultBootDeadline, DrainGrace: hetzner.DefaultDrainGrace,
+		ListGrace: hetzner.DefaultListGrace, BackoffInitial: hetzner.DefaultBackoffMin, BackoffMax: hetzner.DefaultBackoffMax}
 }
 
 const description = `Runs the Gradient federation proxy: each tenant's Gradient server sees it as
@@ -76,6 +101,15 @@ A deployment:
   gradient proxy worker list and gradient proxy sessions show the live
   sessions; gradient proxy worker revoke ID closes a worker's at once.
 
+With a Hetzner token file and the proxy's /proto URL as the VMs reach it,
+the proxy boots Hetzner Cloud VMs for the tenants whose Hetzner
+configuration is enabled, one reconcile pass per interval: up to min(max
+VMs, ceil(pending / slots)) per system from the worker snapshot, deleted
+when idle in the last scale-down window of their billing unit, when not
+connected within the boot deadline, or a drain grace after the tenant's
+link failed or the tenant was stopped. Pending jobs are the build
+candidates the tenant's server offers the proxy, per system.
+
 Each flag can also be set by its environment variable, listed beside it. A
 flag wins over the variable. Secrets are read from files only.`
 
@@ -88,6 +122,9 @@ func proxyVar(flag string) string {
 func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servicecli.Logging) *cli.Command {
 	str := func(name string, dst *string, def, usage string) *cli.StringFlag {
 		return &cli.StringFlag{Name: name, Value: def, Destination: dst, Sources: env.Vars(proxyVar(name)), Usage: usage}
+	}
+	seconds := func(name string, dst *time.Duration, def time.Duration, usage string) *servicecli.SecondsFlag {
+		return &servicecli.SecondsFlag{Name: name, Value: def, Destination: dst, Sources: env.Vars(proxyVar(name)), Usage: usage}
 	}
 	file := func(name string, dst *string, usage string) *cli.StringFlag {
 		f := str(name, dst, "", usage)
@@ -107,6 +144,22 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 			Usage:     "wrong admin tokens one client address may send per minute; beyond them it gets HTTP 429 until it regains attempts at that rate; 0 disables"},
 		str("upstream-capabilities", &raw.capabilities, "fetch,eval,build",
 			"comma list of the capabilities every upstream session offers: fetch, eval, build, federate"),
+		file("hetzner-token-file", &raw.hetznerTokenFile, "file holding the Hetzner Cloud API token; without it no VM is booted"),
+		str("hetzner-endpoint", &opts.Hetzner.Endpoint, hcloud.Endpoint, "Hetzner Cloud API endpoint"),
+		str("hetzner-proto-url", &opts.Hetzner.ProtoURL, "", "ws(s):// URL of this proxy's /proto as the VMs reach it (required with --hetzner-token-file)"),
+		seconds("hetzner-reconcile-interval", &opts.Hetzner.Interval, hetzner.DefaultInterval, "seconds between reconcile passes"),
+		seconds("hetzner-billing-unit", &opts.Hetzner.BillingUnit, hetzner.DefaultBillingUnit, "seconds of a VM's billing unit"),
+		seconds("hetzner-scale-down-window", &opts.Hetzner.ScaleDownWindow, hetzner.DefaultScaleDownWindow,
+			"an idle VM is deleted only within this many last seconds of its billing unit"),
+		seconds("hetzner-boot-deadline", &opts.Hetzner.BootDeadline, hetzner.DefaultBootDeadline,
+			"seconds a VM has to connect before it is deleted as failed_boot"),
+		seconds("hetzner-drain-grace", &opts.Hetzner.DrainGrace, hetzner.DefaultDrainGrace,
+			"seconds from Draining to deletion when a tenant's link fails or it may not run"),
+		seconds("hetzner-list-grace", &opts.Hetzner.ListGrace, hetzner.DefaultListGrace,
+			"seconds a server list may lag behind a creation before the leak guard acts"),
+		seconds("hetzner-backoff-initial", &opts.Hetzner.BackoffInitial, hetzner.DefaultBackoffMin,
+			"seconds a tenant backs off after a failed API call (429, 5xx), doubling"),
+		seconds("hetzner-backoff-max", &opts.Hetzner.BackoffMax, hetzner.DefaultBackoffMax, "longest backoff in seconds"),
 	}
 	flags = append(flags, logging.Flags(env, "GRADIENT_PROXY_")...)
 	return &cli.Command{Name: "gradient-proxy", Usage: "the Gradient federation proxy", Description: description, Flags: flags}
@@ -114,8 +167,9 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 
 // rawOptions are flag values options holds in another form.
 type rawOptions struct {
-	capabilities   string
-	adminTokenFile string
+	capabilities     string
+	adminTokenFile   string
+	hetznerTokenFile string
 }
 
 // parseOptions reads flags, then the environment for every flag not given.
@@ -140,9 +194,25 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 			errs = append(errs, fmt.Errorf("--upstream-capabilities: %w", err))
 		}
 		if raw.adminTokenFile != "" {
-			if opts.AdminToken, err = readAdminToken(raw.adminTokenFile); err != nil {
+			if opts.AdminToken, err = readToken("admin token", raw.adminTokenFile); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if raw.hetznerTokenFile != "" {
+			if opts.Hetzner.Token, err = readToken("Hetzner token", raw.hetznerTokenFile); err != nil {
+				errs = append(errs, err)
+			}
+			if !strings.HasPrefix(opts.Hetzner.ProtoURL, "ws://") && !strings.HasPrefix(opts.Hetzner.ProtoURL, "wss://") {
+				errs = append(errs, errors.New("--hetzner-token-file needs --hetzner-proto-url, the ws:// or wss:// URL of this proxy's /proto as the VMs reach it"))
+			}
+		}
+		h := opts.Hetzner
+		if h.Interval <= 0 || h.BillingUnit <= 0 || h.ScaleDownWindow <= 0 || h.BootDeadline <= 0 || h.DrainGrace <= 0 ||
+			h.ListGrace <= 0 || h.BackoffInitial <= 0 || h.BackoffMax < h.BackoffInitial {
+			errs = append(errs, errors.New("the --hetzner-* durations must be positive, and --hetzner-backoff-max at least --hetzner-backoff-initial"))
+		}
+		if h.ScaleDownWindow > h.BillingUnit {
+			errs = append(errs, errors.New("--hetzner-scale-down-window is longer than --hetzner-billing-unit"))
 		}
 		return errors.Join(errs...)
 	})
@@ -177,14 +247,14 @@ func parseCapabilities(s string) (wire.GradientCapabilities, error) {
 	return c, nil
 }
 
-func readAdminToken(file string) (string, error) {
+func readToken(what, file string) (string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("admin token file: %w", err)
+		return "", fmt.Errorf("%s file: %w", what, err)
 	}
 	token := strings.TrimSpace(string(b))
 	if token == "" {
-		return "", fmt.Errorf("admin token file %s is empty", file)
+		return "", fmt.Errorf("%s file %s is empty", what, file)
 	}
 	return token, nil
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -35,7 +36,8 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{Listen: "127.0.0.1:3200", Database: "./gradient-proxy-data", EncryptionKeyFile: "/run/keys/proxy",
-		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, AuthFailures: 30, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, AuthFailures: 30, Hetzner: defaultHetzner(),
+		LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got  %+v\nwant %+v", opts, want)
 	}
@@ -54,7 +56,8 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{Listen: "127.0.0.1:4000", Database: "postgres://proxy@db/proxy", EncryptionKeyFile: "/env/key", AdminToken: "the-admin-token",
-		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true}, AuthFailures: 5, LogLevel: slog.LevelDebug, LogFormat: "json"}
+		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true}, AuthFailures: 5, Hetzner: defaultHetzner(),
+		LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got  %+v\nwant %+v", opts, want)
 	}
@@ -103,6 +106,38 @@ func TestHelpListsEveryVariable(t *testing.T) {
 		"gradient worker register --project", "gradient proxy link set", "gradient proxy worker create", "--server-url ws://PROXY:3200/proto"} {
 		if !strings.Contains(stderr.String(), planned) {
 			t.Errorf("-h does not say %q:\n%s", planned, stderr.String())
+		}
+	}
+}
+
+func TestHetznerOptions(t *testing.T) {
+	tokenFile := writeFile(t, "hcloud", "hc-token\n")
+	env := envOf(map[string]string{
+		"GRADIENT_PROXY_ENCRYPTION_KEY_FILE": "/k", "GRADIENT_PROXY_HETZNER_TOKEN_FILE": tokenFile,
+		"GRADIENT_PROXY_HETZNER_ENDPOINT": "http://127.0.0.1:9/v1", "GRADIENT_PROXY_HETZNER_PROTO_URL": "wss://proxy.example/proto",
+		"GRADIENT_PROXY_HETZNER_BOOT_DEADLINE": "30",
+	})
+	opts, err := parseOptions([]string{"--hetzner-reconcile-interval", "5"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := defaultHetzner()
+	want.Token, want.Endpoint, want.ProtoURL = "hc-token", "http://127.0.0.1:9/v1", "wss://proxy.example/proto"
+	want.Interval, want.BootDeadline = 5*time.Second, 30*time.Second
+	if !reflect.DeepEqual(opts.Hetzner, want) {
+		t.Errorf("got  %+v\nwant %+v", opts.Hetzner, want)
+	}
+	for name, args := range map[string][]string{
+		"token without proto URL": {"--hetzner-token-file", tokenFile},
+		"empty token file":        {"--hetzner-token-file", writeFile(t, "empty", "\n"), "--hetzner-proto-url", "ws://p/proto"},
+		"window over unit":        {"--hetzner-billing-unit", "60", "--hetzner-scale-down-window", "61"},
+		"zero interval":           {"--hetzner-reconcile-interval", "0"},
+	} {
+		var stderr strings.Builder
+		if _, err := parseOptions(append([]string{"--encryption-key-file", "/k"}, args...), envOf(nil), &stderr); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if strings.Contains(stderr.String(), "hc-token") {
+			t.Errorf("%s: the token is shown: %s", name, stderr.String())
 		}
 	}
 }

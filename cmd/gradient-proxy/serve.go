@@ -16,6 +16,7 @@ import (
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/proxy/admin"
 	"gradient.dev/gradient/proxy/downstream"
+	"gradient.dev/gradient/proxy/hetzner"
 	"gradient.dev/gradient/proxy/hub"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/proxy/upstream"
@@ -29,6 +30,8 @@ import (
 const (
 	readHeaderTimeout = 10 * time.Second
 	shutdownTimeout   = 10 * time.Second
+	// hetznerCallTimeout bounds one Hetzner API request.
+	hetznerCallTimeout = 30 * time.Second
 )
 
 // serve opens the database, runs both legs and the HTTP endpoints until
@@ -84,6 +87,22 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		return err
 	}
 
+	var reconciler *hetzner.Reconciler
+	if opts.Hetzner.Token != "" {
+		h := opts.Hetzner
+		client := hetzner.NewClient(h.Endpoint, h.Token, &http.Client{Timeout: hetznerCallTimeout})
+		// The job forwarding's offer book (issue 18) is not wired yet:
+		// no job is pending, so no VM boots; the rest of the rules run.
+		reconciler, err = hetzner.New(hetzner.Config{Store: store, Client: client, Sessions: leg, Demand: hubs,
+			ProtoURL: h.ProtoURL, Interval: h.Interval, BillingUnit: h.BillingUnit, ScaleDownWindow: h.ScaleDownWindow,
+			BootDeadline: h.BootDeadline, DrainGrace: h.DrainGrace, ListGrace: h.ListGrace,
+			BackoffMin: h.BackoffInitial, BackoffMax: h.BackoffMax, Logger: log, Metrics: registry})
+		if err != nil {
+			return err
+		}
+	}
+	opts.Hetzner.Token = ""
+
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
@@ -112,12 +131,19 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	supCtx, stopSup := context.WithCancel(ctx)
 	supDone := make(chan error, 1)
 	go func() { supDone <- sup.Run(supCtx) }()
+	recDone := make(chan error, 1)
+	if reconciler != nil {
+		go func() { recDone <- reconciler.Run(supCtx) }()
+	} else {
+		recDone <- nil
+	}
 
 	// One line with what the proxy runs with; never a secret (sqldb logs
 	// the database location redacted).
 	log.Info("gradient-proxy listening", "address", ln.Addr().String(), "database_engine", store.Engine(),
 		"encryption_key_file", opts.EncryptionKeyFile, "admin_token", adminHash != "",
 		"upstream_capabilities", capabilityList(opts.UpstreamCapabilities),
+		"hetzner", reconciler != nil, "hetzner_endpoint", opts.Hetzner.Endpoint,
 		"serves", "/proto /api/v1 /healthz /metrics", "forwards", "jobs and cache traffic per tenant")
 	if ready != nil {
 		ready(ln.Addr())
@@ -131,6 +157,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	log.Info("stopping: closing every upstream and downstream session")
 	stopSup()
 	<-supDone
+	<-recDone
 	leg.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()

@@ -244,3 +244,49 @@ func TestServeRefusesABadKey(t *testing.T) {
 		t.Fatalf("serve with a bad key: %v, want a refusal naming the encryption key", err)
 	}
 }
+
+// With a Hetzner token file the proxy runs the reconciler against the
+// configured endpoint with that token: its passes list the labelled
+// servers, the calls show in /metrics, and the token is never logged.
+func TestServeRunsTheHetznerReconciler(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var lists int
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer hc-secret-token" || r.URL.Path != "/servers" || r.URL.Query().Get("label_selector") != "gradient-tenant" {
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error":{"code":"unauthorized","message":"no"}}`))
+			return
+		}
+		mu.Lock()
+		lists++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"servers":[],"meta":{"pagination":{"page":1,"per_page":50,"last_page":1,"total_entries":0}}}`))
+	}))
+	t.Cleanup(api.Close)
+	keyFile := writeFile(t, "proxy.key", sealbox.EncodeKey(sealbox.NewKey())+"\n")
+	base, logs, stop := startProxy(t, []string{"--listen", "127.0.0.1:0", "--database", t.TempDir(), "--encryption-key-file", keyFile,
+		"--hetzner-token-file", writeFile(t, "hcloud", "hc-secret-token\n"), "--hetzner-endpoint", api.URL,
+		"--hetzner-proto-url", "wss://proxy.example/proto", "--hetzner-reconcile-interval", "1"}, nil)
+	waitfor.True(t, "two reconcile passes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return lists >= 2
+	})
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `gradient_proxy_hetzner_api_calls_total{operation="list_servers",outcome="ok"}`) {
+		t.Fatal("/metrics lacks the Hetzner API calls")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "hc-secret-token") {
+		t.Fatal("the Hetzner token is in the log")
+	}
+}

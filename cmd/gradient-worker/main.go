@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -47,6 +48,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// Store operations go to the Nix daemon (its socket, or `nix-daemon
 	// --stdio` children without one); evaluation runs the Nix CLI.
 	nixStore := &nix.Nix{BinDir: opts.NixBin, Logger: log}
+	if opts.BaseDir != "" {
+		// The build hook and temporary clones live in the worker's own
+		// state directory, not under a fixed name in a shared /tmp.
+		work := filepath.Join(opts.BaseDir, "work")
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			return fmt.Errorf("work directory: %w", err)
+		}
+		nixStore.WorkDir = work
+	}
 	defer nixStore.Close()
 	if len(opts.SystemFeatures) == 0 {
 		opts.SystemFeatures = detectSystemFeatures(ctx, nixStore, log)

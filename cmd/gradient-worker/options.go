@@ -97,7 +97,7 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		str("server-url", &opts.ServerURL, "", "ws(s)://host/proto URL of the server to dial (required unless discoverable)"),
 		str("peers", &opts.Peers, "", "inline peers list, peer_id:token lines (prefer --peers-file: flags show in ps)"),
 		file("peers-file", &opts.PeersFile, "", "peers file (peer_id:token lines), watched for changes; wins over --peers"),
-		file("base-dir", &opts.BaseDir, "/var/lib/gradient-worker", "state directory (worker-id)"),
+		file("base-dir", &opts.BaseDir, "/var/lib/gradient-worker", "state directory: worker-id, and work/ for the build hook and temporary clones"),
 		str("id", &opts.ID, "", "fixed worker UUID, overriding <base-dir>/worker-id"),
 		str("zone", &opts.Zone, "", "cluster placement label"),
 		str("endpoint", &opts.Endpoint, "", "address listed in cluster rosters"),

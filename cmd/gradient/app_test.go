@@ -74,6 +74,16 @@ var perInvocationFlags = map[string]string{
 	"gradient proxy worker create --name":         "the worker being created",
 	"gradient proxy worker create --capabilities": "the worker being created",
 	"gradient proxy worker list --tenant":         "a filter of one listing",
+	"gradient proxy hetzner set --enabled":        "the configuration being set",
+	"gradient proxy hetzner set --max-vms":        "the configuration being set",
+	"gradient proxy hetzner set --system":         "the configuration being set",
+	"gradient proxy hetzner set --snapshot-id":    "the configuration being set",
+	"gradient proxy hetzner set --snapshot-label": "the configuration being set",
+	"gradient proxy hetzner set --ssh-key":        "the configuration being set",
+	"gradient proxy hetzner set --label":          "the configuration being set",
+	"gradient proxy hetzner set --capabilities":   "the configuration being set",
+	"gradient proxy usage --from":                 "the period of one report",
+	"gradient proxy usage --to":                   "the period of one report",
 }
 
 // TestEveryFlagHasAVariable walks every command of the CLI: each flag has

@@ -81,6 +81,13 @@ func (a *app) proxyCommand() *cli.Command {
 					&cli.StringFlag{Name: "tenant", Usage: "only this `TENANT`'s workers"},
 				}, proxyWorkerList),
 				a.proxyLeaf("revoke", "delete the worker's authorization and close its session", []string{"WORKER_ID"}, nil, proxyWorkerRevoke)),
+			a.adminGroup("hetzner", "the tenants' Hetzner Cloud workers", "", exitUsage,
+				a.proxyLeaf("set", "set the tenant's Hetzner configuration (replacing the one before)", []string{"TENANT"}, proxyHetznerFlags(), proxyHetznerSet),
+				a.proxyLeaf("show", "show the tenant's Hetzner configuration", []string{"TENANT"}, nil, proxyHetznerShow)),
+			a.proxyLeaf("usage", "the tenant's VMs in a period with their billed units", []string{"TENANT"}, []cli.Flag{
+				&cli.StringFlag{Name: "from", Usage: "start of the period: RFC 3339 `TIME` or a date (2026-12-01)"},
+				&cli.StringFlag{Name: "to", Usage: "end of the period (exclusive): RFC 3339 `TIME` or a date"},
+			}, proxyUsage),
 			a.proxyLeaf("sessions", "the live sessions: upstream to tenants' servers, downstream of the proxy's workers", nil, nil, proxySessions),
 		},
 	}

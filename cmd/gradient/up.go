@@ -324,20 +324,32 @@ func (u *upRun) setUp(ctx context.Context) error {
 		return err
 	}
 	u.nixStore = n
-	system, extra, err := n.System(ctx)
-	if err != nil {
-		return fmt.Errorf("asking nix for its system: %w", err)
-	}
-	u.system = system
-	features, err := n.SystemFeatures(ctx)
-	if err != nil {
-		return fmt.Errorf("asking nix for its system features: %w", err)
-	}
-
+	// Nix's settings (a nix process) while the database opens.
+	var (
+		system          string
+		extra, features []string
+		nixErr          error
+	)
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		if system, extra, nixErr = n.System(ctx); nixErr != nil {
+			nixErr = fmt.Errorf("asking nix for its system: %w", nixErr)
+			return
+		}
+		if features, nixErr = n.SystemFeatures(ctx); nixErr != nil {
+			nixErr = fmt.Errorf("asking nix for its system features: %w", nixErr)
+		}
+	}()
 	u.db, err = storage.Open(ctx, filepath.Join(u.dataDir, "db"))
+	<-asked
 	if err != nil {
 		return err
 	}
+	if nixErr != nil {
+		return nixErr
+	}
+	u.system = system
 	nars, err := narstore.OpenLocal(filepath.Join(u.dataDir, "nars"), u.log)
 	if err != nil {
 		return err
@@ -497,17 +509,31 @@ func (u *upRun) nix() (*nix.Nix, error) {
 	return n, nil
 }
 
+// upCPUCoreScore is what the local workers report as their core speed.
+// They share one machine, and the score only ranks workers against each
+// other: any equal value does, and measuring it (worker.CPUCoreScore)
+// would spin a core for 100 ms at every start.
+const upCPUCoreScore = 1
+
 func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []string) error {
 	wctx, cancel := context.WithCancel(context.Background())
 	u.stopWorkers = cancel
 	u.workerNames = map[string]string{}
-	score := worker.CPUCoreScore()
 	url := "ws://" + u.addr + "/proto"
+	// The registrations at once: each hashes its token with argon2id.
+	ids, tokens, errs := make([]string, u.opts.workers), make([]string, u.opts.workers), make([]error, u.opts.workers)
+	var registered sync.WaitGroup
+	for i := range ids {
+		ids[i] = storage.NewID()
+		registered.Go(func() {
+			_, tokens[i], errs[i] = u.db.CreateRegistration(ctx, storage.Peer{Kind: storage.PeerProject, ID: u.project.ID}, ids[i], storage.DefaultWorkerSettings())
+		})
+	}
+	registered.Wait()
 	for i := 1; i <= u.opts.workers; i++ {
-		id := storage.NewID()
+		id, token := ids[i-1], tokens[i-1]
 		name := fmt.Sprintf("worker-%d", i)
-		_, token, err := u.db.CreateRegistration(ctx, storage.Peer{Kind: storage.PeerProject, ID: u.project.ID}, id, storage.DefaultWorkerSettings())
-		if err != nil {
+		if err := errs[i-1]; err != nil {
 			return fmt.Errorf("registering %s: %w", name, err)
 		}
 		tmp := filepath.Join(u.dataDir, "tmp", name)
@@ -520,9 +546,9 @@ func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []
 			Capabilities:   wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
 			Architectures:  archs,
 			SystemFeatures: features,
-			CPUCoreScore:   score,
+			CPUCoreScore:   upCPUCoreScore,
 			BackoffInitial: 100 * time.Millisecond, BackoffMax: 2 * time.Second,
-			Executor: &nixexec.Executor{Nix: n, TempDir: tmp, Logger: wlog, AllowLocalRepositories: true},
+			Executor: &nixexec.Executor{Nix: n, Logger: wlog, AllowLocalRepositories: true},
 			TempDir:  tmp,
 			Logger:   wlog,
 			Metrics:  prometheus.WrapRegistererWith(prometheus.Labels{"worker": name}, u.srv.Metrics()),

@@ -16,6 +16,10 @@ import (
 // upLogTail is how many lines of a failed job's log gradient up prints.
 const upLogTail = 15
 
+// upStatusChecks is how often per poll gradient up reads the evaluation's
+// status alone.
+const upStatusChecks = 10
+
 // evaluate runs the evaluation, printing one progress line per state
 // change, then the summary table, and returns the exit code.
 func (u *upRun) evaluate(ctx context.Context) int {
@@ -33,9 +37,25 @@ func (u *upRun) evaluate(ctx context.Context) int {
 	}
 	lastBuild := map[string]seen{}
 	var builds []storage.Build
-	tick := time.NewTicker(u.opts.poll)
+	// The builds are read every poll for the progress lines; between, the
+	// evaluation's row alone, often, so the run ends soon after the
+	// evaluation (an end found only by the next full poll cost up to a
+	// poll, 250 ms on average).
+	tick := time.NewTicker(max(u.opts.poll/upStatusChecks, time.Millisecond))
 	defer tick.Stop()
+	var lastRead time.Time
 	for {
+		if !lastRead.IsZero() && time.Since(lastRead) < u.opts.poll {
+			if cur, err := u.db.Evaluation(ctx, ev.ID); err == nil && !cur.Status.Terminal() && cur.Status == lastEval {
+				select {
+				case <-ctx.Done():
+					return u.interrupted(ctx, ev.ID)
+				case <-tick.C:
+				}
+				continue
+			}
+		}
+		lastRead = time.Now()
 		// A short read deadline of its own: the run's context may be over
 		// and the final state must still be read.
 		ev, builds, err = u.readEvaluation(ctx, ev.ID)

@@ -92,7 +92,14 @@ type Options struct {
 	// minutes): the daemon keeps a temporary GC root for everything a
 	// connection added until the connection ends.
 	MaxAge time.Duration
-	Logger *slog.Logger
+	// BuildHook is the build-hook setting sent with every build (a
+	// program); "" leaves the daemon's. The daemon starts its hook once
+	// per build operation, so its default, `nix __build-remote`, costs a
+	// Nix process per build even when it declines (no remote builders).
+	// Settings stay with a connection, so it is the client's, not a
+	// build's.
+	BuildHook string
+	Logger    *slog.Logger
 }
 
 // Client is a small pool of daemon connections. It is safe for
@@ -102,6 +109,8 @@ type Client struct {
 	max    int
 	maxAge time.Duration
 	log    *slog.Logger
+	// buildHook is Options.BuildHook.
+	buildHook string
 
 	mu     sync.Mutex
 	idle   []*conn
@@ -113,7 +122,7 @@ type Client struct {
 
 // New returns a client that dials with dial when it needs a connection.
 func New(dial Dialer, opts Options) *Client {
-	c := &Client{dial: dial, max: opts.MaxConns, maxAge: opts.MaxAge, log: opts.Logger, freed: make(chan struct{}, 1)}
+	c := &Client{dial: dial, max: opts.MaxConns, maxAge: opts.MaxAge, log: opts.Logger, buildHook: opts.BuildHook, freed: make(chan struct{}, 1)}
 	if c.max <= 0 {
 		c.max = 4
 	}

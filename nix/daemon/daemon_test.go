@@ -66,6 +66,45 @@ func (s *store) client(t *testing.T) *daemon.Client {
 	return c
 }
 
+// socketClient starts a nix-daemon of its own for the store on a Unix
+// socket (the real daemon, as the system runs it, minus systemd) and
+// speaks to it there.
+func (s *store) socketClient(t *testing.T) *daemon.Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "socket")
+	cmd := exec.Command("nix-daemon", "--store", s.dir)
+	cmd.Env = append(slices.Clone(s.env), "NIX_DAEMON_SOCKET_PATH="+sock)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon made no socket: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := daemon.New(daemon.Socket(sock), daemon.Options{MaxConns: 2})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// transports are the two ways the worker reaches a daemon; every
+// operation is tested over both.
+var transports = []struct {
+	name   string
+	client func(*store, *testing.T) *daemon.Client
+}{
+	{"stdio", (*store).client},
+	{"socket", (*store).socketClient},
+}
+
 func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -97,10 +136,16 @@ func (l *lines) logger() *daemon.Logger {
 
 func (l *lines) all() []string { l.mu.Lock(); defer l.mu.Unlock(); return slices.Clone(l.l) }
 
-func TestStdioDaemon(t *testing.T) {
+func TestDaemonOperations(t *testing.T) {
 	nixtest.Require(t, "nix-daemon")
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { testOperations(t, tr.client) })
+	}
+}
+
+func testOperations(t *testing.T, client func(*store, *testing.T) *daemon.Client) {
 	s := newStore(t)
-	c := s.client(t)
+	c := client(s, t)
 	ctx := testContext(t)
 
 	hs, err := c.Handshake(ctx)
@@ -173,7 +218,7 @@ func TestStdioDaemon(t *testing.T) {
 	var de *daemon.Error
 
 	// NAR import into another store; a wrong hash is refused.
-	other := newStore(t).client(t)
+	other := client(newStore(t), t)
 	wrong := daemon.Import{Path: out, Deriver: info.Deriver, NarHash: make([]byte, 32), NarSize: info.NarSize}
 	err = other.AddToStoreNar(ctx, wrong, bytes.NewReader(nar.Bytes()), true)
 	if !errors.As(err, &de) || !strings.Contains(err.Error(), "hash mismatch") {
@@ -226,10 +271,16 @@ type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("the NAR stream broke") }
 
-func TestStdioBuildFailures(t *testing.T) {
+func TestDaemonBuildFailures(t *testing.T) {
 	nixtest.Require(t, "nix-daemon")
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { testBuildFailures(t, tr.client) })
+	}
+}
+
+func testBuildFailures(t *testing.T, client func(*store, *testing.T) *daemon.Client) {
 	s := newStore(t)
-	c := s.client(t)
+	c := client(s, t)
 
 	t.Run("permanent", func(t *testing.T) {
 		var log lines
@@ -278,6 +329,31 @@ func TestStdioBuildFailures(t *testing.T) {
 			t.Errorf("after cancel: %v, %v", ok, err)
 		}
 	})
+}
+
+// The client's build hook is the one builds run with: it runs, declines,
+// and the daemon builds locally.
+func TestBuildHook(t *testing.T) {
+	nixtest.Require(t, "nix-daemon")
+	s := newStore(t)
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	hook := filepath.Join(dir, "hook")
+	script := "#!/bin/sh\necho \"$@\" >> " + ran + "\necho '# decline-permanently' >&2\nexec cat >/dev/null\n"
+	if err := os.WriteFile(hook, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := daemon.New(daemon.Command("nix-daemon", []string{"--stdio", "--store", s.dir}, s.env, nil), daemon.Options{BuildHook: hook})
+	defer c.Close()
+	for _, drv := range []string{s.drvs["hello"], s.drvs["greet"]} {
+		if res := build(t, c, drv, daemon.BuildOptions{}); !res.Success() {
+			t.Fatalf("result %+v", res)
+		}
+	}
+	// Once per build operation (the daemon's worker asks its hook once).
+	if b, err := os.ReadFile(ran); err != nil || strings.Count(string(b), "\n") != 2 {
+		t.Errorf("the hook ran %q, %v; want twice", b, err)
+	}
 }
 
 // stdioDaemons dials a `nix-daemon --stdio` child of the store per
@@ -387,42 +463,17 @@ func TestFailedConnectionDropsIdleOnes(t *testing.T) {
 	}
 }
 
-// TestSocketDaemon runs a nix-daemon of its own on a Unix socket.
-func TestSocketDaemon(t *testing.T) {
+// TestSocketDaemonConcurrency: operations at once on the socket daemon
+// take connections of their own.
+func TestSocketDaemonConcurrency(t *testing.T) {
 	nixtest.Require(t, "nix-daemon")
 	s := newStore(t)
-	sock := filepath.Join(t.TempDir(), "socket")
-	cmd := exec.Command("nix-daemon", "--store", s.dir)
-	cmd.Env = append(slices.Clone(s.env), "NIX_DAEMON_SOCKET_PATH="+sock)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon made no socket: %s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	c := daemon.New(daemon.Socket(sock), daemon.Options{MaxConns: 2})
-	defer c.Close()
+	c := s.socketClient(t)
 	ctx := testContext(t)
-	hs, err := c.Handshake(ctx)
-	if err != nil || hs.Version != daemon.MinVersion && hs.Version < daemon.MinVersion {
-		t.Fatalf("handshake %+v, %v", hs, err)
-	}
-	var log lines
-	res := build(t, c, s.drvs["greet"], daemon.BuildOptions{Log: log.logger()})
+	res := build(t, c, s.drvs["greet"], daemon.BuildOptions{})
 	if !res.Success() || res.Outputs["out"] == "" {
 		t.Fatalf("result %+v", res)
 	}
-	// Two operations at once take two connections.
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for range 8 {
@@ -451,30 +502,32 @@ type pipes struct {
 func (p pipes) Write(b []byte) (int, error) { return p.w.Write(b) }
 func (p pipes) Close() error                { p.w.Close(); return p.ReadCloser.Close() }
 
-// benchClient is a stdio daemon on a store holding a built path.
-func benchClient(b *testing.B) (*daemon.Client, string) {
+// benchClient is a stdio daemon on a store holding a built path (hello's
+// output) and greet's .drv, not built.
+func benchClient(b *testing.B) (c *daemon.Client, helloOut, greetDrv string) {
 	nixtest.Require(b, "nix-daemon")
 	n := nixtest.New(b)
 	env := append(append(os.Environ(), n.Env...), "NIX_CONFIG="+strings.Join(nixtest.Config, "\n"))
 	expr := filepath.Join(n.WorkDir, "test.nix")
 	os.WriteFile(expr, []byte(testExpr), 0o644)
-	cmd := exec.Command("nix-instantiate", "--store", n.Store, expr, "-A", "hello")
+	cmd := exec.Command("nix-instantiate", "--store", n.Store, expr, "-A", "hello", "-A", "greet")
 	cmd.Env = env
 	out, err := cmd.Output()
-	if err != nil {
-		b.Fatal(err)
+	drvs := strings.Fields(string(out))
+	if err != nil || len(drvs) != 2 {
+		b.Fatal(string(out), err)
 	}
-	c := daemon.New(daemon.Command("nix-daemon", []string{"--stdio", "--store", n.Store}, env, nil), daemon.Options{})
+	c = daemon.New(daemon.Command("nix-daemon", []string{"--stdio", "--store", n.Store}, env, nil), daemon.Options{})
 	b.Cleanup(func() { c.Close() })
-	results, err := c.BuildPaths(b.Context(), []string{strings.TrimSpace(string(out)) + "!*"}, daemon.BuildOptions{})
+	results, err := c.BuildPaths(b.Context(), []string{drvs[0] + "!*"}, daemon.BuildOptions{})
 	if err != nil || len(results) != 1 || !results[0].Success() {
 		b.Fatal(results, err)
 	}
-	return c, results[0].Outputs["out"]
+	return c, results[0].Outputs["out"], drvs[1]
 }
 
 func BenchmarkQueryPathInfo(b *testing.B) {
-	c, out := benchClient(b)
+	c, out, _ := benchClient(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		if info, err := c.QueryPathInfo(b.Context(), out); err != nil || info == nil {
@@ -484,11 +537,36 @@ func BenchmarkQueryPathInfo(b *testing.B) {
 }
 
 func BenchmarkNarFromPath(b *testing.B) {
-	c, out := benchClient(b)
+	c, out, _ := benchClient(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := c.NarFromPath(b.Context(), out, io.Discard); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkPrefetchCheck compares two ways to learn what a job must pull
+// before building greet (its input hello's output is valid, greet's is
+// not): QueryValidPaths of the wanted paths, which the worker uses, and
+// QueryMissing of greet's outputs, which walks the derivation's closure
+// and names derivations to build, not paths to pull.
+func BenchmarkPrefetchCheck(b *testing.B) {
+	c, helloOut, greetDrv := benchClient(b)
+	b.Run("QueryValidPaths", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if valid, err := c.QueryValidPaths(b.Context(), []string{greetDrv, helloOut}); err != nil || len(valid) != 2 {
+				b.Fatal(valid, err)
+			}
+		}
+	})
+	b.Run("QueryMissing", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if m, err := c.QueryMissing(b.Context(), []string{greetDrv + "!*"}); err != nil || !slices.Equal(m.WillBuild, []string{greetDrv}) {
+				b.Fatal(m, err)
+			}
+		}
+	})
 }

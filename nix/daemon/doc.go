@@ -4,7 +4,12 @@
 //
 // It negotiates protocol versions 1.34 (Nix 2.8) to 1.38, and implements
 // the operations a Gradient worker needs: path queries, NAR export and
-// import, builds with their log, GC roots and query-missing. A Client
+// import, builds with their log and GC roots. QueryMissing is here and
+// tested, but the worker does not use it: what a job must pull is
+// QueryValidPaths' question (which wanted paths the store lacks), while
+// QueryMissing walks a derivation's closure and names derivations to
+// build, ≈ 6× slower (docs/PERFORMANCE.md, "Worker on the Nix daemon").
+// A Client
 // keeps a few long-lived connections; an operation holds one until its
 // reply is read, and a connection that broke is replaced on the next
 // operation.

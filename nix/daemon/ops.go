@@ -263,7 +263,13 @@ func (c *Client) AddToStoreNar(ctx context.Context, it Import, nar io.Reader, do
 		err := cn.processStderr(stderrIO{})
 		if werr := <-written; werr != nil {
 			// The frames stopped short: the daemon still waits for the
-			// rest, so the connection must go whatever it said.
+			// rest, so the connection must go whatever it said. When the
+			// NAR's reader failed, the daemon did not: its other
+			// connections stay.
+			var re narReadError
+			if errors.As(werr, &re) {
+				return discard{fmt.Errorf("reading the NAR of %s: %w", it.Path, re.error)}
+			}
 			return fmt.Errorf("sending the NAR of %s: %w", it.Path, werr)
 		}
 		return err
@@ -289,10 +295,15 @@ func (cn *conn) writeFrames(r io.Reader) error {
 			return cn.w.u64(0).flush()
 		}
 		if err != nil {
-			return err
+			return narReadError{err}
 		}
 	}
 }
+
+// narReadError is the failure of the reader an AddToStoreNar sends.
+type narReadError struct{ error }
+
+func (e narReadError) Unwrap() error { return e.error }
 
 // AddTempRoot keeps path from the garbage collector while this
 // connection lasts.
@@ -415,7 +426,7 @@ func (r *BuildResult) Success() bool {
 func (c *Client) BuildPaths(ctx context.Context, targets []string, opts BuildOptions) ([]BuildResult, error) {
 	var results []BuildResult
 	err := c.do(ctx, false, func(cn *conn) error {
-		if err := cn.setOptions(opts); err != nil {
+		if err := cn.setOptions(opts, c.buildHook); err != nil {
 			return err
 		}
 		cn.w.u64(opBuildPathsWithResults).strings(targets).u64(0)
@@ -443,9 +454,12 @@ const (
 	levelError = 0
 )
 
-func (cn *conn) setOptions(opts BuildOptions) error {
+func (cn *conn) setOptions(opts BuildOptions, buildHook string) error {
 	maxJobs := max(opts.MaxJobs, 1)
 	overrides := [][2]string{{"timeout", seconds(opts.Timeout)}}
+	if buildHook != "" {
+		overrides = append(overrides, [2]string{"build-hook", buildHook})
+	}
 	cn.w.u64(opSetOptions).
 		bool(false). // keepFailed
 		bool(false). // keepGoing

@@ -36,6 +36,9 @@ import (
 //	GET    /api/v1/workers                         ?tenant=T to filter; with live state
 //	DELETE /api/v1/workers/{worker}                revoke: the row goes, the session closes
 //	GET    /api/v1/sessions                        upstream and downstream sessions
+//	PUT    /api/v1/tenants/{tenant}/hetzner        {enabled, max_vms, systems, snapshot_id | snapshot_label, ssh_keys, labels, capabilities?}
+//	GET    /api/v1/tenants/{tenant}/hetzner
+//	GET    /api/v1/tenants/{tenant}/usage          ?from=&to= (RFC 3339 or dates): its VMs in the period, billed units
 //
 // Errors are {"error": "sentence"}: 400 invalid input, 401 wrong or
 // missing token, 404 unknown record, 409 conflict, 429 too many wrong
@@ -109,6 +112,9 @@ func (a *API) Mount(mux *http.ServeMux) {
 	api.HandleFunc("GET /api/v1/workers", a.listWorkers)
 	api.HandleFunc("DELETE /api/v1/workers/{worker}", a.revokeWorker)
 	api.HandleFunc("GET /api/v1/sessions", a.sessions)
+	api.HandleFunc("PUT /api/v1/tenants/{tenant}/hetzner", a.setHetzner)
+	api.HandleFunc("GET /api/v1/tenants/{tenant}/hetzner", a.showHetzner)
+	api.HandleFunc("GET /api/v1/tenants/{tenant}/usage", a.usage)
 	// Unknown paths answer JSON 404 too, after the token check, so the
 	// API's shape is not probeable without the token.
 	api.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {

@@ -300,8 +300,12 @@ func TestAdminLinkAndUpstreamSession(t *testing.T) {
 			t.Fatalf("a link set again keeps its enabled flag: %+v", l)
 		}
 		c.ok(200, "POST", put+"/enable", "", nil)
-		waitfor.True(t, "the link failing", func() bool { c.ok(200, "GET", put, "", &l); return l.State == "failing" })
-		if !strings.Contains(l.Reason, "401") || l.Since.IsZero() || l.Session.Active {
+		// The Reject marks the link failing just before the session ends.
+		waitfor.True(t, "the link failing, its session gone", func() bool {
+			c.ok(200, "GET", put, "", &l)
+			return l.State == "failing" && !l.Session.Active
+		})
+		if !strings.Contains(l.Reason, "401") || l.Since.IsZero() {
 			t.Fatalf("failing link %+v", l)
 		}
 		c.ok(200, "PUT", put, body(ten.ProtoURL, ten.WorkerID, ten.Peers), &l)

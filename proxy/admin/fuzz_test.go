@@ -23,6 +23,7 @@ func FuzzAdminBodies(f *testing.F) {
 		{"PUT", "/api/v1/tenants/acme/may-run"},
 		{"PUT", "/api/v1/tenants/acme/link"},
 		{"POST", "/api/v1/tenants/acme/workers"},
+		{"PUT", "/api/v1/tenants/acme/hetzner"},
 	}
 	for i, seed := range []string{
 		`{"name":"beta"}`, `{"may_run":false}`, `{"may_run":null}`,
@@ -32,6 +33,12 @@ func FuzzAdminBodies(f *testing.F) {
 		`[]`, `{"name":1}`, `{} {}`, "\x00", `{"peers":"` + strings.Repeat("#", 2000) + `"}`,
 	} {
 		f.Add(uint8(i), seed)
+	}
+	for _, seed := range []string{
+		`{"enabled":true,"max_vms":2,"snapshot_label":"gradient-worker","systems":{"x86_64-linux":{"server_type":"cx22","slots":2}},"ssh_keys":[1],"labels":{"a":"b"}}`,
+		`{"enabled":true,"max_vms":1e30,"systems":{"":{"slots":-1}},"ssh_keys":[-1],"labels":{"gradient-x":""}}`,
+	} {
+		f.Add(uint8(4), seed)
 	}
 	f.Fuzz(func(t *testing.T, which uint8, body string) {
 		if len(body) > 4096 {

@@ -79,14 +79,14 @@ func (a *API) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	vms, err := a.store.VMUsages(ctx, t.ID)
+	vms, err := a.store.OpenVMs(ctx)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	for _, vm := range vms {
-		if vm.Outcome == proxystore.VMRunning {
-			a.fail(w, r, sqldb.Conflict("tenant %q has running VMs; delete them first", t.Name))
+		if vm.TenantID == t.ID {
+			a.fail(w, r, sqldb.Conflict("tenant %q has running VMs; disable its Hetzner workers and wait until they are deleted", t.Name))
 			return
 		}
 	}

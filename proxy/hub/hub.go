@@ -994,3 +994,46 @@ func sortedValues(m map[uint64]uint64) []uint64 {
 	slices.Sort(out)
 	return out
 }
+
+// Holds reports whether a session of workerID owns a forwarded job that
+// has not ended (the Hetzner reconciler never deletes such a VM).
+func (h *Hub) Holds(workerID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, j := range h.jobs {
+		if w := h.workers[j.owner]; w != nil && !j.ended && w.d.WorkerID() == workerID {
+			return true
+		}
+	}
+	return false
+}
+
+// Pending counts the build candidates of the mirrored offer book per
+// Nix system: jobs the tenant's server would hand the proxy's workers.
+// Flake candidates and builtin jobs name no system and are not counted.
+func (h *Hub) Pending() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for _, c := range h.book {
+		if c.Requirement != nil && c.Requirement.Architecture != "builtin" && c.Requirement.Architecture != "" {
+			out[c.Requirement.Architecture]++
+		}
+	}
+	return out
+}
+
+// RefreshBook asks the upstream for its full offer list, unless one is
+// outstanding: candidates another worker of the server took leave the
+// book only with a full list.
+func (h *Hub) RefreshBook() {
+	h.mu.Lock()
+	var e effects
+	if h.polling() && !h.listAsked {
+		h.listAsked = true
+		h.listing = nil
+		h.toUpstream(&e, &wire.RequestJobList{})
+	}
+	h.mu.Unlock()
+	h.run(&e)
+}

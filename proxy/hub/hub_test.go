@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -544,5 +545,44 @@ func TestANewUpstreamSessionReplacesTheOld(t *testing.T) {
 	h.FromWorker(a, &wire.JobCompleted{JobID: "j1", AssignmentID: "as-j1"})
 	if got := u2.take(); len(got) != 0 {
 		t.Fatalf("the new session got the old session's report %v", got)
+	}
+}
+
+// The book's build candidates count as pending per system (the Hetzner
+// reconciler's demand); a worker holding a forwarded job is busy; a
+// refresh asks for the full list once.
+func TestPendingHoldsAndRefresh(t *testing.T) {
+	s := NewSet(slog.New(slog.DiscardHandler), nil)
+	h := s.Tenant("t1")
+	a := buildWorker("a", "x86_64-linux")
+	h.Join(a)
+	u := attach(t, h)
+	u.h.Handle(&wire.JobListChunk{IsFinal: true})
+	u.h.Handle(&wire.JobOffer{Candidates: []wire.JobCandidate{buildCand("x1", "x86_64-linux"), buildCand("x2", "x86_64-linux"),
+		buildCand("arm", "aarch64-linux"), buildCand("sub", "builtin"), {JobID: "flake"}}})
+	if got := s.PendingJobs("t1"); len(got) != 2 || got["x86_64-linux"] != 2 || got["aarch64-linux"] != 1 {
+		t.Fatalf("pending %v", got)
+	}
+	if len(s.PendingJobs("other")) != 0 {
+		t.Fatal("another tenant has pending jobs")
+	}
+	if h.Holds("a") {
+		t.Fatal("a idle worker holds a job")
+	}
+	h.FromWorker(a, &wire.RequestJob{Kind: wire.JobKindBuild})
+	u.h.Handle(buildAssign("x1", "x86_64-linux"))
+	if !h.Holds("a") || s.PendingJobs("t1")["x86_64-linux"] != 1 {
+		t.Fatalf("after the assignment: holds %v, pending %v", h.Holds("a"), s.PendingJobs("t1"))
+	}
+	h.FromWorker(a, &wire.AssignJobResponse{JobID: "x1", Accepted: true})
+	h.FromWorker(a, &wire.JobCompleted{JobID: "x1"})
+	if h.Holds("a") {
+		t.Fatal("a holds a completed job")
+	}
+	u.take()
+	h.RefreshBook()
+	h.RefreshBook()
+	if got := upOf[*wire.RequestJobList](u.take()); len(got) != 1 {
+		t.Fatalf("%d list requests, want 1 while one is outstanding", len(got))
 	}
 }

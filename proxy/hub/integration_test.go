@@ -230,7 +230,7 @@ func (w *fedWorld) startWorkerStore(name, url string) (id, store string) {
 		ServerURL: url, WorkerID: row.ID, Peers: row.ID + ":" + token,
 		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
 		Heartbeat: 500 * time.Millisecond, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Executor: &nixexec.Executor{Nix: n, TempDir: w.t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+		Executor: &nixexec.Executor{Nix: n, Logger: slog.New(slog.DiscardHandler),
 			AllowLocalRepositories: true},
 		TempDir: w.t.TempDir(),
 	})

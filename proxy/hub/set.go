@@ -14,6 +14,10 @@ import (
 // once per second).
 const ScoreInterval = time.Second
 
+// BookRefresh is how often each hub asks its upstream for the full offer
+// list, dropping candidates taken elsewhere.
+const BookRefresh = 30 * time.Second
+
 // Set is the proxy's hubs, one per tenant ID, shared by the downstream
 // leg (which joins each worker to its tenant's hub) and the upstream
 // supervisor (which forwards each tenant's session to it).
@@ -45,27 +49,43 @@ func (s *Set) Tenant(tenantID string) *Hub {
 	return h
 }
 
-// Run flushes every hub's changed scores once per ScoreInterval until
-// ctx ends.
+// Run flushes every hub's changed scores once per ScoreInterval and
+// refreshes its book once per BookRefresh until ctx ends.
 func (s *Set) Run(ctx context.Context) {
 	t := time.NewTicker(ScoreInterval)
 	defer t.Stop()
+	refresh := time.NewTicker(BookRefresh)
+	defer refresh.Stop()
 	for {
+		var each func(*Hub)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			each = (*Hub).FlushScores
+		case <-refresh.C:
+			each = (*Hub).RefreshBook
 		}
-		s.mu.Lock()
-		hubs := make([]*Hub, 0, len(s.hubs))
-		for _, h := range s.hubs {
-			hubs = append(hubs, h)
-		}
-		s.mu.Unlock()
-		for _, h := range hubs {
-			h.FlushScores()
+		for _, h := range s.all() {
+			each(h)
 		}
 	}
+}
+
+func (s *Set) all() []*Hub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hubs := make([]*Hub, 0, len(s.hubs))
+	for _, h := range s.hubs {
+		hubs = append(hubs, h)
+	}
+	return hubs
+}
+
+// PendingJobs is the tenant's book's build candidates per Nix system
+// (hetzner.Demand).
+func (s *Set) PendingJobs(tenantID string) map[string]int {
+	return s.Tenant(tenantID).Pending()
 }
 
 // NewOutbox is an Outbox for a worker of hub h, its queue wait and cut

@@ -94,12 +94,12 @@ func (s *Store) DeleteTenant(ctx context.Context, nameOrID string) error {
 		if err != nil {
 			return err
 		}
-		running, err := sqldb.Exists(ctx, tx, `SELECT 1 FROM vm_usage WHERE tenant_id = $1 AND outcome = 'running'`, t.ID)
+		running, err := sqldb.Exists(ctx, tx, `SELECT 1 FROM vm_usage WHERE tenant_id = $1 AND outcome IN ('creating', 'running')`, t.ID)
 		if err != nil {
 			return err
 		}
 		if running {
-			return sqldb.Conflict("tenant %q has running VMs; delete them first", t.Name)
+			return sqldb.Conflict("tenant %q has running VMs; disable its Hetzner workers and wait until they are deleted", t.Name)
 		}
 		_, err = tx.ExecContext(ctx, `DELETE FROM tenants WHERE id = $1`, t.ID)
 		return err

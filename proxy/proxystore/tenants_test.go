@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/storage/sqldb"
@@ -96,14 +97,20 @@ func TestDeleteTenantCascades(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		vm, err := s.StartVMUsage(ctx, gone.ID, testVM())
+		vm, _, err := s.BeginVM(ctx, gone.ID, testVM(), time.Now())
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteTenant(ctx, gone.ID); !errors.Is(err, sqldb.ErrConflict) {
+			t.Fatalf("delete with a VM being created: err = %v, want ErrConflict", err)
+		}
+		if _, err := s.VMCreated(ctx, vm.ID, 4711, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.DeleteTenant(ctx, gone.ID); !errors.Is(err, sqldb.ErrConflict) {
 			t.Fatalf("delete with a running VM: err = %v, want ErrConflict", err)
 		}
-		if _, err := s.EndVMUsage(ctx, vm.ID, VMDeleted); err != nil {
+		if _, err := s.EndVMUsage(ctx, vm.ID, VMDeleted, time.Now(), 1); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.DeleteTenant(ctx, gone.ID); err != nil {

@@ -101,19 +101,33 @@ func TestUnitBuildPullsClosureBuildsAndUploads(t *testing.T) {
 			t.Errorf("%s pulled, but it is valid locally or not needed", p)
 		}
 	}
-	// Every Pull was preceded by a Pull query naming its paths, all cached.
-	for i, e := range h.rec.all() {
-		if e.kind != "pull" {
-			continue
-		}
-		q := h.rec.all()[i-1]
-		if q.kind != "query" || q.mode != wire.QueryPull || !sameSet(q.paths, e.paths) {
-			t.Errorf("pull of %v not preceded by a Pull query for them (got %+v)", e.paths, q)
+	// Every path was named by a Pull query before its pull, and imported
+	// only after the paths it references that were pulled too.
+	all := h.rec.all()
+	for i, e := range all {
+		switch e.kind {
+		case "pull":
+			if !slices.ContainsFunc(all[:i], func(q event) bool {
+				return q.kind == "query" && q.mode == wire.QueryPull && slices.Contains(q.paths, e.paths[0])
+			}) {
+				t.Errorf("pull of %s not preceded by a Pull query naming it", e.paths[0])
+			}
+		case "import":
+			for _, ref := range e.imp[0].References {
+				if ref != e.imp[0].StorePath && slices.Contains(wantPulled, ref) && !slices.ContainsFunc(all[:i], func(p event) bool {
+					return p.kind == "import" && p.imp[0].StorePath == ref
+				}) {
+					t.Errorf("%s imported before its reference %s", e.imp[0].StorePath, ref)
+				}
+			}
 		}
 	}
-	// Imports: the .drv closure in one call, the inputs in another.
-	imps := importedPaths(h)
-	if len(imps) != 2 || !sameSet(imps[0], []string{g.target, g.dep, g.src1, g.src2}) || !sameSet(imps[1], []string{g.depOut}) {
+	// Imports: one per path; the .drv closure before the inputs.
+	var imps []string
+	for _, ps := range importedPaths(h) {
+		imps = append(imps, ps...)
+	}
+	if len(imps) != 5 || !sameSet(imps[:4], []string{g.target, g.dep, g.src1, g.src2}) || imps[4] != g.depOut {
 		t.Fatalf("imports = %v", imps)
 	}
 	// Import metadata comes from the cache entries, references as full paths.
@@ -281,7 +295,7 @@ func TestUnitBuildPrefetchInputUnavailable(t *testing.T) {
 }
 
 // A pulled object whose bytes do not match the cache's file hash fails
-// InputsUnavailable naming it; nothing is imported or built.
+// InputsUnavailable naming it; it is not imported, nothing is built.
 func TestUnitBuildFileHashMismatch(t *testing.T) {
 	h := newHarness(t)
 	g := h.setupBuild()
@@ -292,8 +306,8 @@ func TestUnitBuildFileHashMismatch(t *testing.T) {
 	if !reflect.DeepEqual(je.MissingPaths, []string{g.dep}) {
 		t.Errorf("missing paths = %v, want [%s]", je.MissingPaths, g.dep)
 	}
-	if n := len(h.rec.of("import")) + len(h.rec.of("build")); n != 0 {
-		t.Errorf("imported or built after a hash mismatch")
+	if slices.Contains(slices.Concat(importedPaths(h)...), g.dep) || len(h.rec.of("build")) != 0 {
+		t.Errorf("imported %v or built after a hash mismatch", importedPaths(h))
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 
 	"gradient.dev/gradient/nix"
@@ -31,7 +30,9 @@ type Store interface {
 	PathInfo(ctx context.Context, paths ...string) ([]nix.PathInfo, error)
 	ValidPaths(ctx context.Context, paths ...string) ([]string, error)
 	DumpPath(ctx context.Context, path string, w io.Writer) error
-	ImportNARs(ctx context.Context, items []nix.NarImport) error
+	// ImportNAR adds a path from its zstd-compressed NAR, checked
+	// against its metadata while it streams.
+	ImportNAR(ctx context.Context, it nix.NarImport, zst io.Reader) error
 	Build(ctx context.Context, drvPath string, opts nix.BuildOptions) (map[string]string, error)
 	Substitute(ctx context.Context, paths ...string) error
 	// AddIndirectRoot tells the store's garbage collector that link, a
@@ -44,8 +45,6 @@ var _ Store = (*nix.Nix)(nil)
 // Executor runs flake and build jobs with a Nix store.
 type Executor struct {
 	Nix Store
-	// TempDir holds pulled NARs until they are imported ("" = os.TempDir()).
-	TempDir string
 	// Cores is passed to builds as --cores (0 = Nix's setting).
 	Cores int
 	// SSH is the ssh program for fetches with a deploy key ("" = ssh).
@@ -160,16 +159,6 @@ func (j *job) derivations(ctx context.Context, paths ...string) (map[string]*nix
 		out[p] = j.drvs[p]
 	}
 	return out, nil
-}
-
-// tempDir is a directory for this job's NARs in transit, removed by the
-// returned function.
-func (j *job) tempDir() (string, func(), error) {
-	dir, err := os.MkdirTemp(j.e.TempDir, "gradient-job-")
-	if err != nil {
-		return "", nil, worker.Fail(wire.FailureTransient, fmt.Errorf("creating a temporary directory: %w", err))
-	}
-	return dir, func() { os.RemoveAll(dir) }, nil
 }
 
 // classify turns a Nix failure into a job failure of the right kind.

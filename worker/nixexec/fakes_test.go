@@ -5,13 +5,13 @@ package nixexec
 // event log so tests can check what happened before what.
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -119,8 +119,7 @@ type fakeStore struct {
 	evalErr      error
 	// build runs Store.Build; nil returns the .drv's outputs (made valid).
 	build func(ctx context.Context, drvPath string, opts nix.BuildOptions) (map[string]string, error)
-	// importedFiles holds the bytes of each imported NarZst file, read
-	// while ImportNARs runs (the files are removed afterwards).
+	// importedFiles holds the compressed bytes each import read.
 	importedFiles map[string][]byte
 	// substitutable are the paths the configured substituters hold.
 	substitutable map[string]bool
@@ -220,19 +219,25 @@ func (s *fakeStore) DumpPath(ctx context.Context, path string, w io.Writer) erro
 	return err
 }
 
-func (s *fakeStore) ImportNARs(ctx context.Context, items []nix.NarImport) error {
-	s.rec.add(event{kind: "import", imp: slices.Clone(items)})
-	for _, it := range items {
-		b, err := os.ReadFile(it.NarZst)
-		if err != nil {
-			return fmt.Errorf("fake store: reading %s: %w", it.NarZst, err)
-		}
-		s.mu.Lock()
-		s.importedFiles[it.StorePath] = b
-		s.valid[it.StorePath] = true
-		s.refs[it.StorePath] = it.References
-		s.mu.Unlock()
+// ImportNAR reads the object it is given to its end (the stream's own
+// checks run at the end) and records it as one import.
+func (s *fakeStore) ImportNAR(ctx context.Context, it nix.NarImport, zst io.Reader) error {
+	b, err := io.ReadAll(zst)
+	if err != nil {
+		return fmt.Errorf("fake store: reading the NAR of %s: %w", it.StorePath, err)
 	}
+	s.mu.Lock()
+	for _, ref := range it.References {
+		if ref != it.StorePath && !s.valid[ref] {
+			s.mu.Unlock()
+			return fmt.Errorf("fake store: importing %s before its reference %s", it.StorePath, ref)
+		}
+	}
+	s.importedFiles[it.StorePath] = b
+	s.valid[it.StorePath] = true
+	s.refs[it.StorePath] = it.References
+	s.mu.Unlock()
+	s.rec.add(event{kind: "import", imp: []nix.NarImport{it}})
 	return nil
 }
 
@@ -273,11 +278,11 @@ type fakeCache struct {
 	// entries is what the server's cache holds (Pull queries answer from
 	// it; Push queries answer cached for these paths too).
 	entries map[string]wire.CachedPath
-	// content overrides the bytes Pull writes for a path (default fileOf).
+	// content overrides the bytes OpenNar streams for a path (default fileOf).
 	content map[string][]byte
 	// pushErr fails Push queries.
 	pushErr error
-	// pullErr fails Pull calls.
+	// pullErr fails OpenNar calls.
 	pullErr error
 	// uploadErr fails the upload of a path.
 	uploadErr map[string]error
@@ -331,36 +336,18 @@ func (c *fakeCache) Query(ctx context.Context, jobID string, paths []string, mod
 	return out, nil
 }
 
-func (c *fakeCache) Pull(ctx context.Context, jobID string, paths []string, dir string) (map[string]worker.PulledNar, error) {
-	c.rec.add(event{kind: "pull", paths: slices.Clone(paths)})
+func (c *fakeCache) OpenNar(ctx context.Context, jobID, path string) (io.ReadCloser, error) {
+	c.rec.add(event{kind: "pull", paths: []string{path}})
 	if c.pullErr != nil {
 		return nil, c.pullErr
 	}
-	out := map[string]worker.PulledNar{}
-	for _, p := range paths {
-		c.mu.Lock()
-		b, ok := c.content[p]
-		c.mu.Unlock()
-		if !ok {
-			b = fileOf(p)
-		}
-		// Unique names, as the real client's (pulls of several rounds
-		// share dir).
-		f, err := os.CreateTemp(dir, base(p)+"-*.nar.zst")
-		if err != nil {
-			return nil, err
-		}
-		_, err = f.Write(b)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		// The hash of what arrived, as the real client computes it.
-		out[p] = worker.PulledNar{File: f.Name(), FileHash: nix32sha(b)}
+	c.mu.Lock()
+	b, ok := c.content[path]
+	c.mu.Unlock()
+	if !ok {
+		b = fileOf(path)
 	}
-	return out, nil
+	return io.NopCloser(bytes.NewReader(b)), nil
 }
 
 func (c *fakeCache) Upload(ctx context.Context, jobID, storePath string, nar io.Reader, meta worker.UploadMeta) error {
@@ -444,7 +431,7 @@ func newHarness(t *testing.T) *harness {
 	rec := &recorder{}
 	h := &harness{t: t, rec: rec, store: newFakeStore(rec), cache: newFakeCache(rec)}
 	h.rep = &fakeReporter{rec: rec, cache: h.cache}
-	h.exec = &Executor{Nix: h.store, TempDir: t.TempDir(), Cores: 3, Logger: slog.New(slog.DiscardHandler)}
+	h.exec = &Executor{Nix: h.store, Cores: 3, Logger: slog.New(slog.DiscardHandler)}
 	return h
 }
 

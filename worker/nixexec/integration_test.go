@@ -249,7 +249,7 @@ func (tw *testWorld) startWorker(t *testing.T, caps wire.GradientCapabilities, a
 		ServerURL: tw.url, WorkerID: id, Peers: peers,
 		Capabilities: caps, CPUCoreScore: 1, Heartbeat: time.Hour,
 		BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Executor: &nixexec.Executor{Nix: n, TempDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: allowLocal},
+		Executor: &nixexec.Executor{Nix: n, Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: allowLocal},
 		TempDir:  t.TempDir(),
 	})
 	return id, n

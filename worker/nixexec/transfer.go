@@ -2,8 +2,10 @@ package nixexec
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"path"
 	"slices"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/nixbase32"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 )
@@ -131,11 +134,13 @@ func (j *job) uploadOne(ctx context.Context, info nix.PathInfo) error {
 }
 
 // ensure makes paths and their runtime closures valid in the local store,
-// pulling what is missing from the server's cache (WORKER.md §7.3): each
-// round asks where the missing paths are, pulls them, and adds their
-// references that are missing too; everything is imported at the end (Nix
-// orders the import by references). A path the cache does not have fails
-// the job as InputsUnavailable naming it.
+// pulling what is missing from the server's cache (WORKER.md §7.3). The
+// closure is found first: each round asks the cache (a Pull query) for
+// the missing paths' metadata and adds their references that are missing
+// too. Then every path's NAR streams from the session into the daemon
+// (AddToStoreNar), a path only after the references it pulls, a few at a
+// time. A path the cache does not have, or whose bytes do not match its
+// metadata, fails the job as InputsUnavailable naming it.
 func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error) {
 	pulled, _, err = j.ensureCounting(ctx, paths)
 	return pulled, err
@@ -147,14 +152,9 @@ func (j *job) ensureCounting(ctx context.Context, paths []string) (pulled int, c
 	if err != nil || len(want) == 0 {
 		return 0, 0, err
 	}
-	dir, cleanup, err := j.tempDir()
-	if err != nil {
-		return 0, 0, err
-	}
-	defer cleanup()
 	start := time.Now()
 	queried := map[string]bool{}
-	var imports []nix.NarImport
+	var pulls []pullItem
 	for round := 0; len(want) > 0; round++ {
 		if round == pullRounds {
 			return 0, 0, worker.Fail(wire.FailureTransient, fmt.Errorf("closure of %d paths did not converge in %d rounds", len(paths), pullRounds))
@@ -180,18 +180,10 @@ func (j *job) ensureCounting(ctx context.Context, paths []string) (pulled int, c
 			return 0, 0, &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: uncached,
 				Err: fmt.Errorf("not in the cache: %s", strings.Join(uncached, ", "))}
 		}
-		files, err := j.cache.Pull(ctx, j.id, want, dir)
-		if err != nil {
-			return 0, 0, classifyPull(err)
-		}
 		var next []string
 		for _, p := range want {
 			e := byPath[p]
-			if e.FileHash != nil && files[p].FileHash != *e.FileHash {
-				return 0, 0, &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: []string{p},
-					Err: fmt.Errorf("pulled %s: file hash %s, the cache says %s", p, files[p].FileHash, *e.FileHash)}
-			}
-			item := nix.NarImport{StorePath: p, NarHash: *e.NarHash, NarZst: files[p].File}
+			item := pullItem{NarImport: nix.NarImport{StorePath: p, NarHash: *e.NarHash}, fileHash: e.FileHash, fileSize: e.FileSize}
 			if e.NarSize != nil {
 				item.NarSize = int64(*e.NarSize)
 			}
@@ -214,21 +206,161 @@ func (j *job) ensureCounting(ctx context.Context, paths []string) (pulled int, c
 					}
 				}
 			}
-			imports = append(imports, item)
+			pulls = append(pulls, item)
 		}
 		if want, err = j.missing(ctx, next); err != nil {
 			return 0, 0, err
 		}
 	}
-	j.log.Info("importing pulled paths", "paths", len(imports), "compressed_bytes", compressed)
-	if err := j.e.Nix.ImportNARs(ctx, imports); err != nil {
-		return 0, 0, worker.Fail(wire.FailureTransient, fmt.Errorf("importing pulled paths: %w", err))
+	j.log.Info("pulling paths", "paths", len(pulls), "compressed_bytes", compressed)
+	if err := j.pullAll(ctx, pulls); err != nil {
+		return 0, 0, err
 	}
-	for _, it := range imports {
+	for _, it := range pulls {
 		j.pin(ctx, it.StorePath)
 	}
-	j.log.Info("pulled paths", "paths", len(imports), "took", time.Since(start).Round(time.Millisecond))
-	return len(imports), compressed, nil
+	j.log.Info("pulled paths", "paths", len(pulls), "took", time.Since(start).Round(time.Millisecond))
+	return len(pulls), compressed, nil
+}
+
+// importParallel is how many pulled paths stream into the store at once
+// (CACHE.md §3.1: at most 8); each holds a daemon connection meanwhile.
+const importParallel = 4
+
+// pullRestarts is how often one path's import starts again after the
+// server restarted its stream with another object.
+const pullRestarts = 2
+
+// pullItem is a path to pull: its import metadata and what the cache
+// says of its compressed object.
+type pullItem struct {
+	nix.NarImport
+	fileHash *string
+	fileSize *uint64
+}
+
+// pullAll streams items into the store, each after the items it
+// references (Nix registers a path only once its references are valid),
+// up to importParallel at a time. The first failure cancels the rest.
+func (j *job) pullAll(ctx context.Context, items []pullItem) error {
+	index := make(map[string]int, len(items))
+	for i, it := range items {
+		index[it.StorePath] = i
+	}
+	waiting := make([]int, len(items))     // references not imported yet
+	referrers := make([][]int, len(items)) // items referencing each
+	var ready []int
+	for i, it := range items {
+		for _, ref := range slices.Compact(slices.Sorted(slices.Values(it.References))) {
+			if r, ok := index[ref]; ok && r != i {
+				waiting[i]++
+				referrers[r] = append(referrers[r], i)
+			}
+		}
+		if waiting[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(items))
+	running, done := 0, 0
+	var first error
+	for done < len(items) {
+		for first == nil && running < importParallel && len(ready) > 0 {
+			i := ready[0]
+			ready = ready[1:]
+			running++
+			go func() { results <- result{i, j.pullOne(ctx, items[i])} }()
+		}
+		if running == 0 {
+			if first != nil {
+				return first
+			}
+			return worker.Fail(wire.FailureTransient, fmt.Errorf("%d pulled paths reference each other in a cycle", len(items)-done))
+		}
+		r := <-results
+		running--
+		done++
+		if r.err != nil {
+			if first == nil {
+				first = r.err
+				cancel()
+			}
+			continue
+		}
+		for _, k := range referrers[r.i] {
+			if waiting[k]--; waiting[k] == 0 {
+				ready = append(ready, k)
+			}
+		}
+	}
+	return first
+}
+
+// pullOne streams one path from the cache into the store, unless it
+// became valid meanwhile (another job of this worker pulled it).
+func (j *job) pullOne(ctx context.Context, it pullItem) error {
+	for attempt := 0; ; attempt++ {
+		if valid, err := j.e.Nix.ValidPaths(ctx, it.StorePath); err != nil {
+			return worker.Fail(wire.FailureTransient, fmt.Errorf("checking the local store: %w", err))
+		} else if len(valid) == 1 {
+			return nil
+		}
+		nar, err := j.cache.OpenNar(ctx, j.id, it.StorePath)
+		if err != nil {
+			return classifyPull(ctx, it.StorePath, err)
+		}
+		obj := &objectCheck{r: nar, path: it.StorePath, h: sha256.New(), want: it.fileHash, size: it.fileSize}
+		err = j.e.Nix.ImportNAR(ctx, it.NarImport, obj)
+		nar.Close()
+		if errors.Is(err, worker.ErrPullRestarted) && attempt < pullRestarts {
+			j.log.Info("the cache restarted a NAR stream; importing again", "path", it.StorePath)
+			continue
+		}
+		return classifyPull(ctx, it.StorePath, err)
+	}
+}
+
+// objectCheck passes a pulled compressed object through and, at its end,
+// fails the read unless its size and hash match the cache's entry (the
+// import then stops short, so nothing is added).
+type objectCheck struct {
+	r    io.Reader
+	path string
+	h    hash.Hash
+	n    uint64
+	want *string
+	size *uint64
+}
+
+// objectMismatchError: the compressed object differs from its cache entry.
+type objectMismatchError struct{ path, message string }
+
+func (e *objectMismatchError) Error() string {
+	return fmt.Sprintf("pulled %s: %s", e.path, e.message)
+}
+
+func (o *objectCheck) Read(p []byte) (int, error) {
+	n, err := o.r.Read(p)
+	o.h.Write(p[:n])
+	o.n += uint64(n)
+	if o.size != nil && o.n > *o.size {
+		return 0, &objectMismatchError{o.path, fmt.Sprintf("more than the %d bytes the cache says", *o.size)}
+	}
+	if err == io.EOF {
+		if o.size != nil && o.n != *o.size {
+			return n, &objectMismatchError{o.path, fmt.Sprintf("%d bytes, the cache says %d", o.n, *o.size)}
+		}
+		if sum := "sha256:" + nixbase32.Encode(o.h.Sum(nil)); o.want != nil && sum != *o.want {
+			return n, &objectMismatchError{o.path, fmt.Sprintf("file hash %s, the cache says %s", sum, *o.want)}
+		}
+	}
+	return n, err
 }
 
 // missing returns which of paths the local store lacks.
@@ -248,12 +380,26 @@ func (j *job) missing(ctx context.Context, paths []string) ([]string, error) {
 	return slices.DeleteFunc(paths, func(p string) bool { return have[p] }), nil
 }
 
-func classifyPull(err error) error {
-	var unavailable *worker.NarUnavailableError
-	if errors.As(err, &unavailable) {
+// classifyPull turns a failed pull of path into a job failure: what the
+// cache lacks, or sent wrong, is InputsUnavailable (the server demotes it
+// and builds it again); the rest is Transient.
+func classifyPull(ctx context.Context, path string, err error) error {
+	var (
+		unavailable *worker.NarUnavailableError
+		object      *objectMismatchError
+		nar         *nix.NarMismatchError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &unavailable):
 		return &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: unavailable.Paths, Err: err}
+	case errors.As(err, &object), errors.As(err, &nar):
+		return &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: []string{path}, Err: err}
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
-	return worker.Fail(wire.FailureTransient, err)
+	return worker.Fail(wire.FailureTransient, fmt.Errorf("importing %s: %w", path, err))
 }
 
 // fullPath accepts a store path or its base name.
