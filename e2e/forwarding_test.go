@@ -206,6 +206,25 @@ func runningBuilds(w *proxyworld.Worker) []string {
 	return running
 }
 
+// runningOne is the one of workers that runs a build, once its log says
+// so (the builder may start before the log line reaches the test).
+func runningOne(t *testing.T, workers []*proxyworld.Worker) *proxyworld.Worker {
+	t.Helper()
+	var running []*proxyworld.Worker
+	waitfor.True(t, "exactly one worker running a build", func() bool {
+		running = running[:0]
+		for _, w := range workers {
+			if n := len(runningBuilds(w)); n == 1 {
+				running = append(running, w)
+			} else if n > 1 {
+				t.Fatalf("%s runs %d builds with one slot", w.Name, n)
+			}
+		}
+		return len(running) == 1
+	})
+	return running[0]
+}
+
 // narMagic starts every NAR (its first string, length-prefixed).
 var narMagic = []byte("\x0d\x00\x00\x00\x00\x00\x00\x00nix-archive-1")
 
@@ -397,15 +416,10 @@ func TestJobForwarding(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			return started(t, gate) > 0
 		})
-		var victim, survivor *proxyworld.Worker
-		for i, w := range workersA {
-			if len(runningBuilds(w)) > 0 {
-				victim, survivor = w, workersA[1-i]
-			}
-		}
-		if victim == nil || len(runningBuilds(survivor)) > 0 {
-			t.Fatalf("running builds: %s %v, %s %v; want one on exactly one worker",
-				workersA[0].Name, runningBuilds(workersA[0]), workersA[1].Name, runningBuilds(workersA[1]))
+		victim := runningOne(t, workersA)
+		survivor := workersA[0]
+		if survivor == victim {
+			survivor = workersA[1]
 		}
 		failedBefore := len(f.serverA.Lines(`msg="job failed"`, "kind=Transient", "gated"))
 		victim.Kill()
@@ -452,15 +466,7 @@ func TestJobForwarding(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			return started(t, gateA) > 0 && started(t, gateB) > 0
 		})
-		var running *proxyworld.Worker
-		for _, w := range workersA {
-			if len(runningBuilds(w)) > 0 {
-				running = w
-			}
-		}
-		if running == nil {
-			t.Fatal("no A worker runs the gated build")
-		}
+		running := runningOne(t, workersA)
 		count := func(ws []*proxyworld.Worker, fragments ...string) []int {
 			var n []int
 			for _, w := range ws {
