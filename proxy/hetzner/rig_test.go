@@ -391,3 +391,15 @@ func (r *rig) usage(tenantID string) []proxystore.VMUsage {
 	}
 	return list
 }
+
+// crash stops the VM's worker and leaves its server running: the worker
+// process died on a VM that still bills.
+func (r *rig) crash(serverID int64) {
+	r.mu.Lock()
+	v := r.vms[serverID]
+	r.mu.Unlock()
+	if v == nil {
+		r.t.Fatalf("no VM %d to crash", serverID)
+	}
+	v.stop()
+}
