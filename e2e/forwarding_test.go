@@ -287,7 +287,9 @@ func TestJobForwarding(t *testing.T) {
 	flakeA, flakeB := newTenantFlake(t, "alpha"), newTenantFlake(t, "beta")
 	proxyTmp := t.TempDir() // the proxy's TMPDIR: where it would stage NARs
 	f := newFederationWith(t, federationOptions{
-		ServerArgs: []string{"--allow-local-repositories"},
+		// A retry at once: the transient failure of subtest 2 would wait
+		// the default 30 s.
+		ServerArgs: []string{"--allow-local-repositories", "--build-retry-backoff-secs", "0"},
 		Project: func(s *proxyworld.Server, team string) string {
 			repo := flakeA.repo
 			if team == "beta" {
