@@ -2,6 +2,7 @@ package hetzner
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/internal/nixtest"
+	"gradient.dev/gradient/internal/proxyworld"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/proxy/downstream"
@@ -50,8 +52,8 @@ const e2eFlake = `{
 // proxy's two legs with their hubs and the reconciler on a fake Hetzner
 // API driven by hcloud-go. The tenant's session advertises the system
 // its VMs can boot, so the server offers the evaluation's builds to the
-// proxy; the book's demand boots a VM; the VM's worker, started from the
-// user data the fake got with the real Nix executor, connects to the
+// proxy; the book's demand boots a VM; the VM's gradient-worker process, started from
+// the env file in the user data the fake got and nothing else, connects to the
 // proxy and builds the flake; the outputs land in the tenant's cache;
 // the idle VM goes in its billing unit's last window, its usage row
 // closed with one billed unit and its token revoked.
@@ -123,37 +125,27 @@ func TestEndToEndFromZeroVMs(t *testing.T) {
 	}
 	cloud.onCreate = func(s *fakeServer) {
 		env := parseEnv(t, s.UserData)
-		slots, err := strconv.Atoi(env[EnvMaxBuilds])
-		if err != nil {
+		if _, err := strconv.Atoi(env[EnvMaxBuilds]); err != nil {
 			t.Errorf("the env file's %s: %v", EnvMaxBuilds, err)
 			return
 		}
+		// The VM: a real gradient-worker process whose configuration is
+		// the env file's variables and nothing else of the proxy's (as
+		// the snapshot's unit reads it), on a chroot store of its own;
+		// the flags describe the "machine" (a base directory, no CPU
+		// score measurement, the x86_64 system).
 		n := nixtest.New(t)
-		w, err := worker.New(worker.Config{ServerURL: env[EnvServerURL], WorkerID: env[EnvWorkerID], Peers: env[EnvPeers],
-			Capabilities: wire.GradientCapabilities{Build: true}, Architectures: []string{x86}, MaxBuilds: slots,
-			CPUCoreScore: 100, Heartbeat: 500 * time.Millisecond, BackoffInitial: 20 * time.Millisecond,
-			BackoffMax: 200 * time.Millisecond, TempDir: t.TempDir(), Logger: quiet,
-			Executor: &nixexec.Executor{Nix: n, Logger: quiet}})
-		if err != nil {
-			t.Errorf("the VM's worker does not start: %v", err)
-			return
+		vmEnv := append(append([]string{}, n.Env...), "NIX_CONFIG="+strings.Join(append([]string{"store = " + n.Store}, nixtest.Config...), "\n"))
+		for k, v := range env {
+			vmEnv = append(vmEnv, k+"="+v)
 		}
-		runCtx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); w.Run(runCtx) }()
+		proc := proxyworld.Start(t, fmt.Sprintf("vm-%d", s.ID), "gradient-worker", vmEnv,
+			"--base-dir", t.TempDir(), "--gcroots-dir", "", "--system-architectures", x86, "--system-cpu-core-score", "100",
+			"--log-level", "info")
 		var once sync.Once
 		vmMu.Lock()
 		vmStores[s.ID] = n.Store
-		vmStops[s.ID] = func() {
-			once.Do(func() {
-				cancel()
-				select {
-				case <-done:
-				case <-time.After(30 * time.Second):
-					t.Error("a VM's worker did not stop within 30 s")
-				}
-			})
-		}
+		vmStops[s.ID] = func() { once.Do(proc.Stop) }
 		vmMu.Unlock()
 	}
 	cloud.onDelete = func(s *fakeServer) { go stopVM(s.ID) }

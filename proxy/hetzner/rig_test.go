@@ -16,18 +16,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"gradient.dev/gradient/internal/proxyworld"
 	"gradient.dev/gradient/proxy/downstream"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/storage/sqldb"
-	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 )
 
 func TestMain(m *testing.M) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	os.Exit(sqldbtest.Main(m))
+	// proxyworld.Main is sqldbtest.Main, and removes the binaries the
+	// end-to-end test built.
+	os.Exit(proxyworld.Main(m))
 }
 
 // clock is the reconciler's controllable time.
