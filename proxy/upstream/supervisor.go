@@ -52,6 +52,12 @@ type Config struct {
 	// Hubs, when set, take each tenant's session's job side (the
 	// tenant's hub is its worker.Config.Forwarder).
 	Hubs *hub.Set
+	// Bootable, when set, names the Nix systems the tenant's Hetzner
+	// workers can boot (proxy/hetzner's Reconciler.Bootable): they join
+	// the reported architectures, so the tenant's server offers those
+	// builds before any VM runs and the demand can boot the first one.
+	// Call PoolChanged when they change.
+	Bootable func(tenantID string) []string
 	// PollInterval is how often the links are read again (5 s); Changed
 	// reads them at once.
 	PollInterval time.Duration
@@ -145,12 +151,23 @@ func (s *Supervisor) PoolChanged(tenantID string) {
 	}
 }
 
-// Hardware is what the tenant's session reports now.
+// Hardware is what the tenant's session reports now: the aggregate of
+// its pool, its architectures joined by the systems its Hetzner workers
+// can boot (Config.Bootable). Slots, CPUs and RAM stay the connected
+// workers' own: the scheduler offers and assigns builds by architecture
+// and features, and the hub declines an assignment until a capable
+// worker waits.
 func (s *Supervisor) Hardware(tenantID string) Hardware {
+	var h Hardware
 	if s.cfg.Pool == nil {
-		return Aggregate(nil)
+		h = Aggregate(nil)
+	} else {
+		h = Aggregate(s.cfg.Pool.Members(tenantID))
 	}
-	return Aggregate(s.cfg.Pool.Members(tenantID))
+	if s.cfg.Bootable != nil {
+		h.Host.Architectures = union(h.Host.Architectures, s.cfg.Bootable(tenantID))
+	}
+	return h
 }
 
 // reconcile starts the sessions of links that should connect and stops
