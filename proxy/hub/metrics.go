@@ -2,7 +2,6 @@ package hub
 
 import (
 	"errors"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -63,11 +62,5 @@ func (m *Metrics) slowWorker(tenant string) {
 func (m *Metrics) lost(tenant string) {
 	if m != nil {
 		m.upstreamLost.WithLabelValues(tenant).Inc()
-	}
-}
-
-func (m *Metrics) waited(tenant string, d time.Duration) {
-	if m != nil {
-		m.queueWait.WithLabelValues(tenant).Observe(d.Seconds())
 	}
 }
