@@ -35,7 +35,9 @@ type Downstream interface {
 	// Session is unique per session for the process lifetime.
 	Session() uint64
 	WorkerID() string
-	// Send queues m for the worker; it must not block (see Outbox).
+	// Send queues m for the worker; it must not block (see Outbox), and
+	// it keeps no NarPush or EvalCacheChunk Data once it returns: the
+	// upstream frame they alias takes the next chunk.
 	Send(m wire.ServerMessage)
 	// Capabilities are the negotiated ones (fetch, eval, build).
 	Capabilities() wire.GradientCapabilities
