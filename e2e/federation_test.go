@@ -108,16 +108,35 @@ func (f *federation) createWorker(t *testing.T, tenant, name string) createdWork
 
 func newFederation(t *testing.T) *federation {
 	t.Helper()
+	return newFederationWith(t, federationOptions{})
+}
+
+// federationOptions change newFederation's world.
+type federationOptions struct {
+	// ServerArgs are both servers' extra flags.
+	ServerArgs []string
+	// Project creates the tenant's project on its server (team alpha on
+	// A, beta on B) and returns TEAM/NAME; nil is Server.Project's
+	// project named app.
+	Project func(s *proxyworld.Server, team string) string
+	Proxy   proxyworld.ProxyOptions
+}
+
+func newFederationWith(t *testing.T, opts federationOptions) *federation {
+	t.Helper()
+	if opts.Project == nil {
+		opts.Project = func(s *proxyworld.Server, team string) string { return s.Project(t, team, "app") }
+	}
 	f := &federation{}
-	f.serverA = proxyworld.StartServer(t, "server-a", proxyworld.ServerOptions{})
-	f.serverB = proxyworld.StartServer(t, "server-b", proxyworld.ServerOptions{Database: sqldbtest.PostgresURL(t)})
-	f.projectA = f.serverA.Project(t, "alpha", "app")
-	f.projectB = f.serverB.Project(t, "beta", "app")
+	f.serverA = proxyworld.StartServer(t, "server-a", proxyworld.ServerOptions{Args: opts.ServerArgs})
+	f.serverB = proxyworld.StartServer(t, "server-b", proxyworld.ServerOptions{Database: sqldbtest.PostgresURL(t), Args: opts.ServerArgs})
+	f.projectA = opts.Project(f.serverA, "alpha")
+	f.projectB = opts.Project(f.serverB, "beta")
 	// How a tenant registers the proxy: the worker ID and the peers
 	// line it prints go to the proxy's operator.
 	f.proxyIDA, f.peersA = f.serverA.Register(t, f.projectA)
 	f.proxyIDB, f.peersB = f.serverB.Register(t, f.projectB)
-	f.proxy = proxyworld.StartProxy(t, "proxy", proxyworld.ProxyOptions{})
+	f.proxy = proxyworld.StartProxy(t, "proxy", opts.Proxy)
 
 	// Tenant A through the CLI, B through the API.
 	f.proxy.CLI(t, "tenant", "create", "tenant-a")

@@ -1,11 +1,16 @@
 package server
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
 )
 
 func benchEnv(b *testing.B) *cacheProtoEnv {
@@ -61,4 +66,61 @@ func BenchmarkNarUploadOverSession(b *testing.B) {
 			b.Fatalf("upload: %+v", out)
 		}
 	}
+}
+
+// BenchmarkSmallUploadsPipelined uploads 400-byte NARs (a .drv's size)
+// through the worker's cache client as an evaluation does: 4 transfers
+// at once and up to 128 sent uploads waiting for their commit. The
+// server verifies and commits them concurrently.
+func BenchmarkSmallUploadsPipelined(b *testing.B) {
+	benchSmallUploads(b, 4, 128)
+}
+
+// BenchmarkSmallUploadsOneByOne is the same with one upload at a time,
+// each waiting for its commit: the cost of one upload's round trips and
+// durability.
+func BenchmarkSmallUploadsOneByOne(b *testing.B) {
+	benchSmallUploads(b, 1, 1)
+}
+
+func benchSmallUploads(b *testing.B, transfers, pending int) {
+	e := benchEnv(b)
+	w := e.projectWorker()
+	client := worker.NewCacheClient(w.sess.Send)
+	go func() {
+		for {
+			m, err := w.sess.Recv(context.Background())
+			if err != nil {
+				return
+			}
+			client.HandleMessage(m)
+		}
+	}()
+	paths := make([]string, b.N)
+	nars := make([][]byte, b.N)
+	for i := range b.N {
+		paths[i] = testStorePath(fmt.Sprintf("d%d.drv", i))
+		nars[i] = append(randomNar(400), byte(i), byte(i>>8), byte(i>>16))
+	}
+	e.produce(paths...)
+	tslots, pslots := make(chan struct{}, transfers), make(chan struct{}, pending)
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		pslots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-pslots }()
+			tslots <- struct{}{}
+			pu, err := client.StartUpload(b.Context(), "job", paths[i], bytes.NewReader(nars[i]), worker.UploadMeta{})
+			<-tslots
+			if err == nil {
+				err = pu.Wait(b.Context())
+			}
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
 }

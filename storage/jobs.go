@@ -562,6 +562,14 @@ func (db *DB) PendingJobs(ctx context.Context) ([]PendingJob, error) {
 	return collect(rows, err, scanPendingJob)
 }
 
+// PendingJobIDs returns the IDs of every pending job, in no order: what
+// a resync of a copy of the queue needs to find jobs it lacks or holds
+// too many of, at a fraction of PendingJobs' cost.
+func (db *DB) PendingJobIDs(ctx context.Context) ([]string, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT id FROM jobs WHERE status = 'pending'`)
+	return collect(rows, err, scanString)
+}
+
 // PendingJobsByID returns those of the jobs ids that are pending (e.g. the
 // ones CompleteBuild made ready), in the order of PendingJobs.
 func (db *DB) PendingJobsByID(ctx context.Context, ids []string) ([]PendingJob, error) {

@@ -103,3 +103,23 @@ func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[s
 	})
 	return ready, err
 }
+
+// WaitingBuilds returns the ID and outputs of every waiting build of an
+// evaluation (those a cache check may find built already).
+func (db *DB) WaitingBuilds(ctx context.Context, evalID string) ([]Build, error) {
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.sql.QueryContext(ctx, `SELECT id, outputs FROM builds WHERE evaluation_id = $1 AND status = 'waiting'`, evalID)
+	return collect(rows, err, func(r *sql.Rows) (Build, error) {
+		var b Build
+		var outputs sql.NullString
+		if err := r.Scan(&b.ID, &outputs); err != nil {
+			return b, err
+		}
+		b.EvaluationID, b.Status = evalID, BuildWaiting
+		b.Outputs, err = decodeJSON[[]BuildOutputPath](outputs, "build outputs")
+		return b, err
+	})
+}

@@ -23,12 +23,20 @@ import (
 // (implicit or explicit) transaction; see lazyCommit.
 const lazyCommitCTE = `cfg AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS v)`
 
+// pendingJob is "jobs.status = 'pending'" in a form no index serves:
+// given plainly, the planner finds a claim's jobs through the partial
+// index of pending ones (jobs_pending), walking every pending job (and
+// the entries of those claimed since the last vacuum) on every claim,
+// instead of by primary key: a claim would cost as much as the queue is
+// long.
+const pendingJob = `CASE WHEN jobs.status = 'pending' THEN true ELSE false END`
+
 // claimJobSQL is claimJobsSQL for one call, which it serves at about
 // two thirds of the cost (the batch form's unnest and DISTINCT ON): most
 // claims run alone when the server is not busy. It returns 1 if claimed.
 const claimJobSQL = `WITH ` + lazyCommitCTE + `,
 	j AS (UPDATE jobs SET status = 'assigned', attempts = attempts + 1
-	      WHERE id = $1 AND status = 'pending' AND EXISTS (SELECT 1 FROM cfg)
+	      WHERE id = $1 AND ` + pendingJob + ` AND EXISTS (SELECT 1 FROM cfg)
 	      RETURNING kind, build_id, evaluation_id),
 	a AS (INSERT INTO job_assignments (id, job_id, worker_id, opened_at)
 	      SELECT $2::text, $1::text, $3::text, $4::bigint FROM j),
@@ -49,7 +57,7 @@ const claimJobsSQL = `WITH ` + lazyCommitCTE + `,
 	      FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS r(job_id, assignment_id, worker_id, n)
 	      ORDER BY job_id, n),
 	j AS (UPDATE jobs SET status = 'assigned', attempts = attempts + 1 FROM r
-	      WHERE jobs.id = r.job_id AND jobs.status = 'pending' AND EXISTS (SELECT 1 FROM cfg)
+	      WHERE jobs.id = r.job_id AND ` + pendingJob + ` AND EXISTS (SELECT 1 FROM cfg)
 	      RETURNING jobs.id, jobs.kind, jobs.build_id, jobs.evaluation_id, r.assignment_id, r.worker_id),
 	a AS (INSERT INTO job_assignments (id, job_id, worker_id, opened_at)
 	      SELECT assignment_id, id, worker_id, $4::bigint FROM j),
@@ -152,12 +160,26 @@ func (db *DB) explainUnclaimed(ctx context.Context, jobID string) error {
 	return conflict("job %s is not pending", jobID)
 }
 
+// openAssignment is "closed_at IS NULL" in a form no index serves: given
+// plainly, the planner finds the assignments through the partial index of
+// open ones (job_assignments_open), whose entries of assignments closed
+// since the last vacuum it walks on every completion, instead of by
+// primary key.
+const openAssignment = `CASE WHEN job_assignments.closed_at IS NULL THEN true ELSE false END`
+
+// waitingDependent is "w.status = 'waiting'" in a form no index serves,
+// so a completion reaches its dependents through its edges and then by
+// key; given plainly, the planner scans the evaluation's waiting builds
+// once per completed build, which while a large evaluation's builds are
+// still being readied are nearly all of them.
+const waitingDependent = `CASE WHEN w.status = 'waiting' THEN true ELSE false END`
+
 // completeBuildSQL is completeBuildsSQL for one call, cheaper in the
 // same way as claimJobSQL. Its columns: 1 if it completed, the
 // evaluation, the project, the waiting dependents, the others to run.
 const completeBuildSQL = `WITH ` + lazyCommitCTE + `,
 	a AS (UPDATE job_assignments SET closed_at = $2, outcome = 'completed'
-	      WHERE id = $1 AND closed_at IS NULL AND EXISTS (SELECT 1 FROM cfg)
+	      WHERE id = $1 AND ` + openAssignment + ` AND EXISTS (SELECT 1 FROM cfg)
 	        AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = job_assignments.job_id AND jobs.kind = 'build' AND jobs.status = 'assigned')
 	      RETURNING job_id),
 	j AS (UPDATE jobs SET status = 'done' FROM a WHERE jobs.id = a.job_id
@@ -167,22 +189,24 @@ const completeBuildSQL = `WITH ` + lazyCommitCTE + `,
 	      RETURNING builds.id, builds.evaluation_id, builds.drv_path),
 	d AS (SELECT w.id FROM b JOIN build_edges e ON e.evaluation_id = b.evaluation_id AND e.dependency_drv_path = b.drv_path
 	      JOIN builds w ON w.evaluation_id = e.evaluation_id AND w.drv_path = e.drv_path
-	      WHERE w.status = 'waiting')
+	      WHERE ` + waitingDependent + `)
 	SELECT (SELECT count(*) FROM a), (SELECT evaluation_id FROM j), (SELECT project_id FROM j),
 	       (SELECT string_agg(id, ',') FROM d),
-	       (SELECT count(*) FROM (SELECT 1 FROM builds o JOIN b ON o.evaluation_id = b.evaluation_id
-	               WHERE o.id <> b.id AND o.status IN ('waiting', 'queued', 'building') LIMIT $4) x)`
+	       CASE WHEN $5::boolean THEN (SELECT count(*) FROM (SELECT 1 FROM builds o JOIN b ON o.evaluation_id = b.evaluation_id
+	               WHERE o.id <> b.id AND o.status IN ('waiting', 'queued', 'building') LIMIT $4) x) ELSE $4 END`
 
 // completeBuildsSQL records the success of many calls' builds: each
 // open assignment of an assigned build job is closed, its job done, its
 // build succeeded. It returns, per completed build, its waiting
 // dependents and how many other builds of its evaluation are still to
-// run (leaving out the whole batch, capped at $4). d and o are
-// materialized so they run once per batch, not once per completed build.
+// run (leaving out the whole batch, capped at $4; $4 itself unless $5,
+// for callers that check the end themselves: CompleteBuildDeferEnd). d
+// and o are materialized so they run once per batch, not once per
+// completed build.
 const completeBuildsSQL = `WITH ` + lazyCommitCTE + `,
 	r AS (SELECT * FROM unnest($1::text[], $2::text[]) AS r(assignment_id, info)),
 	a AS (UPDATE job_assignments SET closed_at = $3, outcome = 'completed' FROM r
-	      WHERE job_assignments.id = r.assignment_id AND job_assignments.closed_at IS NULL AND EXISTS (SELECT 1 FROM cfg)
+	      WHERE job_assignments.id = r.assignment_id AND ` + openAssignment + ` AND EXISTS (SELECT 1 FROM cfg)
 	        AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = job_assignments.job_id AND jobs.kind = 'build' AND jobs.status = 'assigned')
 	      RETURNING job_assignments.id AS assignment_id, job_assignments.job_id, r.info),
 	j AS (UPDATE jobs SET status = 'done' FROM a WHERE jobs.id = a.job_id
@@ -193,15 +217,20 @@ const completeBuildsSQL = `WITH ` + lazyCommitCTE + `,
 	d AS MATERIALIZED (SELECT b.assignment_id, string_agg(w.id, ',') AS ids FROM b
 	      JOIN build_edges e ON e.evaluation_id = b.evaluation_id AND e.dependency_drv_path = b.drv_path
 	      JOIN builds w ON w.evaluation_id = e.evaluation_id AND w.drv_path = e.drv_path
-	      WHERE w.status = 'waiting' GROUP BY b.assignment_id),
+	      WHERE ` + waitingDependent + ` GROUP BY b.assignment_id),
 	o AS MATERIALIZED (SELECT ev.evaluation_id,
 	        (SELECT count(*) FROM (SELECT 1 FROM builds o WHERE o.evaluation_id = ev.evaluation_id
 	           AND o.status IN ('waiting', 'queued', 'building') AND o.id NOT IN (SELECT id FROM b) LIMIT $4) x) AS others
-	      FROM (SELECT DISTINCT evaluation_id FROM b) ev)
-	SELECT b.assignment_id, b.evaluation_id, b.project_id, d.ids, o.others
-	FROM b LEFT JOIN d ON d.assignment_id = b.assignment_id JOIN o ON o.evaluation_id = b.evaluation_id`
+	      FROM (SELECT DISTINCT evaluation_id FROM b WHERE $5::boolean) ev)
+	SELECT b.assignment_id, b.evaluation_id, b.project_id, d.ids, COALESCE(o.others, $4)
+	FROM b LEFT JOIN d ON d.assignment_id = b.assignment_id LEFT JOIN o ON o.evaluation_id = b.evaluation_id`
 
-type completeCall struct{ assignmentID, info string }
+type completeCall struct {
+	assignmentID, info string
+	// end: check whether the build was its evaluation's last (CompleteBuild;
+	// CompleteBuildDeferEnd leaves that to its caller).
+	end bool
+}
 
 // completion is what the completing statement reports of one build.
 type completion struct {
@@ -219,6 +248,10 @@ func (db *DB) newCompletionBatcher() *batcher[completeCall, completion] {
 // call); a call whose assignment completed nothing gets a completion that
 // is not closed.
 func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]completion, error) {
+	end := false
+	for _, c := range calls {
+		end = end || c.end
+	}
 	if len(calls) == 1 {
 		var (
 			closed                      int
@@ -226,7 +259,7 @@ func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]com
 			c                           completion
 		)
 		err := retryingStatement(func() error {
-			return db.hotRow(ctx, completeBuildSQL, calls[0].assignmentID, nowMillis(), calls[0].info, finishCheckBound).
+			return db.hotRow(ctx, completeBuildSQL, calls[0].assignmentID, nowMillis(), calls[0].info, finishCheckBound, end).
 				Scan(&closed, &evalID, &project, &dependents, &c.othersStillToRun)
 		})
 		c.closed, c.evalID, c.project, c.dependents = closed > 0, evalID.String, project.String, dependents.String
@@ -242,7 +275,7 @@ func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]com
 	}
 	var done map[string]completion
 	err = retryingStatement(func() error {
-		done, err = scanCompletions(st.QueryContext(ctx, ids, infos, nowMillis(), finishCheckBound))
+		done, err = scanCompletions(st.QueryContext(ctx, ids, infos, nowMillis(), finishCheckBound, end))
 		return err
 	})
 	if err != nil {
@@ -301,8 +334,8 @@ const readyDependentsPG = `WITH ` + lazyCommitCTE + `, r AS (
 // re-checks what it depends on. A crash between the steps leaves work
 // that RecoverInterruptedWork finishes (ReadyStrandedBuilds,
 // FinishDoneEvaluations).
-func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string) ([]string, error) {
-	c, err := db.completions.do(ctx, completeCall{assignmentID, info})
+func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string, end bool) ([]string, error) {
+	c, err := db.completions.do(ctx, completeCall{assignmentID, info, end})
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +350,7 @@ func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string) ([
 			return nil, fmt.Errorf("build recorded; readying its dependents failed (ReadyStrandedBuilds retries): %w", err)
 		}
 	}
-	if len(ready) > 0 || c.othersStillToRun >= finishCheckBound {
+	if len(ready) > 0 || !end || c.othersStillToRun >= finishCheckBound {
 		return ready, nil
 	}
 	// Without a lock: of two last builds completing at once, the later

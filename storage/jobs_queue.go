@@ -516,31 +516,68 @@ const readyCondition = `NOT EXISTS (SELECT 1 FROM build_edges e
 // the build jobs it made pending: the evaluation moves to building, and
 // every waiting build whose dependencies are all built is queued. An
 // evaluation without builds succeeds at once. An assignment that is not
-// open is ErrConflict.
+// open is ErrConflict. It is CompleteFlakeJobChunk, then ReadyCandidates
+// and QueueReadyBuilds in chunks: a crash part-way leaves the rest to
+// ReadyStrandedBuilds at the next start.
 func (db *DB) CompleteFlakeJob(ctx context.Context, assignmentID string) ([]string, error) {
-	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
-	if err != nil {
-		return nil, err
+	ready, evalID, more, err := db.CompleteFlakeJobChunk(ctx, assignmentID, ReadyChunk)
+	if !more || err != nil {
+		return ready, err
 	}
-	var ready []string
+	rest, err := db.ReadyCandidates(ctx, evalID)
+	for len(rest) > 0 && err == nil {
+		n := min(len(rest), ReadyChunk)
+		var next []string
+		next, err = db.QueueReadyBuilds(ctx, evalID, rest[:n])
+		ready, rest = append(ready, next...), rest[n:]
+	}
+	return ready, err
+}
+
+// ReadyChunk is how many builds one transaction of an evaluation's
+// readying queues (CompleteFlakeJobChunk, QueueReadyBuilds): the
+// first ones are assignable while the rest are still being queued.
+const ReadyChunk = 1000
+
+// CompleteFlakeJobChunk ends a flake job's assignment successfully, moves
+// the evaluation to building and queues at most limit of its waiting
+// builds whose dependencies are all built, in one transaction. It returns
+// their pending jobs, the evaluation, and whether more builds may be
+// ready: then the caller queues them with ReadyCandidates and
+// QueueReadyBuilds (a crash
+// before it does leaves them to ReadyStrandedBuilds at the next start). An
+// evaluation without ready builds ends at once (succeeded without builds,
+// failed with evaluation errors). An assignment that is not open is
+// ErrConflict.
+func (db *DB) CompleteFlakeJobChunk(ctx context.Context, assignmentID string, limit int) (ready []string, evalID string, more bool, err error) {
+	assignmentID, err = canonicalUUID("assignment ID", assignmentID)
+	if err != nil {
+		return nil, "", false, err
+	}
+	limit = max(limit, 1)
 	err = db.jobTx(ctx, func(tx *sql.Tx) error {
 		ready = nil
 		job, err := db.completeAssignment(ctx, tx, assignmentID, JobFlake)
 		if err != nil {
 			return err
 		}
+		evalID = job.evalID
 		if _, err := db.txExec(ctx, tx,
 			`UPDATE evaluations SET status = 'building', error = NULL
 			 WHERE id = $1 AND status IN ('queued', 'fetching', 'evaluating')`, job.evalID); err != nil {
 			return err
 		}
+		// The first builds the index gives, without sorting the whole
+		// evaluation: the rest follow by primary key.
 		rows, err := db.txQuery(ctx, tx,
-			`UPDATE builds SET status = 'queued' WHERE evaluation_id = $1 AND status = 'waiting' AND `+readyCondition+
-				` RETURNING id`, job.evalID)
+			`UPDATE builds SET status = 'queued' WHERE status = 'waiting' AND id IN
+			 (SELECT id FROM builds WHERE evaluation_id = $1 AND status = 'waiting' AND `+readyCondition+` LIMIT $2)
+			 RETURNING id`, job.evalID, limit)
 		builds, err := collect(rows, err, scanString)
 		if err != nil {
 			return err
 		}
+		more = len(builds) == limit
 		if ready, err = db.insertBuildJobs(ctx, tx, job, builds); err != nil {
 			return err
 		}
@@ -549,7 +586,94 @@ func (db *DB) CompleteFlakeJob(ctx context.Context, assignmentID string) ([]stri
 		}
 		return nil
 	})
+	return ready, evalID, more, err
+}
+
+// ReadyCandidates returns the waiting builds of a building evaluation
+// whose dependencies are all built: what QueueReadyBuilds may queue. It
+// reads without a lock, in one pass; nothing for an evaluation that is
+// not building.
+func (db *DB) ReadyCandidates(ctx context.Context, evalID string) ([]string, error) {
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.sql.QueryContext(ctx, `SELECT id FROM builds WHERE evaluation_id = $1 AND status = 'waiting' AND `+
+		readyCondition+` AND EXISTS (SELECT 1 FROM evaluations v WHERE v.id = $1 AND v.status = 'building')`, evalID)
+	return collect(rows, err, scanString)
+}
+
+// QueueReadyBuilds queues, in one transaction, those of the builds ids of
+// a building evaluation that are still waiting with every dependency
+// built (ReadyCandidates), and returns their pending jobs. It selects by
+// primary key, so a call costs the same however many builds the
+// evaluation has: an evaluation's builds are queued in chunks, each
+// assignable as soon as its transaction commits.
+func (db *DB) QueueReadyBuilds(ctx context.Context, evalID string, ids []string) ([]string, error) {
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var ready []string
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+		ready = nil
+		if err := db.lazyCommit(ctx, tx); err != nil {
+			return err
+		}
+		var project string
+		err := db.txRow(ctx, tx, `SELECT project_id FROM evaluations WHERE id = $1 AND status = 'building'`, evalID).Scan(&project)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // ended or cancelled meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		builds, err := db.queueBuildsByID(ctx, tx, evalID, ids)
+		if err != nil {
+			return err
+		}
+		ready, err = db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: evalID, projectID: project}, builds)
+		return err
+	})
 	return ready, err
+}
+
+// queueBuildsByID queues those of the builds ids (of evaluation evalID)
+// that are waiting with every dependency built, and returns them.
+func (db *DB) queueBuildsByID(ctx context.Context, tx *sql.Tx, evalID string, ids []string) ([]string, error) {
+	// The chunk's builds are looked up by key, whatever the statistics
+	// say: given the evaluation and status plainly, PostgreSQL's planner
+	// (with the statistics of builds inserted moments ago) scans the
+	// evaluation's waiting builds and filters them by the list, and
+	// given them in a CASE, which no index serves, it scans the table;
+	// either way each chunk would cost as much as all of them. So the
+	// CASE, and no sequential scan in this transaction.
+	const update = `UPDATE builds SET status = 'queued'
+		WHERE CASE WHEN evaluation_id = $1 AND status = 'waiting' THEN true ELSE false END AND ` +
+		readyCondition + ` AND id `
+	if db.engine == EnginePostgres {
+		if _, err := db.txExec(ctx, tx, `SET LOCAL enable_seqscan = off`); err != nil {
+			return nil, err
+		}
+		rows, err := db.txQuery(ctx, tx, update+`= ANY($2::text[]) RETURNING id`, evalID, ids)
+		return collect(rows, err, scanString)
+	}
+	var out []string
+	for len(ids) > 0 {
+		n := min(len(ids), inListMax)
+		args, in := inList([]any{evalID}, ids[:n])
+		ids = ids[n:]
+		rows, err := tx.QueryContext(ctx, update+`IN (`+in+`) RETURNING id`, args...)
+		part, err := collect(rows, err, scanString)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+	}
+	return out, nil
 }
 
 // CompleteFetch ends a fetch-only assignment of a flake job (JOBS.md §6,
@@ -620,6 +744,39 @@ func scanString(r *sql.Rows) (string, error) {
 // build of the evaluation has ended, the evaluation succeeds, or fails if
 // any build failed. An assignment that is not open is ErrConflict.
 func (db *DB) CompleteBuild(ctx context.Context, assignmentID string, outputs []BuildOutputInfo) ([]string, error) {
+	return db.completeBuild(ctx, assignmentID, outputs, true)
+}
+
+// CompleteBuildDeferEnd is CompleteBuild without the check whether the
+// build was its evaluation's last: the caller knows which builds of the
+// evaluation are still to run (the scheduler's queue) and calls
+// EndEvaluationIfDone after the last one. That check reads the
+// evaluation's builds still to run, whose index grows with every state
+// change until the table is vacuumed; skipped, a completion costs the
+// same however large the evaluation. An evaluation left building by a
+// caller that did not check ends in FinishDoneEvaluations (every
+// scheduler pass and at start).
+func (db *DB) CompleteBuildDeferEnd(ctx context.Context, assignmentID string, outputs []BuildOutputInfo) ([]string, error) {
+	return db.completeBuild(ctx, assignmentID, outputs, false)
+}
+
+// EndEvaluationIfDone ends a building evaluation none of whose builds is
+// left to run (succeeded, or failed when a build failed or the evaluation
+// reported errors) and reports whether it did.
+func (db *DB) EndEvaluationIfDone(ctx context.Context, evalID string) (bool, error) {
+	evalID, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return false, err
+	}
+	res, err := db.exec(ctx, finishEvaluationSQL, evalID, nowMillis())
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+func (db *DB) completeBuild(ctx context.Context, assignmentID string, outputs []BuildOutputInfo, end bool) ([]string, error) {
 	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
 	if err != nil {
 		return nil, err
@@ -632,7 +789,7 @@ func (db *DB) CompleteBuild(ctx context.Context, assignmentID string, outputs []
 		return nil, err
 	}
 	if db.engine == EnginePostgres {
-		return db.completeBuildPG(ctx, assignmentID, info)
+		return db.completeBuildPG(ctx, assignmentID, info, end)
 	}
 	var ready []string
 	err = db.jobTx(ctx, func(tx *sql.Tx) error {
@@ -656,7 +813,7 @@ func (db *DB) CompleteBuild(ctx context.Context, assignmentID string, outputs []
 		if ready, err = db.insertBuildJobs(ctx, tx, job, builds); err != nil {
 			return err
 		}
-		if len(ready) == 0 {
+		if len(ready) == 0 && end {
 			return db.finishEvaluationIfDone(ctx, tx, job.evalID)
 		}
 		return nil
@@ -668,20 +825,41 @@ func (db *DB) CompleteBuild(ctx context.Context, assignmentID string, outputs []
 // succeeded whose dependencies are now all built. On PostgreSQL the
 // dependents are locked first (in ID order), so of two builds completing
 // at once the later one sees the earlier one succeeded.
+//
+// The dependents are found from the build's edges, then looked up by key:
+// SQLite's planner, without statistics, otherwise walks every edge of the
+// evaluation (the primary key's prefix, which covers the query) or every
+// waiting build, on every completion, which costs as much as the
+// evaluation is large.
 func (db *DB) readyDependents(ctx context.Context, tx *sql.Tx, evalID, drv string) ([]string, error) {
+	edges := "build_edges e"
+	if db.engine == EngineSQLite {
+		edges += " INDEXED BY build_edges_by_dependency"
+	}
 	rows, err := db.txQuery(ctx, tx,
-		`SELECT id FROM builds WHERE evaluation_id = $1 AND status = 'waiting' AND drv_path IN
-		 (SELECT drv_path FROM build_edges WHERE evaluation_id = $1 AND dependency_drv_path = $2)
-		 ORDER BY id`+db.forUpdate(), evalID, drv)
+		`SELECT b.id FROM `+edges+` CROSS JOIN builds b
+		 WHERE e.evaluation_id = $1 AND e.dependency_drv_path = $2
+		   AND b.evaluation_id = e.evaluation_id AND b.drv_path = e.drv_path AND b.status = 'waiting'
+		 ORDER BY b.id`+strings.Replace(db.forUpdate(), "UPDATE", "UPDATE OF b", 1), evalID, drv)
 	waiting, err := collect(rows, err, scanString)
 	if err != nil || len(waiting) == 0 {
 		return nil, err
 	}
-	rows, err = db.txQuery(ctx, tx,
-		`UPDATE builds SET status = 'queued' WHERE evaluation_id = $1 AND status = 'waiting' AND drv_path IN
-		 (SELECT drv_path FROM build_edges WHERE evaluation_id = $1 AND dependency_drv_path = $2)
-		 AND `+readyNow+` AND `+readyCondition+` RETURNING id`, evalID, drv)
-	return collect(rows, err, scanString)
+	var ready []string
+	for len(waiting) > 0 {
+		n := min(len(waiting), inListMax)
+		args, in := inList([]any{evalID}, waiting[:n])
+		waiting = waiting[n:]
+		rows, err := db.txQuery(ctx, tx,
+			`UPDATE builds SET status = 'queued' WHERE id IN (`+in+`) AND evaluation_id = $1 AND status = 'waiting'
+			 AND `+readyNow+` AND `+readyCondition+` RETURNING id`, args...)
+		part, err := collect(rows, err, scanString)
+		if err != nil {
+			return nil, err
+		}
+		ready = append(ready, part...)
+	}
+	return ready, nil
 }
 
 // insertBuildJobs adds a pending build job per queued build.

@@ -357,73 +357,158 @@ func (c *CacheClient) pack(ctx context.Context, nar io.Reader, meta UploadMeta) 
 // it (CACHE.md §4): Skip grants end it at once, Passthrough grants relay
 // the compressed bytes from the resume offset. Retry outcomes start a new
 // request, at most three in all; Rejected fails with ErrUploadRejected
-// and the server's reason. Cancelling ctx sends UploadCancel.
+// and the server's reason. Cancelling ctx sends UploadCancel. It is
+// StartUpload and Wait.
 func (c *CacheClient) Upload(ctx context.Context, jobID, storePath string, nar io.Reader, meta UploadMeta) error {
-	p, err := c.pack(ctx, nar, meta)
+	pu, err := c.StartUpload(ctx, jobID, storePath, nar, meta)
 	if err != nil {
-		return fmt.Errorf("upload %s: %w", storePath, err)
+		return err
 	}
-	defer p.close()
-	started := time.Now()
-	var last string
-	for range uploadAttempts {
-		retry, err := c.uploadOnce(ctx, jobID, storePath, p)
-		if err != nil {
-			return fmt.Errorf("upload %s: %w", storePath, err)
-		}
-		if retry == "" {
-			if c.Transferred != nil && p.sent > 0 {
-				c.Transferred(false, p.sent, time.Since(started))
-			}
-			return nil
-		}
-		last = retry
-	}
-	return fmt.Errorf("upload %s: %w: %d attempts, last retry: %s", storePath, ErrUploadRejected, uploadAttempts, last)
+	return pu.Wait(ctx)
 }
 
-// uploadOnce runs one request: nil error and "" when stored, the reason
-// of a Retry outcome, or an error.
-func (c *CacheClient) uploadOnce(ctx context.Context, jobID, storePath string, p *packedNar) (retry string, err error) {
-	id := c.requestSeq.Add(1)
-	ch := make(chan wire.ServerMessage, 4)
+// AsyncUploader is a cache whose uploads can be sent without waiting for
+// the server's commit (CacheClient): a job keeps its few transfers busy
+// while many sent uploads wait for their commits (CACHE.md §4.3: a slot
+// is held until UploadFinished is sent, not through the commit).
+type AsyncUploader interface {
+	StartUpload(ctx context.Context, jobID, storePath string, nar io.Reader, meta UploadMeta) (*PendingUpload, error)
+}
+
+// PendingUpload is an upload whose bytes are sent (or that the server
+// answered without them); Wait returns when the server committed it.
+type PendingUpload struct {
+	c                *CacheClient
+	jobID, storePath string
+	p                *packedNar
+	started          time.Time
+	attempts         int
+	last             string         // the last Retry's reason
+	attempt          *uploadAttempt // waiting for its UploadCommitted; nil when done
+}
+
+// StartUpload is the first half of Upload: it compresses nar, requests
+// the upload and relays the bytes up to UploadFinished (retrying a Retry
+// answered before that). The caller must call Wait, which returns when
+// the server committed the object and frees what the upload holds.
+func (c *CacheClient) StartUpload(ctx context.Context, jobID, storePath string, nar io.Reader, meta UploadMeta) (*PendingUpload, error) {
+	p, err := c.pack(ctx, nar, meta)
+	if err != nil {
+		return nil, fmt.Errorf("upload %s: %w", storePath, err)
+	}
+	pu := &PendingUpload{c: c, jobID: jobID, storePath: storePath, p: p, started: time.Now()}
+	if err := pu.send(ctx); err != nil {
+		p.close()
+		return nil, err
+	}
+	return pu, nil
+}
+
+// send runs requests until one waits for its commit or ends stored.
+func (pu *PendingUpload) send(ctx context.Context) error {
+	for pu.attempts < uploadAttempts {
+		pu.attempts++
+		a, retry, err := pu.c.sendAttempt(ctx, pu.jobID, pu.storePath, pu.p)
+		switch {
+		case err != nil:
+			return fmt.Errorf("upload %s: %w", pu.storePath, err)
+		case a != nil:
+			pu.attempt = a
+			return nil
+		case retry == "":
+			return nil // Skip, or committed before the bytes
+		}
+		pu.last = retry
+	}
+	return fmt.Errorf("upload %s: %w: %d attempts, last retry: %s", pu.storePath, ErrUploadRejected, uploadAttempts, pu.last)
+}
+
+// Wait waits for the server's commit, sending the upload again on Retry
+// (three requests in all). Cancelling ctx sends UploadCancel.
+func (pu *PendingUpload) Wait(ctx context.Context) error {
+	defer pu.p.close()
+	for pu.attempt != nil {
+		a := pu.attempt
+		pu.attempt = nil
+		retry, err := pu.c.awaitCommit(ctx, a)
+		if err != nil {
+			return fmt.Errorf("upload %s: %w", pu.storePath, err)
+		}
+		if retry == "" {
+			break
+		}
+		pu.last = retry
+		if err := pu.send(ctx); err != nil {
+			return err
+		}
+	}
+	if pu.c.Transferred != nil && pu.p.sent > 0 {
+		pu.c.Transferred(false, pu.p.sent, time.Since(pu.started))
+	}
+	return nil
+}
+
+// uploadAttempt is one UploadRequest the server holds.
+type uploadAttempt struct {
+	id uint64
+	ch chan wire.ServerMessage
+}
+
+func (c *CacheClient) unregister(a *uploadAttempt) {
 	c.mu.Lock()
-	c.uploads[id] = ch
+	delete(c.uploads, a.id)
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.uploads, id)
-		c.mu.Unlock()
-	}()
+}
+
+// uploadOutcome reads an UploadCommitted: "" and nil when stored, the
+// reason of a Retry, or the Rejected error.
+func uploadOutcome(m *wire.UploadCommitted) (string, error) {
+	switch o := m.Outcome.(type) {
+	case *wire.UploadOk:
+		return "", nil
+	case *wire.UploadRetry:
+		return o.Reason, nil
+	case *wire.UploadRejected:
+		return "", fmt.Errorf("%w: %s", ErrUploadRejected, o.Reason)
+	}
+	return "", fmt.Errorf("unknown upload outcome %T", m.Outcome)
+}
+
+// sendAttempt runs one request up to UploadFinished: the attempt when it
+// waits for its commit, or nil and "" when stored or skipped, the reason
+// of a Retry outcome, or an error.
+func (c *CacheClient) sendAttempt(ctx context.Context, jobID, storePath string, p *packedNar) (pending *uploadAttempt, retry string, err error) {
+	a := &uploadAttempt{id: c.requestSeq.Add(1), ch: make(chan wire.ServerMessage, 4)}
+	id := a.id
+	c.mu.Lock()
+	c.uploads[id] = a.ch
+	c.mu.Unlock()
 	// open: the server holds the request, so abandoning it needs a cancel.
 	open := false
 	defer func() {
+		if pending != nil {
+			return // awaitCommit owns the request now
+		}
 		if open && err != nil {
 			c.send(&wire.UploadCancel{RequestID: id})
 		}
+		c.unregister(a)
 	}()
 	if err := c.send(&wire.UploadRequest{JobID: jobID, RequestID: id,
 		Object: &wire.UploadNar{StorePath: storePath}, Size: p.meta.NarSize}); err != nil {
-		return "", err
+		return nil, "", err
 	}
 	open = true
-	outcome := func(m *wire.UploadCommitted) (string, error) {
+	outcome := func(m *wire.UploadCommitted) (*uploadAttempt, string, error) {
 		open = false
-		switch o := m.Outcome.(type) {
-		case *wire.UploadOk:
-			return "", nil
-		case *wire.UploadRetry:
-			return o.Reason, nil
-		case *wire.UploadRejected:
-			return "", fmt.Errorf("%w: %s", ErrUploadRejected, o.Reason)
-		}
-		return "", fmt.Errorf("unknown upload outcome %T", m.Outcome)
+		retry, err := uploadOutcome(m)
+		return nil, retry, err
 	}
 	var m wire.ServerMessage
 	select {
-	case m = <-ch:
+	case m = <-a.ch:
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return nil, "", ctx.Err()
 	}
 	var grant *wire.UploadGrant
 	switch m := m.(type) {
@@ -432,37 +517,45 @@ func (c *CacheClient) uploadOnce(ctx context.Context, jobID, storePath string, p
 	case *wire.UploadGrant:
 		grant = m
 	default:
-		return "", fmt.Errorf("unexpected reply %s", m.WireName())
+		return nil, "", fmt.Errorf("unexpected reply %s", m.WireName())
 	}
 	var from uint64
 	switch t := grant.Target.(type) {
 	case *wire.GrantSkip:
 		open = false
-		return "", nil
+		return nil, "", nil
 	case *wire.GrantPassthrough:
 		from = t.ResumeOffset
 	default:
-		return "", fmt.Errorf("unsupported upload grant %T", grant.Target)
+		return nil, "", fmt.Errorf("unsupported upload grant %T", grant.Target)
 	}
 	if from > p.meta.FileSize {
-		return "", fmt.Errorf("resume offset %d beyond the %d compressed bytes", from, p.meta.FileSize)
+		return nil, "", fmt.Errorf("resume offset %d beyond the %d compressed bytes", from, p.meta.FileSize)
 	}
-	if done, err := c.relay(ctx, id, p, from, ch); done != nil || err != nil {
+	if done, err := c.relay(ctx, id, p, from, a.ch); done != nil || err != nil {
 		if err != nil {
-			return "", err
+			return nil, "", err
 		}
 		return outcome(done)
 	}
 	if err := c.send(&wire.UploadFinished{RequestID: id, Metadata: &p.meta}); err != nil {
-		return "", err
+		return nil, "", err
 	}
+	return a, "", nil
+}
+
+// awaitCommit waits for a sent request's UploadCommitted; on
+// cancellation it sends UploadCancel.
+func (c *CacheClient) awaitCommit(ctx context.Context, a *uploadAttempt) (string, error) {
+	defer c.unregister(a)
 	for {
 		select {
-		case m := <-ch:
+		case m := <-a.ch:
 			if m, ok := m.(*wire.UploadCommitted); ok {
-				return outcome(m)
+				return uploadOutcome(m)
 			}
 		case <-ctx.Done():
+			c.send(&wire.UploadCancel{RequestID: a.id})
 			return "", ctx.Err()
 		}
 	}

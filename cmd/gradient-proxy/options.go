@@ -152,7 +152,7 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		seconds("hetzner-scale-down-window", &opts.Hetzner.ScaleDownWindow, hetzner.DefaultScaleDownWindow,
 			"an idle VM is deleted only within this many last seconds of its billing unit"),
 		seconds("hetzner-boot-deadline", &opts.Hetzner.BootDeadline, hetzner.DefaultBootDeadline,
-			"seconds a VM has to connect before it is deleted as failed_boot"),
+			"seconds a VM has to connect before it is deleted as failed_boot, and a connected VM's worker may stay away before it is deleted as lost"),
 		seconds("hetzner-drain-grace", &opts.Hetzner.DrainGrace, hetzner.DefaultDrainGrace,
 			"seconds from Draining to deletion when a tenant's link fails or it may not run"),
 		seconds("hetzner-list-grace", &opts.Hetzner.ListGrace, hetzner.DefaultListGrace,

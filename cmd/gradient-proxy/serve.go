@@ -79,22 +79,31 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		return err
 	}
 	defer leg.Close()
+	// With Hetzner workers a tenant's session also reports the systems
+	// its VMs can boot, so its server offers their builds from zero VMs
+	// on; reconciler is set before the supervisor runs.
+	var reconciler *hetzner.Reconciler
+	bootable := func(tenantID string) []string {
+		if reconciler == nil {
+			return nil
+		}
+		return reconciler.Bootable(tenantID)
+	}
 	sup, err = upstream.New(upstream.Config{
 		Store: store, Capabilities: opts.UpstreamCapabilities, Logger: log, Pool: leg, Hubs: hubs,
-		Worker: worker.Config{},
+		Bootable: bootable, Worker: worker.Config{},
 	})
 	if err != nil {
 		return err
 	}
 
-	var reconciler *hetzner.Reconciler
 	if opts.Hetzner.Token != "" {
 		h := opts.Hetzner
 		client := hetzner.NewClient(h.Endpoint, h.Token, &http.Client{Timeout: hetznerCallTimeout})
-		// The job forwarding's offer book (issue 18) is not wired yet:
-		// no job is pending, so no VM boots; the rest of the rules run.
+		// The demand is each tenant's offer book (its hub's build
+		// candidates per system).
 		reconciler, err = hetzner.New(hetzner.Config{Store: store, Client: client, Sessions: leg, Demand: hubs,
-			ProtoURL: h.ProtoURL, Interval: h.Interval, BillingUnit: h.BillingUnit, ScaleDownWindow: h.ScaleDownWindow,
+			ProtoURL: h.ProtoURL, BootableChanged: sup.PoolChanged, Interval: h.Interval, BillingUnit: h.BillingUnit, ScaleDownWindow: h.ScaleDownWindow,
 			BootDeadline: h.BootDeadline, DrainGrace: h.DrainGrace, ListGrace: h.ListGrace,
 			BackoffMin: h.BackoffInitial, BackoffMax: h.BackoffMax, Logger: log, Metrics: registry})
 		if err != nil {
@@ -121,7 +130,8 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	if opts.AuthFailures > 0 {
 		gate = authgate.New(limit.NewFailures(opts.AuthFailures, time.Minute, nil), log)
 	}
-	admin.New(admin.Config{Store: store, AdminTokenHash: adminHash, Gate: gate, Downstream: leg, Upstream: sup, Logger: log}).Mount(mux)
+	admin.New(admin.Config{Store: store, AdminTokenHash: adminHash, Gate: gate, Downstream: leg, Upstream: sup,
+		TenantDeleted: hubs.Remove, Logger: log}).Mount(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{registry, sup}, promhttp.HandlerOpts{}))
 	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}

@@ -123,7 +123,8 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.CreateTenant(t.Context(), "acme"); err != nil {
+	tenant, err := store.CreateTenant(t.Context(), "acme")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.SetLink(t.Context(), "acme", wsURL, proxyID, []proxystore.PeerToken{{PeerID: project.ID, Token: token}}); err != nil {
@@ -194,6 +195,35 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	if m := metrics(); m["go_goroutines"] == nil || m["process_cpu_seconds_total"] == nil {
 		t.Fatal("/metrics lacks the runtime and process series")
 	}
+	// Deleting the tenant leaves none of its series: its upstream
+	// session's and its hub's go with it.
+	tenantSeries := func() []string {
+		var out []string
+		for name, f := range metrics() {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tenant" && (l.GetValue() == tenant.ID || l.GetValue() == "acme") {
+						out = append(out, name)
+					}
+				}
+			}
+		}
+		return out
+	}
+	waitfor.Within(t, 15*time.Second, "the hub's series of the tenant", func() bool {
+		return slices.ContainsFunc(tenantSeries(), func(n string) bool { return strings.HasPrefix(n, "gradient_proxy_hub_") })
+	})
+	req, _ := http.NewRequest("DELETE", base+"/api/v1/tenants/acme", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	delResp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delResp.Body.Close()
+	if delResp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE /api/v1/tenants/acme: %s", delResp.Status)
+	}
+	waitfor.Within(t, 15*time.Second, "no series of the deleted tenant", func() bool { return len(tenantSeries()) == 0 })
 	resp, err := http.Get(base + "/healthz")
 	if err != nil {
 		t.Fatal(err)

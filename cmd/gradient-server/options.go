@@ -42,6 +42,8 @@ type options struct {
 	// disables the limit.
 	BuildDefaultTimeoutSecs   uint64
 	BuildDefaultMaxSilentSecs uint64
+	BuildMaxAttempts          int
+	BuildRetryBackoff         time.Duration
 	// Federate offers the reserved federate capability.
 	Federate  bool
 	LogLevel  slog.Level
@@ -105,6 +107,12 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 		&cli.Uint64Flag{Name: "build-default-max-silent-secs", Value: scheduler.DefaultMaxSilentSecs, Destination: &opts.BuildDefaultMaxSilentSecs,
 			Sources: env.Vars("GRADIENT_BUILD_DEFAULT_MAX_SILENT_SECS"), Validator: fitsInt64,
 			Usage: "limit in seconds on a build's time without log output when its derivation sets no maxSilent; 0 disables"},
+		&cli.IntFlag{Name: "build-max-attempts", Value: 3, Destination: &opts.BuildMaxAttempts,
+			Sources: env.Vars("GRADIENT_BUILD_MAX_ATTEMPTS"), Validator: servicecli.Positive[int],
+			Usage: "runs of a job that fails with a retryable kind (transient, timeout) before it fails for good"},
+		&servicecli.SecondsFlag{Name: "build-retry-backoff-secs", Value: 30 * time.Second, Destination: &opts.BuildRetryBackoff,
+			Sources: env.Vars("GRADIENT_BUILD_RETRY_BACKOFF_SECS"),
+			Usage:   "seconds before a failed job's retry, doubling with each attempt; 0 retries at once"},
 		&cli.BoolFlag{Name: "proto-federate", Destination: &opts.Federate, Sources: env.Vars("GRADIENT_PROTO_FEDERATE"),
 			Usage: "offer the federate capability to workers that offer it too (reserved: negotiated only, no behaviour yet)"},
 	}

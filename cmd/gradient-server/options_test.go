@@ -27,7 +27,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{Listen: "127.0.0.1:3000", Database: "./gradient-data", HeartbeatTimeout: 120 * time.Second,
-		PollInterval: time.Minute, MaxConnections: 256, BuildDefaultTimeoutSecs: 14400, BuildDefaultMaxSilentSecs: 3600,
+		PollInterval: time.Minute, MaxConnections: 256, BuildDefaultTimeoutSecs: 14400, BuildDefaultMaxSilentSecs: 3600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second,
 		AuthFailures: 30, HandshakesPerIP: 32, AnonymousCache: true, AnonymousCachePerIP: 32, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("got %+v, want %+v", opts, want)
@@ -48,7 +48,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	}
 	want := options{Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
 		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, AllowLocalRepositories: true, MaxConnections: 10,
-		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, Federate: true, AuthFailures: 5, HandshakesPerIP: 32,
+		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, Federate: true, AuthFailures: 5, HandshakesPerIP: 32,
 		AnonymousCache: true, AnonymousCachePerIP: 32, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if opts != want {
 		t.Errorf("environment: got %+v, want %+v", opts, want)
@@ -61,7 +61,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = options{Listen: "127.0.0.1:5000", Database: "/data", AdminToken: "from-flag",
-		HeartbeatTimeout: 0, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, HandshakesPerIP: 32,
+		HeartbeatTimeout: 0, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, HandshakesPerIP: 32,
 		AnonymousCache: true, AnonymousCachePerIP: 32, LogLevel: slog.LevelWarn, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("flags: got %+v, want %+v", opts, want)
@@ -146,6 +146,28 @@ func TestBuildLimitsReachTheJobLoop(t *testing.T) {
 	cfg := jobLoopConfig(opts, slog.New(slog.DiscardHandler), nil)
 	if cfg.DefaultTimeoutSecs == nil || *cfg.DefaultTimeoutSecs != 0 || cfg.DefaultMaxSilentSecs == nil || *cfg.DefaultMaxSilentSecs != 90 {
 		t.Errorf("job loop limits %v / %v, want 0 and 90", cfg.DefaultTimeoutSecs, cfg.DefaultMaxSilentSecs)
+	}
+}
+
+// The reference's retry settings reach the job loop; a backoff of 0
+// retries at once (the scheduler's zero would be its 30 s default).
+func TestBuildRetriesReachTheJobLoop(t *testing.T) {
+	opts, err := parseOptions(nil, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := jobLoopConfig(opts, slog.New(slog.DiscardHandler), nil); cfg.MaxAttempts != 3 || cfg.RetryBackoff != 30*time.Second {
+		t.Errorf("defaults: %d attempts, backoff %v; want 3 and 30s", cfg.MaxAttempts, cfg.RetryBackoff)
+	}
+	opts, err = parseOptions(nil, envOf(map[string]string{"GRADIENT_BUILD_MAX_ATTEMPTS": "5", "GRADIENT_BUILD_RETRY_BACKOFF_SECS": "0"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := jobLoopConfig(opts, slog.New(slog.DiscardHandler), nil); cfg.MaxAttempts != 5 || cfg.RetryBackoff >= 0 {
+		t.Errorf("from the reference's variables: %d attempts, backoff %v; want 5 and at once", cfg.MaxAttempts, cfg.RetryBackoff)
+	}
+	if _, err := parseOptions([]string{"--build-max-attempts", "0"}, envOf(nil), io.Discard); err == nil {
+		t.Error("--build-max-attempts 0 accepted")
 	}
 }
 

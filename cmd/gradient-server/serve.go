@@ -129,6 +129,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		"max_handshakes_per_ip", opts.HandshakesPerIP, "anonymous_cache", opts.AnonymousCache,
 		"anonymous_cache_per_ip", opts.AnonymousCachePerIP, "auth_failures_per_minute", opts.AuthFailures,
 		"build_default_timeout_secs", opts.BuildDefaultTimeoutSecs, "build_default_max_silent_secs", opts.BuildDefaultMaxSilentSecs,
+		"build_max_attempts", opts.BuildMaxAttempts, "build_retry_backoff", opts.BuildRetryBackoff.String(),
 		"federate", opts.Federate, "poll_interval", opts.PollInterval.String(), "allow_local_repositories", opts.AllowLocalRepositories)
 	if ready != nil {
 		ready(ln.Addr())
@@ -205,6 +206,10 @@ func sealSigningKeys(ctx context.Context, db *storage.DB, dialKey *sealbox.Box, 
 
 // jobLoopConfig is the scheduler's configuration from the options.
 func jobLoopConfig(opts options, log *slog.Logger, registry prometheus.Registerer) scheduler.Config {
-	return scheduler.Config{Logger: log, Metrics: registry,
+	backoff := opts.BuildRetryBackoff
+	if backoff == 0 {
+		backoff = -1 // the scheduler's "at once"; its zero is the default
+	}
+	return scheduler.Config{Logger: log, Metrics: registry, MaxAttempts: opts.BuildMaxAttempts, RetryBackoff: backoff,
 		DefaultTimeoutSecs: new(opts.BuildDefaultTimeoutSecs), DefaultMaxSilentSecs: new(opts.BuildDefaultMaxSilentSecs)}
 }

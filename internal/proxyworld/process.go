@@ -187,6 +187,16 @@ func (p *Process) Stop() {
 	}
 }
 
+// Kill ends the process with SIGKILL, as a machine dying would (no
+// cleanup, no goodbye), and waits until it is gone.
+func (p *Process) Kill() {
+	if p.Exited() {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
 // writeSecret writes a secret file only its owner reads.
 func writeSecret(tb testing.TB, dir, name, content string) string {
 	tb.Helper()

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,6 +142,10 @@ func CLI(tb testing.TB, env []string, args ...string) (int, string, string) {
 type Server struct {
 	service
 	Database string
+	// Previous are the processes of this server Restart replaced.
+	Previous []*Process
+	// args and env start it again (Restart).
+	args, env []string
 }
 
 // ServerOptions configure StartServer.
@@ -164,9 +169,47 @@ func StartServer(tb testing.TB, name string, opts ServerOptions) *Server {
 	token := randomToken()
 	args := append([]string{"--listen", "127.0.0.1:0", "--database", opts.Database, "--nar-dir", filepath.Join(dir, "nars"),
 		"--admin-token-file", writeSecret(tb, dir, "admin-token", token), "--poll-interval", "0"}, opts.Args...)
-	s := &Server{service: service{Process: Start(tb, name, "gradient-server", opts.Env, args...), AdminToken: token}, Database: opts.Database}
+	s := &Server{service: service{Process: Start(tb, name, "gradient-server", opts.Env, args...), AdminToken: token}, Database: opts.Database,
+		args: args, env: opts.Env}
 	s.listened(tb)
 	return s
+}
+
+// Restart starts the server again after it ended (Stop, Kill): the same
+// database, NAR directory, admin token and address. The old process's
+// output stays in Previous.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	if !s.Exited() {
+		tb.Fatalf("%s: Restart while it runs", s.Name)
+	}
+	addr := strings.TrimPrefix(s.URL, "http://")
+	args := slices.Clone(s.args)
+	args[slices.Index(args, "--listen")+1] = addr
+	s.Previous = append(s.Previous, s.Process)
+	s.Process = Start(tb, s.Name, "gradient-server", s.env, args...)
+	if got := s.listenAddress(tb); got != addr {
+		tb.Fatalf("%s restarted on %s, want %s", s.Name, got, addr)
+	}
+	waitHealthy(tb, s.Name, s.URL)
+}
+
+// FlakeProject creates team/name building the flake repository (a local
+// git repository: the server needs --allow-local-repositories) with a
+// public cache of the same name plus "-cache", and returns "team/name".
+// wildcards empty is the server's default.
+func (s *Server) FlakeProject(tb testing.TB, team, name, repository, wildcards string) string {
+	tb.Helper()
+	s.CLI(tb, "team", "create", team)
+	project := team + "/" + name
+	args := []string{"project", "create", project, "--repository", repository}
+	if wildcards != "" {
+		args = append(args, "--wildcards", wildcards)
+	}
+	s.CLI(tb, args...)
+	s.CLI(tb, "cache", "create", name+"-cache", "--public")
+	s.CLI(tb, "project", "subscribe", project, name+"-cache")
+	return project
 }
 
 // Env is the gradient CLI's environment for this server's admin API.

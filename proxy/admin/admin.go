@@ -71,7 +71,11 @@ type Config struct {
 	Gate       *authgate.Gate
 	Downstream Downstream
 	Upstream   Upstream
-	Logger     *slog.Logger
+	// TenantDeleted, when set, learns each deleted tenant's ID after
+	// its workers were revoked and its upstream session told to stop
+	// (gradient-proxy removes the tenant's hub: hub.Set.Remove).
+	TenantDeleted func(tenantID string)
+	Logger        *slog.Logger
 }
 
 // API serves the proxy's admin endpoints.

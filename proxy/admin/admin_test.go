@@ -358,9 +358,11 @@ func TestAdminWorkers(t *testing.T) {
 
 		runWorker(t, p, all.ID, all.Token)
 		var list []workerRow
-		waitfor.True(t, "w1 listed live", func() bool {
+		// The worker ID is held (live) from its admission; the negotiated
+		// capabilities follow a moment later, when the session is up.
+		waitfor.True(t, "w1 listed live with its capabilities", func() bool {
 			c.ok(200, "GET", "/api/v1/workers", "", &list)
-			return len(list) == 2 && list[0].Live
+			return len(list) == 2 && list[0].Live && len(list[0].Negotiated) > 0
 		})
 		if w := list[0]; w.ID != all.ID || w.Tenant != "acme" || w.ConnectedAt.IsZero() || w.Token != "" ||
 			!slices.Contains(w.Negotiated, "build") || slices.Contains(w.Negotiated, "federate") {

@@ -108,6 +108,9 @@ func (a *API) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.cfg.Upstream.Changed()
+	if a.cfg.TenantDeleted != nil {
+		a.cfg.TenantDeleted(t.ID)
+	}
 	a.log.Info("admin: tenant deleted: its workers revoked, its upstream session stopping", "tenant", t.Name,
 		"tenant_id", t.ID, "workers_revoked", len(workers))
 	w.WriteHeader(http.StatusNoContent)

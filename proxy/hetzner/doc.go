@@ -19,6 +19,8 @@
 //     sessions) and deletes them after the drain grace;
 //   - deletes a VM whose worker has not connected within the boot
 //     deadline (outcome failed_boot, no bill);
+//   - deletes a VM whose worker connected and then stayed away for the
+//     boot deadline (outcome lost, billed for the time it ran);
 //   - boots min(max VMs, ceil(pending / slots)) VMs per configured
 //     system from the worker snapshot, the user data a #cloud-config
 //     writing /etc/gradient-worker/env (GRADIENT_WORKER_SERVER_URL,
@@ -27,6 +29,11 @@
 //     hash in its worker row);
 //   - deletes a surplus idle VM only within the last scale-down window
 //     of its billing unit, never one whose worker is busy.
+//
+// Bootable names the systems each tenant's VMs can boot, as of the last
+// pass; the upstream leg reports them as architectures so the tenant's
+// server offers their builds while no VM runs (BootableChanged re-sends
+// them).
 //
 // A 429 or 5xx from the API backs the tenant off (1 s doubling to 5
 // minutes); other tenants go on. Every API call is counted by operation

@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"tenant", "state"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gradient_proxy_hetzner_vm_actions_total",
-			Help: "What reconcile passes did to VMs (booted, scaled_down, failed_boot, drained, leaked_server, missing_server, adopted).",
+			Help: "What reconcile passes did to VMs (booted, scaled_down, failed_boot, lost, drained, leaked_server, missing_server, adopted).",
 		}, []string{"action"}),
 	}
 	if reg != nil {

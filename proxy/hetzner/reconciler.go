@@ -55,12 +55,19 @@ type Config struct {
 	Demand   Demand // nil: NoDemand
 	// ProtoURL is the proxy's ws(s):// /proto URL as the VMs reach it.
 	ProtoURL string
+	// BootableChanged, when set, learns after a pass that a tenant's
+	// Bootable systems changed (the upstream leg re-sends the tenant's
+	// WorkerCapabilities: upstream.Supervisor.PoolChanged).
+	BootableChanged func(tenantID string)
 
 	Interval        time.Duration // 60 s between passes
 	BillingUnit     time.Duration // 60 min
 	ScaleDownWindow time.Duration // 5 min: an idle VM goes only in its unit's last window
-	BootDeadline    time.Duration // 5 min to connect
-	DrainGrace      time.Duration // 15 min from Draining to deletion
+	// BootDeadline is how long a VM has to connect (5 min), and how
+	// long a VM whose worker connected and went away may stay away
+	// before it is deleted as lost.
+	BootDeadline time.Duration
+	DrainGrace   time.Duration // 15 min from Draining to deletion
 	// ListGrace is how long a list may not show a server just created
 	// (or a row just written may lack its server) before the leak
 	// guard acts.
@@ -99,6 +106,12 @@ type Reconciler struct {
 	passMu sync.Mutex // one pass at a time
 	// backoff per tenant ID; "" is the server list's.
 	backoff map[string]*backoff
+	// gone is when each connected VM's worker was first seen without a
+	// session, by VM ID (under passMu; a restart starts the wait anew).
+	gone map[string]time.Time
+
+	bootMu   sync.Mutex
+	bootable map[string][]string // by tenant ID, from the last pass
 }
 
 type backoff struct {
@@ -141,7 +154,8 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	m := newMetrics(cfg.Metrics)
 	return &Reconciler{cfg: cfg, store: cfg.Store, cloud: &cloud{c: cfg.Client, m: m}, sessions: cfg.Sessions,
-		demand: cfg.Demand, log: cfg.Logger.With("component", "hetzner"), m: m, backoff: map[string]*backoff{}}, nil
+		demand: cfg.Demand, log: cfg.Logger.With("component", "hetzner"), m: m, backoff: map[string]*backoff{},
+		gone: map[string]time.Time{}, bootable: map[string][]string{}}, nil
 }
 
 // Run runs a pass at once and then every interval until ctx ends.
@@ -158,6 +172,64 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		}
+	}
+}
+
+// Bootable is the Nix systems the tenant's Hetzner workers can boot, as
+// of the last pass: none unless they are enabled with room for a VM;
+// each configured system Hetzner has machines for. The upstream leg
+// reports them as architectures (upstream.Config.Bootable), so the
+// tenant's server offers their builds while no VM runs.
+func (r *Reconciler) Bootable(tenantID string) []string {
+	r.bootMu.Lock()
+	defer r.bootMu.Unlock()
+	return slices.Clone(r.bootable[tenantID])
+}
+
+// bootableOf is what Bootable reports for cfg.
+func bootableOf(cfg *proxystore.HetznerConfig) []string {
+	if cfg == nil || !cfg.Enabled || cfg.MaxVMs <= 0 {
+		return nil
+	}
+	var out []string
+	for _, system := range cfg.SortedSystems() {
+		if sc := cfg.Systems[system]; sc.ServerType == "" || sc.Slots <= 0 {
+			continue
+		}
+		if _, err := architecture(system); err == nil {
+			out = append(out, system)
+		}
+	}
+	return out
+}
+
+// setBootable records the configurations' bootable systems and tells
+// BootableChanged of each tenant whose systems changed.
+func (r *Reconciler) setBootable(configs []proxystore.HetznerConfig) {
+	next := map[string][]string{}
+	for i := range configs {
+		if b := bootableOf(&configs[i]); len(b) > 0 {
+			next[configs[i].TenantID] = b
+		}
+	}
+	r.bootMu.Lock()
+	var changed []string
+	for id, b := range next {
+		if !slices.Equal(b, r.bootable[id]) {
+			changed = append(changed, id)
+		}
+	}
+	for id := range r.bootable {
+		if _, ok := next[id]; !ok {
+			changed = append(changed, id)
+		}
+	}
+	r.bootable = next
+	r.bootMu.Unlock()
+	if r.cfg.BootableChanged != nil {
+		for _, id := range changed {
+			r.cfg.BootableChanged(id)
 		}
 	}
 }
@@ -205,6 +277,13 @@ func (r *Reconciler) Pass(ctx context.Context) error {
 	start := time.Now()
 	defer func() { r.m.passDuration.Observe(time.Since(start).Seconds()) }()
 	now := r.cfg.Now()
+	// The configurations first: what the tenants can boot is reported
+	// upstream even while the API is backed off.
+	configs, err := r.store.HetznerConfigs(ctx)
+	if err != nil {
+		return err
+	}
+	r.setBootable(configs)
 	if r.backedOff("", now) {
 		r.log.Debug("server list backed off", "until", r.backoff[""].until)
 		return nil
@@ -215,10 +294,6 @@ func (r *Reconciler) Pass(ctx context.Context) error {
 		return fmt.Errorf("listing servers (next try in %s): %w", wait, err)
 	}
 	r.succeeded("")
-	configs, err := r.store.HetznerConfigs(ctx)
-	if err != nil {
-		return err
-	}
 	links, err := r.store.Links(ctx)
 	if err != nil {
 		return err
@@ -386,6 +461,24 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, w *world, t *tenant) e
 				continue
 			}
 		}
+		// A worker that connected and went away is given the boot
+		// deadline to come back (a reboot, a restarted unit); after
+		// that the VM is lost: deleted and billed for the time it ran.
+		if row.ConnectedAt != nil && !connected {
+			since, ok := r.gone[row.ID]
+			if !ok {
+				since = w.now
+				r.gone[row.ID] = since
+				log.Info("VM's worker went away", "server_id", row.ServerID, "worker", row.WorkerID)
+			}
+			if w.now.Sub(since) >= r.cfg.BootDeadline &&
+				r.delete(ctx, w, t, row, proxystore.VMLost, "its worker was gone longer than the boot deadline") {
+				r.m.actions.WithLabelValues("lost").Inc()
+				continue
+			}
+		} else {
+			delete(r.gone, row.ID)
+		}
 		if why != "" || row.DrainingSince != nil {
 			if row.DrainingSince == nil {
 				var err error
@@ -510,6 +603,7 @@ func (r *Reconciler) end(ctx context.Context, w *world, row proxystore.VMUsage, 
 	if err := r.sessions.Revoke(ctx, row.WorkerID); err != nil && !errors.Is(err, sqldb.ErrNotFound) {
 		return fmt.Errorf("revoking VM worker %s: %w", row.WorkerID, err)
 	}
+	delete(r.gone, row.ID)
 	billed := 0
 	if outcome != proxystore.VMFailedBoot {
 		billed = r.billedUnits(row.CreatedAt, w.now)

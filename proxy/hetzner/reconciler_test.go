@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -560,4 +561,102 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// A VM whose worker connected and then died is not kept while the
+// demand holds the count at the target: once its worker has been gone
+// for the boot deadline, the VM is deleted, its row ends as lost and
+// billed for the time it ran, its token is revoked, and a new VM takes
+// its place.
+func TestLostWorkerRetiresItsVM(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, sqldbtest.SQLiteURL(t))
+	acme := r.tenant("acme")
+	r.demand.set(acme.ID, x86, 1)
+	r.pass()
+	r.waitConnected(acme.ID, 1)
+	first := r.rows(acme.ID)[0]
+	r.clock.Advance(10 * time.Minute)
+	r.crash(first.ServerID)
+	waitfor.True(t, "the proxy sees the VM's worker gone", func() bool { return !r.sessions.Connected(first.WorkerID) })
+	r.pass() // the worker is seen gone: its wait starts
+	r.clock.Advance(DefaultBootDeadline - time.Second)
+	r.pass()
+	if s := r.cloud.serversOf(acme.ID); len(s) != 1 || s[0].ID != first.ServerID {
+		t.Fatalf("servers %v: the VM went before its worker was gone for the boot deadline", s)
+	}
+	r.clock.Advance(time.Second)
+	r.pass()
+	var lost *proxystore.VMUsage
+	for _, u := range r.usage(acme.ID) {
+		if u.ID == first.ID {
+			lost = &u
+		}
+	}
+	if lost == nil || lost.Outcome != proxystore.VMLost || lost.BilledUnits != 1 || lost.DeletedAt == nil {
+		t.Fatalf("the lost VM's row %+v, want lost with 1 billed unit", lost)
+	}
+	ws, err := r.store.Workers(t.Context(), acme.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if w.ID == first.WorkerID {
+			t.Fatal("the lost VM's worker token was not revoked")
+		}
+	}
+	s := r.cloud.serversOf(acme.ID)
+	if len(s) != 1 || s[0].ID == first.ServerID {
+		t.Fatalf("servers %v: want the lost VM deleted and one new VM for the demand", s)
+	}
+	r.waitConnected(acme.ID, 1)
+	if got := testutil.ToFloat64(r.rec.m.actions.WithLabelValues("lost")); got != 1 {
+		t.Fatalf("lost action counted %v times, want 1", got)
+	}
+}
+
+// Bootable names the systems of an enabled configuration with room for
+// a VM and tells BootableChanged when they change; a disabled tenant
+// can boot nothing.
+func TestBootableSystems(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, sqldbtest.SQLiteURL(t))
+	var mu sync.Mutex
+	changed := map[string]int{}
+	r.rec.cfg.BootableChanged = func(id string) { mu.Lock(); changed[id]++; mu.Unlock() }
+	acme := r.tenant("acme")
+	if got := r.rec.Bootable(acme.ID); got != nil {
+		t.Fatalf("bootable before any pass: %v", got)
+	}
+	r.pass()
+	if got := r.rec.Bootable(acme.ID); !slices.Equal(got, []string{x86}) {
+		t.Fatalf("bootable %v, want [%s]", got, x86)
+	}
+	r.pass()
+	cfg, err := r.store.HetznerConfig(t.Context(), acme.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Systems["aarch64-linux"] = proxystore.HetznerSystem{ServerType: "cax11", Slots: 2}
+	cfg.Systems["riscv64-linux"] = proxystore.HetznerSystem{ServerType: "cx22", Slots: 2} // no Hetzner machine
+	if _, err := r.store.SetHetznerConfig(t.Context(), acme.ID, cfg); err != nil {
+		t.Fatal(err)
+	}
+	r.pass()
+	if got := r.rec.Bootable(acme.ID); !slices.Equal(got, []string{"aarch64-linux", x86}) {
+		t.Fatalf("bootable %v, want aarch64-linux and %s", got, x86)
+	}
+	cfg.Enabled = false
+	if _, err := r.store.SetHetznerConfig(t.Context(), acme.ID, cfg); err != nil {
+		t.Fatal(err)
+	}
+	r.pass()
+	if got := r.rec.Bootable(acme.ID); got != nil {
+		t.Fatalf("a disabled tenant can boot %v", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if changed[acme.ID] != 3 {
+		t.Fatalf("BootableChanged called %d times, want 3 (enabled, a system added, disabled)", changed[acme.ID])
+	}
 }

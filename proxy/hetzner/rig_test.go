@@ -16,18 +16,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"gradient.dev/gradient/internal/proxyworld"
 	"gradient.dev/gradient/proxy/downstream"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/storage/sqldb"
-	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 )
 
 func TestMain(m *testing.M) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	os.Exit(sqldbtest.Main(m))
+	// proxyworld.Main is sqldbtest.Main, and removes the binaries the
+	// end-to-end test built.
+	os.Exit(proxyworld.Main(m))
 }
 
 // clock is the reconciler's controllable time.
@@ -390,4 +392,16 @@ func (r *rig) usage(tenantID string) []proxystore.VMUsage {
 		r.t.Fatal(err)
 	}
 	return list
+}
+
+// crash stops the VM's worker and leaves its server running: the worker
+// process died on a VM that still bills.
+func (r *rig) crash(serverID int64) {
+	r.mu.Lock()
+	v := r.vms[serverID]
+	r.mu.Unlock()
+	if v == nil {
+		r.t.Fatalf("no VM %d to crash", serverID)
+	}
+	v.stop()
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"gradient.dev/gradient/wire"
 )
 
@@ -584,5 +586,54 @@ func TestPendingHoldsAndRefresh(t *testing.T) {
 	h.RefreshBook()
 	if got := upOf[*wire.RequestJobList](u.take()); len(got) != 1 {
 		t.Fatalf("%d list requests, want 1 while one is outstanding", len(got))
+	}
+}
+
+// A deleted tenant's hub leaves the set with its series, and a message
+// still in flight on the removed hub brings none back.
+func TestRemoveForgetsTheTenant(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSet(slog.New(slog.DiscardHandler), m)
+	gone, kept := s.Tenant("gone"), s.Tenant("kept")
+	for _, h := range []*Hub{gone, kept} {
+		u := attach(t, h)
+		u.h.Handle(buildAssign("x1", "x86_64-linux")) // declined: nobody waits
+	}
+	series := func(tenant string) int {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range families {
+			for _, metric := range f.GetMetric() {
+				for _, l := range metric.GetLabel() {
+					if l.GetName() == "tenant" && l.GetValue() == tenant {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	if series("gone") == 0 || series("kept") == 0 {
+		t.Fatal("no series before the removal")
+	}
+	s.Remove("gone")
+	if s.Len() != 1 || series("gone") != 0 || series("kept") == 0 {
+		t.Fatalf("after the removal: %d hubs, %d series of the removed tenant, %d of the other", s.Len(), series("gone"), series("kept"))
+	}
+	u := attach(t, gone)
+	u.h.Handle(buildAssign("x2", "x86_64-linux"))
+	u.h.Ended("stopped")
+	if series("gone") != 0 {
+		t.Fatal("the removed hub recorded series again")
+	}
+	if s.PendingJobs("gone") != nil || s.Len() != 1 {
+		t.Fatal("asking a removed tenant's demand made a hub")
 	}
 }

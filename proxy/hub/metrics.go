@@ -2,6 +2,10 @@ package hub
 
 import (
 	"errors"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,6 +18,44 @@ type Metrics struct {
 	slow         *prometheus.CounterVec
 	upstreamLost *prometheus.CounterVec
 	queueWait    *prometheus.HistogramVec
+
+	// gone are the removed tenants' IDs (copy on write): a message
+	// still in flight for a removed hub records nothing, so no series
+	// of a deleted tenant comes back.
+	goneMu sync.Mutex
+	gone   atomic.Pointer[map[string]struct{}]
+}
+
+// forget deletes the tenant's series and records none of it again.
+func (m *Metrics) forget(tenant string) {
+	if m == nil {
+		return
+	}
+	m.goneMu.Lock()
+	next := map[string]struct{}{tenant: {}}
+	if old := m.gone.Load(); old != nil {
+		maps.Copy(next, *old)
+	}
+	m.gone.Store(&next)
+	m.goneMu.Unlock()
+	match := prometheus.Labels{"tenant": tenant}
+	m.assignments.DeletePartialMatch(match)
+	m.dropped.DeletePartialMatch(match)
+	m.slow.DeletePartialMatch(match)
+	m.upstreamLost.DeletePartialMatch(match)
+	m.queueWait.DeletePartialMatch(match)
+}
+
+// on reports whether the tenant's series are recorded.
+func (m *Metrics) on(tenant string) bool {
+	if m == nil {
+		return false
+	}
+	if gone := m.gone.Load(); gone != nil {
+		_, removed := (*gone)[tenant]
+		return !removed
+	}
+	return true
 }
 
 // NewMetrics registers the hubs' series on reg (nil: nowhere).
@@ -42,25 +84,31 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 func (m *Metrics) assigned(tenant, outcome string) {
-	if m != nil {
+	if m.on(tenant) {
 		m.assignments.WithLabelValues(tenant, outcome).Inc()
 	}
 }
 
 func (m *Metrics) droppedMessage(tenant, msg string) {
-	if m != nil {
+	if m.on(tenant) {
 		m.dropped.WithLabelValues(tenant, msg).Inc()
 	}
 }
 
 func (m *Metrics) slowWorker(tenant string) {
-	if m != nil {
+	if m.on(tenant) {
 		m.slow.WithLabelValues(tenant).Inc()
 	}
 }
 
 func (m *Metrics) lost(tenant string) {
-	if m != nil {
+	if m.on(tenant) {
 		m.upstreamLost.WithLabelValues(tenant).Inc()
+	}
+}
+
+func (m *Metrics) waited(tenant string, d time.Duration) {
+	if m.on(tenant) {
+		m.queueWait.WithLabelValues(tenant).Observe(d.Seconds())
 	}
 }

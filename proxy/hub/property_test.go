@@ -90,6 +90,10 @@ func (m *model) step() {
 		}
 		tm.h.FromWorker(w, &wire.LogChunk{JobID: id, Data: []byte("x")})
 		tm.h.FromWorker(w, &wire.JobCompleted{JobID: id})
+		if tm.running[id] == w.session {
+			// Its own job: the worker's completion ends it.
+			delete(tm.running, id)
+		}
 	case 6:
 		tm.h.FromWorker(w, &wire.CacheQuery{JobID: tm.jobID(m.rng), QueryID: tm.name + "-q"})
 		tm.h.FromWorker(w, &wire.CacheQuery{QueryID: tm.name + "-q"})

@@ -50,6 +50,24 @@ func (s *Set) Tenant(tenantID string) *Hub {
 	return h
 }
 
+// Remove forgets the tenant's hub and its series, after the tenant was
+// deleted (its sessions are closed). A later Tenant makes a new hub, but
+// the removed tenant's series stay gone.
+func (s *Set) Remove(tenantID string) {
+	s.mu.Lock()
+	delete(s.hubs, tenantID)
+	s.mu.Unlock()
+	s.m.forget(tenantID)
+	s.log.Info("removed the hub of a deleted tenant", "tenant_id", tenantID)
+}
+
+// Len is how many hubs the set holds.
+func (s *Set) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.hubs)
+}
+
 // Run flushes every hub's changed scores once per ScoreInterval and
 // refreshes its book once per BookRefresh until ctx ends.
 func (s *Set) Run(ctx context.Context) {
@@ -86,7 +104,13 @@ func (s *Set) all() []*Hub {
 // PendingJobs is the tenant's book's build candidates per Nix system
 // (hetzner.Demand).
 func (s *Set) PendingJobs(tenantID string) map[string]int {
-	return s.Tenant(tenantID).Pending()
+	s.mu.Lock()
+	h := s.hubs[tenantID]
+	s.mu.Unlock()
+	if h == nil {
+		return nil // no hub made for a question
+	}
+	return h.Pending()
 }
 
 // NewOutbox is an Outbox for a worker of hub h, its queue wait and cut
@@ -108,8 +132,7 @@ func (h *Hub) outbox(workerID string, s sink, cutOff func(reason string)) *Outbo
 		cutOff(reason)
 	})
 	if h.m != nil {
-		wait := h.m.queueWait.WithLabelValues(h.tenant)
-		o.observe(func(d time.Duration) { wait.Observe(d.Seconds()) })
+		o.observe(func(d time.Duration) { h.m.waited(h.tenant, d) })
 	}
 	return o
 }

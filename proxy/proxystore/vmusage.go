@@ -26,6 +26,9 @@ const (
 	// VMMissing: the server vanished without the proxy deleting it; the
 	// row is closed when a list no longer shows it.
 	VMMissing VMOutcome = "missing"
+	// VMLost: deleted because its worker connected, then stayed away
+	// longer than the boot deadline; billed for the time it ran.
+	VMLost VMOutcome = "lost"
 )
 
 // Open reports whether the row still meters a VM.
@@ -209,12 +212,12 @@ func (s *Store) MarkVMDraining(ctx context.Context, id string, at time.Time) (VM
 }
 
 // EndVMUsage closes an open row at with outcome VMDeleted, VMFailedBoot
-// (billed must then be 0) or VMMissing, and billed units; the VM's
+// (billed must then be 0), VMMissing or VMLost, and billed units; the VM's
 // worker row goes in the same transaction (the caller closes its
 // session). A row already closed is ErrConflict.
 func (s *Store) EndVMUsage(ctx context.Context, id string, outcome VMOutcome, at time.Time, billed int) (VMUsage, error) {
-	if outcome != VMDeleted && outcome != VMFailedBoot && outcome != VMMissing {
-		return VMUsage{}, sqldb.Invalid("a VM ends as %q, %q or %q, not %q", VMDeleted, VMFailedBoot, VMMissing, outcome)
+	if outcome != VMDeleted && outcome != VMFailedBoot && outcome != VMMissing && outcome != VMLost {
+		return VMUsage{}, sqldb.Invalid("a VM ends as %q, %q, %q or %q, not %q", VMDeleted, VMFailedBoot, VMMissing, VMLost, outcome)
 	}
 	if billed < 0 || outcome == VMFailedBoot && billed != 0 {
 		return VMUsage{}, sqldb.Invalid("a VM ending as %s cannot bill %d units", outcome, billed)

@@ -2,6 +2,7 @@ package proxystore
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -93,6 +94,29 @@ func TestVMLifecycle(t *testing.T) {
 		}
 		if open, _ := s.OpenVMs(ctx); len(open) != 0 {
 			t.Fatalf("OpenVMs = %+v", open)
+		}
+
+		// A lost VM's row (migration 3) ends billed, its worker row
+		// gone, and keeps its connection time.
+		lost, _, err := s.BeginVM(ctx, acme.ID, testVM(), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.VMCreated(ctx, lost.ID, 4712, t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.MarkVMConnected(ctx, lost.ID, t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if ended, err := s.EndVMUsage(ctx, lost.ID, VMLost, t0.Add(20*time.Minute), 1); err != nil ||
+			ended.Outcome != VMLost || ended.BilledUnits != 1 || ended.ConnectedAt == nil {
+			t.Fatalf("ending as lost: %+v, %v", ended, err)
+		}
+		if _, err := s.WorkerByID(ctx, lost.WorkerID); !errors.Is(err, sqldb.ErrNotFound) {
+			t.Fatalf("the lost VM's worker row stays: %v", err)
+		}
+		if list, _ := s.VMUsages(ctx, "acme"); !slices.ContainsFunc(list, func(v VMUsage) bool { return v.ID == lost.ID && v.Outcome == VMLost }) {
+			t.Fatalf("usage %+v lacks the lost VM", list)
 		}
 
 		bad := testVM()

@@ -3,8 +3,10 @@ package upstream
 import (
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 
+	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/wire"
 )
 
@@ -103,3 +105,32 @@ func TestAggregateLeavesMembersAlone(t *testing.T) {
 		t.Fatalf("the member's architectures were modified: %v", archs[:2])
 	}
 }
+
+// The systems a tenant's Hetzner workers can boot join the pool's
+// architectures, sorted and without duplicates; slots stay the pool's.
+func TestHardwareAddsBootableSystems(t *testing.T) {
+	pool := poolOf{"t1": {{Capabilities: wire.GradientCapabilities{Build: true},
+		Host: &wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, MaxConcurrentBuilds: 2}}}}
+	s, err := New(Config{Store: &proxystore.Store{}, Pool: pool, Bootable: func(id string) []string {
+		if id == "t1" || id == "t2" {
+			return []string{"aarch64-linux", "x86_64-linux"}
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := s.Hardware("t1"); !slices.Equal(h.Host.Architectures, []string{"aarch64-linux", "x86_64-linux"}) || h.Host.MaxConcurrentBuilds != 2 {
+		t.Fatalf("t1 reports %+v", h.Host)
+	}
+	if h := s.Hardware("t2"); !slices.Equal(h.Host.Architectures, []string{"aarch64-linux", "x86_64-linux"}) || h.Host.MaxConcurrentBuilds != 0 {
+		t.Fatalf("t2 (no workers) reports %+v", h.Host)
+	}
+	if h := s.Hardware("t3"); len(h.Host.Architectures) != 0 {
+		t.Fatalf("t3 (no Hetzner workers) reports %+v", h.Host)
+	}
+}
+
+type poolOf map[string][]Member
+
+func (p poolOf) Members(id string) []Member { return p[id] }

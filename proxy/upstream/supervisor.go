@@ -52,6 +52,12 @@ type Config struct {
 	// Hubs, when set, take each tenant's session's job side (the
 	// tenant's hub is its worker.Config.Forwarder).
 	Hubs *hub.Set
+	// Bootable, when set, names the Nix systems the tenant's Hetzner
+	// workers can boot (proxy/hetzner's Reconciler.Bootable): they join
+	// the reported architectures, so the tenant's server offers those
+	// builds before any VM runs and the demand can boot the first one.
+	// Call PoolChanged when they change.
+	Bootable func(tenantID string) []string
 	// PollInterval is how often the links are read again (5 s); Changed
 	// reads them at once.
 	PollInterval time.Duration
@@ -145,17 +151,28 @@ func (s *Supervisor) PoolChanged(tenantID string) {
 	}
 }
 
-// Hardware is what the tenant's session reports now.
+// Hardware is what the tenant's session reports now: the aggregate of
+// its pool, its architectures joined by the systems its Hetzner workers
+// can boot (Config.Bootable). Slots, CPUs and RAM stay the connected
+// workers' own: the scheduler offers and assigns builds by architecture
+// and features, and the hub declines an assignment until a capable
+// worker waits.
 func (s *Supervisor) Hardware(tenantID string) Hardware {
+	var h Hardware
 	if s.cfg.Pool == nil {
-		return Aggregate(nil)
+		h = Aggregate(nil)
+	} else {
+		h = Aggregate(s.cfg.Pool.Members(tenantID))
 	}
-	return Aggregate(s.cfg.Pool.Members(tenantID))
+	if s.cfg.Bootable != nil {
+		h.Host.Architectures = union(h.Host.Architectures, s.cfg.Bootable(tenantID))
+	}
+	return h
 }
 
 // reconcile starts the sessions of links that should connect and stops
-// the others; a link with a new URL or worker ID gets a new session, new
-// tokens alone reauth the live one.
+// the others; a link with a new URL, worker ID or a changed or removed
+// token gets a new session, added peers alone reauth the live one.
 func (s *Supervisor) reconcile(ctx context.Context) {
 	links, err := s.cfg.Store.Links(ctx)
 	if err != nil {
@@ -196,11 +213,25 @@ func (s *Supervisor) reconcile(ctx context.Context) {
 		ts := s.sessions[id]
 		if ts != nil {
 			ts.since = l.StateSince
-			if !maps.Equal(ts.tokens, tokens) {
+			switch {
+			case maps.Equal(ts.tokens, tokens):
+			case onlyAdded(ts.tokens, tokens):
+				// A reauth adds the new peers to the live session.
 				ts.tokens = tokens
 				s.mu.Unlock()
-				s.log.Info("upstream tokens changed: reauthorizing", "tenant", l.TenantName, "peers", l.Peers)
+				s.log.Info("upstream peers added: reauthorizing", "tenant", l.TenantName, "peers", l.Peers)
 				ts.w.SetPeers(tokens)
+				continue
+			default:
+				// A reauth only adds: a changed or removed token would
+				// leave the live session authorized by the old one, and
+				// a wrong new one would never fail the link. A fresh
+				// session proves the tokens the link holds now.
+				delete(s.sessions, id)
+				s.mu.Unlock()
+				s.log.Info("upstream tokens changed: starting a new session with them", "tenant", l.TenantName, "peers", l.Peers)
+				s.stop(ts)
+				s.start(ctx, l, tokens)
 				continue
 			}
 		}
@@ -373,6 +404,16 @@ func (s *Supervisor) Gather() ([]*dto.MetricFamily, error) {
 	}
 	s.mu.Unlock()
 	return gatherers.Gather()
+}
+
+// onlyAdded: next keeps every peer of prev with its token and adds some.
+func onlyAdded(prev, next map[string]string) bool {
+	for id, token := range prev {
+		if t, ok := next[id]; !ok || t != token {
+			return false
+		}
+	}
+	return true
 }
 
 // peersText is tokens as peers-file lines, the worker's inline peers.

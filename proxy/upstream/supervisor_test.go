@@ -347,6 +347,39 @@ func TestSupervisorStopsOnRejectionUntilTheLinkIsSetAgain(t *testing.T) {
 	})
 }
 
+// Setting a live link again with a changed token starts a new session
+// with it: a wrong token then fails the link with the server's reason
+// (a reauth would have kept the old session authorized by the old one),
+// and the right one recovers it.
+func TestSupervisorChangedTokenStartsANewSession(t *testing.T) {
+	t.Parallel()
+	sqldbtest.ForEachEngineURL(t, func(t *testing.T, _, dbURL string) {
+		w := newWorld(t, dbURL)
+		w.runProxy(t)
+		waitfor.True(t, "the proxy live", w.live)
+		first := w.srv.WorkerStatus(w.proxyID).ConnectedAt
+
+		bad, err := secret.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.setLink(t, bad)
+		w.sup.Changed()
+		waitfor.True(t, "the link failing", func() bool { return w.link(t).State == proxystore.LinkFailing })
+		if l := w.link(t); !strings.Contains(l.FailureReason, "401") {
+			t.Fatalf("failure reason %q, want the server's 401", l.FailureReason)
+		}
+		waitfor.True(t, "the old session gone", func() bool { return !w.srv.WorkerStatus(w.proxyID).Live })
+
+		w.setLink(t, w.token)
+		w.sup.Changed()
+		waitfor.True(t, "the proxy live after the link was set again", w.live)
+		if again := w.srv.WorkerStatus(w.proxyID).ConnectedAt; !again.After(first) {
+			t.Fatalf("connected at %v, then %v: want a new session", first, again)
+		}
+	})
+}
+
 // A refusal other than 401 or 403 (here 495: the project has no cache)
 // leaves the link ok and the proxy dials again with backoff.
 func TestSupervisorRedialsOtherRefusals(t *testing.T) {

@@ -8,17 +8,20 @@ package scheduler_test
 import (
 	"context"
 	"database/sql"
-	"gradient.dev/gradient/internal/gctune"
+	"fmt"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/gctune"
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -91,7 +94,8 @@ func (r *dispatchRig) evaluate(b *testing.B, n int, chain bool) storage.Evaluati
 	}
 	// The EvalResult batches are handled in order before anything else of
 	// the session: wait until they are stored.
-	deadline := time.Now().Add(2 * time.Minute)
+	wait := 2*time.Minute + time.Duration(n/1000)*10*time.Second
+	deadline := time.Now().Add(wait)
 	for {
 		builds, err := r.db.EvaluationBuilds(context.Background(), ev.ID)
 		if err != nil {
@@ -101,9 +105,9 @@ func (r *dispatchRig) evaluate(b *testing.B, n int, chain bool) storage.Evaluati
 			return ev
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d derivations stored after two minutes", len(builds), n)
+			b.Fatalf("%d of %d derivations stored after %v", len(builds), n, wait)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10*time.Millisecond + time.Duration(n/100)*time.Millisecond)
 	}
 }
 
@@ -118,50 +122,156 @@ func (r *dispatchRig) evaluate(b *testing.B, n int, chain bool) storage.Evaluati
 func BenchmarkDispatchThroughput(b *testing.B) {
 	for _, e := range benchEngines {
 		b.Run(e.name, func(b *testing.B) {
-			n := b.N
-			var assigned atomic.Int64
-			at := make([]int64, n) // when each assignment arrived, UnixNano
-			all := make(chan struct{})
-			hooks := &workerHooks{assigned: func(m *wire.AssignJob) {
-				if _, ok := m.Job.(*wire.BuildJob); !ok {
-					return
-				}
-				i := assigned.Add(1)
-				if i <= int64(n) {
-					at[i-1] = time.Now().UnixNano()
-				}
-				if i == int64(n) {
-					close(all)
-				}
-			}}
-			r := newDispatchRig(b, e.url(b), 50, hooks)
-			ev := r.evaluate(b, n, false)
 			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			cpu := startCPU()
-			close(r.gate)
-			select {
-			case <-all:
-			case <-time.After(10 * time.Minute):
-				b.Fatalf("%d of %d builds assigned after ten minutes", assigned.Load(), n)
-			}
-			elapsed := time.Since(start)
-			b.StopTimer()
-			cpu.report(b)
-			b.ReportMetric(float64(n)/elapsed.Seconds(), "assignments/s")
-			// Sustained: the middle 80 % of the assignments, without the
-			// start (the evaluation's completion readying every build and
-			// offering them to 50 sessions) and the drain.
-			if n >= 100 {
-				slices.Sort(at)
-				lo, hi := n/10, n-n/10
-				b.ReportMetric(float64(hi-lo)/time.Duration(at[hi-1]-at[lo]).Seconds(), "sustained-assignments/s")
-				b.ReportMetric(ms(time.Duration(at[0]-start.UnixNano())), "first-assignment-ms")
-			}
-			waitEvaluation(b, r.db, ev.ID, time.Minute)
+			runThroughput(b, e.url(b), b.N, false)
 		})
 	}
+}
+
+// BenchmarkDispatchScale is BenchmarkDispatchThroughput at fixed queue
+// sizes, one evaluation per run whatever b.N: the first assignment, the
+// sustained rate and the process's memory (heap and RSS; the 51 workers
+// share the process) at 4,000 builds, and with GRADIENT_BENCH_SCALE=1
+// also at 20,000, 50,000 and 100,000 (minutes of setup each: the CI's
+// -benchtime 1x runs only the first). GRADIENT_BENCH_SCALE may also
+// list the sizes: GRADIENT_BENCH_SCALE=4000,100000.
+//
+//	GRADIENT_BENCH_SCALE=1 go test -run '^$' -bench DispatchScale -benchtime 1x -timeout 60m ./server/scheduler
+func BenchmarkDispatchScale(b *testing.B) {
+	for _, e := range benchEngines {
+		for _, n := range scaleSizes(b) {
+			b.Run(fmt.Sprintf("%s/builds=%d", e.name, n), func(b *testing.B) {
+				onePerRun(b)
+				runThroughput(b, e.url(b), n, true)
+			})
+		}
+	}
+}
+
+// BenchmarkQueueMemory: the server's memory with a whole evaluation
+// queued and no build worker to take any of it: the heap after a
+// collection, less the heap before the evaluation completed
+// (queued-heap-MiB, and per build), and the process's RSS then. The sizes
+// are BenchmarkDispatchScale's (GRADIENT_BENCH_SCALE).
+//
+//	GRADIENT_BENCH_SCALE=100000 go test -run '^$' -bench QueueMemory -benchtime 1x ./server/scheduler
+func BenchmarkQueueMemory(b *testing.B) {
+	for _, e := range benchEngines {
+		for _, n := range scaleSizes(b) {
+			b.Run(fmt.Sprintf("%s/builds=%d", e.name, n), func(b *testing.B) {
+				onePerRun(b)
+				{
+					r := newDispatchRig(b, e.url(b), 0, &workerHooks{})
+					r.evaluate(b, n, false)
+					r.batches = nil
+					var before, after runtime.MemStats
+					runtime.GC()
+					runtime.ReadMemStats(&before)
+					close(r.gate)
+					waitfor.Within(b, 10*time.Minute, "the whole evaluation queued", func() bool { return r.srv.sched.QueueLen() == n })
+					runtime.GC()
+					runtime.ReadMemStats(&after)
+					queued := float64(after.HeapInuse) - float64(before.HeapInuse)
+					b.ReportMetric(queued/(1<<20), "queued-heap-MiB")
+					b.ReportMetric(queued/float64(n), "heap-B/build")
+					b.ReportMetric(float64(residentBytes())/(1<<20), "rss-MiB")
+				}
+			})
+		}
+	}
+}
+
+// onePerRun skips a scale benchmark asked for more than one run (such as
+// -benchtime 4000x meant for DispatchThroughput): each run is one whole
+// evaluation of the size in its name.
+func onePerRun(b *testing.B) {
+	if b.N > 1 {
+		b.Skipf("one evaluation per run: use -benchtime 1x (b.N = %d)", b.N)
+	}
+}
+
+// scaleSizes are the evaluation sizes of the scale benchmarks: 4,000,
+// or those GRADIENT_BENCH_SCALE names (1: 4,000 to 100,000).
+func scaleSizes(b *testing.B) []int {
+	switch v := os.Getenv("GRADIENT_BENCH_SCALE"); v {
+	case "", "0":
+		return []int{4000}
+	case "1":
+		return []int{4000, 20_000, 50_000, 100_000}
+	default:
+		var sizes []int
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 100 {
+				b.Fatalf("GRADIENT_BENCH_SCALE=%q: want 1 or sizes of at least 100", v)
+			}
+			sizes = append(sizes, n)
+		}
+		return sizes
+	}
+}
+
+// runThroughput runs one evaluation of n independent builds through 50
+// workers and reports its metrics; memory adds the heap and RSS.
+func runThroughput(b *testing.B, dbURL string, n int, memory bool) {
+	var assigned atomic.Int64
+	at := make([]int64, n) // when each assignment arrived, UnixNano
+	all := make(chan struct{})
+	hooks := &workerHooks{assigned: func(m *wire.AssignJob) {
+		if _, ok := m.Job.(*wire.BuildJob); !ok {
+			return
+		}
+		i := assigned.Add(1)
+		if i <= int64(n) {
+			at[i-1] = time.Now().UnixNano()
+		}
+		if i == int64(n) {
+			close(all)
+		}
+	}}
+	r := newDispatchRig(b, dbURL, 50, hooks)
+	ev := r.evaluate(b, n, false)
+	var before runtime.MemStats
+	var peak *heapSampler
+	if memory {
+		r.batches = nil // the workers' copy, not the server's
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		peak = sampleHeap()
+	}
+	pg := startBackendCPU(b, dbURL)
+	b.ResetTimer()
+	start := time.Now()
+	cpu := startCPU()
+	close(r.gate)
+	select {
+	case <-all:
+	case <-time.After(20 * time.Minute):
+		b.Fatalf("%d of %d builds assigned after twenty minutes", assigned.Load(), n)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpu.report(b)
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "assignments/s")
+	// Sustained: the middle 80 % of the assignments, without the start
+	// (the evaluation's completion readying every build and offering
+	// them to 50 sessions) and the drain.
+	if n >= 100 {
+		slices.Sort(at)
+		lo, hi := n/10, n-n/10
+		b.ReportMetric(float64(hi-lo)/time.Duration(at[hi-1]-at[lo]).Seconds(), "sustained-assignments/s")
+		b.ReportMetric(ms(time.Duration(at[0]-start.UnixNano())), "first-assignment-ms")
+	}
+	if memory {
+		b.ReportMetric((processCPU()-cpu.proc)/float64(n)*1e6, "proc-cpu-us/assignment")
+		if used := pg.used(); used >= 0 {
+			b.ReportMetric(used/float64(n)*1e6, "pg-cpu-us/assignment")
+		}
+		b.ReportMetric(float64(before.HeapInuse)/(1<<20), "heap-before-MiB")
+		b.ReportMetric(float64(peak.stop())/(1<<20), "peak-heap-MiB")
+		b.ReportMetric(float64(peak.peakRSS.Load())/(1<<20), "peak-rss-MiB")
+	}
+	waitEvaluation(b, r.db, ev.ID, 5*time.Minute)
 }
 
 // BenchmarkDispatchLatency: two idle workers; an evaluation whose b.N
@@ -346,9 +456,10 @@ func legacyTokenHashes(b *testing.B, dbURL string, ids []identity) {
 
 // heapSampler records the peak heap in use (sampled every 50 ms).
 type heapSampler struct {
-	peak atomic.Uint64
-	done chan struct{}
-	wg   sync.WaitGroup
+	peak    atomic.Uint64
+	peakRSS atomic.Uint64 // resident set of the process, /proc/self/statm
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 func sampleHeap() *heapSampler {
@@ -367,15 +478,101 @@ func sampleHeap() *heapSampler {
 			if ms.HeapInuse > h.peak.Load() {
 				h.peak.Store(ms.HeapInuse)
 			}
+			if rss := residentBytes(); rss > h.peakRSS.Load() {
+				h.peakRSS.Store(rss)
+			}
 		}
 	})
 	return h
 }
 
-func (h *heapSampler) reset() { h.peak.Store(0) }
+func (h *heapSampler) reset() { h.peak.Store(0); h.peakRSS.Store(0) }
+
+// residentBytes is the process's resident set (0 where /proc is missing).
+func residentBytes() uint64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseUint(f[1], 10, 64)
+	return pages * uint64(os.Getpagesize())
+}
 
 func (h *heapSampler) stop() uint64 {
 	close(h.done)
 	h.wg.Wait()
 	return h.peak.Load()
+}
+
+// backendCPU measures the CPU time of the PostgreSQL backends serving
+// the benchmark's database (from /proc, so the server must be local):
+// what the database costs per assignment, apart from whatever else the
+// machine runs. It reads nothing on SQLite.
+type backendCPU struct {
+	conn  *sql.DB
+	start map[int]float64
+}
+
+func startBackendCPU(b *testing.B, dbURL string) *backendCPU {
+	if !strings.HasPrefix(dbURL, "postgres") {
+		return &backendCPU{}
+	}
+	conn, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	m := &backendCPU{conn: conn}
+	m.start = m.read()
+	return m
+}
+
+func (m *backendCPU) read() map[int]float64 {
+	rows, err := m.conn.Query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	out := map[int]float64{}
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) != nil {
+			return nil
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue // not local
+		}
+		// Fields after the command's closing parenthesis: utime and
+		// stime are the 12th and 13th.
+		_, rest, _ := strings.Cut(string(data), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		out[pid] = (ut + st) / 100 // USER_HZ
+	}
+	return out
+}
+
+// used is the backends' CPU seconds since the start, -1 when unknown.
+func (m *backendCPU) used() float64 {
+	if m.conn == nil {
+		return -1
+	}
+	now := m.read()
+	if len(now) == 0 {
+		return -1
+	}
+	var sum float64
+	for pid, v := range now {
+		sum += v - m.start[pid]
+	}
+	return sum
 }

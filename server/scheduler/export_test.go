@@ -12,3 +12,15 @@ func SetProgressTTL(d time.Duration) (restore func()) {
 	progressTTL = d
 	return func() { progressTTL = old }
 }
+
+// OnAdmitted calls f with each chunk of an evaluation's ready jobs once
+// it joined the queue and idle workers were served. Set it before the
+// evaluation completes.
+func (s *Scheduler) OnAdmitted(f func(jobIDs []string)) { s.admitted = f }
+
+// QueueLen is the number of jobs in the in-memory queue.
+func (s *Scheduler) QueueLen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queue.len()
+}

@@ -21,15 +21,25 @@ import (
 // Removal is lazy: a removed job is marked dead and skipped, and a
 // group's slice is compacted once most of it is dead, so taking jobs off
 // the front costs no copying of the rest.
+//
+// A job added out of order (a retry, a declined job, one read again) is
+// inserted at its place, so a group stays sorted and a pick never sorts
+// a large group.
 type jobQueue struct {
 	byID   map[string]*queuedJob
 	groups map[groupKey]*jobGroup
 	order  []*jobGroup // the groups in creation order, for stable merges
+	// perEval counts the queued jobs of each evaluation.
+	perEval map[string]int
+	// seq numbers the adds, so a resync with the database can tell the
+	// jobs queued before it read from those queued since.
+	seq uint64
 }
 
 type queuedJob struct {
 	job   *storage.PendingJob
 	group *jobGroup
+	seq   uint64
 	dead  bool
 }
 
@@ -42,14 +52,16 @@ type groupKey struct {
 type jobGroup struct {
 	key    groupKey
 	sample *storage.PendingJob // any member: they share the requirements
-	jobs   []*queuedJob        // sorted by ready time when sorted is set
+	jobs   []*queuedJob        // sorted by ready time (dead ones too)
 	live   int
-	sorted bool
 }
 
 func newJobQueue() *jobQueue {
-	return &jobQueue{byID: map[string]*queuedJob{}, groups: map[groupKey]*jobGroup{}}
+	return &jobQueue{byID: map[string]*queuedJob{}, groups: map[groupKey]*jobGroup{}, perEval: map[string]int{}}
 }
+
+// evalJobs is the number of queued jobs of an evaluation.
+func (q *jobQueue) evalJobs(evalID string) int { return q.perEval[evalID] }
 
 // len is the number of pending jobs.
 func (q *jobQueue) len() int { return len(q.byID) }
@@ -70,17 +82,26 @@ func (q *jobQueue) add(job *storage.PendingJob) bool {
 	key := groupKey{job.Kind, job.ProjectID, job.Architecture, strings.Join(job.RequiredFeatures, " "), job.FlakeSource != ""}
 	g := q.groups[key]
 	if g == nil {
-		g = &jobGroup{key: key, sample: job, sorted: true}
+		g = &jobGroup{key: key, sample: job}
 		q.groups[key] = g
 		q.order = append(q.order, g)
 	}
-	e := &queuedJob{job: job, group: g}
-	if n := len(g.jobs); n > 0 && g.sorted && olderThan(job, g.jobs[n-1].job) {
-		g.sorted = false
+	q.seq++
+	e := &queuedJob{job: job, group: g, seq: q.seq}
+	if n := len(g.jobs); n > 0 && olderThan(job, g.jobs[n-1].job) {
+		i, _ := slices.BinarySearchFunc(g.jobs, job, func(e *queuedJob, j *storage.PendingJob) int {
+			if olderThan(e.job, j) {
+				return -1
+			}
+			return 1
+		})
+		g.jobs = slices.Insert(g.jobs, i, e)
+	} else {
+		g.jobs = append(g.jobs, e)
 	}
-	g.jobs = append(g.jobs, e)
 	g.live++
 	q.byID[job.JobID] = e
+	q.perEval[job.EvaluationID]++
 	return true
 }
 
@@ -91,6 +112,9 @@ func (q *jobQueue) remove(id string) *storage.PendingJob {
 		return nil
 	}
 	delete(q.byID, id)
+	if q.perEval[e.job.EvaluationID]--; q.perEval[e.job.EvaluationID] <= 0 {
+		delete(q.perEval, e.job.EvaluationID)
+	}
 	e.dead = true
 	g := e.group
 	g.live--
@@ -155,22 +179,8 @@ func (q *jobQueue) each(eligible func(sample *storage.PendingJob) bool, visit fu
 	}
 }
 
-// prepare sorts the group if it is out of order and drops the dead jobs
-// at its front.
+// prepare drops the dead jobs at the group's front.
 func (g *jobGroup) prepare() {
-	if !g.sorted {
-		g.jobs = slices.DeleteFunc(g.jobs, func(e *queuedJob) bool { return e.dead })
-		slices.SortFunc(g.jobs, func(a, b *queuedJob) int {
-			switch {
-			case olderThan(a.job, b.job):
-				return -1
-			case olderThan(b.job, a.job):
-				return 1
-			}
-			return 0
-		})
-		g.sorted = true
-	}
 	front := 0
 	for front < len(g.jobs) && g.jobs[front].dead {
 		front++
@@ -180,4 +190,17 @@ func (g *jobGroup) prepare() {
 		clear(g.jobs[:front])
 		g.jobs = g.jobs[front:]
 	}
+}
+
+// staleSince returns the IDs of the jobs queued up to mark (a value of
+// q.seq) that pending does not hold: jobs the database no longer has
+// pending, where a job queued after mark may be newer than the read.
+func (q *jobQueue) staleSince(mark uint64, pending map[string]struct{}) []string {
+	var stale []string
+	for id, e := range q.byID {
+		if _, ok := pending[id]; !ok && e.seq <= mark {
+			stale = append(stale, id)
+		}
+	}
+	return stale
 }

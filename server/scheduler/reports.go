@@ -154,16 +154,21 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 		s.fetched(ctx, a)
 		return
 	}
-	var ready []string
-	var err error
 	if a.job.Kind == storage.JobFlake {
-		ready, err = s.db.CompleteFlakeJob(ctx, a.id)
-	} else {
-		s.mu.Lock()
-		outputs := a.outputs
-		s.mu.Unlock()
-		ready, err = s.db.CompleteBuild(ctx, a.id, outputs)
+		s.completedFlake(ctx, a)
+		return
 	}
+	evalID := a.job.EvaluationID
+	s.mu.Lock()
+	outputs := a.outputs
+	s.completing[evalID]++
+	s.mu.Unlock()
+	ready, err := s.db.CompleteBuildDeferEnd(ctx, a.id, outputs)
+	s.mu.Lock()
+	if s.completing[evalID]--; s.completing[evalID] <= 0 {
+		delete(s.completing, evalID)
+	}
+	s.mu.Unlock()
 	if err != nil {
 		s.log.Warn("recording a completed job failed", "job", a.job.JobID, "error", err)
 		// The build may be recorded with its dependents not yet readied:
@@ -172,22 +177,91 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 		return
 	}
 	s.m.finished.WithLabelValues("completed").Inc()
-	if a.job.Kind == storage.JobBuild && s.importsPending(a.job.EvaluationID) {
-		s.answerImports(ctx, a.job.EvaluationID)
+	if s.importsPending(evalID) {
+		s.answerImports(ctx, evalID)
 	}
 	s.log.Info("job completed", "job", a.job.JobID, "what", describe(a.job), "worker", a.workerID, "newly_ready", len(ready))
-	if a.job.Kind == storage.JobFlake {
-		if marked, more := s.skipCached(ctx, a.job.EvaluationID, a.job.ProjectID); marked > 0 {
-			// Some queued builds ended without a job: read the queue again.
-			if err := s.reload(ctx); err != nil {
-				s.log.Warn("reading the job queue failed; the next pass does", "error", err)
-			}
-			s.dispatch(append(ready, more...))
-			return
-		}
+	if len(ready) == 0 {
+		s.endIfLast(ctx, evalID)
+		return
 	}
 	s.addPending(ctx, ready)
 	s.dispatch(ready)
+}
+
+// endIfLast ends a building evaluation when the scheduler holds none of
+// its jobs: none queued, none running, no completion being recorded.
+// The database decides (EndEvaluationIfDone); this only spares the
+// question to every completion but the last. Of completions recorded at
+// once, the last to finish sees the others' counts gone, and asks after
+// all of them committed. A job the queue holds that the database no
+// longer has pending delays the end until the next pass
+// (FinishDoneEvaluations).
+func (s *Scheduler) endIfLast(ctx context.Context, evalID string) {
+	s.mu.Lock()
+	busy := s.queue.evalJobs(evalID) > 0 || s.completing[evalID] > 0
+	if !busy {
+		for _, a := range s.running {
+			if a.job.EvaluationID == evalID {
+				busy = true
+				break
+			}
+		}
+	}
+	s.mu.Unlock()
+	if busy {
+		return
+	}
+	if ended, err := s.db.EndEvaluationIfDone(ctx, evalID); err != nil {
+		s.log.Warn("ending a finished evaluation failed; the next pass retries", "evaluation", evalID, "error", err)
+	} else if ended {
+		s.log.Info("evaluation finished", "evaluation", evalID)
+	}
+}
+
+// completedFlake records a completed flake job and streams its
+// evaluation's ready builds into the queue: the first chunk is readied
+// with the completion, the rest in chunks of storage.ReadyChunk, each
+// assignable as soon as it commits, so the first assignment does not
+// wait for a large evaluation's last build. Builds whose outputs the
+// project's caches hold already are marked built on the way instead
+// (admit). A crash part-way leaves the rest to ReadyStrandedBuilds at
+// start; an error, to the next pass.
+func (s *Scheduler) completedFlake(ctx context.Context, a *assignment) {
+	ready, evalID, more, err := s.db.CompleteFlakeJobChunk(ctx, a.id, storage.ReadyChunk)
+	if err != nil {
+		s.log.Warn("recording a completed job failed", "job", a.job.JobID, "error", err)
+		s.strandedCheck.Store(true)
+		return
+	}
+	s.m.finished.WithLabelValues("completed").Inc()
+	s.log.Info("job completed", "job", a.job.JobID, "what", describe(a.job), "worker", a.workerID, "newly_ready", len(ready), "more", more)
+	caches := s.projectCaches(ctx, a.job.ProjectID)
+	total := s.admit(ctx, evalID, caches, ready)
+	if more {
+		rest, err := s.db.ReadyCandidates(ctx, evalID)
+		if err != nil {
+			s.log.Warn("reading the evaluation's ready builds failed; the next pass queues them", "evaluation", evalID, "error", err)
+			s.strandedCheck.Store(true)
+		}
+		for len(rest) > 0 {
+			n := min(len(rest), storage.ReadyChunk)
+			ids, err := s.db.QueueReadyBuilds(ctx, evalID, rest[:n])
+			if err != nil {
+				s.log.Warn("queueing the evaluation's ready builds failed; the next pass does", "evaluation", evalID, "error", err)
+				s.strandedCheck.Store(true)
+				break
+			}
+			rest = rest[n:]
+			total += s.admit(ctx, evalID, caches, ids)
+		}
+		s.log.Info("evaluation's ready builds queued", "evaluation", evalID, "jobs", total)
+	}
+	// Builds still waiting for inputs whose outputs are cached need no
+	// run either.
+	if more := s.skipCachedWaiting(ctx, evalID, caches); len(more) > 0 {
+		s.admit(ctx, evalID, caches, more)
+	}
 }
 
 // fetched handles the completion of a fetch-only flake job: the job is
@@ -291,15 +365,26 @@ func describeUpdate(u wire.JobUpdateKind) string {
 // sendJobList answers RequestJobList with the pending jobs the worker may
 // run, in pages of at most 1000 candidates and 2 MiB (JOBS.md §3.2); an
 // empty list is one empty final page.
+//
+// The queue is walked under the lock, the candidates built after it: a
+// list of a large queue holds up no other session's pick.
 func (s *Scheduler) sendJobList(w *authority.LiveWorker) {
+	type listed struct {
+		job      *storage.PendingJob
+		required []storage.RequiredPath // set under the lock (fillRequiredPaths)
+	}
+	var jobs []listed
 	s.mu.Lock()
 	e := newEligibility(w)
-	var candidates []wire.JobCandidate
 	s.queue.each(e.mayAny, func(job *storage.PendingJob) bool {
-		candidates = append(candidates, candidate(job))
+		jobs = append(jobs, listed{job, job.RequiredPaths})
 		return true
 	})
 	s.mu.Unlock()
+	candidates := make([]wire.JobCandidate, len(jobs))
+	for i, l := range jobs {
+		candidates[i] = candidateWith(l.job, l.required)
+	}
 	pages := wire.CandidatePages(candidates)
 	if len(pages) == 0 {
 		pages = [][]wire.JobCandidate{{}}
@@ -312,6 +397,12 @@ func (s *Scheduler) sendJobList(w *authority.LiveWorker) {
 }
 
 func candidate(job *storage.PendingJob) wire.JobCandidate {
+	return candidateWith(job, job.RequiredPaths)
+}
+
+// candidateWith is the candidate of job with its required paths (read
+// under s.mu; the job's other fields do not change once queued).
+func candidateWith(job *storage.PendingJob, required []storage.RequiredPath) wire.JobCandidate {
 	c := wire.JobCandidate{JobID: job.JobID, RequiredPaths: []wire.RequiredPath{}, DrvPaths: []string{}, OutputPaths: []string{}}
 	if job.Kind == storage.JobFlake && job.FlakeSource != "" {
 		// Evaluating a fetched source: the source is what it needs.
@@ -319,7 +410,7 @@ func candidate(job *storage.PendingJob) wire.JobCandidate {
 	}
 	if job.Kind == storage.JobBuild {
 		c.DrvPaths = []string{job.DrvPath}
-		for _, p := range job.RequiredPaths {
+		for _, p := range required {
 			r := wire.RequiredPath{Path: p.Path}
 			if p.Cached {
 				r.CacheInfo = &wire.CacheInfo{FileSize: p.FileSize, NarSize: p.NarSize}

@@ -116,7 +116,17 @@ type Scheduler struct {
 	queue    *jobQueue // the pending jobs
 	sessions map[uint64]*workerState
 	running  map[string]*assignment // by job ID
-	imports  []*importRequest       // import-from-derivation requests waiting
+	// completing counts, by evaluation, the build completions being
+	// recorded (see endIfLast).
+	completing map[string]int
+	// claiming holds the jobs taken from the queue whose claim is under
+	// way: pending in the database still, but not to be queued again by
+	// a resync.
+	claiming map[string]bool
+	// admitted, when set (tests), sees each chunk of an evaluation's
+	// ready jobs after it joined the queue and was dispatched.
+	admitted func(jobIDs []string)
+	imports  []*importRequest // import-from-derivation requests waiting
 	// progress is the latest BuildProgress of each running build, by
 	// build ID (JOBS.md §9.2: kept 15 s, shown while building).
 	progress map[string]buildProgress
@@ -165,7 +175,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
 		queue: newJobQueue(), sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
-		progress: map[string]buildProgress{},
+		completing: map[string]int{}, claiming: map[string]bool{}, progress: map[string]buildProgress{},
 	}
 	s.logs = newLogBuffer(s)
 	s.m = newLoopMetrics(cfg.Metrics, s.idleSessions)
@@ -256,33 +266,60 @@ func (s *Scheduler) loop() {
 	}
 }
 
-// reload replaces the in-memory queue with the database's pending jobs.
+// reload brings the in-memory queue in line with the database's pending
+// jobs: it reads their IDs, drops the queued jobs the database no longer
+// has pending and reads in full only the jobs new to the queue, so a pass
+// over a large queue costs one read of its IDs (not of every job, with
+// its derivation's details, as the first version did).
 func (s *Scheduler) reload(ctx context.Context) error {
-	jobs, err := s.db.PendingJobs(ctx)
+	s.mu.Lock()
+	mark := s.queue.seq
+	s.mu.Unlock()
+	ids, err := s.db.PendingJobIDs(ctx)
+	if err != nil {
+		return err
+	}
+	pending := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		pending[id] = struct{}{}
+	}
+	s.mu.Lock()
+	var unknown []string
+	for _, id := range ids {
+		if s.queue.get(id) == nil && s.running[id] == nil && !s.claiming[id] {
+			unknown = append(unknown, id)
+		}
+	}
+	stale := s.queue.staleSince(mark, pending)
+	for _, id := range stale {
+		s.queue.remove(id)
+	}
+	s.m.pending.Set(float64(s.queue.len()))
+	s.mu.Unlock()
+	if len(stale) > 0 {
+		s.log.Debug("dropped queued jobs the database no longer has pending", "jobs", len(stale))
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	jobs, err := s.db.PendingJobsByID(ctx, unknown)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	old := s.queue
-	s.queue = newJobQueue()
 	var unread []string
 	for i := range jobs {
 		j := &jobs[i]
-		if s.running[j.JobID] != nil {
+		if s.running[j.JobID] != nil || s.claiming[j.JobID] {
 			continue // claimed in the meantime
 		}
-		// A job's inputs do not change while it waits: the old queue's
-		// copy serves, and only jobs new to it are read (below).
-		if o := old.get(j.JobID); o != nil {
-			j.RequiredPaths = o.RequiredPaths
-		}
-		if j.Kind == storage.JobBuild && j.RequiredPaths == nil {
+		if s.queue.add(j) && j.Kind == storage.JobBuild {
 			unread = append(unread, j.JobID)
 		}
-		s.queue.add(j)
 	}
 	s.m.pending.Set(float64(s.queue.len()))
 	s.mu.Unlock()
+	s.reoffer(unread)
 	s.fillRequiredPaths(unread)
 	return nil
 }
@@ -519,6 +556,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 		id, err := s.db.ClaimJob(ctx, job.JobID, w.WorkerID)
 		if err != nil {
 			s.mu.Lock()
+			delete(s.claiming, job.JobID)
 			if ws := s.sessions[w.Session]; ws != nil && !ws.ended {
 				ws.idle[kind] = true
 			}
@@ -530,10 +568,14 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 				return
 			}
 			s.mu.Unlock()
+			if job.Kind == storage.JobBuild {
+				s.endIfLast(ctx, job.EvaluationID) // it may have held the end back
+			}
 			continue // lost a race: the job is gone, try the next one
 		}
 		a := &assignment{id: id, job: job, session: w.Session, workerID: w.WorkerID, fetchOnly: fetchOnly}
 		s.mu.Lock()
+		delete(s.claiming, job.JobID)
 		ws := s.sessions[w.Session]
 		if ws == nil || ws.ended {
 			s.mu.Unlock()
@@ -589,6 +631,7 @@ func (s *Scheduler) take(w *authority.LiveWorker, kind wire.JobKind) (job *stora
 		return nil, false
 	}
 	job = s.queue.remove(best.JobID)
+	s.claiming[job.JobID] = true
 	for _, other := range s.sessions {
 		delete(other.offered, job.JobID) // frees room in their offer windows
 	}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
 
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/wire"
@@ -119,13 +120,15 @@ func (e *Executor) Run(ctx context.Context, a worker.Assignment, r worker.Report
 
 // job is one running job's context.
 type job struct {
-	e      *Executor
-	roots  *roots
-	sshKey []byte // the project's deploy key, for fetches
-	id     string
-	r      worker.Reporter
-	cache  worker.Cache
-	log    *slog.Logger
+	e         *Executor
+	roots     *roots
+	sshKey    []byte // the project's deploy key, for fetches
+	id        string
+	r         worker.Reporter
+	cache     worker.Cache
+	log       *slog.Logger
+	slotsOnce sync.Once
+	slots     *uploadSlots
 	// drvs are the derivations this job has read: a .drv is immutable,
 	// and several builds of a job share inputs.
 	drvs map[string]*nix.Derivation

@@ -292,6 +292,8 @@ type fakeCache struct {
 	knownErr error
 	// uploads holds the bytes uploaded per path.
 	uploads map[string][]byte
+	// onUpload, when set, runs as each upload starts (it may block).
+	onUpload func(path string)
 }
 
 func newFakeCache(rec *recorder) *fakeCache {
@@ -351,6 +353,9 @@ func (c *fakeCache) OpenNar(ctx context.Context, jobID, path string) (io.ReadClo
 }
 
 func (c *fakeCache) Upload(ctx context.Context, jobID, storePath string, nar io.Reader, meta worker.UploadMeta) error {
+	if c.onUpload != nil {
+		c.onUpload(storePath)
+	}
 	b, err := io.ReadAll(nar)
 	if err != nil {
 		return err

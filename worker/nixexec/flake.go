@@ -21,6 +21,10 @@ const (
 	evalBatch = 50
 	// walkWave is how many .drv files are parsed per Nix call.
 	walkWave = 256
+	// evalBatchesAhead is how many batches may be uploading while an
+	// earlier one waits for its uploads to be reported (WORKER.md §6.3:
+	// walk and uploads run concurrently, EvalResults stay in walk order).
+	evalBatchesAhead = 8
 )
 
 // runFlake runs a flake job's steps in order; the first failure ends it.
@@ -192,15 +196,68 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 // walk is the breadth-first closure walk of an evaluation: it parses the
 // discovered .drv files and their inputs (not those the server already
 // knows), uploads them with their sources, and reports them in batches.
+// Batches upload concurrently with the walk and with each other (the
+// job's upload slots bound them); a reporter sends each batch's
+// EvalResult in walk order once its own uploads are done.
 type walk struct {
 	j        *job
 	visited  map[string]bool // queued or parsed
 	uploaded map[string]bool
 	batch    []wire.DiscoveredDerivation
 	reported int
+
+	ctx     context.Context // the walk's, cancelled by a failed batch
+	batches chan *batchUpload
+}
+
+// batchUpload is one batch on its way: its uploads, then its report.
+type batchUpload struct {
+	derivations []wire.DiscoveredDerivation // nil: the final batch, reported by the caller
+	done        chan struct{}
+	err         error
 }
 
 func (w *walk) run(ctx context.Context, roots []nix.FoundDerivation) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w.ctx = ctx
+	w.batches = make(chan *batchUpload, evalBatchesAhead)
+	reported := make(chan error, 1)
+	go func() { reported <- w.report(cancel) }()
+	err := w.walk(ctx, roots)
+	if err != nil {
+		cancel(err) // batches still uploading stop, none is reported
+	}
+	close(w.batches)
+	rerr := <-reported
+	if cause := context.Cause(ctx); cause != nil && (err != nil || rerr != nil) {
+		return cause // the first failure; the others are its consequence
+	}
+	return err
+}
+
+// report waits for each batch in order and sends its EvalResult; the
+// first failure cancels the walk and is returned.
+func (w *walk) report(cancel context.CancelCauseFunc) error {
+	var first error
+	for b := range w.batches {
+		<-b.done
+		if first != nil {
+			continue
+		}
+		err := b.err
+		if err == nil && b.derivations != nil {
+			err = w.j.r.Update(&wire.JobUpdateEvalResult{Derivations: b.derivations, Warnings: []string{}, Errors: []string{}})
+		}
+		if err != nil {
+			first = err
+			cancel(err)
+		}
+	}
+	return first
+}
+
+func (w *walk) walk(ctx context.Context, roots []nix.FoundDerivation) error {
 	attrOf := map[string]string{}
 	var queue []string
 	for _, r := range roots {
@@ -219,6 +276,9 @@ func (w *walk) run(ctx context.Context, roots []nix.FoundDerivation) error {
 		queue = queue[len(wave):]
 		drvs, err := w.j.derivations(ctx, wave...)
 		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return worker.Fail(wire.FailurePermanent, fmt.Errorf("reading derivations: %w", err))
 		}
 		var inputs []string
@@ -250,18 +310,19 @@ func (w *walk) run(ctx context.Context, roots []nix.FoundDerivation) error {
 		for _, p := range wave {
 			w.batch = append(w.batch, discovered(attrOf[p], drvs[p]))
 			if len(w.batch) == evalBatch {
-				if err := w.flush(ctx, false); err != nil {
+				if err := w.flush(false); err != nil {
 					return err
 				}
 			}
 		}
 	}
-	return w.flush(ctx, true)
+	return w.flush(true)
 }
 
-// flush uploads the batch's .drv files and sources; unless final, it
-// also reports the batch (the final batch goes with the last EvalResult).
-func (w *walk) flush(ctx context.Context, final bool) error {
+// flush starts uploading the batch's .drv files and sources; unless
+// final, the reporter then reports the batch (the final batch goes with
+// the last EvalResult, after run returns).
+func (w *walk) flush(final bool) error {
 	var paths []string
 	for _, d := range w.batch {
 		for _, p := range append([]string{d.DrvPath}, d.InputSources...) {
@@ -271,16 +332,23 @@ func (w *walk) flush(ctx context.Context, final bool) error {
 			}
 		}
 	}
-	if _, _, err := w.j.upload(ctx, paths); err != nil {
-		return err
-	}
 	w.reported += len(w.batch)
-	if final {
-		return nil
+	b := &batchUpload{done: make(chan struct{})}
+	if !final {
+		b.derivations = w.batch
+		w.batch = nil
 	}
-	batch := w.batch
-	w.batch = nil
-	return w.j.r.Update(&wire.JobUpdateEvalResult{Derivations: batch, Warnings: []string{}, Errors: []string{}})
+	go func() {
+		defer close(b.done)
+		_, _, b.err = w.j.upload(w.ctx, paths)
+	}()
+	select {
+	case w.batches <- b:
+		return nil
+	case <-w.ctx.Done():
+		<-b.done
+		return w.ctx.Err()
+	}
 }
 
 // discovered describes a parsed derivation as the server wants it

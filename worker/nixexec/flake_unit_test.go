@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/wire"
@@ -523,5 +525,65 @@ func TestUnitEvaluateWithInputsNotCached(t *testing.T) {
 	}
 	if len(h.rec.of("attrs")) != 1 {
 		t.Fatal("the flake was not evaluated")
+	}
+}
+
+// Batches upload concurrently: while the first batch's upload of the top
+// derivation is held, a later batch's uploads start; the EvalResults still
+// come in walk order, each after the uploads of its own paths.
+func TestUnitEvaluateBatchesUploadConcurrently(t *testing.T) {
+	h := newHarness(t)
+	source := sp("flake-source")
+	h.store.setValid(source)
+	g := h.setupEval(200) // batches: top and 49 leaves, then 50, 50, 50, and the last leaf
+	h.store.eval = &nix.Evaluation{Derivations: []nix.FoundDerivation{{Attr: "packages.x86_64-linux.top", DrvPath: g.top}}}
+	later := g.leaves[120] // in the fourth batch
+	laterStarted := make(chan struct{})
+	var once sync.Once
+	overlapped := false
+	h.cache.onUpload = func(path string) {
+		switch path {
+		case later:
+			once.Do(func() { close(laterStarted) })
+		case g.top:
+			select {
+			case <-laterStarted:
+				overlapped = true
+			case <-time.After(10 * time.Second): // one batch at a time: never
+			}
+		}
+	}
+	if err := h.run(context.Background(), evalJob(source)); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !overlapped {
+		t.Fatal("a later batch's uploads did not start while the first batch's were held")
+	}
+	idx, res := evalResults(h)
+	if len(res) != 5 {
+		t.Fatalf("%d EvalResults, want 5", len(res))
+	}
+	if res[0].Derivations[0].DrvPath != g.top {
+		t.Errorf("first EvalResult starts with %s, want the top derivation", res[0].Derivations[0].DrvPath)
+	}
+	uploadedAt := map[string]int{}
+	for i, e := range h.rec.all() {
+		if e.kind == "upload" {
+			uploadedAt[e.paths[0]] = i
+		}
+	}
+	var prev string
+	for i, r := range res {
+		for _, d := range r.Derivations {
+			if at, ok := uploadedAt[d.DrvPath]; !ok || at > idx[i] {
+				t.Errorf("EvalResult %d reports %s before its upload", i, d.DrvPath)
+			}
+			if d.DrvPath != g.top && d.DrvPath < prev {
+				t.Errorf("EvalResult %d: %s after %s, not in walk order", i, d.DrvPath, prev)
+			}
+			if d.DrvPath != g.top {
+				prev = d.DrvPath
+			}
+		}
 	}
 }

@@ -21,8 +21,13 @@ import (
 
 const (
 	// uploadParallel is how many paths of one job upload at once
-	// (WORKER.md §5).
+	// (WORKER.md §5): from the request until UploadFinished is sent.
 	uploadParallel = 4
+	// uploadPending is how many uploads of one job may be sent and wait
+	// for the server's commit (CACHE.md §4.3: the small-upload window),
+	// so the server commits many at once (their fsyncs share journal
+	// commits) instead of one per round trip.
+	uploadPending = 128
 	// pullRounds caps closure expansion (WORKER.md §7.3).
 	pullRounds = 1024
 	storeDir   = "/nix/store/"
@@ -73,29 +78,36 @@ func (j *job) uploadReporting(ctx context.Context, paths []string, progress *bui
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	sem := make(chan struct{}, uploadParallel)
+	slots := j.uploadSlots()
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
 	)
-	for _, info := range infos {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
 		}
-		if ctx.Err() != nil {
+		mu.Unlock()
+		cancel(err)
+	}
+	for _, info := range infos {
+		if !acquire(ctx, slots.pending) {
 			break
 		}
 		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := j.uploadOne(ctx, info); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-				cancel(err)
+			defer func() { <-slots.pending }()
+			if !acquire(ctx, slots.transfers) {
+				return
+			}
+			pu, err := j.startUpload(ctx, info)
+			<-slots.transfers
+			if err == nil && pu != nil {
+				err = pu.Wait(ctx)
+			}
+			if err != nil {
+				fail(err)
 				return
 			}
 			mu.Lock()
@@ -116,8 +128,38 @@ func (j *job) uploadReporting(ctx context.Context, paths []string, progress *bui
 	return uploaded, bytes, nil
 }
 
-// uploadOne streams one path's NAR from the store into an upload.
-func (j *job) uploadOne(ctx context.Context, info nix.PathInfo) error {
+// uploadSlots are the job's upload limits, shared by every upload of the
+// job (an evaluation uploads several batches at once).
+type uploadSlots struct {
+	transfers chan struct{} // uploadParallel: dumping and sending
+	pending   chan struct{} // uploadPending: sent or sending, not committed
+}
+
+func (j *job) uploadSlots() *uploadSlots {
+	j.slotsOnce.Do(func() {
+		j.slots = &uploadSlots{transfers: make(chan struct{}, uploadParallel), pending: make(chan struct{}, uploadPending)}
+	})
+	return j.slots
+}
+
+// acquire takes a slot of sem unless ctx ends first.
+func acquire(ctx context.Context, sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	if ctx.Err() != nil {
+		<-sem
+		return false
+	}
+	return true
+}
+
+// startUpload streams one path's NAR from the store into an upload and
+// returns it waiting for its commit, or nil when the cache uploads only
+// synchronously and the upload is done.
+func (j *job) startUpload(ctx context.Context, info nix.PathInfo) (*worker.PendingUpload, error) {
 	pr, pw := io.Pipe()
 	dumped := make(chan error, 1)
 	go func() {
@@ -125,12 +167,25 @@ func (j *job) uploadOne(ctx context.Context, info nix.PathInfo) error {
 		pw.CloseWithError(err)
 		dumped <- err
 	}()
-	err := j.cache.Upload(ctx, j.id, info.Path, pr, worker.UploadMeta{References: info.References, Deriver: info.Deriver, CA: info.CA})
+	meta := worker.UploadMeta{References: info.References, Deriver: info.Deriver, CA: info.CA}
+	var (
+		pu  *worker.PendingUpload
+		err error
+	)
+	if async, ok := j.cache.(worker.AsyncUploader); ok {
+		pu, err = async.StartUpload(ctx, j.id, info.Path, pr, meta)
+	} else {
+		err = j.cache.Upload(ctx, j.id, info.Path, pr, meta)
+	}
 	pr.CloseWithError(errors.New("upload ended"))
 	if derr := <-dumped; err == nil && derr != nil {
 		err = fmt.Errorf("dumping %s: %w", info.Path, derr)
+		if pu != nil {
+			pu.Wait(ctx) // frees it; the dump's failure fails the upload
+			pu = nil
+		}
 	}
-	return err
+	return pu, err
 }
 
 // ensure makes paths and their runtime closures valid in the local store,

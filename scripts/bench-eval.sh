@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Times a large evaluation: plain `nix eval` of every drvPath of a generated
+# flake of N independent trivial derivations against `gradient up` on the same
+# flake, up to "N derivations discovered" (the evaluation job's JobCompleted:
+# every .drv uploaded, stored and recorded). Each side gets a fresh chroot
+# store and a fresh salt, so nothing is cached. gradient up is interrupted
+# once the evaluation is done: the builds are not what this measures.
+# Prints one line per N: plain nix eval; gradient from the evaluation's
+# queueing to its flake job's JobCompleted (start-up of the server and the
+# worker left out); the ratio; and gradient's split: its own nix evaluation
+# of the attributes (drvPaths, written through the store's daemon) and the
+# rest (closure walk, every .drv uploaded, stored and recorded).
+#
+# Usage: scripts/bench-eval.sh [GRADIENT-BINARY] [N...]   (default: builds ./cmd/gradient; N = 400 2000 20000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+up_pid=
+cleanup() {
+  if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
+    kill -INT "$up_pid" 2>/dev/null || true
+    wait "$up_pid" 2>/dev/null || true
+  fi
+  chmod -R u+w "$work" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+gradient=${1:-}
+[ $# -gt 0 ] && shift
+if [ -z "$gradient" ]; then
+  go build -o "$work/gradient" ./cmd/gradient
+  gradient=$work/gradient
+fi
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(400 2000 20000)
+system=$(uname -m)-linux
+
+export NIX_CONFIG=$'experimental-features = nix-command flakes\nsubstituters =\nflake-registry =\nsandbox = false\nbuild-users-group =\nsandbox-paths = /bin /lib /lib64 /usr'
+mkdir -p "$work/etc" && export NIX_CONF_DIR=$work/etc NIX_USER_CONF_FILES=
+
+now() { date +%s.%N; }
+
+printf '%7s %10s %12s %7s %10s %10s\n' N nix_eval_s gradient_s ratio its_eval_s walk_s
+for n in "${sizes[@]}"; do
+  salt=$(date +%s%N)
+  flake=$work/flake-$n
+  mkdir -p "$flake"
+  cat >"$flake/flake.nix" <<EOF
+{ outputs = { self }: let
+    sys = "$system";
+    mk = i: builtins.derivation { name = "d\${toString i}"; salt = "$salt"; system = sys; builder = "/bin/sh";
+      args = [ "-c" "echo \${toString i} > \$out" ]; };
+  in { packages.\${sys} = builtins.listToAttrs (builtins.genList (i: { name = "d\${toString i}"; value = mk i; }) $n); }; }
+EOF
+  git -C "$flake" init -q
+  git -C "$flake" add flake.nix
+  git -C "$flake" -c user.name=bench -c user.email=bench@example.com commit -qm flake
+
+  # Plain Nix: every drvPath, which writes every .drv into a fresh store.
+  t0=$(now)
+  nix eval --store "$work/nix-store-$n" --raw "path:$flake#packages.$system" \
+    --apply 'ps: builtins.concatStringsSep "\n" (map (p: p.drvPath) (builtins.attrValues ps))' >"$work/drvs-$n"
+  t1=$(now)
+  got=$(wc -l <"$work/drvs-$n"); got=$((got + 1))
+  [ "$got" -eq "$n" ] || { echo "nix eval listed $got drvPaths, want $n" >&2; exit 1; }
+
+  # Gradient: until the evaluation line says the derivations are discovered.
+  log=$work/up-$n.log
+  "$gradient" up --workers 1 --store "$work/gradient-store-$n" --data-dir "$work/up-$n" --verbose \
+    --timeout 30m "$flake" >/dev/null 2>"$log" &
+  up_pid=$!
+  while ! grep -q "derivations discovered\|evaluation failed\|gradient up: " "$log" 2>/dev/null; do
+    kill -0 "$up_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill -INT "$up_pid" 2>/dev/null || true
+  wait "$up_pid" 2>/dev/null || true
+  up_pid=
+  discovered=$(grep -m1 -o '[0-9]* derivations discovered' "$log" | cut -d' ' -f1) || { tail -20 "$log" >&2; exit 1; }
+  [ "$discovered" -eq "$n" ] || { echo "gradient discovered $discovered, want $n" >&2; exit 1; }
+  # The components' own log times (slog's time=): the scheduler queues the
+  # evaluation, the worker evaluates and walks, the scheduler records the
+  # flake job's JobCompleted (every EvalResult recorded before it).
+  at() { date -d "$(grep -m1 "$1" "$log" | grep -o 'time=[^ ]*' | cut -d= -f2)" +%s.%N; }
+  queued=$(at 'msg="evaluation queued"')
+  evaluating=$(at 'msg="nix: evaluating"')
+  evaluated=$(at 'msg="nix: evaluated"')
+  completed=$(at 'msg="job completed" component=scheduler')
+  nix_s=$(echo "$t1 - $t0" | bc -l)
+  up_s=$(echo "$completed - $queued" | bc -l)
+  ev_s=$(echo "$evaluated - $evaluating" | bc -l)
+  walk_s=$(echo "$completed - $evaluated" | bc -l)
+  printf '%7d %10.2f %12.2f %6.1fx %10.2f %10.2f\n' "$n" "$nix_s" "$up_s" "$(echo "$up_s / $nix_s" | bc -l)" "$ev_s" "$walk_s"
+  [ -z "${BENCH_EVAL_KEEP:-}" ] || cp "$log" "${BENCH_EVAL_KEEP}-$n.log"
+  chmod -R u+w "$work/nix-store-$n" "$work/gradient-store-$n" 2>/dev/null || true
+  rm -rf "$work/nix-store-$n" "$work/gradient-store-$n" "$work/up-$n"
+done
