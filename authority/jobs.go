@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/wire"
 )
 
@@ -96,6 +97,7 @@ type LiveWorker struct {
 
 	conn *workerConn
 	send func(wire.ServerMessage) error
+	out  *session.Writer[wire.ServerMessage]
 }
 
 func newLiveWorker(conn *workerConn, version uint16, send func(wire.ServerMessage) error) *LiveWorker {
@@ -104,6 +106,11 @@ func newLiveWorker(conn *workerConn, version uint16, send func(wire.ServerMessag
 
 // Send queues m on the session; it fails once the session is gone.
 func (w *LiveWorker) Send(m wire.ServerMessage) error { return w.send(m) }
+
+// Writer is the session's writer, for callers that encode a message
+// before deciding how to queue it (Writer.Encode, Offer, SendFrame); nil
+// for a LiveWorker made for a test, which has only Send.
+func (w *LiveWorker) Writer() *session.Writer[wire.ServerMessage] { return w.out }
 
 // Close starts closing this session with code and reason (what is
 // queued goes out first) and does not wait; a newer session of the same

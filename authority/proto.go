@@ -57,6 +57,7 @@ func (a *Authority) serveSession(log *slog.Logger, conn *workerConn, c *session.
 	log = log.With("worker", workerID)
 	sess := session.SplitServer(c, est, session.Options{HeartbeatTimeout: a.cfg.HeartbeatTimeout, Logger: log})
 	live := newLiveWorker(conn, est.Version, sess.Send)
+	live.out = sess.Writer
 	conn.mu.Lock()
 	conn.sess = sess
 	conn.live = live

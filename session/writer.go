@@ -65,15 +65,59 @@ func (w *Writer[M]) Version() uint16 { return w.ver }
 // if the agreed version cannot carry m, ErrStalled if the lane stayed full
 // for the send timeout, and ErrClosed once the writer is gone.
 func (w *Writer[M]) Send(m M) error {
+	f, err := w.Encode(m)
+	if err != nil {
+		return err
+	}
+	return w.enqueue(f.lane, f.b)
+}
+
+// Frame is a message encoded at a writer's version, not yet queued. It
+// refers to nothing of the message it was encoded from.
+type Frame struct {
+	b    []byte
+	lane Lane
+}
+
+// Size is the encoded message's length.
+func (f Frame) Size() int { return len(f.b) }
+
+// Encode encodes m (the one copy of its payload) for SendFrame or
+// Offer, which take the frame over. It fails with an *EncodeError like
+// Send.
+func (w *Writer[M]) Encode(m M) (Frame, error) {
 	b, err := w.codec.Append(getBuffer(), m, w.ver)
 	if err == nil {
 		err = checkSize(len(b))
 	}
 	if err != nil {
 		putBuffer(b)
-		return &EncodeError{Variant: m.WireName(), Err: err}
+		return Frame{}, &EncodeError{Variant: m.WireName(), Err: err}
 	}
-	return w.enqueue(w.codec.Lane(m), b)
+	return Frame{b: b, lane: w.codec.Lane(m)}, nil
+}
+
+// SendFrame queues f like Send queues a message.
+func (w *Writer[M]) SendFrame(f Frame) error { return w.enqueue(f.lane, f.b) }
+
+// Offer queues f only if its lane has room now: false (f still the
+// caller's) when the lane is full, ErrClosed once the writer is gone.
+func (w *Writer[M]) Offer(f Frame) (bool, error) {
+	ch := w.q.control
+	if f.lane == BulkLane {
+		ch = w.q.bulk
+	}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed || w.ctx.Err() != nil {
+		return false, ErrClosed
+	}
+	select {
+	case ch <- f.b:
+		return true, nil
+	default:
+		return false, nil
+	}
 }
 
 func (w *Writer[M]) enqueue(lane Lane, b []byte) error {

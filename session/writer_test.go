@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/wire"
 )
 
@@ -224,5 +225,52 @@ func TestSendRefusesOversizedMessage(t *testing.T) {
 	err := w.Send(&wire.LogChunk{JobID: "j", Data: make([]byte, MaxProtoMessageSize)})
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// Offer never waits: it takes a frame while its lane has room, hands it
+// back (false) once the lane is full, and the frames offered go out in
+// order once the transport takes them.
+func TestOfferNeverWaits(t *testing.T) {
+	g := newGated()
+	w := NewWriter(g, wire.NewestVersion, ServerCodec, time.Minute, discardLogger())
+	defer w.Abort()
+	offered := 0
+	for {
+		f, err := w.Encode(narPush(offered, 10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := w.Offer(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		offered++
+		if offered > WriteBatch+BulkLaneDepth+1 {
+			t.Fatalf("%d offers taken by a lane of %d", offered, BulkLaneDepth)
+		}
+	}
+	if offered < BulkLaneDepth {
+		t.Fatalf("only %d offers taken", offered)
+	}
+	close(g.open)
+	waitfor.True(t, "the offered frames written", func() bool { return g.count() == offered })
+	for i, b := range g.written {
+		m, err := wire.DecodeServerMessage(b, wire.NewestVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := m.(*wire.NarPush); p.Offset != uint64(i) {
+			t.Fatalf("frame %d is offset %d", i, p.Offset)
+		}
+	}
+	w.Close()
+	<-w.Done()
+	f, _ := w.Encode(narPush(0, 10))
+	if _, err := w.Offer(f); !errors.Is(err, ErrClosed) {
+		t.Fatalf("offer after close: %v", err)
 	}
 }

@@ -41,7 +41,10 @@ type ForwardedSession struct {
 // ForwardHandler receives one forwarded session's messages.
 type ForwardHandler interface {
 	// Handle takes one server message. Byte fields alias the received
-	// frame, which is never reused: the handler may keep them.
+	// frame. The frame of a NarPush or EvalCacheChunk receives a later
+	// message once Handle returns, so their Data is valid only until then
+	// (encode or copy it); every other message's frame is never reused
+	// and the handler may keep its byte fields.
 	Handle(m wire.ServerMessage)
 	// Ended: the session is gone (lost, closed, drained or the worker
 	// stopping); no Handle follows.

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,11 @@ func (f *recordingForwarder) Forward(s ForwardedSession) ForwardHandler {
 func (f *recordingForwarder) Handle(m wire.ServerMessage) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if p, ok := m.(*wire.NarPush); ok { // its frame is reused after Handle
+		c := *p
+		c.Data = bytes.Clone(p.Data)
+		m = &c
+	}
 	f.msgs = append(f.msgs, m)
 }
 

@@ -275,6 +275,11 @@ func (ls *liveSession) forward(m wire.ServerMessage) {
 		ls.markDrained()
 	}
 	ls.fwd.Handle(m)
+	switch m.(type) {
+	case *wire.NarPush, *wire.EvalCacheChunk:
+		// The forwarder is done with the chunk: its frame takes the next.
+		ls.sess.Reader.Release()
+	}
 }
 
 // markDrained stops requests and closes the session once no job is left.

@@ -226,7 +226,12 @@ func (l *Leg) SessionStarted(w *authority.LiveWorker) {
 		if l.hubs != nil {
 			h := l.hubs.Tenant(tenant)
 			m = &member{w: w, hub: h}
-			m.outbox = h.NewOutbox(w.WorkerID, w.Send, func(reason string) { w.Drop("slow consumer: " + reason) })
+			cutOff := func(reason string) { w.Drop("slow consumer: " + reason) }
+			if out := w.Writer(); out != nil {
+				m.outbox = h.NewWriterOutbox(w.WorkerID, out, cutOff)
+			} else {
+				m.outbox = h.NewOutbox(w.WorkerID, w.Send, cutOff)
+			}
 			l.joined[w.Session] = m
 		}
 	}

@@ -23,7 +23,8 @@ import (
 // once, connected directly or through the proxy's legs and hub, side by
 // side in one run.
 //
-//	go test -run '^$' -bench . -benchmem -count 6 ./proxy/hub
+//	go test -run '^$' -bench '^Benchmark(JobRoundTrip|Dispatch50|Nar)' -benchmem -count 5 ./proxy/hub
+//	go test -run '^$' -bench Shaped -benchmem -count 5 ./proxy/hub
 
 // benchWorker is a protocol-level worker: it accepts every AssignJob,
 // completes it at once when auto is set and polls again; it counts the
@@ -92,19 +93,37 @@ type benchSide struct {
 
 var benchToken = strings.Repeat("cd", 32)
 
-func setupDirect(b *testing.B, n int, auto bool) *benchSide {
+func setupDirect(b *testing.B, n int, auto bool) *benchSide { return setupDirectOn(b, n, auto, false) }
+func setupProxy(b *testing.B, n int, auto bool) *benchSide  { return setupProxyOn(b, n, auto, false) }
+
+// The shaped variants put the links of a deployment between the parties
+// (shape_test.go): direct workers reach the server over the WAN link;
+// through the proxy, workers reach it over the LAN link and the proxy
+// the server over the WAN link.
+func shapedDirect(b *testing.B, n int, auto bool) *benchSide { return setupDirectOn(b, n, auto, true) }
+func shapedProxy(b *testing.B, n int, auto bool) *benchSide  { return setupProxyOn(b, n, auto, true) }
+
+func setupDirectOn(b *testing.B, n int, auto, shaped bool) *benchSide {
 	up := newRawUpstreamN(b, n+4)
 	s := &benchSide{}
+	serverURL := up.url
+	if shaped {
+		serverURL = shape(b, up.url, wan)
+	}
 	for range n {
-		s.workers = append(s.workers, dialBench(b, up.url, storage.NewID(), benchToken, auto))
+		s.workers = append(s.workers, dialBench(b, serverURL, storage.NewID(), benchToken, auto))
 		s.conns = append(s.conns, <-up.conns)
 	}
 	return s
 }
 
-func setupProxy(b *testing.B, n int, auto bool) *benchSide {
+func setupProxyOn(b *testing.B, n int, auto, shaped bool) *benchSide {
 	ctx := b.Context()
 	up := newRawUpstreamN(b, 8)
+	serverURL := up.url
+	if shaped {
+		serverURL = shape(b, up.url, wan)
+	}
 	box, err := sealbox.New(sealbox.NewKey())
 	if err != nil {
 		b.Fatal(err)
@@ -118,10 +137,13 @@ func setupProxy(b *testing.B, n int, auto bool) *benchSide {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := store.SetLink(ctx, tenant.ID, up.url, storage.NewID(), []proxystore.PeerToken{{PeerID: storage.NewID(), Token: benchToken}}); err != nil {
+	if _, err := store.SetLink(ctx, tenant.ID, serverURL, storage.NewID(), []proxystore.PeerToken{{PeerID: storage.NewID(), Token: benchToken}}); err != nil {
 		b.Fatal(err)
 	}
 	proxyURL, _ := runProxy(b, store, 0)
+	if shaped {
+		proxyURL = shape(b, proxyURL, lan)
+	}
 	s := &benchSide{conns: []*rawConn{<-up.conns}}
 	for i := range n {
 		row, token, err := store.CreateWorker(ctx, tenant.ID, fmt.Sprintf("w%d", i), proxystore.Capabilities{Build: true})
@@ -133,10 +155,23 @@ func setupProxy(b *testing.B, n int, auto bool) *benchSide {
 	return s
 }
 
-var sides = []struct {
+type side struct {
 	name  string
 	setup func(*testing.B, int, bool) *benchSide
-}{{"direct", setupDirect}, {"proxy", setupProxy}}
+}
+
+var (
+	sides       = []side{{"direct", setupDirect}, {"proxy", setupProxy}}
+	shapedSides = []side{{"direct", shapedDirect}, {"proxy", shapedProxy}}
+)
+
+// The shaped benchmarks: the same measurements over the links of a
+// deployment (WAN 5 ms one-way at 1 Gbit/s, LAN at 10 Gbit/s), not the
+// raw loopback.
+func BenchmarkShapedJobRoundTrip(b *testing.B) { benchRoundTrip(b, shapedSides) }
+func BenchmarkShapedDispatch50(b *testing.B)   { benchDispatch50(b, shapedSides) }
+func BenchmarkShapedNarDownload(b *testing.B)  { benchNarDownload(b, shapedSides) }
+func BenchmarkShapedNarUpload(b *testing.B)    { benchNarUpload(b, shapedSides) }
 
 func nextMsg[T any](b *testing.B, c *rawConn) T {
 	b.Helper()
@@ -147,7 +182,9 @@ var buildJob = &wire.BuildJob{Requirement: wire.BuildRequirement{Architecture: "
 
 // BenchmarkJobRoundTrip: AssignJob to JobCompleted of one worker that
 // finishes at once (goal through the proxy: ≤ 1.2× direct at p50, p99).
-func BenchmarkJobRoundTrip(b *testing.B) {
+func BenchmarkJobRoundTrip(b *testing.B) { benchRoundTrip(b, sides) }
+
+func benchRoundTrip(b *testing.B, sides []side) {
 	for _, side := range sides {
 		b.Run(side.name, func(b *testing.B) {
 			s := side.setup(b, 1, true)
@@ -196,7 +233,9 @@ func BenchmarkJobRoundTrip(b *testing.B) {
 
 // BenchmarkDispatch50: jobs through 50 workers, each assigned on its poll
 // and finished at once (goal through the proxy: ≥ 0.8× direct).
-func BenchmarkDispatch50(b *testing.B) {
+func BenchmarkDispatch50(b *testing.B) { benchDispatch50(b, sides) }
+
+func benchDispatch50(b *testing.B, sides []side) {
 	const workers = 50
 	for _, side := range sides {
 		b.Run(side.name, func(b *testing.B) {
@@ -266,7 +305,9 @@ func assignOne(b *testing.B, c *rawConn) string {
 
 // BenchmarkNarDownload: 512 KiB NarPush frames from the server to one
 // worker (goal through the proxy: ≥ 0.9× direct).
-func BenchmarkNarDownload(b *testing.B) {
+func BenchmarkNarDownload(b *testing.B) { benchNarDownload(b, sides) }
+
+func benchNarDownload(b *testing.B, sides []side) {
 	for _, side := range sides {
 		b.Run(side.name, func(b *testing.B) {
 			s := side.setup(b, 1, false)
@@ -291,7 +332,9 @@ func BenchmarkNarDownload(b *testing.B) {
 
 // BenchmarkNarUpload: 512 KiB UploadChunk frames from one worker to the
 // server after a passthrough grant (goal through the proxy: ≥ 0.9×).
-func BenchmarkNarUpload(b *testing.B) {
+func BenchmarkNarUpload(b *testing.B) { benchNarUpload(b, sides) }
+
+func benchNarUpload(b *testing.B, sides []side) {
 	for _, side := range sides {
 		b.Run(side.name, func(b *testing.B) {
 			s := side.setup(b, 1, false)

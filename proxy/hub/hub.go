@@ -35,7 +35,9 @@ type Downstream interface {
 	// Session is unique per session for the process lifetime.
 	Session() uint64
 	WorkerID() string
-	// Send queues m for the worker; it must not block (see Outbox).
+	// Send queues m for the worker; it must not block (see Outbox), and
+	// it keeps no NarPush or EvalCacheChunk Data once it returns: the
+	// upstream frame they alias takes the next chunk.
 	Send(m wire.ServerMessage)
 	// Capabilities are the negotiated ones (fetch, eval, build).
 	Capabilities() wire.GradientCapabilities
@@ -137,6 +139,25 @@ type effects struct {
 	list []effect
 }
 
+func (e *effects) add(f effect) { e.list = append(e.list, f) }
+
+// effectsPool recycles the lists of the per-message calls (FromWorker,
+// fromUpstream), so forwarding a message allocates none.
+var effectsPool = sync.Pool{New: func() any { return &effects{list: make([]effect, 0, 4)} }}
+
+func getEffects() *effects { return effectsPool.Get().(*effects) }
+
+// putEffects returns e once run; a list grown large (a book replaced) is
+// left to the collector.
+func putEffects(e *effects) {
+	if cap(e.list) > 64 {
+		return
+	}
+	clear(e.list)
+	e.list = e.list[:0]
+	effectsPool.Put(e)
+}
+
 type effect struct {
 	d     Downstream
 	down  wire.ServerMessage
@@ -146,18 +167,18 @@ type effect struct {
 }
 
 func (e *effects) toWorker(d Downstream, m wire.ServerMessage) {
-	e.list = append(e.list, effect{d: d, down: m})
+	e.add(effect{d: d, down: m})
 }
 
 func (e *effects) closeWorker(d Downstream, reason string) {
-	e.list = append(e.list, effect{d: d, close: reason})
+	e.add(effect{d: d, close: reason})
 }
 
 func (h *Hub) toUpstream(e *effects, m wire.ClientMessage) {
 	if h.up == nil {
 		return
 	}
-	e.list = append(e.list, effect{up: h.up.send, upMsg: m})
+	e.add(effect{up: h.up.send, upMsg: m})
 }
 
 func (h *Hub) run(e *effects) {
@@ -325,26 +346,27 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 		h.mu.Unlock()
 		return
 	}
-	var e effects
+	e := getEffects()
+	defer putEffects(e)
 	switch m := msg.(type) {
 	case *wire.JobOffer:
-		h.addToBook(&e, m.Candidates)
+		h.addToBook(e, m.Candidates)
 	case *wire.JobListChunk:
 		h.listing = append(h.listing, m.Candidates...)
 		if m.IsFinal {
-			h.replaceBook(&e, h.listing)
+			h.replaceBook(e, h.listing)
 			h.listing, h.listAsked = nil, false
 		}
 	case *wire.Credential:
 		h.credential = m
 	case *wire.AssignJob:
-		h.assign(&e, m)
+		h.assign(e, m)
 	case *wire.AbortJob:
 		if j := h.jobs[m.JobID]; j != nil {
-			h.toOwner(&e, j, m)
+			h.toOwner(e, j, m)
 		}
 	case *wire.StartCluster:
-		h.startCluster(&e, m)
+		h.startCluster(e, m)
 	case *wire.ServerClusterSignal:
 		for _, w := range h.attemptWorkers(m.Attempt) {
 			e.toWorker(w.d, m)
@@ -392,19 +414,19 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 			e.toWorker(h.workers[u.worker].d, &c)
 		}
 	case *wire.NarStreamHeader:
-		h.toJobOwner(&e, m.JobID, m)
+		h.toJobOwner(e, m.JobID, m)
 	case *wire.NarPush:
-		h.toJobOwner(&e, m.JobID, m)
+		h.toJobOwner(e, m.JobID, m)
 	case *wire.NarUnavailable:
-		h.toJobOwner(&e, m.JobID, m)
+		h.toJobOwner(e, m.JobID, m)
 	case *wire.NarAbort:
-		h.toJobOwner(&e, m.JobID, m)
+		h.toJobOwner(e, m.JobID, m)
 	case *wire.EvalCachePullResult:
-		h.toJobOwner(&e, m.JobID, m)
+		h.toJobOwner(e, m.JobID, m)
 	case *wire.EvalCacheChunk:
-		h.toJobOwner(&e, m.JobID, m)
+		h.toJobOwner(e, m.JobID, m)
 	case *wire.ImportResult:
-		h.toJobOwner(&e, m.JobID, m)
+		h.toJobOwner(e, m.JobID, m)
 	case *wire.ServerDraining:
 		// The server stops: poll no more, let running jobs report
 		// until it closes the session.
@@ -415,7 +437,7 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 		h.log.Debug("ignoring upstream message", "message", msg.WireName())
 	}
 	h.mu.Unlock()
-	h.run(&e)
+	h.run(e)
 }
 
 // FromWorker takes one job or cache message of a worker session.
@@ -426,7 +448,8 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 		h.mu.Unlock()
 		return
 	}
-	var e effects
+	e := getEffects()
+	defer putEffects(e)
 	switch m := msg.(type) {
 	case *wire.RequestJob:
 		if m.Kind != wire.JobKindFlake && m.Kind != wire.JobKindBuild {
@@ -434,14 +457,14 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 		}
 		w.waiting[m.Kind] = true
 		if h.polling() && !d.Draining() {
-			h.toUpstream(&e, m)
+			h.toUpstream(e, m)
 		}
 	case *wire.RequestJobList:
-		h.sendList(&e, w)
+		h.sendList(e, w)
 		if h.polling() && !h.listAsked {
 			h.listAsked = true
 			h.listing = nil
-			h.toUpstream(&e, m)
+			h.toUpstream(e, m)
 		}
 	case *wire.RequestJobChunk:
 		for _, s := range m.Scores {
@@ -451,38 +474,38 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 			}
 		}
 	case *wire.AssignJobResponse:
-		h.assignResponse(&e, w, m)
+		h.assignResponse(e, w, m)
 	case *wire.ClientDraining:
 		w.waiting = [2]bool{}
 	case *wire.WorkerCapabilities, *wire.WorkerMetrics:
 		// Read live by the rules; the upstream session reports the pool.
 	case *wire.JobUpdate:
-		h.report(&e, w, m.JobID, m, false)
+		h.report(e, w, m.JobID, m, false)
 	case *wire.JobCompleted:
-		h.report(&e, w, m.JobID, m, true)
+		h.report(e, w, m.JobID, m, true)
 	case *wire.JobFailed:
-		h.report(&e, w, m.JobID, m, true)
+		h.report(e, w, m.JobID, m, true)
 	case *wire.LogChunk:
-		h.report(&e, w, m.JobID, m, false)
+		h.report(e, w, m.JobID, m, false)
 	case *wire.BuildProgress:
-		h.report(&e, w, m.JobID, m, false)
+		h.report(e, w, m.JobID, m, false)
 	case *wire.EvalProgress:
-		h.report(&e, w, m.JobID, m, false)
+		h.report(e, w, m.JobID, m, false)
 	case *wire.EvalMessage:
-		h.report(&e, w, m.JobID, m, false)
+		h.report(e, w, m.JobID, m, false)
 	case *wire.ImportRequest:
-		h.report(&e, w, m.JobID, m, false)
+		h.report(e, w, m.JobID, m, false)
 	case *wire.ClientClusterSignal:
 		if h.holdsAttempt(w, m.Attempt) {
-			h.toUpstream(&e, m)
+			h.toUpstream(e, m)
 		} else {
 			h.dropped(d, m, "no member of the attempt held")
 		}
 	default:
-		h.cacheFromWorker(&e, w, msg)
+		h.cacheFromWorker(e, w, msg)
 	}
 	h.mu.Unlock()
-	h.run(&e)
+	h.run(e)
 }
 
 // polling: an upstream session is up and not draining.

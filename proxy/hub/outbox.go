@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"bytes"
 	"errors"
 	"sync"
 	"time"
@@ -16,13 +17,22 @@ const (
 )
 
 // Outbox is one worker session's bounded outgoing queue, so the hub's
-// sends never block: one goroutine hands the messages to the session in
-// order. A worker that reads slower than its tenant's server sends — its
-// queue overflows, or the session's own send stalls — is cut off, as
-// nats-server cuts off a slow consumer, instead of stalling the tenant's
-// upstream reader and with it every other worker of the tenant.
+// sends never block. A message goes straight onto the session writer's
+// lane when nothing is queued ahead of it and the lane has room (no extra
+// goroutine hop); otherwise it waits here and one goroutine hands the
+// queue to the session in order. A worker that reads slower than its
+// tenant's server sends — its queue overflows, or the session's own send
+// stalls — is cut off, as nats-server cuts off a slow consumer, instead of
+// stalling the tenant's upstream reader and with it every other worker of
+// the tenant.
+//
+// Send keeps nothing of a message's byte fields once it returns: an
+// Outbox over a session writer (NewWriterOutbox) encodes the message at
+// once, one over a send function copies NarPush and EvalCacheChunk data.
+// So the frame a forwarded bulk chunk was decoded from can be reused for
+// the next one (worker.ForwardHandler).
 type Outbox struct {
-	send   func(wire.ServerMessage) error
+	sink   sink
 	onSlow func(reason string)
 	wait   func(time.Duration)
 
@@ -30,6 +40,9 @@ type Outbox struct {
 	q      []queued
 	bytes  int
 	closed bool
+	// busy: the loop is handing a message to the session; a new one
+	// must queue behind it.
+	busy bool
 	// finishing: Finish was called; later messages are dropped.
 	finishing bool
 	wake      chan struct{}
@@ -37,17 +50,75 @@ type Outbox struct {
 }
 
 type queued struct {
-	m    wire.ServerMessage
+	it   item
 	size int
 	at   time.Time
 	then func() // Finish's: run after what was queued before it, then stop
 }
 
+// item is a message ready for the session: encoded (a writer sink) or
+// the message itself (a send function).
+type item struct {
+	m wire.ServerMessage
+	f session.Frame
+}
+
+// sink is how an Outbox reaches its session.
+type sink interface {
+	// prepare makes m an item that refers to none of m's byte fields.
+	prepare(m wire.ServerMessage) (item, int, error)
+	// offer hands it over only if that does not wait.
+	offer(it item) (bool, error)
+	// send hands it over, waiting up to the session's send timeout.
+	send(it item) error
+}
+
+type writerSink struct {
+	w *session.Writer[wire.ServerMessage]
+}
+
+func (s writerSink) prepare(m wire.ServerMessage) (item, int, error) {
+	f, err := s.w.Encode(m)
+	return item{f: f}, f.Size(), err
+}
+func (s writerSink) offer(it item) (bool, error) { return s.w.Offer(it.f) }
+func (s writerSink) send(it item) error          { return s.w.SendFrame(it.f) }
+
+type funcSink func(wire.ServerMessage) error
+
+func (s funcSink) prepare(m wire.ServerMessage) (item, int, error) {
+	switch c := m.(type) {
+	case *wire.NarPush:
+		d := *c
+		d.Data = bytes.Clone(c.Data)
+		m = &d
+	case *wire.EvalCacheChunk:
+		d := *c
+		d.Data = bytes.Clone(c.Data)
+		m = &d
+	}
+	return item{m: m}, messageSize(m), nil
+}
+func (s funcSink) offer(item) (bool, error) { return false, nil }
+func (s funcSink) send(it item) error       { return s(it.m) }
+
 // NewOutbox starts the queue of a session whose send is send; onSlow is
 // called once (off the sender's goroutine) when the worker is cut off,
-// and should close the session. Close stops it.
+// and should close the session. Close stops it. Every message crosses
+// the Outbox's goroutine; NewWriterOutbox avoids that.
 func NewOutbox(send func(wire.ServerMessage) error, onSlow func(reason string)) *Outbox {
-	o := &Outbox{send: send, onSlow: onSlow, wait: func(time.Duration) {}, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	return newOutbox(funcSink(send), onSlow)
+}
+
+// NewWriterOutbox is NewOutbox for a session writer: messages are encoded
+// by Send and go straight onto the writer's lane while nothing waits
+// ahead of them and the lane has room.
+func NewWriterOutbox(w *session.Writer[wire.ServerMessage], onSlow func(reason string)) *Outbox {
+	return newOutbox(writerSink{w}, onSlow)
+}
+
+func newOutbox(s sink, onSlow func(reason string)) *Outbox {
+	o := &Outbox{sink: s, onSlow: onSlow, wait: func(time.Duration) {}, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	go o.loop()
 	return o
 }
@@ -56,22 +127,35 @@ func NewOutbox(send func(wire.ServerMessage) error, onSlow func(reason string)) 
 func (o *Outbox) observe(f func(time.Duration)) { o.wait = f }
 
 // Send queues m; it never blocks. Once the queue is cut off or closed m
-// is dropped.
+// is dropped, as is a message the session's version cannot carry.
 func (o *Outbox) Send(m wire.ServerMessage) {
-	size := messageSize(m)
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.closed || o.finishing {
-		o.mu.Unlock()
 		return
+	}
+	// Prepared under the lock, so messages keep the order of Send.
+	it, size, err := o.sink.prepare(m)
+	if err != nil {
+		return // an *EncodeError: the session's version cannot carry m
+	}
+	if len(o.q) == 0 && !o.busy {
+		ok, err := o.sink.offer(it)
+		if err != nil {
+			o.stopLocked()
+			return
+		}
+		if ok {
+			o.wait(0)
+			return
+		}
 	}
 	if len(o.q) >= OutboxMessages || o.bytes+size > OutboxBytes {
 		o.cutOffLocked("outgoing queue full: worker too slow")
-		o.mu.Unlock()
 		return
 	}
-	o.q = append(o.q, queued{m: m, size: size, at: time.Now()})
+	o.q = append(o.q, queued{it: it, size: size, at: time.Now()})
 	o.bytes += size
-	o.mu.Unlock()
 	select {
 	case o.wake <- struct{}{}:
 	default:
@@ -79,10 +163,16 @@ func (o *Outbox) Send(m wire.ServerMessage) {
 }
 
 func (o *Outbox) cutOffLocked(reason string) {
-	o.closed = true
-	o.q, o.bytes = nil, 0
-	close(o.stopped)
+	o.stopLocked()
 	go o.onSlow(reason)
+}
+
+func (o *Outbox) stopLocked() {
+	if !o.closed {
+		o.closed = true
+		o.q, o.bytes = nil, 0
+		close(o.stopped)
+	}
 }
 
 // Finish runs f (which closes the session) once what is queued now has
@@ -106,16 +196,13 @@ func (o *Outbox) Finish(f func()) {
 func (o *Outbox) Close() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.closed {
-		o.closed = true
-		o.q, o.bytes = nil, 0
-		close(o.stopped)
-	}
+	o.stopLocked()
 }
 
 func (o *Outbox) loop() {
 	for {
 		o.mu.Lock()
+		o.busy = false
 		if o.closed {
 			o.mu.Unlock()
 			return
@@ -133,6 +220,7 @@ func (o *Outbox) loop() {
 		o.q[0] = queued{}
 		o.q = o.q[1:]
 		o.bytes -= next.size
+		o.busy = true
 		o.mu.Unlock()
 		if next.then != nil {
 			next.then()
@@ -140,16 +228,14 @@ func (o *Outbox) loop() {
 			return
 		}
 		o.wait(time.Since(next.at))
-		if err := o.send(next.m); err != nil {
+		if err := o.sink.send(next.it); err != nil {
 			o.mu.Lock()
 			switch {
 			case o.closed:
 			case errors.Is(err, session.ErrStalled):
 				o.cutOffLocked("the session's send stalled: worker too slow")
 			default: // the session is gone
-				o.closed = true
-				o.q, o.bytes = nil, 0
-				close(o.stopped)
+				o.stopLocked()
 			}
 			o.mu.Unlock()
 			return

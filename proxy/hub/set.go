@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 )
@@ -115,7 +116,17 @@ func (s *Set) PendingJobs(tenantID string) map[string]int {
 // NewOutbox is an Outbox for a worker of hub h, its queue wait and cut
 // offs counted in h's tenant's series and logged.
 func (h *Hub) NewOutbox(workerID string, send func(wire.ServerMessage) error, cutOff func(reason string)) *Outbox {
-	o := NewOutbox(send, func(reason string) {
+	return h.outbox(workerID, funcSink(send), cutOff)
+}
+
+// NewWriterOutbox is NewOutbox for a worker session's writer (see
+// hub.NewWriterOutbox).
+func (h *Hub) NewWriterOutbox(workerID string, w *session.Writer[wire.ServerMessage], cutOff func(reason string)) *Outbox {
+	return h.outbox(workerID, writerSink{w}, cutOff)
+}
+
+func (h *Hub) outbox(workerID string, s sink, cutOff func(reason string)) *Outbox {
+	o := newOutbox(s, func(reason string) {
 		h.log.Warn("cutting off a slow worker behind the proxy", "worker", workerID, "reason", reason)
 		h.m.slowWorker(h.tenant)
 		cutOff(reason)
