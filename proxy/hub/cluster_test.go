@@ -162,23 +162,7 @@ func next[T any, M wire.Message](t testing.TB, what string, c <-chan M) T {
 func TestClusterAndUpstreamLossThroughTheProxy(t *testing.T) {
 	ctx := t.Context()
 	up := newRawUpstream(t)
-	box, err := sealbox.New(sealbox.NewKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := proxystore.Open(ctx, storagetest.SQLiteURL(t), box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	tenant, err := store.CreateTenant(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxyID := "0190a8f0-0000-7000-8000-000000000001"
-	if _, err := store.SetLink(ctx, tenant.ID, up.url, proxyID, []proxystore.PeerToken{{PeerID: "0190a8f0-0000-7000-8000-0000000000aa", Token: strings.Repeat("ab", 32)}}); err != nil {
-		t.Fatal(err)
-	}
+	store, tenant := linkedTenant(t, up)
 	proxyURL, _ := runProxy(t, store, 0)
 	upConn := <-up.conns
 
@@ -219,7 +203,7 @@ func TestClusterAndUpstreamLossThroughTheProxy(t *testing.T) {
 		}
 	}
 	upConn.sess.Send(&wire.StartCluster{Attempt: "att", Roster: []wire.ClusterPeer{
-		{Role: "node", Index: 0, Worker: proxyID}, {Role: "node", Index: 1, Worker: proxyID}}})
+		{Role: "node", Index: 0, Worker: rawProxyID}, {Role: "node", Index: 1, Worker: rawProxyID}}})
 	for _, w := range workers {
 		s := next[*wire.StartCluster](t, w.id+"'s StartCluster", w.msgs)
 		for _, p := range s.Roster {
@@ -264,23 +248,7 @@ func TestClusterAndUpstreamLossThroughTheProxy(t *testing.T) {
 func TestSlowWorkerIsCutOffWithoutStallingTheOthers(t *testing.T) {
 	ctx := t.Context()
 	up := newRawUpstream(t)
-	box, err := sealbox.New(sealbox.NewKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := proxystore.Open(ctx, storagetest.SQLiteURL(t), box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	tenant, err := store.CreateTenant(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.SetLink(ctx, tenant.ID, up.url, "0190a8f0-0000-7000-8000-000000000001",
-		[]proxystore.PeerToken{{PeerID: "0190a8f0-0000-7000-8000-0000000000aa", Token: strings.Repeat("ab", 32)}}); err != nil {
-		t.Fatal(err)
-	}
+	store, tenant := linkedTenant(t, up)
 	proxyURL, logs := runProxy(t, store, 0)
 	upConn := <-up.conns
 	cut := halfopen.New(t, strings.TrimPrefix(proxyURL, "ws://"))
@@ -324,4 +292,32 @@ func TestSlowWorkerIsCutOffWithoutStallingTheOthers(t *testing.T) {
 	if !strings.Contains(logs.String(), "cutting off a slow worker") {
 		t.Error("the proxy did not log the cut off")
 	}
+}
+
+// rawProxyID is the proxy's worker ID on the protocol-level upstream.
+const rawProxyID = "0190a8f0-0000-7000-8000-000000000001"
+
+// linkedTenant is a proxy store (SQLite) holding tenant "acme" linked
+// to the protocol-level upstream up.
+func linkedTenant(t *testing.T, up *rawUpstream) (*proxystore.Store, proxystore.Tenant) {
+	t.Helper()
+	ctx := t.Context()
+	box, err := sealbox.New(sealbox.NewKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := proxystore.Open(ctx, storagetest.SQLiteURL(t), box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	tenant, err := store.CreateTenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.SetLink(ctx, tenant.ID, up.url, rawProxyID,
+		[]proxystore.PeerToken{{PeerID: "0190a8f0-0000-7000-8000-0000000000aa", Token: strings.Repeat("ab", 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	return store, tenant
 }

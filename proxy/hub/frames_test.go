@@ -2,12 +2,9 @@ package hub_test
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 
 	"gradient.dev/gradient/proxy/proxystore"
-	"gradient.dev/gradient/sealbox"
-	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 )
 
@@ -18,23 +15,7 @@ import (
 func TestForwardedNarChunksArriveIntact(t *testing.T) {
 	ctx := t.Context()
 	up := newRawUpstream(t)
-	box, err := sealbox.New(sealbox.NewKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := proxystore.Open(ctx, storagetest.SQLiteURL(t), box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	tenant, err := store.CreateTenant(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.SetLink(ctx, tenant.ID, up.url, "0190a8f0-0000-7000-8000-000000000001",
-		[]proxystore.PeerToken{{PeerID: "0190a8f0-0000-7000-8000-0000000000aa", Token: strings.Repeat("ab", 32)}}); err != nil {
-		t.Fatal(err)
-	}
+	store, tenant := linkedTenant(t, up)
 	proxyURL, _ := runProxy(t, store, 0)
 	upConn := <-up.conns
 	row, token, err := store.CreateWorker(ctx, tenant.ID, "w0", proxystore.Capabilities{Build: true})
