@@ -108,3 +108,35 @@ func RunWorker(tb testing.TB, cfg worker.Config) {
 		}
 	})
 }
+
+// WaitForEvaluation polls evaluation id until cond holds and returns what
+// it saw; after timeout it fails with the builds' states and the
+// evaluation's log.
+func WaitForEvaluation(tb testing.TB, db *storage.DB, id, what string, timeout time.Duration,
+	cond func(storage.Evaluation, []storage.Build) bool) (storage.Evaluation, []storage.Build) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ev, err := db.Evaluation(tb.Context(), id)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		builds, err := db.EvaluationBuilds(tb.Context(), id)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if cond(ev, builds) {
+			return ev, builds
+		}
+		if time.Now().After(deadline) {
+			var states []string
+			for _, b := range builds {
+				states = append(states, b.Attr+"="+string(b.Status)+"/"+string(b.FailureKind)+" "+b.Error)
+			}
+			log, _ := db.EvaluationLog(tb.Context(), id)
+			tb.Fatalf("evaluation %s: %s did not happen within %s (status %s, error %q, builds %v)\nlog:\n%s",
+				id, what, timeout, ev.Status, ev.Error, states, log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

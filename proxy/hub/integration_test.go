@@ -248,29 +248,7 @@ func (w *fedWorld) evaluate(wildcards ...string) storage.Evaluation {
 
 func (w *fedWorld) waitFor(id, what string, timeout time.Duration, cond func(storage.Evaluation, []storage.Build) bool) (storage.Evaluation, []storage.Build) {
 	w.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ev, err := w.db.Evaluation(w.t.Context(), id)
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		builds, err := w.db.EvaluationBuilds(w.t.Context(), id)
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		if cond(ev, builds) {
-			return ev, builds
-		}
-		if time.Now().After(deadline) {
-			var states []string
-			for _, b := range builds {
-				states = append(states, b.Attr+"="+string(b.Status)+"/"+string(b.FailureKind)+" "+b.Error)
-			}
-			log, _ := w.db.EvaluationLog(w.t.Context(), id)
-			w.t.Fatalf("evaluation %s: %s did not happen within %s (status %s, error %q, builds %v)\nlog:\n%s", id, what, timeout, ev.Status, ev.Error, states, log)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return testworld.WaitForEvaluation(w.t, w.db, id, what, timeout, cond)
 }
 
 func byAttr(builds []storage.Build) map[string]storage.Build {
