@@ -474,6 +474,12 @@ func killDaemons(t *testing.T, store string) int {
 			}
 		}
 	}
+	// The daemons first: a builder killed before its daemon would be
+	// reported as a build killed by signal 9, not as the daemon going
+	// away. Their builders after, so none is left orphaned.
+	for _, pid := range daemons {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
 	for pid := range doomed {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
