@@ -16,6 +16,16 @@ type adminClient struct {
 	base  string // e.g. http://127.0.0.1:3000, without a trailing slash
 	token string
 	http  *http.Client
+	// service names what base is in errors: "" is the server, the proxy
+	// commands set "proxy".
+	service string
+}
+
+func (c *adminClient) serviceName() string {
+	if c.service == "" {
+		return "server"
+	}
+	return c.service
 }
 
 // requestTimeout bounds one admin call; they are small database operations.
@@ -45,7 +55,7 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return nil, fmt.Errorf("bad server URL %q: %w", c.base, err)
+		return nil, fmt.Errorf("bad %s URL %q: %w", c.serviceName(), c.base, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")
@@ -55,7 +65,7 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 	resp, err := c.http.Do(req)
 	if err != nil {
 		// The *url.Error names the URL, never the Authorization header.
-		return nil, fmt.Errorf("cannot reach the server: %w", err)
+		return nil, fmt.Errorf("cannot reach the %s: %w", c.serviceName(), err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

@@ -130,7 +130,7 @@ func (a *app) proxyLeaf(name, usage string, args []string, flags []cli.Flag, run
 			if base == "" {
 				base = defaultProxy
 			}
-			c.api = &adminClient{base: strings.TrimRight(base, "/"), token: token, http: http.DefaultClient}
+			c.api = &adminClient{base: strings.TrimRight(base, "/"), token: token, http: http.DefaultClient, service: "proxy"}
 			return exitWith(run(c))
 		},
 	}

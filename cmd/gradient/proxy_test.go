@@ -207,7 +207,7 @@ func TestProxyConnectionSettings(t *testing.T) {
 		}
 	}
 	code, _, errOut = gradientEnv(t, map[string]string{"GRADIENT_PROXY_URL": "http://127.0.0.1:1", "GRADIENT_PROXY_ADMIN_TOKEN": "x"}, "proxy", "sessions")
-	if code != exitFail || !strings.Contains(errOut, "cannot reach") {
+	if code != exitFail || !strings.Contains(errOut, "cannot reach the proxy") {
 		t.Errorf("unreachable: %d %q", code, errOut)
 	}
 }
