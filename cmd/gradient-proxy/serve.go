@@ -71,8 +71,10 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// The downstream leg tells the supervisor of pool changes and the
 	// supervisor reads its pools; sup is set before any session starts.
 	var sup *upstream.Supervisor
+	// Worker and admin tokens are argon2id checks; one set of series.
+	tokenChecks := secret.NewCheckMetrics(registry)
 	leg, err := downstream.New(downstream.Config{
-		Store: store, Logger: log, Metrics: registry, Hubs: hubs,
+		Store: store, Logger: log, Metrics: registry, Hubs: hubs, ObserveTokenCheck: tokenChecks.Checked,
 		PoolChanged: func(tenantID string) { sup.PoolChanged(tenantID) },
 	})
 	if err != nil {
@@ -130,7 +132,8 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	if opts.AuthFailures > 0 {
 		gate = authgate.New(limit.NewFailures(opts.AuthFailures, time.Minute, nil), log)
 	}
-	admin.New(admin.Config{Store: store, AdminTokenHash: adminHash, Gate: gate, Downstream: leg, Upstream: sup,
+	admin.New(admin.Config{Store: store, AdminTokenHash: adminHash, Gate: gate, ObserveTokenCheck: tokenChecks.Checked,
+		Downstream: leg, Upstream: sup,
 		TenantDeleted: hubs.Remove, Logger: log}).Mount(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{registry, sup}, promhttp.HandlerOpts{}))
 	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,

@@ -195,6 +195,11 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	if m := metrics(); m["go_goroutines"] == nil || m["process_cpu_seconds_total"] == nil {
 		t.Fatal("/metrics lacks the runtime and process series")
 	}
+	// The worker's token and the admin token were argon2id checks that
+	// matched; the call without a token ran none.
+	if n := metrics().Value("gradient_secret_argon2id_verifications_total", map[string]string{"result": "match"}); n < 2 {
+		t.Fatalf("argon2id checks that matched: %v, want the worker's and the admin token's", n)
+	}
 	// Deleting the tenant leaves none of its series: its upstream
 	// session's and its hub's go with it.
 	tenantSeries := func() []string {

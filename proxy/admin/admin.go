@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/authgate"
@@ -68,9 +69,11 @@ type Config struct {
 	AdminTokenHash string
 	// Gate holds back addresses with too many wrong admin tokens; nil
 	// holds back nobody.
-	Gate       *authgate.Gate
-	Downstream Downstream
-	Upstream   Upstream
+	Gate *authgate.Gate
+	// ObserveTokenCheck hears each argon2 check of an admin token.
+	ObserveTokenCheck func(elapsed time.Duration, matched bool)
+	Downstream        Downstream
+	Upstream          Upstream
 	// TenantDeleted, when set, learns each deleted tenant's ID after
 	// its workers were revoked and its upstream session told to stop
 	// (gradient-proxy removes the tenant's hub: hub.Set.Remove).
@@ -95,8 +98,10 @@ func New(cfg Config) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	tokens := secret.NewVerifier(adminVerifyConcurrency)
+	tokens.Observe = cfg.ObserveTokenCheck
 	return &API{cfg: cfg, store: cfg.Store, log: cfg.Logger, auth: &authgate.Bearer{
-		Hash: cfg.AdminTokenHash, Realm: "gradient-proxy-admin", Tokens: secret.NewVerifier(adminVerifyConcurrency), Gate: cfg.Gate,
+		Hash: cfg.AdminTokenHash, Realm: "gradient-proxy-admin", Tokens: tokens, Gate: cfg.Gate,
 	}}
 }
 

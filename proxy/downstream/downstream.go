@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -48,6 +49,8 @@ type Config struct {
 	Authority authority.Config
 	Logger    *slog.Logger
 	Metrics   prometheus.Registerer
+	// ObserveTokenCheck hears each argon2 check of a worker's token.
+	ObserveTokenCheck func(elapsed time.Duration, matched bool)
 }
 
 // Leg authorizes the proxy's workers and serves their sessions. It is
@@ -119,6 +122,7 @@ func New(cfg Config) (*Leg, error) {
 	l := &Leg{store: cfg.Store, changed: cfg.PoolChanged, log: cfg.Logger, tokens: secret.NewVerifier(0),
 		tenantOf: map[string]string{}, live: map[string]map[uint64]*authority.LiveWorker{}, sessionTenant: map[uint64]string{}, reported: map[uint64]*reported{}, revoked: map[string]bool{},
 		joined: map[uint64]*member{}, hubs: cfg.Hubs}
+	l.tokens.Observe = cfg.ObserveTokenCheck
 	ac := cfg.Authority
 	ac.Policy, ac.Jobs, ac.Logger, ac.Metrics = l, l, cfg.Logger, cfg.Metrics
 	// Federate is reserved and never negotiated through the proxy.
