@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/internal/testlog"
+
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
@@ -47,7 +49,7 @@ func newCacheEnvOn(t testing.TB, db *storage.DB, cfg Config) *cacheEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.AdminTokenHash = sha256Hex(testAdminToken)
 	cfg.NarStore = store

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/testlog"
+
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/session"
@@ -25,24 +26,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
 
-// lockedBuffer collects log output from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // testEnv is a real server on loopback over a real database, with one team,
 // one project subscribed to one cache, and a second project without a cache.
 type testEnv struct {
@@ -50,7 +33,7 @@ type testEnv struct {
 	db       *storage.DB
 	srv      *Server
 	url      string
-	logs     *lockedBuffer
+	logs     *testlog.Buffer
 	team     storage.Team
 	project  storage.Project
 	bare     storage.Project // no cache subscription
@@ -62,7 +45,7 @@ type testEnv struct {
 func newEnv(t testing.TB, db *storage.DB, cfg Config) *testEnv {
 	t.Helper()
 	ctx := t.Context()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if cfg.HandshakeTimeout == 0 {
 		// Long enough for a 496 that first probes the holder (up to 7 s)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/testlog"
+
 	"github.com/gorilla/websocket"
 
 	"gradient.dev/gradient/internal/halfopen"
@@ -204,8 +206,8 @@ func TestWorkerReconnectsPastAHalfOpenSession(t *testing.T) {
 		cfg := testConfig(t, "ws://"+proxy.Addr()+"/proto", newBlockingExecutor())
 		cfg.Peers = r.project.ID + ":" + r.register(r.project.ID, cfg.WorkerID)
 		cfg.AckTimeout = time.Second
-		var logs *lockedBuffer
-		cfg.Logger, logs = testLogger(t, "worker")
+		var logs *testlog.Buffer
+		cfg.Logger, logs = testlog.New(t, "worker")
 		startWorker(t, cfg)
 		waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
 		first := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/testlog"
+
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/handshake"
@@ -22,34 +23,6 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
-
-// lockedBuffer collects log output from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func testLogger(t *testing.T, name string) (*slog.Logger, *lockedBuffer) {
-	buf := &lockedBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, buf.String())
-		}
-	})
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
-}
 
 // blockingExecutor runs every job until its context ends and reports why.
 type blockingExecutor struct {
@@ -85,7 +58,7 @@ func recvChan[T any](t *testing.T, what string, c <-chan T) T {
 // testConfig is a worker with every capability, fast backoff and a
 // heartbeat too slow to interleave with what a test waits for.
 func testConfig(t *testing.T, url string, exec Executor) Config {
-	log, _ := testLogger(t, "worker")
+	log, _ := testlog.New(t, "worker")
 	return Config{
 		ServerURL:      url,
 		WorkerID:       storage.NewID(),
@@ -221,7 +194,7 @@ type realServer struct {
 	hs      *httptest.Server
 	addr    string
 	url     string
-	logs    *lockedBuffer
+	logs    *testlog.Buffer
 	project storage.Project
 	second  storage.Project
 	cache   storage.Cache // both projects'
@@ -257,7 +230,7 @@ func newRealServer(t *testing.T, db *storage.DB, cfg server.Config) *realServer 
 func (r *realServer) start(addr string) {
 	r.t.Helper()
 	var log *slog.Logger
-	log, r.logs = testLogger(r.t, "server")
+	log, r.logs = testlog.New(r.t, "server")
 	cfg := r.cfg
 	cfg.Logger = log
 	r.srv = server.New(r.db, cfg)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/internal/testlog"
+
 	"gradient.dev/gradient/wire"
 )
 
@@ -25,7 +27,7 @@ func TestParsePeers(t *testing.T) {
 		"p4:short-token-never-logged",
 		"p5:" + tok + ":" + "x", // split at the first colon: a 66-character token
 	}, "\n")
-	log, buf := testLogger(t, "parse")
+	log, buf := testlog.New(t, "parse")
 	got := ParsePeers(text, "peers", log)
 	want := map[string]string{"p1": tok, "p2": other, "*": tok}
 	if !maps.Equal(got, want) {
@@ -42,7 +44,7 @@ func TestParsePeers(t *testing.T) {
 
 func TestLoadPeersFileWinsAndMissingFileIsOpenMode(t *testing.T) {
 	t.Parallel()
-	log, _ := testLogger(t, "load")
+	log, _ := testlog.New(t, "load")
 	inline := "p1:" + strings.Repeat("a", 64)
 	if got := LoadPeers("", inline, log); len(got) != 1 {
 		t.Fatalf("inline: %v", got)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/testlog"
+
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/server"
@@ -25,8 +27,8 @@ func TestPeersFileChangeReauthorizesLiveSession(t *testing.T) {
 		cfg := testConfig(t, r.url, newBlockingExecutor())
 		cfg.PeersFile = filepath.Join(t.TempDir(), "peers")
 		cfg.PeersPollInterval = 20 * time.Millisecond
-		var workerLogs *lockedBuffer
-		cfg.Logger, workerLogs = testLogger(t, "worker")
+		var workerLogs *testlog.Buffer
+		cfg.Logger, workerLogs = testlog.New(t, "worker")
 		first := r.register(r.project.ID, cfg.WorkerID)
 		if err := os.WriteFile(cfg.PeersFile, []byte("# first project\n"+r.project.ID+":"+first+"\n"), 0o600); err != nil {
 			t.Fatal(err)
@@ -70,8 +72,8 @@ func TestOverlappingReauthsKeepTheSession(t *testing.T) {
 		cfg := testConfig(t, r.url, newBlockingExecutor())
 		cfg.PeersFile = filepath.Join(t.TempDir(), "peers")
 		cfg.PeersPollInterval = 5 * time.Millisecond
-		var workerLogs *lockedBuffer
-		cfg.Logger, workerLogs = testLogger(t, "worker")
+		var workerLogs *testlog.Buffer
+		cfg.Logger, workerLogs = testlog.New(t, "worker")
 		first := r.register(r.project.ID, cfg.WorkerID)
 		if err := os.WriteFile(cfg.PeersFile, []byte(r.project.ID+":"+first+"\n"), 0o600); err != nil {
 			t.Fatal(err)
@@ -112,8 +114,8 @@ func TestReconnectsAfterServerRestart(t *testing.T) {
 	r := newRealServer(t, openSQLite(t), server.Config{})
 	cfg := testConfig(t, r.url, newBlockingExecutor())
 	cfg.Peers = r.project.ID + ":" + r.register(r.project.ID, cfg.WorkerID)
-	var logs *lockedBuffer
-	cfg.Logger, logs = testLogger(t, "worker")
+	var logs *testlog.Buffer
+	cfg.Logger, logs = testlog.New(t, "worker")
 	startWorker(t, cfg)
 	waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
 
@@ -225,7 +227,7 @@ func TestServerDialedWorkerRejectsWrongToken(t *testing.T) {
 
 func TestServerTokensFile(t *testing.T) {
 	t.Parallel()
-	log, _ := testLogger(t, "tokens")
+	log, _ := testlog.New(t, "tokens")
 	const id = "0190c3a4-5b6d-7e8f-9a0b-1c2d3e4f5a6b"
 	file := writeAcceptedTokens(t, "p1:"+sha256Hex("one"), "malformed", "*:"+sha256Hex("any"))
 	st := LoadServerTokens(file, id, log)

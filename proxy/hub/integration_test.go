@@ -8,9 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"gradient.dev/gradient/internal/testlog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -65,7 +66,7 @@ type proxyWorld struct {
 	box      *sealbox.Box
 	store    *proxystore.Store
 	proxyURL string
-	proxyLog *lockedBuffer
+	proxyLog *testlog.Buffer
 	// dataDir holds the proxy's database, tempDir is its sessions'
 	// temporary directory: neither may hold a NAR.
 	dataDir, tempDir string
@@ -83,23 +84,6 @@ type fedWorld struct {
 	commit  string
 	proxyID string // the proxy's worker ID at the tenant's server
 	tenant  proxystore.Tenant
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func newProxyWorld(t *testing.T, heartbeatTimeout time.Duration) *proxyWorld {
@@ -158,16 +142,16 @@ func (p *proxyWorld) addTenant(name, flake string) *fedWorld {
 
 // runProxy runs the proxy's legs and hubs over store until the test
 // ends; its log is shown when the test fails.
-func runProxy(t testing.TB, store *proxystore.Store, heartbeatTimeout time.Duration) (proxyURL string, logs *lockedBuffer) {
+func runProxy(t testing.TB, store *proxystore.Store, heartbeatTimeout time.Duration) (proxyURL string, logs *testlog.Buffer) {
 	t.Helper()
 	return runProxyIn(t, store, heartbeatTimeout, t.TempDir())
 }
 
 // runProxyIn is runProxy with the upstream sessions' temporary directory
 // (where a worker stages NARs in transit; the proxy must stage none).
-func runProxyIn(t testing.TB, store *proxystore.Store, heartbeatTimeout time.Duration, tempDir string) (proxyURL string, logs *lockedBuffer) {
+func runProxyIn(t testing.TB, store *proxystore.Store, heartbeatTimeout time.Duration, tempDir string) (proxyURL string, logs *testlog.Buffer) {
 	t.Helper()
-	logs = &lockedBuffer{}
+	logs = &testlog.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("proxy log:\n%s", logs.String())

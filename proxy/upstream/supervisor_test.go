@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"gradient.dev/gradient/internal/testlog"
 
 	"gradient.dev/gradient/authority/authoritytest"
 	"gradient.dev/gradient/internal/testworld"
@@ -33,34 +34,6 @@ func TestMain(m *testing.M) {
 	// Every test opens databases; their info lines would bury failures.
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	os.Exit(sqldbtest.Main(m))
-}
-
-// lockedBuffer collects log output from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func testLogger(t *testing.T, name string) (*slog.Logger, *lockedBuffer) {
-	buf := &lockedBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, buf.String())
-		}
-	})
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
 // fixedPool is a tenant's pool set by the test, until the downstream leg
@@ -116,8 +89,8 @@ type world struct {
 	tenant   proxystore.Tenant
 	pool     *fixedPool
 	sup      *Supervisor
-	logs     *lockedBuffer // the proxy's
-	srvLogs  *lockedBuffer
+	logs     *testlog.Buffer // the proxy's
+	srvLogs  *testlog.Buffer
 	stopProx func()
 }
 
@@ -145,7 +118,7 @@ func newWorld(t *testing.T, dbURL string) *world {
 		t.Fatal(err)
 	}
 	var srvLog *slog.Logger
-	srvLog, w.srvLogs = testLogger(t, "server")
+	srvLog, w.srvLogs = testlog.New(t, "server")
 	w.srv = server.New(w.db, server.Config{Jobs: w.jobs, NarStore: nars, Logger: srvLog})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -177,7 +150,7 @@ func (w *world) setLink(t *testing.T, token string) {
 func (w *world) runProxy(t *testing.T) {
 	t.Helper()
 	var log *slog.Logger
-	log, w.logs = testLogger(t, "proxy")
+	log, w.logs = testlog.New(t, "proxy")
 	sup, err := New(Config{
 		Store: w.store, Capabilities: DefaultCapabilities, Pool: w.pool, PollInterval: 20 * time.Millisecond,
 		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour},
