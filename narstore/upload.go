@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"gradient.dev/gradient/internal/zstdbound"
 )
 
 // ErrCorrupt is returned by Commit when the uploaded bytes are not a
@@ -34,8 +36,11 @@ type Upload interface {
 }
 
 // decoders are reused like encoders: a decoder allocates its window once.
+// Uploads come from workers: the window a frame may declare is bounded
+// (a refused one fails Commit with ErrCorrupt).
 var decoders = sync.Pool{New: func() any {
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+	dec, err := zstd.NewReader(nil, append(zstdbound.DecoderOptions(),
+		zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))...)
 	if err != nil {
 		panic(err) // only invalid options fail
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"gradient.dev/gradient/internal/zstdbound"
 	"gradient.dev/gradient/nix/daemon"
 	"gradient.dev/gradient/nixbase32"
 )
@@ -29,7 +30,8 @@ type NarImport struct {
 }
 
 // NarMismatchError: a NAR's bytes do not match the hash or size it was
-// announced with. The path was not added.
+// announced with, or its compressed stream needs a zstd window beyond
+// zstdbound.MaxWindow. The path was not added.
 type NarMismatchError struct {
 	Path    string
 	Message string
@@ -40,9 +42,10 @@ func (e *NarMismatchError) Error() string {
 }
 
 // decoders are zstd decoders for imports (one holds ≈ 100 KiB of
-// state; a fresh one per import would be garbage per path).
+// state and its window; a fresh one per import would be garbage per
+// path). The stream comes from a server or proxy: its window is bounded.
 var decoders = sync.Pool{New: func() any {
-	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	d, err := zstd.NewReader(nil, append(zstdbound.DecoderOptions(), zstd.WithDecoderConcurrency(1))...)
 	if err != nil {
 		panic(err) // only for invalid options
 	}
@@ -82,6 +85,11 @@ func (n *Nix) ImportNAR(ctx context.Context, it NarImport, zst io.Reader) error 
 		var mismatch *NarMismatchError
 		if errors.As(v.err, &mismatch) {
 			return mismatch
+		}
+		if zstdbound.Exceeded(v.err) {
+			// Unusable like a corrupt object (the pull reports the path
+			// unavailable), not a transient failure.
+			return &NarMismatchError{Path: it.StorePath, Message: fmt.Sprintf("its zstd frame declares a window beyond the %d MiB limit", zstdbound.MaxWindow>>20)}
 		}
 		return fmt.Errorf("nix: importing %s: reading the NAR: %w", it.StorePath, v.err)
 	}

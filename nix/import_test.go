@@ -7,12 +7,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
 
+	"gradient.dev/gradient/internal/zstdbound/zstdboundtest"
 	"gradient.dev/gradient/nixbase32"
 )
 
@@ -71,6 +73,15 @@ func importFixture(t *testing.T, n *Nix) ([]NarImport, map[string][]byte) {
 		})
 	}
 	return items, objects
+}
+
+func zstdDecodeAll(b []byte) ([]byte, error) {
+	dec, err := zstd.NewReader(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer dec.Close()
+	return dec.DecodeAll(b, nil)
 }
 
 // failAtEnd yields r's bytes, then err instead of the end: a stream
@@ -173,6 +184,62 @@ func TestImportNAR(t *testing.T) {
 		n := newTestNix(t)
 		if err := n.ImportNAR(ctx, src, strings.NewReader("plain bytes, not a zstd frame")); err == nil {
 			t.Error("import of garbage succeeded")
+		}
+		notValid(t, n, src.StorePath)
+	})
+
+	t.Run("window beyond the bound", func(t *testing.T) {
+		// A hostile server or proxy declares a window the worker would
+		// have to allocate: the pull fails as for a corrupt object.
+		n := newTestNix(t)
+		plain, err := zstdDecodeAll(objects[src.StorePath])
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames := map[string][]byte{
+			"256 MiB window":       zstdboundtest.WithWindowLog(28, plain),
+			"2 GiB window":         zstdboundtest.WithWindowLog(31, plain),
+			"3 GiB single segment": zstdboundtest.SingleSegment(3<<30, plain),
+		}
+		for name, frame := range frames {
+			err := n.ImportNAR(ctx, src, bytes.NewReader(frame))
+			var mismatch *NarMismatchError
+			if !errors.As(err, &mismatch) || mismatch.Path != src.StorePath || !strings.Contains(err.Error(), "window") {
+				t.Errorf("%s: %v, want a NarMismatchError about the window", name, err)
+			}
+			notValid(t, n, src.StorePath)
+		}
+		// Within the bound the same NAR imports.
+		if err := n.ImportNAR(ctx, src, bytes.NewReader(zstdboundtest.WithWindowLog(27, plain))); err != nil {
+			t.Errorf("128 MiB window: %v", err)
+		}
+	})
+
+	t.Run("decompression bomb", func(t *testing.T) {
+		// A few KiB expanding to 256 MiB, announced as a 1 TiB NAR:
+		// refused, streamed through fixed buffers rather than held.
+		n := newTestNix(t)
+		plain, err := zstdDecodeAll(objects[src.StorePath])
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, _ := zstd.NewWriter(nil)
+		bomb := enc.EncodeAll(append(plain, make([]byte, 256<<20)...), nil)
+		enc.Close()
+		if len(bomb) > 1<<20 {
+			t.Fatalf("the bomb is %d bytes", len(bomb))
+		}
+		huge := src
+		huge.NarSize = 1 << 40
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		if err := n.ImportNAR(ctx, huge, bytes.NewReader(bomb)); err == nil {
+			t.Error("the bomb was imported")
+		}
+		runtime.ReadMemStats(&after)
+		if grown := after.TotalAlloc - before.TotalAlloc; grown > 64<<20 {
+			t.Errorf("importing the bomb allocated %d MiB", grown>>20)
 		}
 		notValid(t, n, src.StorePath)
 	})
