@@ -14,12 +14,16 @@ import (
 // dialer keeps one redial loop per dial target (worker ID, URL) that
 // storage lists: a loop starts when its target appears and stops when it
 // disappears. Each loop dials, serves the session while it lasts, and
-// redials with backoff.
+// redials with backoff. With Config.DisableDialing it starts no loop and
+// only counts the targets.
 type dialer struct {
 	s       *Server
 	refresh chan struct{}         // a pending rescan; never blocks RefreshDials
 	loops   map[dialKey]*dialLoop // owned by run's goroutine
 	running atomic.Int32          // redial goroutines alive, for tests
+	// undialed are the targets seen while dialing is disabled, to say
+	// once per target why it is not dialed; owned by run's goroutine.
+	undialed map[dialKey]bool
 }
 
 // dialKey is one dial target.
@@ -33,7 +37,7 @@ type dialLoop struct {
 }
 
 func newDialer(s *Server) *dialer {
-	return &dialer{s: s, refresh: make(chan struct{}, 1), loops: map[dialKey]*dialLoop{}}
+	return &dialer{s: s, refresh: make(chan struct{}, 1), loops: map[dialKey]*dialLoop{}, undialed: map[dialKey]bool{}}
 }
 
 // RefreshDials has the server read its dial targets again now, e.g. after
@@ -77,6 +81,12 @@ func (d *dialer) rescan(ctx context.Context, loops *sync.WaitGroup) {
 		}
 		return
 	}
+	defer d.s.metrics.dialRescans.Inc()
+	if d.s.cfg.DisableDialing {
+		d.countUndialed(targets)
+		return
+	}
+	d.s.metrics.dialTargets.WithLabelValues("dialing").Set(float64(len(targets)))
 	current := make(map[dialKey]bool, len(targets))
 	for _, t := range targets {
 		key := dialKey{t.WorkerID, t.URL}
@@ -113,6 +123,25 @@ func (d *dialer) rescan(ctx context.Context, loops *sync.WaitGroup) {
 	}
 }
 
+// notDialedReason is the offline reason of a target while dialing is
+// disabled.
+const notDialedReason = "not dialed: the server's proto.discoverable is off (GRADIENT_PROTO_DISCOVERABLE); the worker may connect itself"
+
+// countUndialed is rescan with dialing disabled: each new target gets
+// its offline reason (and one log line), none is dialed.
+func (d *dialer) countUndialed(targets []storage.DialTarget) {
+	d.s.metrics.dialTargets.WithLabelValues("not_dialed").Set(float64(len(targets)))
+	current := make(map[dialKey]bool, len(targets))
+	for _, t := range targets {
+		key := dialKey{t.WorkerID, t.URL}
+		current[key] = true
+		if !d.undialed[key] {
+			d.s.dialFailed(key, notDialedReason)
+		}
+	}
+	d.undialed = current
+}
+
 // targetPeers identifies what a dial of t presents, to notice changes.
 func targetPeers(t storage.DialTarget) string {
 	var peers []string
@@ -139,8 +168,12 @@ func (d *dialer) redial(ctx context.Context, key dialKey, l *dialLoop) {
 		case d.s.auth.Holds(key.workerID), !d.s.Accepting():
 			// Nothing to dial now: look again after the first step.
 		case d.s.dialOnce(ctx, key):
+			d.s.metrics.dialAttempts.WithLabelValues("session").Inc()
 			backoff = cfg.DialBackoff
 		default:
+			if ctx.Err() == nil {
+				d.s.metrics.dialAttempts.WithLabelValues("failed").Inc()
+			}
 			delay = backoff
 			backoff = min(2*backoff, cfg.DialMaxBackoff)
 		}

@@ -10,17 +10,36 @@ import (
 
 // serverMetrics are the server's own Prometheus series on Config.Metrics,
 // beside the authority's (gradient_server_…), the cache's (gradient_cache_…)
-// and the job loop's: its argon2id token checks.
+// and the job loop's: its argon2id token checks and its dialer.
 type serverMetrics struct {
 	registry *prometheus.Registry
 	tokens   *secret.CheckMetrics
+
+	dialRescans  prometheus.Counter
+	dialTargets  *prometheus.GaugeVec
+	dialAttempts *prometheus.CounterVec
 }
 
 func newServerMetrics(r *prometheus.Registry) *serverMetrics {
 	if r == nil {
 		r = prometheus.NewRegistry()
 	}
-	return &serverMetrics{registry: r, tokens: secret.NewCheckMetrics(r)}
+	m := &serverMetrics{registry: r, tokens: secret.NewCheckMetrics(r),
+		dialRescans: prometheus.NewCounter(prometheus.CounterOpts{Name: "gradient_server_dial_rescans_total",
+			Help: "Reads of the dial targets (registrations and team workers with a URL)."}),
+		dialTargets: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gradient_server_dial_targets",
+			Help: "Dial targets at the last rescan, by state: dialing, or not_dialed (proto.discoverable is off)."}, []string{"state"}),
+		dialAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_server_dial_attempts_total",
+			Help: "Dials of workers, by result: session (a session was established and has ended) or failed."}, []string{"result"}),
+	}
+	for _, state := range []string{"dialing", "not_dialed"} {
+		m.dialTargets.WithLabelValues(state)
+	}
+	for _, result := range []string{"session", "failed"} {
+		m.dialAttempts.WithLabelValues(result)
+	}
+	r.MustRegister(m.dialRescans, m.dialTargets, m.dialAttempts)
+	return m
 }
 
 // argon2Checked is the secret.Verifier's Observe hook.

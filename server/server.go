@@ -72,6 +72,12 @@ type Config struct {
 	// DialRescan is how often the dial targets are read again, besides
 	// RefreshDials (30 s).
 	DialRescan time.Duration
+	// DisableDialing is proto.discoverable=false: registrations and team
+	// workers with a URL are kept (and still need DialKey) but never
+	// dialed; the rescans only count them (gradient_server_dial_targets)
+	// and give each the offline reason. Workers that connect themselves
+	// are accepted as always.
+	DisableDialing bool
 
 	// NarStore holds the caches' compressed NARs. Nil serves narinfos
 	// but answers 503 for NAR downloads and uploads.

@@ -45,9 +45,12 @@ type options struct {
 	BuildMaxAttempts          int
 	BuildRetryBackoff         time.Duration
 	// Federate offers the reserved federate capability.
-	Federate  bool
-	LogLevel  slog.Level
-	LogFormat string
+	Federate bool
+	// Discoverable dials registrations and team workers with a URL;
+	// off, they are kept but only workers that connect themselves run.
+	Discoverable bool
+	LogLevel     slog.Level
+	LogFormat    string
 }
 
 const description = `Runs the Gradient server: workers connect to /proto, the admin API is under
@@ -115,6 +118,8 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 			Usage:   "seconds before a failed job's retry, doubling with each attempt; 0 retries at once"},
 		&cli.BoolFlag{Name: "proto-federate", Destination: &opts.Federate, Sources: env.Vars("GRADIENT_PROTO_FEDERATE"),
 			Usage: "offer the federate capability to workers that offer it too (reserved: negotiated only, no behaviour yet)"},
+		&cli.BoolFlag{Name: "proto-discoverable", Value: true, Destination: &opts.Discoverable, Sources: env.Vars("GRADIENT_PROTO_DISCOVERABLE"),
+			Usage: "dial the workers registered with a URL (needs --dial-key-file); =false keeps such registrations but never dials them, and only workers that connect themselves run"},
 	}
 	flags = append(flags, logging.Flags(env, "GRADIENT_")...)
 	return &cli.Command{Name: "gradient-server", Usage: "the Gradient CI server", Description: description, Flags: flags}, tokens

@@ -28,7 +28,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := options{Listen: "127.0.0.1:3000", Database: "./gradient-data", HeartbeatTimeout: 120 * time.Second,
 		PollInterval: time.Minute, MaxConnections: 256, BuildDefaultTimeoutSecs: 14400, BuildDefaultMaxSilentSecs: 3600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second,
-		AuthFailures: 30, HandshakesPerIP: 32, AnonymousCache: true, AnonymousCachePerIP: 32, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		AuthFailures: 30, HandshakesPerIP: 32, AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -49,7 +49,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	want := options{Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
 		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, AllowLocalRepositories: true, MaxConnections: 10,
 		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, Federate: true, AuthFailures: 5, HandshakesPerIP: 32,
-		AnonymousCache: true, AnonymousCachePerIP: 32, LogLevel: slog.LevelDebug, LogFormat: "json"}
+		AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if opts != want {
 		t.Errorf("environment: got %+v, want %+v", opts, want)
 	}
@@ -62,7 +62,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	}
 	want = options{Listen: "127.0.0.1:5000", Database: "/data", AdminToken: "from-flag",
 		HeartbeatTimeout: 0, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, HandshakesPerIP: 32,
-		AnonymousCache: true, AnonymousCachePerIP: 32, LogLevel: slog.LevelWarn, LogFormat: "text"}
+		AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelWarn, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("flags: got %+v, want %+v", opts, want)
 	}
@@ -196,11 +196,12 @@ func TestReferenceVariableNames(t *testing.T) {
 		"GRADIENT_PROTO_FEDERATE": "true", "GRADIENT_PROTO_ANONYMOUS_CACHE_ENABLE": "false",
 		"GRADIENT_PROTO_ANONYMOUS_CACHE_MAX_CONNECTIONS_PER_IP": "4",
 		"GRADIENT_BUILD_DEFAULT_TIMEOUT_SECS":                   "600", "GRADIENT_BUILD_DEFAULT_MAX_SILENT_SECS": "60",
+		"GRADIENT_PROTO_DISCOVERABLE": "false",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.HeartbeatTimeout != 7*time.Second || opts.MaxConnections != 9 || !opts.Federate || opts.AnonymousCache ||
+	if opts.HeartbeatTimeout != 7*time.Second || opts.MaxConnections != 9 || !opts.Federate || opts.AnonymousCache || opts.Discoverable ||
 		opts.AnonymousCachePerIP != 4 || opts.BuildDefaultTimeoutSecs != 600 || opts.BuildDefaultMaxSilentSecs != 60 {
 		t.Errorf("reference names: %+v", opts)
 	}
@@ -213,8 +214,8 @@ func TestReferenceVariableNames(t *testing.T) {
 	}
 	// The reference's options are flags too.
 	opts, err = parseOptions([]string{"--proto-anonymous-cache-enable=false", "--proto-anonymous-cache-max-connections-per-ip", "3",
-		"--proto-max-connections", "2", "--proto-federate"}, envOf(nil), io.Discard)
-	if err != nil || opts.AnonymousCache || opts.AnonymousCachePerIP != 3 || opts.MaxConnections != 2 || !opts.Federate {
+		"--proto-max-connections", "2", "--proto-federate", "--proto-discoverable=false"}, envOf(map[string]string{"GRADIENT_PROTO_DISCOVERABLE": "true"}), io.Discard)
+	if err != nil || opts.AnonymousCache || opts.AnonymousCachePerIP != 3 || opts.MaxConnections != 2 || !opts.Federate || opts.Discoverable {
 		t.Errorf("reference flags: %+v, %v", opts, err)
 	}
 }

@@ -35,6 +35,7 @@ func TestBinaryRunsOnTheReferenceVariables(t *testing.T) {
 		"GRADIENT_PROTO_WORKER_HEARTBEAT_TIMEOUT_SECS=2",
 		"GRADIENT_PROTO_MAX_CONNECTIONS=1",
 		"GRADIENT_PROTO_FEDERATE=true",
+		"GRADIENT_PROTO_DISCOVERABLE=false",
 		"GRADIENT_PROTO_ANONYMOUS_CACHE_ENABLE=false",
 		"GRADIENT_PROTO_ANONYMOUS_CACHE_MAX_CONNECTIONS_PER_IP=3",
 		"GRADIENT_BUILD_DEFAULT_TIMEOUT_SECS=777",
@@ -43,7 +44,7 @@ func TestBinaryRunsOnTheReferenceVariables(t *testing.T) {
 
 	// The start-up line: what the binary runs with, no secret.
 	start := startupLine(t, srv.log.String())
-	for key, want := range map[string]any{"heartbeat_timeout": "2s", "max_connections": 1.0, "federate": true,
+	for key, want := range map[string]any{"heartbeat_timeout": "2s", "max_connections": 1.0, "federate": true, "discoverable": false,
 		"anonymous_cache": false, "anonymous_cache_per_ip": 3.0, "build_default_timeout_secs": 777.0,
 		"build_default_max_silent_secs": 55.0, "database_engine": "sqlite", "admin_api": true, "dial_key": false,
 		"nar_dir": filepath.Join(tmp, "data")} {

@@ -97,6 +97,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		DisableAnonymousCache:       !opts.AnonymousCache,
 		AnonymousCacheSessionsPerIP: opts.AnonymousCachePerIP,
 		Federate:                    opts.Federate,
+		DisableDialing:              !opts.Discoverable,
 		AdminTokenHash:              adminHash,
 		DialKey:                     dialKey,
 		Logger:                      log,
@@ -130,7 +131,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		"anonymous_cache_per_ip", opts.AnonymousCachePerIP, "auth_failures_per_minute", opts.AuthFailures,
 		"build_default_timeout_secs", opts.BuildDefaultTimeoutSecs, "build_default_max_silent_secs", opts.BuildDefaultMaxSilentSecs,
 		"build_max_attempts", opts.BuildMaxAttempts, "build_retry_backoff", opts.BuildRetryBackoff.String(),
-		"federate", opts.Federate, "poll_interval", opts.PollInterval.String(), "allow_local_repositories", opts.AllowLocalRepositories)
+		"federate", opts.Federate, "discoverable", opts.Discoverable, "poll_interval", opts.PollInterval.String(), "allow_local_repositories", opts.AllowLocalRepositories)
 	if ready != nil {
 		ready(ln.Addr())
 	}
