@@ -80,6 +80,15 @@ type Config struct {
 	BackoffMax       time.Duration // 60 s
 	StopReportWait   time.Duration // 5 s for the Canceled reports on stop
 	FlushTimeout     time.Duration // 10 s for queued messages at close
+	// DrainTimeout is the stop's budget (JOBS.md §12.3, the two-stage
+	// stop): when Run's ctx ends, each session sends Draining, takes no
+	// more jobs and lets its running ones finish and report for up to
+	// this long; what still runs then is aborted and reported Canceled.
+	// 0 aborts at once (the v33 stop).
+	DrainTimeout time.Duration
+	// AbortDrain, when closed, ends a drain under way at once (the
+	// second signal): the running jobs are aborted as after DrainTimeout.
+	AbortDrain <-chan struct{}
 
 	Logger *slog.Logger
 	// Metrics receives the worker's series; nil keeps them in a private

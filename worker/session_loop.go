@@ -368,21 +368,26 @@ func (ls *liveSession) abortAll(cause error) {
 }
 
 // stop is the worker's stop sequence on this session (JOBS.md §12.3):
-// Draining, cancel every job so each reports Canceled, wait a bounded time
-// for the reports, then close (letting queued messages out).
+// Draining; running jobs may finish within the drain budget; then cancel
+// what is left so each reports Canceled, wait a bounded time for the
+// reports, and close (letting queued messages out).
 func (ls *liveSession) stop() {
 	ls.mu.Lock()
 	ls.stopping = true
 	running := len(ls.jobs)
 	ls.mu.Unlock()
-	ls.log.Info("stopping session", "running_jobs", running)
 	ls.send(&wire.ClientDraining{})
-	ls.abortAll(errWorkerStopping)
 	reported := make(chan struct{})
 	go func() {
 		ls.jobsDone.Wait()
 		close(reported)
 	}()
+	if running > 0 && ls.w.cfg.DrainTimeout > 0 && ls.drain(running, reported) {
+		ls.sess.Close(session.CloseNormal, "worker stopping")
+		return
+	}
+	ls.log.Info("stopping session: aborting running jobs", "running_jobs", ls.runningJobs())
+	ls.abortAll(errWorkerStopping)
 	t := time.NewTimer(ls.w.cfg.StopReportWait)
 	defer t.Stop()
 	select {
@@ -391,6 +396,33 @@ func (ls *liveSession) stop() {
 		ls.log.Warn("jobs did not report in time; closing anyway")
 	}
 	ls.sess.Close(session.CloseNormal, "worker stopping")
+}
+
+// drain waits for the running jobs to finish and report, until the drain
+// budget runs out, AbortDrain closes or the session ends; it reports
+// whether every job finished.
+func (ls *liveSession) drain(running int, reported <-chan struct{}) bool {
+	budget := ls.w.cfg.DrainTimeout
+	ls.log.Info("draining: letting running jobs finish", "running_jobs", running, "drain_timeout", budget.String())
+	t := time.NewTimer(budget)
+	defer t.Stop()
+	select {
+	case <-reported:
+		ls.log.Info("drained: every job finished")
+		return true
+	case <-t.C:
+		ls.log.Warn("drain timeout expired", "drain_timeout", budget.String(), "running_jobs", ls.runningJobs())
+	case <-ls.w.cfg.AbortDrain:
+		ls.log.Warn("drain aborted (second signal)", "running_jobs", ls.runningJobs())
+	case <-ls.sess.Done():
+	}
+	return false
+}
+
+func (ls *liveSession) runningJobs() int {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return len(ls.jobs)
 }
 
 func kindName(k wire.JobKind) string {

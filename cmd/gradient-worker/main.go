@@ -29,16 +29,32 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
-	stop()
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, os.Interrupt)
+	ctx, abort := onSignals(signals)
+	err := run(ctx, abort, os.Args[1:], os.Getenv, os.Stderr)
+	signal.Stop(signals)
 	os.Exit(servicecli.ExitCode("gradient-worker", err, os.Stderr))
 }
 
+// onSignals is the two-stage stop (JOBS.md §12.3): ctx ends at the first
+// signal (drain), abort closes at the second (abort the drain).
+func onSignals(signals <-chan os.Signal) (ctx context.Context, abort <-chan struct{}) {
+	ctx, stop := context.WithCancel(context.Background())
+	aborted := make(chan struct{})
+	go func() {
+		<-signals
+		stop()
+		<-signals
+		close(aborted)
+	}()
+	return ctx, aborted
+}
+
 // run parses the configuration and serves until ctx ends (the signal):
-// the worker then drains its session and returns.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+// the worker then drains its session within the drain timeout, or until
+// abort closes, and returns.
+func run(ctx context.Context, abort <-chan struct{}, args []string, getenv func(string) string, stderr io.Writer) error {
 	opts, err := parseOptions(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -68,6 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	cfg.AbortDrain = abort
 	executor := &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, SSH: opts.SSHBin, Logger: log,
 		GCRootsDir: gcRootsDir(opts.GCRootsDir, log), AllowLocalRepositories: opts.AllowLocalRepositories,
 		LogBurstPerMinute: unlimitedIfZero(opts.LogBurstPerMin), LogSustainedPerHour: unlimitedIfZero(opts.LogSustainedPerHour)}
@@ -96,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 // files with secrets, never their contents or inline tokens.
 func logStart(log *slog.Logger, opts options, cfg worker.Config) {
 	attrs := []any{"server_url", gitsource.Redact(opts.ServerURL), "worker_id", cfg.WorkerID,
-		slog.Group("capabilities", "fetch", opts.Fetch, "eval", opts.Eval, "build", opts.Build, "federate", opts.Federate), "build_slots", opts.MaxBuilds, "eval_slots", opts.MaxEvals,
+		slog.Group("capabilities", "fetch", opts.Fetch, "eval", opts.Eval, "build", opts.Build, "federate", opts.Federate), "build_slots", opts.MaxBuilds, "eval_slots", opts.MaxEvals, "drain_timeout", opts.DrainTimeout.String(),
 		"architectures", opts.Architectures, "system_features", opts.SystemFeatures,
 		"peers_file", opts.PeersFile, "inline_peers", opts.Peers != "", "accepted_server_tokens_file", opts.AcceptedTokenFile,
 		"discoverable", opts.Discoverable}
@@ -180,7 +197,7 @@ func workerConfig(opts options, log *slog.Logger) (worker.Config, error) {
 		ServerURL: opts.ServerURL, WorkerID: id,
 		PeersFile: opts.PeersFile, Peers: opts.Peers,
 		Capabilities: wire.GradientCapabilities{Fetch: opts.Fetch, Eval: opts.Eval, Build: opts.Build, Federate: opts.Federate},
-		MaxBuilds:    opts.MaxBuilds, MaxEvals: opts.MaxEvals,
+		MaxBuilds:    opts.MaxBuilds, MaxEvals: opts.MaxEvals, DrainTimeout: opts.DrainTimeout,
 		Architectures: opts.Architectures, SystemFeatures: opts.SystemFeatures,
 		CPUCoreScore: opts.CPUCoreScore, Zone: opts.Zone, Endpoint: opts.Endpoint,
 		ListenAddr: opts.ListenAddr, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile,

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -43,6 +44,7 @@ type options struct {
 	CPUCoreScore                        uint32
 	MaxBuilds                           int
 	MaxEvals                            int
+	DrainTimeout                        time.Duration // 0 aborts running jobs at once on stop
 	Discoverable                        bool
 	ListenAddr                          string // host:port, set when discoverable
 	TLSCertFile                         string
@@ -56,7 +58,10 @@ type options struct {
 
 const description = `Runs a Gradient worker: it dials the server (or is dialed by it with
 --discoverable), authenticates with the tokens of its peers file and runs the
-jobs it is assigned. SIGTERM or SIGINT drains and stops.
+jobs it is assigned. SIGTERM or SIGINT drains: the worker sends Draining, takes
+no more jobs and lets the running ones finish for up to --drain-timeout-secs;
+a second signal, or the timeout, aborts what still runs (reported Canceled)
+and the worker exits.
 
 Each flag can also be set by its environment variable, GRADIENT_WORKER_ and
 the flag's name (the reference's names); a flag wins over the variable. A
@@ -111,6 +116,9 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 			Usage: "relative single-core speed; 0 measures it at start"},
 		count("build-max-concurrent", &opts.MaxBuilds, 1, "build job slots", positive),
 		count("eval-max-concurrent", &opts.MaxEvals, 1, "flake job slots", positive),
+		&servicecli.SecondsFlag{Name: "drain-timeout-secs", Value: 60 * time.Second, Destination: &opts.DrainTimeout,
+			Sources: env.Vars(workerVar("drain-timeout-secs")),
+			Usage:   "on SIGTERM, let running jobs finish this long (60, 1m) before aborting them; 0 aborts at once"},
 		boolean("discoverable", &opts.Discoverable, false, "accept server-dialed connections on --listen-addr:--port"),
 		str("listen-addr", &raw.listenHost, "127.0.0.1", "address for server-dialed connections"),
 		count("port", &raw.port, 3100, "port for server-dialed connections", func(n int) error {

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -27,7 +28,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{ServerURL: "wss://ci.example/proto", BaseDir: "/var/lib/gradient-worker", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, MaxBuilds: 1, MaxEvals: 1,
-		Fetch: true, Eval: true, Build: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		DrainTimeout: 60 * time.Second, Fetch: true, Eval: true, Build: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -40,6 +41,7 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		"GRADIENT_WORKER_SYSTEM_FEATURES": "kvm,big-parallel", "GRADIENT_WORKER_BUILD_MAX_CONCURRENT": "4",
 		"GRADIENT_WORKER_DISCOVERABLE": "true", "GRADIENT_WORKER_PORT": "4000", "GRADIENT_WORKER_INSECURE_LISTEN": "1",
 		"GRADIENT_WORKER_LOG_FORMAT": "json", "GRADIENT_WORKER_ALLOW_LOCAL_REPOSITORIES": "true",
+		"GRADIENT_WORKER_DRAIN_TIMEOUT_SECS": "600",
 	})
 	opts, err := parseOptions([]string{"--base-dir", "/flag", "--capabilities-fetch=false", "--log-level", "debug"}, env, io.Discard)
 	if err != nil {
@@ -47,10 +49,14 @@ func TestEnvironmentAndFlags(t *testing.T) {
 	}
 	want := options{ServerURL: "ws://env/proto", BaseDir: "/flag", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, Eval: true, Federate: true,
 		Architectures: []string{"x86_64-linux", "aarch64-linux"}, SystemFeatures: []string{"kvm", "big-parallel"},
-		MaxBuilds: 4, MaxEvals: 1, Discoverable: true, ListenAddr: "127.0.0.1:4000", InsecureListen: true,
+		MaxBuilds: 4, MaxEvals: 1, DrainTimeout: 600 * time.Second, Discoverable: true, ListenAddr: "127.0.0.1:4000", InsecureListen: true,
 		AllowLocalRepositories: true, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v\nwant %+v", opts, want)
+	}
+	// 0 is the immediate stop; the flag wins over the variable.
+	if opts, err := parseOptions([]string{"--drain-timeout-secs", "0"}, env, io.Discard); err != nil || opts.DrainTimeout != 0 {
+		t.Errorf("--drain-timeout-secs 0: %v, %v", opts.DrainTimeout, err)
 	}
 }
 
@@ -60,6 +66,8 @@ func TestInvalidOptions(t *testing.T) {
 		{"--server-url", "http://x/proto"}, // not a WebSocket URL
 		{"--server-url", "ws://x/proto", "--capabilities-build", "maybe"},
 		{"--server-url", "ws://x/proto", "--build-max-concurrent", "0"},
+		{"--server-url", "ws://x/proto", "--drain-timeout-secs", "-5"},
+		{"--server-url", "ws://x/proto", "--drain-timeout-secs", "soon"},
 		{"--discoverable"}, // no TLS and no --insecure-listen
 		{"--server-url", "ws://x/proto", "--port", "70000"},
 		{"--discoverable", "true", "--insecure-listen"}, // a boolean flag takes no separate value

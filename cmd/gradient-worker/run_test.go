@@ -40,7 +40,7 @@ func TestRunConnectsAndStopsOnSignal(t *testing.T) {
 	done := make(chan error, 1)
 	metricsAddr := freeAddr(t)
 	go func() {
-		done <- run(ctx, []string{"--server-url", url, "--base-dir", t.TempDir(), "--capabilities-build",
+		done <- run(ctx, nil, []string{"--server-url", url, "--base-dir", t.TempDir(), "--capabilities-build",
 			"--system-cpu-core-score", "5", "--metrics-addr", metricsAddr}, func(string) string { return "" }, io.Discard)
 	}()
 	next := func() wire.ClientMessage {
@@ -133,7 +133,7 @@ func TestDefaultCapabilitiesAreOffered(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- run(ctx, append([]string{"--server-url", url, "--base-dir", t.TempDir(), "--system-cpu-core-score", "1"}, c.args...),
+			done <- run(ctx, nil, append([]string{"--server-url", url, "--base-dir", t.TempDir(), "--system-cpu-core-score", "1"}, c.args...),
 				func(string) string { return "" }, io.Discard)
 		}()
 		select {
@@ -203,7 +203,7 @@ func TestReferenceVariablesReachTheHandshake(t *testing.T) {
 	defer cancel()
 	logs := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logs) }()
+	go func() { done <- run(ctx, nil, nil, func(k string) string { return env[k] }, logs) }()
 	select {
 	case tokens := <-authority.tokens:
 		if len(tokens) != 1 || tokens[0].First != "team-a" || tokens[0].Second != token {
