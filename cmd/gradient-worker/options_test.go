@@ -27,7 +27,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{ServerURL: "wss://ci.example/proto", BaseDir: "/var/lib/gradient-worker", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, MaxBuilds: 1, MaxEvals: 1,
+	want := options{ServerURL: "wss://ci.example/proto", BaseDir: "/var/lib/gradient-worker", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, MaxBuilds: 32, MaxEvals: 1,
 		DrainTimeout: 60 * time.Second, Fetch: true, Eval: true, Build: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v, want %+v", opts, want)

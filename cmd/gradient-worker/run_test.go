@@ -120,16 +120,19 @@ func loopbackAuthorityWith(t *testing.T, policy session.Authority) (url string, 
 
 // A worker started without capability flags offers fetch, eval and build,
 // as the reference's defaults do, and not the reserved federate; the flag
-// offers federate.
+// offers federate. Its build slots, in the WorkerCapabilities the server
+// schedules by, are the reference module's default 32 or the flag's.
 func TestDefaultCapabilitiesAreOffered(t *testing.T) {
 	for _, c := range []struct {
-		args []string
-		want wire.GradientCapabilities
+		args  []string
+		want  wire.GradientCapabilities
+		slots uint32
 	}{
-		{nil, wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}},
-		{[]string{"--capabilities-federate=true", "--capabilities-eval=false"}, wire.GradientCapabilities{Fetch: true, Build: true, Federate: true}},
+		{nil, wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, 32},
+		{[]string{"--capabilities-federate=true", "--capabilities-eval=false", "--build-max-concurrent", "3"},
+			wire.GradientCapabilities{Fetch: true, Build: true, Federate: true}, 3},
 	} {
-		url, sessions, _ := loopbackAuthority(t)
+		url, sessions, messages := loopbackAuthority(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
@@ -147,6 +150,14 @@ func TestDefaultCapabilitiesAreOffered(t *testing.T) {
 			t.Fatalf("%q: run returned before a session: %v", c.args, err)
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%q: no session", c.args)
+		}
+		select {
+		case m := <-messages:
+			if caps, ok := m.(*wire.WorkerCapabilities); !ok || caps.MaxConcurrentBuilds != c.slots {
+				t.Errorf("%q: first message %+v, want WorkerCapabilities with %d build slots", c.args, m, c.slots)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q: no WorkerCapabilities", c.args)
 		}
 		cancel()
 		if err := <-done; err != nil {
@@ -198,6 +209,7 @@ func TestReferenceVariablesReachTheHandshake(t *testing.T) {
 		"GRADIENT_WORKER_CAPABILITIES_BUILD": "false", "GRADIENT_WORKER_CAPABILITIES_FETCH": "true",
 		"GRADIENT_WORKER_CAPABILITIES_EVAL": "true", "GRADIENT_WORKER_CAPABILITIES_FEDERATE": "false",
 		"GRADIENT_WORKER_SYSTEM_CPU_CORE_SCORE": "1", "GRADIENT_WORKER_LOG_FORMAT": "json",
+		"GRADIENT_WORKER_BUILD_MAX_CONCURRENT": "5", "GRADIENT_WORKER_DRAIN_TIMEOUT_SECS": "90",
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -239,7 +251,7 @@ func TestReferenceVariablesReachTheHandshake(t *testing.T) {
 			start = rec
 		}
 	}
-	if start == nil || start["peers_file"] != peersFile || start["build_slots"] != 1.0 ||
+	if start == nil || start["peers_file"] != peersFile || start["build_slots"] != 5.0 || start["drain_timeout"] != "1m30s" ||
 		fmt.Sprint(start["capabilities"]) != "map[build:false eval:true federate:false fetch:true]" {
 		t.Errorf("start-up line %v\nlog:\n%s", start, out)
 	}
