@@ -84,8 +84,13 @@ func (n *Nix) Build(ctx context.Context, drvPath string, opts BuildOptions) (map
 var (
 	// Nix names missing inputs in these messages when it cannot substitute.
 	missingInputPatterns = []string{"cannot build missing derivation", "don't know how to build these paths", "is not valid", "does not exist in the store", "required, but there is no substituter"}
-	// Infrastructure signatures (JOBS.md §10): retrying may help.
-	transientPatterns = []string{"out of memory", "cannot allocate memory", "oom-killer", "no space left on device", "cannot connect to daemon", "unexpected end-of-file", "input/output error", "connection reset by peer", "broken pipe", "interrupted by the user"}
+	// Infrastructure signatures (JOBS.md §10): retrying may help. "killed"
+	// is the reference's OOM signature: Nix's "failed due to signal 9
+	// (Killed)" for a builder the kernel's OOM killer ended, or a shell's
+	// "Killed" for a child it ended, among the log lines Nix quotes (a log
+	// line of the builder's own saying "killed" is retried too, at most
+	// build.maxAttempts times, as in the reference).
+	transientPatterns = []string{"out of memory", "cannot allocate memory", "oom-killer", "killed", "no space left on device", "cannot connect to daemon", "unexpected end-of-file", "input/output error", "connection reset by peer", "broken pipe", "interrupted by the user"}
 	storePathRE       = regexp.MustCompile(`/nix/store/[0-9a-z]{32}-[^\s'"]+`)
 )
 

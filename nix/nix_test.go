@@ -9,7 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -240,6 +243,104 @@ func TestBuildFailures(t *testing.T) {
 			t.Fatalf("got %#v", err)
 		}
 	})
+}
+
+// A build killed by SIGKILL, what the kernel's OOM killer sends, is
+// Transient (JOBS.md §10: the reference's signature "killed"): another
+// attempt, maybe on a worker with more memory, may succeed.
+func TestBuildKilledBySignalIsTransient(t *testing.T) {
+	n := newTestNix(t)
+	ctx := testContext(t)
+	ref := testRepoRef(t)
+	build := func(attr string, started func()) error {
+		drv, err := n.Instantiate(ctx, ref, "killed.x86_64-linux."+attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := &lineWatch{want: "allocating", seen: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() {
+			_, err := n.Build(ctx, drv, BuildOptions{LogWriter: log})
+			done <- err
+		}()
+		if started != nil {
+			select {
+			case <-log.seen:
+				started()
+			case err := <-done:
+				t.Fatalf("%s ended before it was killed: %v", attr, err)
+			}
+		}
+		return <-done
+	}
+	for attr, started := range map[string]func(){
+		"builder": func() {
+			if !killBuilder(t, n.Store, "# oom-target") {
+				t.Fatal("no builder of the test store found")
+			}
+		},
+		"child": nil, // it kills its own child
+	} {
+		err := build(attr, started)
+		var transient *TransientError
+		if !errors.As(err, &transient) || !strings.Contains(strings.ToLower(transient.Message), "killed") {
+			t.Errorf("%s killed by signal 9: %#v, want a TransientError", attr, err)
+		}
+	}
+}
+
+// lineWatch closes seen once want appears in what is written to it.
+type lineWatch struct {
+	mu   sync.Mutex
+	buf  []byte
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (l *lineWatch) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	if bytes.Contains(l.buf, []byte(l.want)) {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return len(p), nil
+}
+
+// killBuilder sends SIGKILL, from outside the build's namespace as the
+// kernel's OOM killer does, to the sh builder (Nix runs /bin/sh as "sh") whose script holds
+// marker and that descends from a process naming store (its daemon).
+func killBuilder(t *testing.T, store, marker string) bool {
+	t.Helper()
+	parentOf := func(pid int) int {
+		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if i := bytes.LastIndexByte(stat, ')'); err == nil && i > 0 {
+			// pid (comm) state ppid …: comm may hold spaces.
+			if fields := strings.Fields(string(stat[i+1:])); len(fields) > 1 {
+				ppid, _ := strconv.Atoi(fields[1])
+				return ppid
+			}
+		}
+		return 0
+	}
+	cmdline := func(pid int) []byte {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		return b
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range procs {
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		if err != nil || !bytes.Contains(cmdline(pid), []byte(marker)) || !bytes.HasPrefix(cmdline(pid), []byte("sh\x00")) {
+			continue
+		}
+		for p := parentOf(pid); p > 1; p = parentOf(p) {
+			if bytes.Contains(cmdline(p), []byte(store)) {
+				return syscall.Kill(pid, syscall.SIGKILL) == nil
+			}
+		}
+	}
+	return false
 }
 
 func TestSystemAndFeatures(t *testing.T) {

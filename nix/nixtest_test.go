@@ -26,6 +26,13 @@ const testFlake = `{
       bad = throw "bad attribute";
     };
     checks.${sys}.hello = self.packages.${sys}.hello;
+    # Builds the kernel's OOM killer would end: the builder itself (the
+    # test kills it from outside its namespace, where it is PID 1), or a
+    # child (the shell reports "Killed" and exits 137).
+    killed.${sys} = {
+      builder = mk "killed-builder" "echo allocating; while true; do /bin/sleep 1; done # oom-target" {};
+      child = mk "killed-child" "echo allocating; /bin/sh -c 'kill -9 $$'; exit $?" {};
+    };
   };
 }
 `
