@@ -3,6 +3,7 @@ package zstdbound_test
 import (
 	"bytes"
 	"io"
+	"runtime"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -49,10 +50,18 @@ func TestWindowsBeyondTheBoundAreRefused(t *testing.T) {
 		"3 GiB single segment":   zstdboundtest.SingleSegment(3<<30, []byte("x")),
 		"129 MiB single segment": zstdboundtest.SingleSegment(zstdbound.MaxWindow+1<<20, []byte("x")),
 	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	for name, frame := range frames {
 		_, err := decode(t, frame, zstdbound.DecoderOptions()...)
 		if !zstdbound.Exceeded(err) {
 			t.Errorf("%s: %v, want the window refused", name, err)
 		}
+	}
+	// Refused before the window is allocated (a library-default decoder
+	// allocates and keeps 256 MiB for the first frame).
+	runtime.ReadMemStats(&after)
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 16<<20 {
+		t.Errorf("refusing %d frames allocated %d MiB", len(frames), grown>>20)
 	}
 }
