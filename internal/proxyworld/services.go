@@ -351,7 +351,10 @@ func StartWorker(tb testing.TB, name string, opts WorkerOptions) *Worker {
 	w := &Worker{ID: opts.ID, PeersFile: writeSecret(tb, dir, "peers", opts.Peers+"\n")}
 	args := []string{"--server-url", opts.ServerURL, "--id", opts.ID, "--peers-file", w.PeersFile,
 		"--base-dir", dir, "--gcroots-dir", "",
-		"--build-max-concurrent", strconv.Itoa(opts.Slots), "--system-cpu-core-score", strconv.Itoa(opts.CoreScore)}
+		"--build-max-concurrent", strconv.Itoa(opts.Slots), "--system-cpu-core-score", strconv.Itoa(opts.CoreScore),
+		// A stopped worker drains its running jobs for 60 s by default;
+		// tests stop workers mid-job and should not wait that long.
+		"--drain-timeout-secs", "2"}
 	// Unset, the worker asks the local Nix.
 	if len(opts.Architectures) > 0 {
 		args = append(args, "--system-architectures", strings.Join(opts.Architectures, ","))
