@@ -90,7 +90,7 @@ func (db *DB) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error
 		c := calls[0]
 		var n int
 		err := retryingStatement(func() error {
-			return db.hotRow(ctx, claimJobSQL, c.jobID, c.assignmentID, c.workerID, nowMillis()).Scan(&n)
+			return db.keyedRow(ctx, claimJobSQL, c.jobID, c.assignmentID, c.workerID, nowMillis()).Scan(&n)
 		})
 		return []bool{n == 1}, err
 	}
@@ -98,7 +98,7 @@ func (db *DB) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error
 	for i, c := range calls {
 		jobs[i], assignments[i], workers[i] = c.jobID, c.assignmentID, c.workerID
 	}
-	st, err := db.prepared(ctx, claimJobsSQL)
+	st, err := db.preparedOn(ctx, db.keyed, claimJobsSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +259,7 @@ func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]com
 			c                           completion
 		)
 		err := retryingStatement(func() error {
-			return db.hotRow(ctx, completeBuildSQL, calls[0].assignmentID, nowMillis(), calls[0].info, finishCheckBound, end).
+			return db.keyedRow(ctx, completeBuildSQL, calls[0].assignmentID, nowMillis(), calls[0].info, finishCheckBound, end).
 				Scan(&closed, &evalID, &project, &dependents, &c.othersStillToRun)
 		})
 		c.closed, c.evalID, c.project, c.dependents = closed > 0, evalID.String, project.String, dependents.String
@@ -269,7 +269,7 @@ func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]com
 	for i, c := range calls {
 		ids[i], infos[i] = c.assignmentID, c.info
 	}
-	st, err := db.prepared(ctx, completeBuildsSQL)
+	st, err := db.preparedOn(ctx, db.keyed, completeBuildsSQL)
 	if err != nil {
 		return nil, err
 	}

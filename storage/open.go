@@ -21,10 +21,11 @@ const (
 type DB struct {
 	base   *sqldb.DB // the engine layer: connection, migrations, writer queue
 	sql    *sql.DB   // base's pool, for the queries
+	keyed  *sql.DB   // base's pool for statements that go by key (claims, completions)
 	engine Engine
 
 	stmtMu sync.Mutex
-	stmts  map[string]*sql.Stmt // hot queries, prepared once (see hotRow)
+	stmts  map[stmtKey]*sql.Stmt // hot queries, prepared once (see hotRow)
 
 	// On PostgreSQL, concurrent claims and completions share statements
 	// (see batcher); nil on SQLite, which runs one writer at a time.
@@ -51,7 +52,7 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{base: base, sql: base.SQL(), engine: base.Engine()}
+	db := &DB{base: base, sql: base.SQL(), keyed: base.Keyed(), engine: base.Engine()}
 	if db.engine == EnginePostgres {
 		// On PostgreSQL, concurrent claims and completions share
 		// statements; SQLite runs one writer at a time.
@@ -86,11 +87,28 @@ func (db *DB) Close() error {
 // statement prepared once: SQLite otherwise parses the SQL on every call,
 // which costs more than the lookup itself.
 func (db *DB) hotRow(ctx context.Context, query string, args ...any) *sql.Row {
-	st, err := db.prepared(ctx, query)
+	return db.hotRowOn(ctx, db.sql, query, args...)
+}
+
+// keyedRow is hotRow on the keyed pool (sqldb.DB.Keyed), for statements
+// whose plans must go by key however small their tables were when the
+// plan was made.
+func (db *DB) keyedRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return db.hotRowOn(ctx, db.keyed, query, args...)
+}
+
+func (db *DB) hotRowOn(ctx context.Context, pool *sql.DB, query string, args ...any) *sql.Row {
+	st, err := db.preparedOn(ctx, pool, query)
 	if err != nil {
-		return db.sql.QueryRowContext(ctx, query, args...) // reports the error
+		return pool.QueryRowContext(ctx, query, args...) // reports the error
 	}
 	return st.QueryRowContext(ctx, args...)
+}
+
+// stmtKey names a prepared statement: its pool and its query.
+type stmtKey struct {
+	pool  *sql.DB
+	query string
 }
 
 // prepared returns the statement for query, prepared once on db. The
@@ -98,26 +116,32 @@ func (db *DB) hotRow(ctx context.Context, query string, args ...any) *sql.Row {
 // and with a bounded pool every connection may belong to a transaction
 // waiting for this very statement.
 func (db *DB) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+	return db.preparedOn(ctx, db.sql, query)
+}
+
+// preparedOn is prepared on a pool of db: db.sql or db.keyed.
+func (db *DB) preparedOn(ctx context.Context, pool *sql.DB, query string) (*sql.Stmt, error) {
+	key := stmtKey{pool, query}
 	db.stmtMu.Lock()
-	st, ok := db.stmts[query]
+	st, ok := db.stmts[key]
 	db.stmtMu.Unlock()
 	if ok {
 		return st, nil
 	}
-	st, err := db.sql.PrepareContext(ctx, query)
+	st, err := pool.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
 	db.stmtMu.Lock()
 	defer db.stmtMu.Unlock()
-	if first, ok := db.stmts[query]; ok {
+	if first, ok := db.stmts[key]; ok {
 		st.Close() // another caller was first
 		return first, nil
 	}
 	if db.stmts == nil {
-		db.stmts = map[string]*sql.Stmt{}
+		db.stmts = map[stmtKey]*sql.Stmt{}
 	}
-	db.stmts[query] = st
+	db.stmts[key] = st
 	return st, nil
 }
 

@@ -240,6 +240,10 @@ func runThroughput(b *testing.B, dbURL string, n int, memory bool) {
 		peak = sampleHeap()
 	}
 	pg := startBackendCPU(b, dbURL)
+	var stats pgStats
+	if pg.conn != nil && pgStatsWanted() {
+		stats = readPGStats(b, pg.conn)
+	}
 	b.ResetTimer()
 	start := time.Now()
 	cpu := startCPU()
@@ -272,6 +276,9 @@ func runThroughput(b *testing.B, dbURL string, n int, memory bool) {
 		b.ReportMetric(float64(peak.peakRSS.Load())/(1<<20), "peak-rss-MiB")
 	}
 	waitEvaluation(b, r.db, ev.ID, 5*time.Minute)
+	if stats != nil {
+		logPGStatsSince(b, pg.conn, stats, n)
+	}
 }
 
 // BenchmarkDispatchLatency: two idle workers; an evaluation whose b.N

@@ -13,8 +13,9 @@ import (
 	"sync"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver
+	_ "modernc.org/sqlite"           // registers the "sqlite" database/sql driver
 )
 
 // Engine names the database engine behind a DB.
@@ -25,13 +26,15 @@ const (
 	EnginePostgres Engine = "postgres"
 )
 
-// PostgresMaxConns bounds a process's PostgreSQL connections.
+// PostgresMaxConns bounds a process's PostgreSQL connections of the main
+// pool (SQL); Keyed has keyedMaxConns more.
 const PostgresMaxConns = 32
 
 // DB is one opened, migrated database. Both engines go through
 // database/sql with one set of queries.
 type DB struct {
 	sql    *sql.DB
+	keyed  *sql.DB // see Keyed; sql itself on SQLite
 	engine Engine
 	schema Schema
 
@@ -72,12 +75,12 @@ func Open(ctx context.Context, rawURL string, schema Schema) (*DB, error) {
 		return nil, err
 	}
 	if err := db.connect(ctx); err != nil {
-		db.sql.Close()
+		db.Close()
 		return nil, fmt.Errorf("connect to %s database %s: %w", target.Engine, target.Display, err)
 	}
 	db.schema = schema
 	if err := db.migrate(ctx, schema); err != nil {
-		db.sql.Close()
+		db.Close()
 		return nil, err
 	}
 	slog.InfoContext(ctx, "database opened", "schema", schema.Name, "engine", target.Engine, "location", target.Display)
@@ -107,14 +110,36 @@ func (db *DB) connect(ctx context.Context) error {
 // SQL is the connection pool, for the queries of the package above.
 func (db *DB) SQL() *sql.DB { return db.sql }
 
+// Keyed is a small pool for statements that only ever look rows up by
+// key, whatever the sizes of their tables: on PostgreSQL its connections
+// plan without sequential scans, hash or merge joins (KeyedSettings). A
+// prepared statement's generic plan is made once, for the table sizes of
+// that moment: one made while the job tables were nearly empty scans them
+// and hash-joins, and keeps doing so after they have grown to 100,000
+// rows, until an ANALYZE invalidates it. On SQLite it is SQL.
+func (db *DB) Keyed() *sql.DB { return db.keyed }
+
+// KeyedSettings are the planner settings of Keyed's connections.
+var KeyedSettings = map[string]string{"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off"}
+
+// keyedMaxConns bounds Keyed's connections: its statements are few at a
+// time (the claim and completion batchers run two each).
+const keyedMaxConns = 6
+
 // Engine reports which database engine db uses.
 func (db *DB) Engine() Engine { return db.engine }
 
 // Ping checks that the database is reachable.
 func (db *DB) Ping(ctx context.Context) error { return db.sql.PingContext(ctx) }
 
-// Close releases the connection pool.
-func (db *DB) Close() error { return db.sql.Close() }
+// Close releases the connection pools.
+func (db *DB) Close() error {
+	err := db.sql.Close()
+	if db.keyed != db.sql {
+		err = errors.Join(err, db.keyed.Close())
+	}
+	return err
+}
 
 // Target is a parsed database URL.
 type Target struct {
@@ -200,7 +225,7 @@ func openSQLite(path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite database %s: %w", path, err)
 	}
-	return &DB{sql: sqlDB, engine: EngineSQLite}, nil
+	return &DB{sql: sqlDB, keyed: sqlDB, engine: EngineSQLite}, nil
 }
 
 func openPostgres(dsn string) (*DB, error) {
@@ -216,5 +241,17 @@ func openPostgres(dsn string) (*DB, error) {
 	sqlDB.SetMaxOpenConns(PostgresMaxConns)
 	sqlDB.SetMaxIdleConns(PostgresMaxConns)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	return &DB{sql: sqlDB, engine: EnginePostgres}, nil
+	config, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		sqlDB.Close()
+		return nil, errors.New("storage: open postgres database: invalid connection URL")
+	}
+	for k, v := range KeyedSettings {
+		config.RuntimeParams[k] = v
+	}
+	keyed := stdlib.OpenDB(*config)
+	keyed.SetMaxOpenConns(keyedMaxConns)
+	keyed.SetMaxIdleConns(keyedMaxConns)
+	keyed.SetConnMaxIdleTime(5 * time.Minute)
+	return &DB{sql: sqlDB, keyed: keyed, engine: EnginePostgres}, nil
 }

@@ -1,0 +1,85 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+)
+
+// TestKeyedPlansGoByKeyAfterTheTablesGrew (PostgreSQL): the claim and
+// completion statements run on the keyed pool, where a plan cached while
+// the job tables were nearly empty (a new server's first evaluation)
+// still looks rows up by key once they hold thousands. On the main pool
+// the cached generic plans scan jobs and job_assignments and hash-join
+// them against the batch: one scan per batch, each as long as the
+// table, which made PostgreSQL's CPU per assignment grow with the queue
+// (issue 21; docs/PERFORMANCE.md).
+func TestKeyedPlansGoByKeyAfterTheTablesGrew(t *testing.T) {
+	t.Parallel()
+	db := openTestDB(t, freshPostgresURL(t))
+	ctx := t.Context()
+	ev := newEvaluation(t, db)
+
+	conn, err := db.keyed.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The generic plan from the first execution, as the plan cache
+	// settles on after five while the tables are this small.
+	mustExec(t, conn, `SET plan_cache_mode = force_generic_plan`)
+	statements := []struct{ name, params, sql, args string }{
+		{"claim", "text, text, text, bigint", claimJobSQL, `'x', 'y', 'w', 1`},
+		{"claims", "text[], text[], text[], bigint", claimJobsSQL, `'{x,y}', '{a,b}', '{w,w}', 1`},
+		{"complete", "text, bigint, text, int, boolean", completeBuildSQL, `'x', 1, '[]', 100, true`},
+		{"completes", "text[], text[], bigint, int, boolean", completeBuildsSQL, `'{x,y}', '{[],[]}', 1, 100, true`},
+	}
+	for _, s := range statements {
+		mustExec(t, conn, `PREPARE `+s.name+` (`+s.params+`) AS `+s.sql)
+		mustExec(t, conn, `EXECUTE `+s.name+` (`+s.args+`)`) // matches nothing
+	}
+
+	// Grow the tables a queue of builds fills: 5,000 builds with a job
+	// and a closed assignment each.
+	for _, q := range []string{
+		`INSERT INTO builds (id, evaluation_id, drv_path, architecture, required_features, outputs, status, created_at)
+		 SELECT 'b' || i, $1, '/nix/store/' || i || '-x.drv', 'x86_64-linux', '[]', '[]', 'succeeded', 0
+		 FROM generate_series(1, 5000) i`,
+		`INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, created_at)
+		 SELECT 'j' || i, 'build', $1, 'b' || i, (SELECT project_id FROM evaluations WHERE id = $1), 'done', 0, 0
+		 FROM generate_series(1, 5000) i`,
+		`INSERT INTO job_assignments (id, job_id, worker_id, opened_at, closed_at, outcome)
+		 SELECT 'a' || i, 'j' || i, 'w', 0, 1, 'completed' FROM generate_series(1, 5000) i WHERE $1 <> ''`,
+	} {
+		if _, err := db.sql.ExecContext(ctx, q, ev.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, s := range statements {
+		plan := explain(t, conn, `EXPLAIN EXECUTE `+s.name+` (`+s.args+`)`)
+		for _, scan := range []string{"Seq Scan on jobs", "Seq Scan on job_assignments", "Seq Scan on builds", "Hash Join", "Merge Join"} {
+			if strings.Contains(plan, scan) {
+				t.Errorf("%s: the plan cached before the tables grew has a %s:\n%s", s.name, scan, plan)
+			}
+		}
+	}
+}
+
+func mustExec(t *testing.T, conn *sql.Conn, query string) {
+	t.Helper()
+	if _, err := conn.ExecContext(context.Background(), query); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+func explain(t *testing.T, conn *sql.Conn, query string) string {
+	t.Helper()
+	rows, err := conn.QueryContext(context.Background(), query)
+	lines, err := collect(rows, err, scanString)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return strings.Join(lines, "\n")
+}
