@@ -45,8 +45,12 @@ type Outbox struct {
 	busy bool
 	// finishing: Finish was called; later messages are dropped.
 	finishing bool
-	wake      chan struct{}
-	stopped   chan struct{}
+	// drained is called once the queue holds fewer than drainBelow
+	// bytes (WhenDrained); nil when nothing waits for that.
+	drained    func()
+	drainBelow int
+	wake       chan struct{}
+	stopped    chan struct{}
 }
 
 type queued struct {
@@ -162,6 +166,33 @@ func (o *Outbox) Send(m wire.ServerMessage) {
 	}
 }
 
+// Backlog is the bytes queued and not yet handed to the session.
+func (o *Outbox) Backlog() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.bytes
+}
+
+// WhenDrained calls f once, on a goroutine of its own, when the queue
+// holds fewer than below bytes: at once if it does now. It replaces an
+// earlier f not yet called; a queue that stops never calls it.
+func (o *Outbox) WhenDrained(below int, f func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	o.drained, o.drainBelow = f, below
+	o.drainedLocked()
+}
+
+func (o *Outbox) drainedLocked() {
+	if o.drained != nil && o.bytes < o.drainBelow {
+		go o.drained()
+		o.drained = nil
+	}
+}
+
 func (o *Outbox) cutOffLocked(reason string) {
 	o.stopLocked()
 	go o.onSlow(reason)
@@ -171,6 +202,7 @@ func (o *Outbox) stopLocked() {
 	if !o.closed {
 		o.closed = true
 		o.q, o.bytes = nil, 0
+		o.drained = nil
 		close(o.stopped)
 	}
 }
@@ -221,6 +253,7 @@ func (o *Outbox) loop() {
 		o.q = o.q[1:]
 		o.bytes -= next.size
 		o.busy = true
+		o.drainedLocked()
 		o.mu.Unlock()
 		if next.then != nil {
 			next.then()
