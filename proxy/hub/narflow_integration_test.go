@@ -21,23 +21,43 @@ import (
 // as the session takes it, honouring NarRequestResume (CACHE.md §3.2):
 // a request or resume stops the path's earlier stream, as our server does.
 type narServer struct {
-	c      *rawConn
-	object []byte
-	token  string
-	gen    atomic.Int64 // the current stream; older ones stop
+	c     *rawConn
+	size  uint64
+	token string
+	// bytesAt is the object's bytes [off, end), at most chunkSize.
+	bytesAt func(off, end uint64) []byte
+	gen     atomic.Int64 // the current stream; older ones stop
+}
+
+// handle answers a NarRequest or NarRequestResume; false for another
+// message.
+func (s *narServer) handle(m wire.ClientMessage) bool {
+	switch m := m.(type) {
+	case *wire.NarRequest:
+		s.serve(m.JobID, m.Paths[0], 0)
+	case *wire.NarRequestResume:
+		from := uint64(0)
+		if m.StreamToken == s.token && m.ReceivedBytes <= s.size {
+			from = m.ReceivedBytes
+		}
+		s.serve(m.JobID, m.StorePath, from)
+	default:
+		return false
+	}
+	return true
 }
 
 func (s *narServer) serve(jobID, path string, from uint64) {
 	gen := s.gen.Add(1)
 	go func() {
-		s.c.sess.Send(&wire.NarStreamHeader{JobID: jobID, StorePath: path, TotalBytes: uint64(len(s.object)), StreamToken: s.token})
+		s.c.sess.Send(&wire.NarStreamHeader{JobID: jobID, StorePath: path, TotalBytes: s.size, StreamToken: s.token})
 		for off := from; ; off += chunkSize {
 			if s.gen.Load() != gen {
 				return
 			}
-			end := min(off+chunkSize, uint64(len(s.object)))
-			final := end == uint64(len(s.object))
-			if err := s.c.sess.Send(&wire.NarPush{JobID: jobID, StorePath: path, Data: s.object[off:end], Offset: off, IsFinal: final}); err != nil || final {
+			end := min(off+chunkSize, s.size)
+			final := end == s.size
+			if err := s.c.sess.Send(&wire.NarPush{JobID: jobID, StorePath: path, Data: s.bytesAt(off, end), Offset: off, IsFinal: final}); err != nil || final {
 				return
 			}
 		}
@@ -79,7 +99,8 @@ func TestSlowWorkerGetsALargeNarThroughTheProxy(t *testing.T) {
 	object := make([]byte, size)
 	rand.NewChaCha8([32]byte{18}).Read(object)
 	want := sha256.Sum256(object)
-	srv := &narServer{c: upConn, object: object, token: fmt.Sprintf("len-%d", size)}
+	srv := &narServer{c: upConn, size: size, token: fmt.Sprintf("len-%d", size),
+		bytesAt: func(off, end uint64) []byte { return object[off:end] }}
 	host := wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, MaxConcurrentBuilds: 1}
 
 	row, token, err := store.CreateWorker(ctx, tenant.ID, "slow", proxystore.Capabilities{Build: true})
@@ -130,15 +151,10 @@ func TestSlowWorkerGetsALargeNarThroughTheProxy(t *testing.T) {
 	go func() {
 		jobs := 0
 		for m := range upConn.msgs {
+			if srv.handle(m) {
+				continue
+			}
 			switch m := m.(type) {
-			case *wire.NarRequest:
-				srv.serve(m.JobID, m.Paths[0], 0)
-			case *wire.NarRequestResume:
-				from := uint64(0)
-				if m.StreamToken == srv.token && m.ReceivedBytes <= size {
-					from = m.ReceivedBytes
-				}
-				srv.serve(m.JobID, m.StorePath, from)
 			case *wire.RequestJob:
 				if jobs == 200 {
 					break // enough: completed never fills
