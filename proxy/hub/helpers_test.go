@@ -41,6 +41,13 @@ func (f *fakeWorker) WhenDrained(below int, fn func()) {
 	f.drained, f.drainBelow = fn, below
 }
 
+// watched: a WhenDrained callback waits.
+func (f *fakeWorker) watched() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.drained != nil
+}
+
 // setBacklog sets the queue's fill and calls (synchronously, so tests
 // see the effects at once) a waiting drain callback it satisfies.
 func (f *fakeWorker) setBacklog(n int) {
