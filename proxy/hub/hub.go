@@ -10,7 +10,9 @@
 // waiting worker (or declines), routes reports by job_id and drops the
 // ones for jobs the worker does not own, and passes cache messages
 // through under fresh query and request IDs: nothing is stored on the
-// proxy, the tenant's server is the cache.
+// proxy, the tenant's server is the cache. NAR pulls to a worker that
+// reads slower than the server sends are paused and resumed per pull
+// (narflow.go) rather than the worker cut off.
 //
 // The hub does no I/O: the upstream session is a send function (a
 // worker.Worker's session, through Forward), each downstream worker a

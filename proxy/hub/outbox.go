@@ -24,7 +24,9 @@ const (
 // tenant's server sends — its queue overflows, or the session's own send
 // stalls — is cut off, as nats-server cuts off a slow consumer, instead of
 // stalling the tenant's upstream reader and with it every other worker of
-// the tenant.
+// the tenant. NAR pulls do not get that far: the hub pauses a pull well
+// below the limit (Backlog) and resumes it once the queue drained
+// (WhenDrained), see narflow.go.
 //
 // Send keeps nothing of a message's byte fields once it returns: an
 // Outbox over a session writer (NewWriterOutbox) encodes the message at
