@@ -142,9 +142,11 @@ func (h *Hub) narPush(e *effects, m *wire.NarPush) {
 	}
 	end := m.Offset + uint64(len(m.Data))
 	if m.Offset < p.next {
-		if end <= p.next {
+		if end < p.next || (end == p.next && !m.IsFinal) {
 			return // the worker has these bytes
 		}
+		// Cut to what the worker lacks: maybe nothing but the final
+		// flag, when it has every byte but not the end of the stream.
 		c := *m
 		c.Data, c.Offset = m.Data[p.next-m.Offset:], p.next
 		m = &c

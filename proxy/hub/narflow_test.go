@@ -157,6 +157,18 @@ func TestNarPullCutsOverlapsAndDropsStaleChunks(t *testing.T) {
 	}
 }
 
+// A final chunk of bytes the worker has still ends its stream: the hub
+// forwards its end, no bytes.
+func TestNarPullForwardsTheEndOfBytesTheWorkerHas(t *testing.T) {
+	_, u, w := pulling(t)
+	u.h.Handle(&wire.NarPush{JobID: "j", StorePath: testPath, Data: testObject, Offset: 0}) // all bytes, not final
+	u.h.Handle(chunkAt("j", 9*testChunk))                                                   // final, from another stream
+	got := of[*wire.NarPush](w.take())
+	if len(got) != 2 || !got[1].IsFinal || len(got[1].Data) != 0 || got[1].Offset != uint64(len(testObject)) {
+		t.Fatalf("the worker got %+v", got)
+	}
+}
+
 // The worker's own NarRequestResume (its buffer overflowed) goes
 // upstream as it is, resets the offset it expects and gets its header.
 func TestWorkersOwnResumeResetsTheOffset(t *testing.T) {
