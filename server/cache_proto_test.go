@@ -203,6 +203,66 @@ func TestNarPullAndResume(t *testing.T) {
 	})
 }
 
+// A resume of a path whose stream is still in flight (a proxy pacing a
+// slow worker resumes before the old stream ended) stops the old
+// stream: the object is sent once more from the offset, not twice.
+func TestResumeStopsTheStreamInFlight(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newCacheProtoEnv(t, db, Config{})
+		const size = 48 << 20 // far more than the lanes and sockets hold
+		big := e.putPath(t, e.cache.ID, testStorePath("big"), randomNar(size))
+		small := e.putPath(t, e.cache.ID, testStorePath("small"), randomNar(100))
+		w := e.projectWorker()
+		send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{big.StorePath}})
+		h := recvAs[*wire.NarStreamHeader](t, w.sess)
+		first := recvAs[*wire.NarPush](t, w.sess)
+		got := bytes.Clone(first.Data)
+		// The old stream is blocked on the unread socket meanwhile.
+		send(t, w.sess, &wire.NarRequestResume{JobID: "j", StorePath: big.StorePath, ReceivedBytes: uint64(len(got)), StreamToken: h.StreamToken})
+		headers, finals, chunks := 0, 0, 0
+		for finals == 0 {
+			switch m := recvAs[wire.ServerMessage](t, w.sess).(type) {
+			case *wire.NarStreamHeader:
+				headers++
+			case *wire.NarPush:
+				chunks++
+				got = append(got[:m.Offset], m.Data...)
+				if m.IsFinal {
+					finals++
+				}
+			}
+		}
+		// Whatever the old stream still sends comes before the next
+		// path's stream ends.
+		send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{small.StorePath}})
+		for done := false; !done; {
+			switch m := recvAs[wire.ServerMessage](t, w.sess).(type) {
+			case *wire.NarPush:
+				if m.StorePath == small.StorePath {
+					done = m.IsFinal
+					continue
+				}
+				chunks++
+				if m.IsFinal {
+					finals++
+				}
+			}
+		}
+		if headers != 1 || finals != 1 {
+			t.Fatalf("after the resume: %d headers, %d final chunks of the object, want 1 each", headers, finals)
+		}
+		if uint64(len(got)) != uint64(big.FileSize) {
+			t.Fatalf("got %d bytes of %d", len(got), big.FileSize)
+		}
+		// The resumed stream is the object less one chunk; the old one
+		// sent at most what was queued when it was stopped.
+		if resumed := int(big.FileSize)/(512<<10) - 1; chunks > 2*resumed-16 {
+			t.Fatalf("%d chunks after the resume; the resumed stream alone has %d", chunks, resumed+1)
+		}
+	})
+}
+
 func TestUploadThenServedOverHTTP(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {

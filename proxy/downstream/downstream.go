@@ -96,6 +96,8 @@ func (m *member) Send(msg wire.ServerMessage)             { m.outbox.Send(msg) }
 func (m *member) Capabilities() wire.GradientCapabilities { return m.w.Capabilities() }
 func (m *member) Host() *wire.WorkerCapabilities          { return m.w.WorkerCapabilities() }
 func (m *member) Draining() bool                          { return m.w.Draining() }
+func (m *member) Backlog() int                            { return m.outbox.Backlog() }
+func (m *member) WhenDrained(bytes int, f func())         { m.outbox.WhenDrained(bytes, f) }
 
 // Close ends the session once what the hub queued before went out.
 func (m *member) Close(reason string) {

@@ -22,6 +22,47 @@ type fakeWorker struct {
 	draining bool
 	got      []wire.ServerMessage
 	closed   string
+	// backlog is what Backlog reports; drained the callback
+	// WhenDrained left, below its mark.
+	backlog    int
+	drained    func()
+	drainBelow int
+}
+
+func (f *fakeWorker) Backlog() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.backlog
+}
+
+func (f *fakeWorker) WhenDrained(below int, fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drained, f.drainBelow = fn, below
+}
+
+// watched: a WhenDrained callback waits.
+func (f *fakeWorker) watched() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.drained != nil
+}
+
+// setBacklog sets the queue's fill and calls (synchronously, so tests
+// see the effects at once) a waiting drain callback it satisfies.
+func (f *fakeWorker) setBacklog(n int) {
+	f.mu.Lock()
+	f.backlog = n
+	fn := f.drained
+	if fn != nil && n < f.drainBelow {
+		f.drained = nil
+	} else {
+		fn = nil
+	}
+	f.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 }
 
 func (f *fakeWorker) Session() uint64                         { return f.session }

@@ -10,7 +10,9 @@
 // waiting worker (or declines), routes reports by job_id and drops the
 // ones for jobs the worker does not own, and passes cache messages
 // through under fresh query and request IDs: nothing is stored on the
-// proxy, the tenant's server is the cache.
+// proxy, the tenant's server is the cache. NAR pulls to a worker that
+// reads slower than the server sends are paused and resumed per pull
+// (narflow.go) rather than the worker cut off.
 //
 // The hub does no I/O: the upstream session is a send function (a
 // worker.Worker's session, through Forward), each downstream worker a
@@ -47,6 +49,13 @@ type Downstream interface {
 	Draining() bool
 	// Close ends the worker's session.
 	Close(reason string)
+	// Backlog is the bytes queued for the worker that its session has
+	// not taken yet (Outbox.Backlog): NAR pulls pause above a mark.
+	Backlog() int
+	// WhenDrained calls f once, on a goroutine of its own and never
+	// before it returns, when the backlog is below bytes
+	// (Outbox.WhenDrained).
+	WhenDrained(bytes int, f func())
 }
 
 // Reasons the hub gives.
@@ -97,6 +106,9 @@ type member struct {
 	scores  map[string]wire.CandidateScore
 	uploads map[uint64]uint64 // the worker's request ID → upstream's
 	jobs    int
+	// drainWatched: a paused NAR pull waits for the worker's queue to
+	// drain (WhenDrained was called).
+	drainWatched bool
 }
 
 type job struct {
@@ -110,6 +122,9 @@ type job struct {
 	ended   bool
 	cluster *wire.ClusterMembership
 	started bool // StartCluster came for its attempt
+	// pulls are the job's NAR pulls by store path (narflow.go); they go
+	// with the job.
+	pulls map[string]*pull
 }
 
 type queryRoute struct {
@@ -414,13 +429,13 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 			e.toWorker(h.workers[u.worker].d, &c)
 		}
 	case *wire.NarStreamHeader:
-		h.toJobOwner(e, m.JobID, m)
+		h.narHeader(e, m)
 	case *wire.NarPush:
-		h.toJobOwner(e, m.JobID, m)
+		h.narPush(e, m)
 	case *wire.NarUnavailable:
-		h.toJobOwner(e, m.JobID, m)
+		h.narEnded(e, m.JobID, m.StorePath, m, true)
 	case *wire.NarAbort:
-		h.toJobOwner(e, m.JobID, m)
+		h.narEnded(e, m.JobID, m.StorePath, m, false)
 	case *wire.EvalCachePullResult:
 		h.toJobOwner(e, m.JobID, m)
 	case *wire.EvalCacheChunk:
@@ -539,12 +554,17 @@ func (h *Hub) cacheFromWorker(e *effects, w *member, msg wire.ClientMessage) {
 			}
 			return
 		}
+		j := h.jobs[m.JobID]
+		for _, p := range m.Paths {
+			j.pullOf(p).requested(0, true)
+		}
 		h.toUpstream(e, m)
 	case *wire.NarRequestResume:
 		if !up || !h.jobOK(w, m.JobID, false) {
 			e.toWorker(w.d, &wire.NarAbort{JobID: m.JobID, StorePath: m.StorePath, Reason: h.refusal(up)})
 			return
 		}
+		h.jobs[m.JobID].pullOf(m.StorePath).requested(m.ReceivedBytes, false)
 		h.toUpstream(e, m)
 	case *wire.EvalCachePull:
 		if !up || !h.jobOK(w, m.JobID, false) {

@@ -18,6 +18,9 @@ type Metrics struct {
 	slow         *prometheus.CounterVec
 	upstreamLost *prometheus.CounterVec
 	queueWait    *prometheus.HistogramVec
+	narPauses    *prometheus.CounterVec
+	narResumes   *prometheus.CounterVec
+	narGiveUps   *prometheus.CounterVec
 
 	// gone are the removed tenants' IDs (copy on write): a message
 	// still in flight for a removed hub records nothing, so no series
@@ -44,6 +47,9 @@ func (m *Metrics) forget(tenant string) {
 	m.slow.DeletePartialMatch(match)
 	m.upstreamLost.DeletePartialMatch(match)
 	m.queueWait.DeletePartialMatch(match)
+	m.narPauses.DeletePartialMatch(match)
+	m.narResumes.DeletePartialMatch(match)
+	m.narGiveUps.DeletePartialMatch(match)
 }
 
 // on reports whether the tenant's series are recorded.
@@ -72,9 +78,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gradient_proxy_hub_queue_seconds",
 			Help:    "Time a message for a worker behind the proxy waited in its outgoing queue.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}, []string{"tenant"}),
+		narPauses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_proxy_hub_nar_pauses_total",
+			Help: "NAR pulls paused because the worker's outgoing queue passed its high-water mark (the rest of the stream is dropped until it drains)."}, []string{"tenant"}),
+		narResumes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_proxy_hub_nar_resumes_total",
+			Help: "NarRequestResumes the proxy sent the tenant's server for paused pulls once the worker's queue drained."}, []string{"tenant"}),
+		narGiveUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_proxy_hub_nar_given_up_total",
+			Help: "Paused NAR pulls the proxy gave up (NarAbort to the worker): resumed too often without progress or restarted by the server."}, []string{"tenant"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.assignments, m.dropped, m.slow, m.upstreamLost, m.queueWait} {
+		for _, c := range []prometheus.Collector{m.assignments, m.dropped, m.slow, m.upstreamLost, m.queueWait, m.narPauses, m.narResumes, m.narGiveUps} {
 			if err := reg.Register(c); err != nil {
 				return nil, errors.Join(errors.New("hub metrics"), err)
 			}
@@ -110,5 +122,23 @@ func (m *Metrics) lost(tenant string) {
 func (m *Metrics) waited(tenant string, d time.Duration) {
 	if m.on(tenant) {
 		m.queueWait.WithLabelValues(tenant).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) narPaused(tenant string) {
+	if m.on(tenant) {
+		m.narPauses.WithLabelValues(tenant).Inc()
+	}
+}
+
+func (m *Metrics) narResumed(tenant string) {
+	if m.on(tenant) {
+		m.narResumes.WithLabelValues(tenant).Inc()
+	}
+}
+
+func (m *Metrics) narGivenUp(tenant string) {
+	if m.on(tenant) {
+		m.narGiveUps.WithLabelValues(tenant).Inc()
 	}
 }

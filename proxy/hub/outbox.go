@@ -24,7 +24,9 @@ const (
 // tenant's server sends — its queue overflows, or the session's own send
 // stalls — is cut off, as nats-server cuts off a slow consumer, instead of
 // stalling the tenant's upstream reader and with it every other worker of
-// the tenant.
+// the tenant. NAR pulls do not get that far: the hub pauses a pull well
+// below the limit (Backlog) and resumes it once the queue drained
+// (WhenDrained), see narflow.go.
 //
 // Send keeps nothing of a message's byte fields once it returns: an
 // Outbox over a session writer (NewWriterOutbox) encodes the message at
@@ -45,8 +47,12 @@ type Outbox struct {
 	busy bool
 	// finishing: Finish was called; later messages are dropped.
 	finishing bool
-	wake      chan struct{}
-	stopped   chan struct{}
+	// drained is called once the queue holds fewer than drainBelow
+	// bytes (WhenDrained); nil when nothing waits for that.
+	drained    func()
+	drainBelow int
+	wake       chan struct{}
+	stopped    chan struct{}
 }
 
 type queued struct {
@@ -162,6 +168,33 @@ func (o *Outbox) Send(m wire.ServerMessage) {
 	}
 }
 
+// Backlog is the bytes queued and not yet handed to the session.
+func (o *Outbox) Backlog() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.bytes
+}
+
+// WhenDrained calls f once, on a goroutine of its own, when the queue
+// holds fewer than below bytes: at once if it does now. It replaces an
+// earlier f not yet called; a queue that stops never calls it.
+func (o *Outbox) WhenDrained(below int, f func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	o.drained, o.drainBelow = f, below
+	o.drainedLocked()
+}
+
+func (o *Outbox) drainedLocked() {
+	if o.drained != nil && o.bytes < o.drainBelow {
+		go o.drained()
+		o.drained = nil
+	}
+}
+
 func (o *Outbox) cutOffLocked(reason string) {
 	o.stopLocked()
 	go o.onSlow(reason)
@@ -171,6 +204,7 @@ func (o *Outbox) stopLocked() {
 	if !o.closed {
 		o.closed = true
 		o.q, o.bytes = nil, 0
+		o.drained = nil
 		close(o.stopped)
 	}
 }
@@ -221,6 +255,7 @@ func (o *Outbox) loop() {
 		o.q = o.q[1:]
 		o.bytes -= next.size
 		o.busy = true
+		o.drainedLocked()
 		o.mu.Unlock()
 		if next.then != nil {
 			next.then()

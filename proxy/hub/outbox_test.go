@@ -64,3 +64,32 @@ func TestOutboxFinishesAfterTheQueue(t *testing.T) {
 	default:
 	}
 }
+
+// Backlog counts the queued bytes; WhenDrained fires once the session
+// took enough of them, and at once when the queue is short already.
+func TestOutboxReportsItsBacklogAndDrain(t *testing.T) {
+	release := make(chan struct{})
+	o := NewOutbox(func(wire.ServerMessage) error { <-release; return nil }, func(string) { t.Error("cut off") })
+	defer o.Close()
+	chunk := make([]byte, 1<<20)
+	for range 5 {
+		o.Send(&wire.NarPush{Data: chunk})
+	}
+	// One message is with the session, the others wait.
+	waitfor.True(t, "four messages queued", func() bool { return o.Backlog() == 4*messageSize(&wire.NarPush{Data: chunk}) })
+	drained := make(chan struct{})
+	o.WhenDrained(2<<20, func() { close(drained) })
+	select {
+	case <-drained:
+		t.Fatal("drained with 4 MiB queued")
+	default:
+	}
+	for range 3 {
+		release <- struct{}{}
+	}
+	<-drained // below 2 MiB once the third message left the queue
+	now := make(chan struct{})
+	o.WhenDrained(2<<20, func() { close(now) })
+	<-now
+	close(release)
+}

@@ -1,10 +1,13 @@
 package hub
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,12 +34,25 @@ type tenantModel struct {
 	// accepted, not yet ended), by job ID → worker session.
 	running map[string]uint64
 	nextJob int
+	// pulls are the NAR pulls workers asked for: the bytes each has and
+	// the stream token it knows.
+	pulls map[modelPullID]*modelPull
+}
+
+type modelPullID struct {
+	session   uint64
+	job, path string
+}
+
+type modelPull struct {
+	have  uint64
+	token string
 }
 
 func newModel(t testing.TB, seed uint64) *model {
 	m := &model{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	for _, name := range []string{"A", "B"} {
-		tm := &tenantModel{name: name, h: New(name, slog.New(slog.DiscardHandler), nil), running: map[string]uint64{}}
+		tm := &tenantModel{name: name, h: New(name, slog.New(slog.DiscardHandler), nil), running: map[string]uint64{}, pulls: map[modelPullID]*modelPull{}}
 		tm.up = &fakeUpstream{}
 		tm.up.h = tm.h.Forward(fwdSession(tm.up))
 		for i := range 3 {
@@ -69,7 +85,7 @@ func (m *model) step() {
 		other = m.tenants[1]
 	}
 	w := tm.workers[m.rng.IntN(len(tm.workers))]
-	switch m.rng.IntN(14) {
+	switch m.rng.IntN(20) {
 	case 0:
 		tm.up.h.Handle(&wire.JobOffer{Candidates: []wire.JobCandidate{buildCand(tm.jobID(m.rng), "x86_64-linux")}})
 	case 1:
@@ -93,6 +109,7 @@ func (m *model) step() {
 		if tm.running[id] == w.session {
 			// Its own job: the worker's completion ends it.
 			delete(tm.running, id)
+			tm.forgetPulls(w.session, id)
 		}
 	case 6:
 		tm.h.FromWorker(w, &wire.CacheQuery{JobID: tm.jobID(m.rng), QueryID: tm.name + "-q"})
@@ -127,6 +144,49 @@ func (m *model) step() {
 		}
 	case 12:
 		tm.h.FlushScores()
+	case 13, 17:
+		// A worker asks for a NAR of a job it runs, or resumes one.
+		ids := slices.Sorted(maps.Keys(tm.running))
+		if len(ids) == 0 {
+			break
+		}
+		id := ids[m.rng.IntN(len(ids))]
+		owner := tm.worker(tm.running[id])
+		if owner == nil {
+			break
+		}
+		key := modelPullID{owner.session, id, "/nix/store/" + id}
+		if p := tm.pulls[key]; p != nil && m.rng.IntN(2) == 0 {
+			tm.h.FromWorker(owner, &wire.NarRequestResume{JobID: id, StorePath: key.path, ReceivedBytes: p.have, StreamToken: p.token})
+		} else {
+			tm.pulls[key] = &modelPull{}
+			tm.h.FromWorker(owner, &wire.NarRequest{JobID: id, Paths: []string{key.path}})
+		}
+	case 14, 18, 19:
+		// The upstream streams: headers (mostly one token), chunks near
+		// what a worker has (or anywhere), some final, now and then an
+		// abort.
+		id, near := tm.jobID(m.rng), -1
+		if key, p, ok := tm.somePull(m.rng); ok {
+			id, near = key.job, int(p.have)
+		}
+		path := "/nix/store/" + id
+		switch r := m.rng.IntN(10); {
+		case r == 0:
+			tm.up.h.Handle(&wire.NarStreamHeader{JobID: id, StorePath: path, TotalBytes: 64, StreamToken: fmt.Sprint("t", m.rng.IntN(2))})
+		case r == 1:
+			tm.up.h.Handle(&wire.NarAbort{JobID: id, StorePath: path})
+		default:
+			off := m.rng.IntN(16) * 4
+			if near >= 0 {
+				off = min(max(near+[]int{-3, 0, 0, 0, 4}[m.rng.IntN(5)], 0), 64)
+			}
+			n := min(1+m.rng.IntN(8), 64-off)
+			tm.up.h.Handle(&wire.NarPush{JobID: id, StorePath: path, Data: make([]byte, n), Offset: uint64(off), IsFinal: off+n == 64})
+		}
+	case 15, 16:
+		// A worker's queue fills or drains.
+		w.setBacklog([]int{0, narLowWater, narHighWater}[m.rng.IntN(3)])
 	}
 	m.deliver()
 }
@@ -135,6 +195,11 @@ func (tm *tenantModel) dropWorker(w *fakeWorker) {
 	for id, s := range tm.running {
 		if s == w.session {
 			delete(tm.running, id)
+		}
+	}
+	for id := range tm.pulls {
+		if id.session == w.session {
+			delete(tm.pulls, id)
 		}
 	}
 	for i, x := range tm.workers {
@@ -168,10 +233,26 @@ func (m *model) deliver() {
 						continue
 					}
 					tm.running[a.JobID] = w.session
+					tm.forgetPulls(w.session, a.JobID)
 					tm.h.FromWorker(w, &wire.AssignJobResponse{JobID: a.JobID, Accepted: true})
+				case *wire.NarStreamHeader:
+					if p := tm.pulls[modelPullID{w.session, a.JobID, a.StorePath}]; p != nil {
+						if p.token != "" && a.StreamToken != p.token {
+							p.have = 0 // another object: the worker starts again
+						}
+						p.token = a.StreamToken
+					}
+				case *wire.NarPush:
+					if p := tm.pulls[modelPullID{w.session, a.JobID, a.StorePath}]; p != nil {
+						if a.Offset != p.have {
+							m.t.Fatalf("worker %s got a chunk of %s at %d, it has %d bytes", w.workerID, a.StorePath, a.Offset, p.have)
+						}
+						p.have += uint64(len(a.Data))
+					}
 				case *wire.AbortJob:
 					if tm.running[a.JobID] == w.session {
 						delete(tm.running, a.JobID)
+						tm.forgetPulls(w.session, a.JobID)
 						tm.h.FromWorker(w, &wire.JobFailed{JobID: a.JobID, Kind: wire.FailureAborted})
 					}
 				}
@@ -182,12 +263,14 @@ func (m *model) deliver() {
 				tm.join(w.workerID)
 			}
 		}
-		// Workers finish some of their jobs.
+		// Workers finish some of their jobs, those pulling NARs
+		// seldom.
 		for id, s := range tm.running {
-			if m.rng.IntN(3) == 0 {
+			if odds := 3 + 20*len(tm.pullsOf(s, id)); m.rng.IntN(odds) == 0 {
 				for _, w := range tm.workers {
 					if w.session == s {
 						delete(tm.running, id)
+						tm.forgetPulls(s, id)
 						tm.h.FromWorker(w, &wire.JobCompleted{JobID: id})
 					}
 				}
@@ -195,6 +278,66 @@ func (m *model) deliver() {
 		}
 		for _, msg := range tm.up.sentSoFar() {
 			m.checkTenant(tm, "upstream", msg)
+		}
+		m.checkPulls(tm)
+	}
+}
+
+// somePull is a random pull a worker asked for.
+func (tm *tenantModel) somePull(rng *rand.Rand) (modelPullID, *modelPull, bool) {
+	if len(tm.pulls) == 0 || rng.IntN(4) == 0 {
+		return modelPullID{}, nil, false
+	}
+	keys := slices.SortedFunc(maps.Keys(tm.pulls), func(a, b modelPullID) int {
+		return cmp.Or(cmp.Compare(a.session, b.session), cmp.Compare(a.job, b.job))
+	})
+	k := keys[rng.IntN(len(keys))]
+	return k, tm.pulls[k], true
+}
+
+func (tm *tenantModel) worker(session uint64) *fakeWorker {
+	for _, w := range tm.workers {
+		if w.session == session {
+			return w
+		}
+	}
+	return nil
+}
+
+func (tm *tenantModel) pullsOf(session uint64, job string) []modelPullID {
+	var out []modelPullID
+	for id := range tm.pulls {
+		if id.session == session && id.job == job {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (tm *tenantModel) forgetPulls(session uint64, job string) {
+	for id := range tm.pulls {
+		if id.session == session && id.job == job {
+			delete(tm.pulls, id)
+		}
+	}
+}
+
+// checkPulls: a paused pull always waits for its worker's queue to
+// drain (else it would never resume), and pulls live only in jobs the
+// hub holds, owned by a worker it holds.
+func (m *model) checkPulls(tm *tenantModel) {
+	h := tm.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, j := range h.jobs {
+		w := h.workers[j.owner]
+		if w == nil && len(j.pulls) > 0 {
+			m.t.Fatalf("job %s of a gone worker holds %d pulls", j.id, len(j.pulls))
+		}
+		for path, p := range j.pulls {
+			if p.paused && (!w.drainWatched || !w.d.(*fakeWorker).watched()) {
+				m.t.Fatalf("the pull of %s (job %s) is paused and waits for nothing", path, j.id)
+			}
 		}
 	}
 }

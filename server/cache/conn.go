@@ -73,6 +73,10 @@ type Conn struct {
 	transfers    atomic.Int64
 	lastTransfer atomic.Int64
 	uploads      *uploads
+	// streams are the NAR streams in flight by (job, path): a new
+	// request or resume of one stops the old (goServe).
+	streamsMu sync.Mutex
+	streams   map[streamKey]*liveStream
 }
 
 // NewConn answers the cache messages of one worker session (Conn.Handle)
@@ -88,6 +92,7 @@ func newCacheConn(parent context.Context, s *Cache, log *slog.Logger, send func(
 		ctx: ctx, cancel: cancel,
 		serves:  make(chan struct{}, narServesPerConn),
 		queries: make(chan struct{}, cacheQueriesPerConn),
+		streams: map[streamKey]*liveStream{},
 	}
 	c.lastTransfer.Store(time.Now().UnixNano())
 	c.uploads = newUploads(c)
@@ -131,12 +136,13 @@ func (c *Conn) spawn(f func()) {
 	}()
 }
 
-// acquire takes a slot of sem unless the connection ends first.
-func (c *Conn) acquire(sem chan struct{}) bool {
+// acquire takes a slot of sem unless ctx (the connection's or a
+// stream's) ends first.
+func (c *Conn) acquire(ctx context.Context, sem chan struct{}) bool {
 	select {
 	case sem <- struct{}{}:
 		return true
-	case <-c.ctx.Done():
+	case <-ctx.Done():
 		return false
 	}
 }

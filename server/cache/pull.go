@@ -22,24 +22,47 @@ import (
 // exactly when a resumed prefix is still valid.
 func narStreamToken(objectKey string) string { return "sha256:" + objectKey }
 
+// streamKey names a path's NAR stream on a connection.
+type streamKey struct{ jobID, storePath string }
+
+// liveStream is a stream in flight; stop ends it.
+type liveStream struct{ stop context.CancelFunc }
+
 // goServe streams one path; resume, if set, asks to continue a stream.
+// A request or resume of a path whose stream is still in flight stops
+// that stream without a word: the worker (or a proxy pacing a slow
+// worker, issue 18) asked for the rest again, so the old stream's bytes
+// would be sent twice and it would hold a second serve slot.
 func (c *Conn) goServe(jobID, storePath string, resume *wire.NarRequestResume) {
+	ctx, stop := context.WithCancel(c.ctx)
+	key, mine := streamKey{jobID, storePath}, &liveStream{stop: stop}
+	c.streamsMu.Lock()
+	if old := c.streams[key]; old != nil {
+		old.stop()
+	}
+	c.streams[key] = mine
+	c.streamsMu.Unlock()
 	c.transfers.Add(1)
 	c.spawn(func() {
 		defer func() {
+			c.streamsMu.Lock()
+			if c.streams[key] == mine {
+				delete(c.streams, key)
+			}
+			c.streamsMu.Unlock()
+			stop()
 			c.lastTransfer.Store(time.Now().UnixNano())
 			c.transfers.Add(-1)
 		}()
-		if !c.acquire(c.serves) {
+		if !c.acquire(ctx, c.serves) {
 			return
 		}
 		defer func() { <-c.serves }()
-		c.serve(jobID, storePath, resume)
+		c.serve(ctx, jobID, storePath, resume)
 	})
 }
 
-func (c *Conn) serve(jobID, storePath string, resume *wire.NarRequestResume) {
-	ctx := c.ctx
+func (c *Conn) serve(ctx context.Context, jobID, storePath string, resume *wire.NarRequestResume) {
 	unavailable := func(reason string) {
 		if !c.readOnly { // a cache session skips unknown paths silently
 			c.send(&wire.NarUnavailable{JobID: jobID, StorePath: storePath, Reason: reason})
@@ -109,7 +132,7 @@ func (c *Conn) serve(jobID, storePath string, resume *wire.NarRequestResume) {
 	case err == nil:
 		c.log.Info("NAR stream sent", "path", storePath, "bytes", sent, "resumed_at", from, "took", time.Since(start).Round(time.Millisecond))
 	case ctx.Err() != nil || errors.Is(err, session.ErrClosed):
-		c.log.Debug("NAR stream ended with the connection", "path", storePath, "bytes", sent)
+		c.log.Debug("NAR stream stopped: the connection ended or the path was asked for again", "path", storePath, "bytes", sent)
 	default:
 		c.log.Warn("NAR stream failed", "path", storePath, "bytes", sent, "error", err)
 		abort("storage error")

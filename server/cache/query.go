@@ -22,7 +22,7 @@ func (c *Conn) goQuery(q *wire.CacheQuery) {
 		return
 	}
 	c.spawn(func() {
-		if !c.acquire(c.queries) {
+		if !c.acquire(c.ctx, c.queries) {
 			return
 		}
 		defer func() { <-c.queries }()
