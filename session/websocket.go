@@ -54,6 +54,9 @@ type wsTransport struct {
 	// 512 KiB chunks reads each chunk straight into a buffer that fits.
 	bigHint int
 	probe   [1]byte
+	// reads and writes close the connection when the context of the
+	// operation in progress ends.
+	reads, writes cancelWatch
 
 	// The first close claimed (Close, closeAsync, a dropped session, a
 	// cancelled read or write) decides the code and reason the peer sees;
@@ -82,6 +85,8 @@ func NewWebSocketTransport(c *websocket.Conn) Transport {
 		released:   make(chan struct{}),
 		peerClosed: make(chan struct{}),
 	}
+	t.reads.onCancel = t.closeCancelled
+	t.writes.onCancel = t.closeCancelled
 	c.SetPongHandler(t.pong)
 	return t
 }
@@ -108,15 +113,6 @@ func (t *wsTransport) readFailed(ctx context.Context, err error) error {
 // control messages fit, bulk messages move this prefix once.
 const firstRead = 1024
 
-// onCancel arranges for the connection to be closed if ctx ends while a
-// read or write is in progress: gorilla cannot abandon either half-way.
-func (t *wsTransport) onCancel(ctx context.Context) (stop func() bool) {
-	if ctx.Done() == nil {
-		return func() bool { return true }
-	}
-	return context.AfterFunc(ctx, func() { t.closeCancelled(ctx) })
-}
-
 // closeCancelled closes the connection because ctx ended under a read or
 // write, sending the close frame first unless a close was claimed
 // already. A cancelled ctx is this side going away (1001, with the cancel
@@ -141,8 +137,10 @@ func (t *wsTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
 	}
 	defer func() { <-t.rsem }()
-	stop := t.onCancel(ctx)
-	defer stop()
+	if !t.reads.begin(ctx) {
+		return nil, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
+	}
+	defer t.reads.end()
 	for {
 		typ, r, err := t.c.NextReader()
 		if err != nil {
@@ -220,9 +218,11 @@ func (t *wsTransport) readAll(r io.Reader) ([]byte, error) {
 func (t *wsTransport) WriteMessage(ctx context.Context, p []byte) error {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	stop := t.onCancel(ctx)
+	if !t.writes.begin(ctx) {
+		return fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
+	}
 	err := t.c.WriteMessage(websocket.BinaryMessage, p)
-	stop()
+	t.writes.end()
 	if err != nil {
 		return t.mapErr(ctx, err)
 	}
@@ -267,6 +267,8 @@ func (t *wsTransport) claim() bool {
 // asked, and only then closes the socket.
 func (t *wsTransport) finishClose(code int, reason string, awaitPeer bool) {
 	defer close(t.released)
+	defer t.writes.release()
+	defer t.reads.release()
 	defer t.c.Close()
 	msg := websocket.FormatCloseMessage(code, clipReason(reason))
 	if err := t.c.WriteControl(websocket.CloseMessage, msg, time.Now().Add(controlWriteWait)); err != nil {
