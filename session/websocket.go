@@ -57,6 +57,9 @@ type wsTransport struct {
 	// reads and writes close the connection when the context of the
 	// operation in progress ends.
 	reads, writes cancelWatch
+	// co gathers the frames of a batch into one write (nil if the socket
+	// was not set up by Dial or Accept).
+	co *coalescingConn
 
 	// The first close claimed (Close, closeAsync, a dropped session, a
 	// cancelled read or write) decides the code and reason the peer sees;
@@ -85,6 +88,7 @@ func NewWebSocketTransport(c *websocket.Conn) Transport {
 		released:   make(chan struct{}),
 		peerClosed: make(chan struct{}),
 	}
+	t.co = coalescerOf(c.NetConn())
 	t.reads.onCancel = t.closeCancelled
 	t.writes.onCancel = t.closeCancelled
 	c.SetPongHandler(t.pong)
@@ -224,6 +228,38 @@ func (t *wsTransport) WriteMessage(ctx context.Context, p []byte) error {
 	err := t.c.WriteMessage(websocket.BinaryMessage, p)
 	t.writes.end()
 	if err != nil {
+		return t.mapErr(ctx, err)
+	}
+	return nil
+}
+
+// WriteMessages sends each of batch as one binary message, like
+// WriteMessage in turn, but gathers the small ones into as few write
+// system calls as fit (see coalescingConn); they are on the socket when it
+// returns. It stops at the first error.
+func (t *wsTransport) WriteMessages(ctx context.Context, batch [][]byte) error {
+	if t.co == nil || len(batch) == 1 {
+		for _, p := range batch {
+			if err := t.WriteMessage(ctx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if !t.writes.begin(ctx) {
+		return fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
+	}
+	defer t.writes.end()
+	t.co.cork()
+	for _, p := range batch {
+		if err := t.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
+			t.co.uncork()
+			return t.mapErr(ctx, err)
+		}
+	}
+	if err := t.co.uncork(); err != nil {
 		return t.mapErr(ctx, err)
 	}
 	return nil

@@ -230,15 +230,26 @@ func (w *Writer[M]) drain(batch [][]byte) error {
 	}
 }
 
-// write feeds a batch to the transport. Each message is written (and
-// flushed) on its own, so "flush once per batch" is approximated by writing
-// the batch back to back (see docs/WEBSOCKET.md).
+// batchWriter is a transport that sends a batch of messages with fewer
+// system calls than one write each (a WebSocket gathers small frames).
+type batchWriter interface {
+	WriteMessages(ctx context.Context, batch [][]byte) error
+}
+
+// write feeds a batch to the transport: in one call if it gathers small
+// messages into few writes, else message by message.
 func (w *Writer[M]) write(batch [][]byte) error {
-	for i, b := range batch {
-		err := w.t.WriteMessage(w.ctx, b)
-		putBuffer(b)
-		batch[i] = nil
-		if err != nil {
+	defer func() {
+		for i, b := range batch {
+			putBuffer(b)
+			batch[i] = nil
+		}
+	}()
+	if bw, ok := w.t.(batchWriter); ok {
+		return bw.WriteMessages(w.ctx, batch)
+	}
+	for _, b := range batch {
+		if err := w.t.WriteMessage(w.ctx, b); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,109 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+)
+
+// countingConn counts the writes that reach the socket.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// countWrites puts a counter under the coalescing layer of t, on both the
+// dialed and the accepted side.
+func countWrites(t *testing.T, tr Transport) *countingConn {
+	t.Helper()
+	ws, ok := tr.(*wsTransport)
+	if !ok || ws.co == nil {
+		t.Fatal("the transport does not coalesce")
+	}
+	cc := &countingConn{Conn: ws.co.Conn}
+	ws.co.Conn = cc
+	return cc
+}
+
+// A batch of small messages leaves in one write system call, in both
+// directions, and arrives whole and in order; a large message in the
+// middle goes straight through, between the gathered ones.
+func TestBatchOfSmallMessagesIsOneWrite(t *testing.T) {
+	a, d := loopback(t)
+	ctx := context.Background()
+	for _, dir := range []struct {
+		name     string
+		from, to Transport
+	}{{"dialed to accepted", d, a}, {"accepted to dialed", a, d}} {
+		t.Run(dir.name, func(t *testing.T) {
+			cc := countWrites(t, dir.from)
+			var batch [][]byte
+			for i := range 20 {
+				batch = append(batch, []byte(fmt.Sprintf("message %d", i)))
+			}
+			if err := dir.from.(batchWriter).WriteMessages(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			if n := cc.writes.Load(); n != 1 {
+				t.Fatalf("20 small messages took %d writes, want 1", n)
+			}
+			for i := range 20 {
+				m, err := dir.to.ReadMessage(ctx)
+				if err != nil || !bytes.Equal(m, batch[i]) {
+					t.Fatalf("message %d: %q %v", i, m, err)
+				}
+			}
+
+			large := bytes.Repeat([]byte{0xa5}, 200<<10)
+			mixed := [][]byte{[]byte("before"), large, []byte("after")}
+			if err := dir.from.(batchWriter).WriteMessages(ctx, mixed); err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range mixed {
+				m, err := dir.to.ReadMessage(ctx)
+				if err != nil || !bytes.Equal(m, want) {
+					t.Fatalf("mixed message %d: %d bytes, %v", i, len(m), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSmallBatch: a batch of 8 small messages written together and
+// read, as a busy writer task sends them.
+func BenchmarkSmallBatch(b *testing.B) {
+	a, d := loopback(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	batch := make([][]byte, 8)
+	for i := range batch {
+		batch[i] = make([]byte, 100)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if bw, ok := d.(batchWriter); ok {
+			if err := bw.WriteMessages(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			for _, m := range batch {
+				if err := d.WriteMessage(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		for range batch {
+			if _, err := a.ReadMessage(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
