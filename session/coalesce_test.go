@@ -107,3 +107,28 @@ func BenchmarkSmallBatch(b *testing.B) {
 		}
 	}
 }
+
+// Messages around the size of the first read (which lands in a scratch
+// buffer and is copied out) arrive whole, each in a buffer of its own.
+func TestReadSizesAroundFirstRead(t *testing.T) {
+	a, d := loopback(t)
+	ctx := context.Background()
+	var got [][]byte
+	for _, n := range []int{0, 1, firstRead - 1, firstRead, firstRead + 1, 5000, 3} {
+		want := bytes.Repeat([]byte{byte(n)}, n)
+		if err := d.WriteMessage(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		m, err := a.ReadMessage(ctx)
+		if err != nil || !bytes.Equal(m, want) || m == nil {
+			t.Fatalf("%d bytes: got %d, %v", n, len(m), err)
+		}
+		got = append(got, m)
+	}
+	// No later read overwrote an earlier message.
+	for i, n := range []int{0, 1, firstRead - 1, firstRead, firstRead + 1, 5000, 3} {
+		if !bytes.Equal(got[i], bytes.Repeat([]byte{byte(n)}, n)) {
+			t.Fatalf("message %d (%d bytes) changed after later reads", i, n)
+		}
+	}
+}

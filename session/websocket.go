@@ -54,6 +54,7 @@ type wsTransport struct {
 	// 512 KiB chunks reads each chunk straight into a buffer that fits.
 	bigHint int
 	probe   [1]byte
+	scratch [firstRead]byte
 	// reads and writes close the connection when the context of the
 	// operation in progress ends.
 	reads, writes cancelWatch
@@ -162,16 +163,21 @@ func (t *wsTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// readAll reads one message. Small messages land in a fresh 1 KiB buffer;
+// readAll reads one message. Small messages land in a fresh buffer of their size;
 // larger ones in a pooled buffer (see getReadBuffer) sized from the last
 // large message, so payload bytes are read once, straight from the socket,
 // into the buffer the decoder slices.
 func (t *wsTransport) readAll(r io.Reader) ([]byte, error) {
-	small := make([]byte, firstRead)
+	// The prefix lands in scratch (only the reader touches it, under
+	// rsem); a small message gets a buffer of its exact size, so a 100-byte
+	// reply allocates 100 bytes, not 1 KiB.
+	small := t.scratch[:]
 	n, err := io.ReadFull(r, small)
 	switch {
 	case err == io.EOF || err == io.ErrUnexpectedEOF:
-		return small[:n:n], nil
+		exact := make([]byte, n)
+		copy(exact, small)
+		return exact, nil
 	case err != nil:
 		return nil, err
 	}
