@@ -54,7 +54,6 @@ type wsTransport struct {
 	// 512 KiB chunks reads each chunk straight into a buffer that fits.
 	bigHint int
 	probe   [1]byte
-	scratch [firstRead]byte
 	// reads and writes close the connection when the context of the
 	// operation in progress ends.
 	reads, writes cancelWatch
@@ -118,6 +117,8 @@ func (t *wsTransport) readFailed(ctx context.Context, err error) error {
 // control messages fit, bulk messages move this prefix once.
 const firstRead = 1024
 
+var scratchPool = sync.Pool{New: func() any { return new([firstRead]byte) }}
+
 // closeCancelled closes the connection because ctx ended under a read or
 // write, sending the close frame first unless a close was claimed
 // already. A cancelled ctx is this side going away (1001, with the cancel
@@ -168,10 +169,13 @@ func (t *wsTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 // large message, so payload bytes are read once, straight from the socket,
 // into the buffer the decoder slices.
 func (t *wsTransport) readAll(r io.Reader) ([]byte, error) {
-	// The prefix lands in scratch (only the reader touches it, under
-	// rsem); a small message gets a buffer of its exact size, so a 100-byte
-	// reply allocates 100 bytes, not 1 KiB.
-	small := t.scratch[:]
+	// The prefix lands in a pooled scratch array (taken only once a
+	// message arrives, so an idle session holds none); a small message gets
+	// a buffer of its exact size, so a 100-byte reply allocates 100 bytes,
+	// not 1 KiB.
+	scratch := scratchPool.Get().(*[firstRead]byte)
+	defer scratchPool.Put(scratch)
+	small := scratch[:]
 	n, err := io.ReadFull(r, small)
 	switch {
 	case err == io.EOF || err == io.ErrUnexpectedEOF:
