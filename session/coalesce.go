@@ -21,11 +21,15 @@ var coalescePool = sync.Pool{New: func() any { b := make([]byte, 0, coalesceByte
 
 // coalescingConn sits between gorilla and the socket. While the writer
 // task writes a batch (corked), the small frames gorilla writes are
-// gathered and sent together when the batch ends, so a batch of control
-// messages costs one write system call (and the peer one read) instead of
-// one per message. Frames written with a write deadline are control frames
-// (close, ping with a deadline): they flush what is gathered and go out at
-// once, so a close frame is on the wire when WriteControl returns.
+// gathered; the batch's last message is written uncorked and takes what
+// was gathered with it, so a batch of control messages costs one write
+// system call (and the peer one read) instead of one per message. Every
+// socket write thus happens inside one of gorilla's frame writes, under
+// gorilla's write lock, so a close frame or a ping still gives up after its
+// deadline when a data write is stuck on a peer that stopped reading.
+// Frames written with a deadline (close, pong, a ping with a deadline) send
+// what is gathered and go out at once, so a close frame is on the socket
+// when WriteControl returns.
 type coalescingConn struct {
 	net.Conn
 
@@ -56,13 +60,18 @@ func (c *coalescingConn) Write(p []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
 	}
-	if c.corked && c.deadline.IsZero() && len(p) <= coalesceFrame {
+	gathering := c.buf != nil && len(*c.buf) > 0
+	if c.deadline.IsZero() && len(p) <= coalesceFrame && (c.corked || gathering) {
 		if c.buf == nil {
 			c.buf = coalescePool.Get().(*[]byte)
 		}
 		if len(*c.buf)+len(p) <= coalesceBytes {
 			*c.buf = append(*c.buf, p...)
-			return len(p), nil
+			if c.corked {
+				return len(p), nil
+			}
+			// Uncorked: the batch's last frame takes the others along.
+			return len(p), c.flushLocked()
 		}
 	}
 	if err := c.flushLocked(); err != nil {
@@ -78,8 +87,18 @@ func (c *coalescingConn) cork() {
 	c.mu.Unlock()
 }
 
-// uncork sends what was gathered and stops gathering.
-func (c *coalescingConn) uncork() error {
+// last stops gathering: the next frame written takes what was gathered
+// with it. Call it before writing a batch's last message.
+func (c *coalescingConn) last() {
+	c.mu.Lock()
+	c.corked = false
+	c.mu.Unlock()
+}
+
+// done ends a batch. Normally nothing is left (the last message took it);
+// after a failed write the gathered frames are still sent if the stream
+// is intact, as gorilla considers them written.
+func (c *coalescingConn) done() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.corked = false

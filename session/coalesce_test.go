@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // countingConn counts the writes that reach the socket.
@@ -131,4 +132,51 @@ func TestReadSizesAroundFirstRead(t *testing.T) {
 			t.Fatalf("message %d (%d bytes) changed after later reads", i, n)
 		}
 	}
+}
+
+// recordConn records the writes that reach it instead of sending them.
+type recordConn struct {
+	net.Conn
+	writes [][]byte
+}
+
+func (c *recordConn) Write(p []byte) (int, error) {
+	c.writes = append(c.writes, append([]byte(nil), p...))
+	return len(p), nil
+}
+
+// The gathered frames leave inside the write of the batch's last frame,
+// which gorilla makes under its write lock, never afterwards from done:
+// a close frame waiting for that lock then still gives up after its
+// deadline when the write is stuck on a peer that stopped reading.
+func TestGatheredFramesLeaveWithTheLastFrame(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	rc := &recordConn{Conn: a}
+	c := &coalescingConn{Conn: rc}
+	c.cork()
+	c.Write([]byte("one"))
+	c.Write([]byte("two"))
+	if len(rc.writes) != 0 {
+		t.Fatalf("%d writes while corked", len(rc.writes))
+	}
+	c.last()
+	c.Write([]byte("three"))
+	if len(rc.writes) != 1 || string(rc.writes[0]) != "onetwothree" {
+		t.Fatalf("after the last frame: %q", rc.writes)
+	}
+	if err := c.done(); err != nil || len(rc.writes) != 1 {
+		t.Fatalf("done wrote again: %q, %v", rc.writes, err)
+	}
+	// A frame with a deadline (a close frame) does not wait for the batch.
+	c.cork()
+	c.Write([]byte("data"))
+	c.SetWriteDeadline(time.Now().Add(time.Hour))
+	c.Write([]byte("close"))
+	if len(rc.writes) != 3 || string(rc.writes[1]) != "data" || string(rc.writes[2]) != "close" {
+		t.Fatalf("a frame with a deadline: %q", rc.writes)
+	}
+	c.SetWriteDeadline(time.Time{})
+	c.done()
 }

@@ -263,13 +263,16 @@ func (t *wsTransport) WriteMessages(ctx context.Context, batch [][]byte) error {
 	}
 	defer t.writes.end()
 	t.co.cork()
-	for _, p := range batch {
+	for i, p := range batch {
+		if i == len(batch)-1 {
+			t.co.last()
+		}
 		if err := t.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
-			t.co.uncork()
+			t.co.done()
 			return t.mapErr(ctx, err)
 		}
 	}
-	if err := t.co.uncork(); err != nil {
+	if err := t.co.done(); err != nil {
 		return t.mapErr(ctx, err)
 	}
 	return nil
