@@ -22,7 +22,7 @@ var upgrader = &websocket.Upgrader{
 // settings a dial uses (8 MiB cap, no compression). On error the response
 // has been written already.
 func Accept(w http.ResponseWriter, r *http.Request) (Transport, error) {
-	c, err := upgrader.Upgrade(w, r, nil)
+	c, err := upgrader.Upgrade(&hijackCoalescing{ResponseWriter: w}, r, nil)
 	if err != nil {
 		return nil, err
 	}

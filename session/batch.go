@@ -86,3 +86,36 @@ func (q *queues) drainBulk(dst [][]byte) [][]byte {
 	}
 	return dst
 }
+
+// appendSmallBulk adds ready bulk messages to a control batch, for a
+// transport that gathers small frames into one write (coalescingConn):
+// small job reports (JobCompleted, a LogChunk line) then leave in the same
+// system call as the control replies before them. It adds messages of at
+// most small bytes each, at most limit bytes and WriteBatch messages in
+// all; the first that does not fit is held and opens the next bulk batch,
+// so a large chunk never joins a control batch (SESSION.md §6.3, 1).
+func (q *queues) appendSmallBulk(dst [][]byte, small, limit int) [][]byte {
+	size := 0
+	for range WriteBatch {
+		var m []byte
+		switch {
+		case q.held != nil && q.heldLane != BulkLane:
+			return dst
+		case q.held != nil:
+			m, q.held = q.held, nil
+		default:
+			select {
+			case m = <-q.bulk:
+			default:
+				return dst
+			}
+		}
+		if len(m) > small || size+len(m) > limit {
+			q.held, q.heldLane = m, BulkLane
+			return dst
+		}
+		dst = append(dst, m)
+		size += len(m)
+	}
+	return dst
+}

@@ -40,7 +40,7 @@ func Dial(ctx context.Context, url string, opts DialOptions) (Transport, error) 
 		logger(opts.Logger).Warn("dialing without TLS", "url", url)
 	}
 	d := &websocket.Dialer{
-		NetDialContext:    dialNoDelay,
+		NetDialContext:    dialCoalescing,
 		TLSClientConfig:   opts.TLS,
 		ReadBufferSize:    readBufferSize,
 		WriteBufferSize:   clientWriteBufferSize,
@@ -79,6 +79,16 @@ func dialNoDelay(ctx context.Context, network, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// dialCoalescing is dialNoDelay with the socket wrapped so the writer's
+// batches go out in one write each (coalescingConn).
+func dialCoalescing(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := dialNoDelay(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &coalescingConn{Conn: c}, nil
 }
 
 func setNoDelay(c net.Conn) error {

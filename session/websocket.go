@@ -54,6 +54,12 @@ type wsTransport struct {
 	// 512 KiB chunks reads each chunk straight into a buffer that fits.
 	bigHint int
 	probe   [1]byte
+	// reads and writes close the connection when the context of the
+	// operation in progress ends.
+	reads, writes cancelWatch
+	// co gathers the frames of a batch into one write (nil if the socket
+	// was not set up by Dial or Accept).
+	co *coalescingConn
 
 	// The first close claimed (Close, closeAsync, a dropped session, a
 	// cancelled read or write) decides the code and reason the peer sees;
@@ -82,6 +88,9 @@ func NewWebSocketTransport(c *websocket.Conn) Transport {
 		released:   make(chan struct{}),
 		peerClosed: make(chan struct{}),
 	}
+	t.co = coalescerOf(c.NetConn())
+	t.reads.onCancel = t.closeCancelled
+	t.writes.onCancel = t.closeCancelled
 	c.SetPongHandler(t.pong)
 	return t
 }
@@ -108,14 +117,7 @@ func (t *wsTransport) readFailed(ctx context.Context, err error) error {
 // control messages fit, bulk messages move this prefix once.
 const firstRead = 1024
 
-// onCancel arranges for the connection to be closed if ctx ends while a
-// read or write is in progress: gorilla cannot abandon either half-way.
-func (t *wsTransport) onCancel(ctx context.Context) (stop func() bool) {
-	if ctx.Done() == nil {
-		return func() bool { return true }
-	}
-	return context.AfterFunc(ctx, func() { t.closeCancelled(ctx) })
-}
+var scratchPool = sync.Pool{New: func() any { return new([firstRead]byte) }}
 
 // closeCancelled closes the connection because ctx ended under a read or
 // write, sending the close frame first unless a close was claimed
@@ -141,8 +143,10 @@ func (t *wsTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
 	}
 	defer func() { <-t.rsem }()
-	stop := t.onCancel(ctx)
-	defer stop()
+	if !t.reads.begin(ctx) {
+		return nil, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
+	}
+	defer t.reads.end()
 	for {
 		typ, r, err := t.c.NextReader()
 		if err != nil {
@@ -160,16 +164,24 @@ func (t *wsTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// readAll reads one message. Small messages land in a fresh 1 KiB buffer;
+// readAll reads one message. Small messages land in a fresh buffer of their size;
 // larger ones in a pooled buffer (see getReadBuffer) sized from the last
 // large message, so payload bytes are read once, straight from the socket,
 // into the buffer the decoder slices.
 func (t *wsTransport) readAll(r io.Reader) ([]byte, error) {
-	small := make([]byte, firstRead)
+	// The prefix lands in a pooled scratch array (taken only once a
+	// message arrives, so an idle session holds none); a small message gets
+	// a buffer of its exact size, so a 100-byte reply allocates 100 bytes,
+	// not 1 KiB.
+	scratch := scratchPool.Get().(*[firstRead]byte)
+	defer scratchPool.Put(scratch)
+	small := scratch[:]
 	n, err := io.ReadFull(r, small)
 	switch {
 	case err == io.EOF || err == io.ErrUnexpectedEOF:
-		return small[:n:n], nil
+		exact := make([]byte, n)
+		copy(exact, small)
+		return exact, nil
 	case err != nil:
 		return nil, err
 	}
@@ -220,10 +232,47 @@ func (t *wsTransport) readAll(r io.Reader) ([]byte, error) {
 func (t *wsTransport) WriteMessage(ctx context.Context, p []byte) error {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	stop := t.onCancel(ctx)
+	if !t.writes.begin(ctx) {
+		return fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
+	}
 	err := t.c.WriteMessage(websocket.BinaryMessage, p)
-	stop()
+	t.writes.end()
 	if err != nil {
+		return t.mapErr(ctx, err)
+	}
+	return nil
+}
+
+// WriteMessages sends each of batch as one binary message, like
+// WriteMessage in turn, but gathers the small ones into as few write
+// system calls as fit (see coalescingConn); they are on the socket when it
+// returns. It stops at the first error.
+func (t *wsTransport) WriteMessages(ctx context.Context, batch [][]byte) error {
+	if t.co == nil || len(batch) == 1 {
+		for _, p := range batch {
+			if err := t.WriteMessage(ctx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if !t.writes.begin(ctx) {
+		return fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
+	}
+	defer t.writes.end()
+	t.co.cork()
+	for i, p := range batch {
+		if i == len(batch)-1 {
+			t.co.last()
+		}
+		if err := t.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
+			t.co.done()
+			return t.mapErr(ctx, err)
+		}
+	}
+	if err := t.co.done(); err != nil {
 		return t.mapErr(ctx, err)
 	}
 	return nil
@@ -267,6 +316,8 @@ func (t *wsTransport) claim() bool {
 // asked, and only then closes the socket.
 func (t *wsTransport) finishClose(code int, reason string, awaitPeer bool) {
 	defer close(t.released)
+	defer t.writes.release()
+	defer t.reads.release()
 	defer t.c.Close()
 	msg := websocket.FormatCloseMessage(code, clipReason(reason))
 	if err := t.c.WriteControl(websocket.CloseMessage, msg, time.Now().Add(controlWriteWait)); err != nil {

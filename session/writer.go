@@ -198,10 +198,11 @@ func (w *Writer[M]) run() {
 			w.onFail(w.err)
 		}
 	}()
-	batch := make([][]byte, 0, WriteBatch)
+	batch := make([][]byte, 0, 2*WriteBatch)
 	for {
 		var lane Lane
 		batch, lane = w.q.next(batch, w.stop, w.ctx.Done())
+		batch = w.gather(batch, lane)
 		if w.ctx.Err() != nil {
 			return // aborted: nothing more is written
 		}
@@ -220,7 +221,9 @@ func (w *Writer[M]) run() {
 // drain writes what is left after Close: no sender can enqueue any more.
 func (w *Writer[M]) drain(batch [][]byte) error {
 	for {
-		batch, _ = w.q.next(batch, closedChan, nil)
+		var lane Lane
+		batch, lane = w.q.next(batch, closedChan, nil)
+		batch = w.gather(batch, lane)
 		if len(batch) == 0 {
 			return nil
 		}
@@ -230,15 +233,39 @@ func (w *Writer[M]) drain(batch [][]byte) error {
 	}
 }
 
-// write feeds a batch to the transport. Each message is written (and
-// flushed) on its own, so "flush once per batch" is approximated by writing
-// the batch back to back (see docs/WEBSOCKET.md).
+// gather lets small ready bulk messages join a control batch when the
+// transport sends a batch's small frames in one write.
+func (w *Writer[M]) gather(batch [][]byte, lane Lane) [][]byte {
+	if _, ok := w.t.(batchWriter); !ok || lane != ControlLane || len(batch) == 0 {
+		return batch
+	}
+	return w.q.appendSmallBulk(batch, coalesceFrame-maxFrameHeader, coalesceBytes)
+}
+
+// maxFrameHeader is the longest WebSocket frame header (RFC 6455: 2 bytes,
+// 8 of extended length, 4 of mask key).
+const maxFrameHeader = 14
+
+// batchWriter is a transport that sends a batch of messages with fewer
+// system calls than one write each (a WebSocket gathers small frames).
+type batchWriter interface {
+	WriteMessages(ctx context.Context, batch [][]byte) error
+}
+
+// write feeds a batch to the transport: in one call if it gathers small
+// messages into few writes, else message by message.
 func (w *Writer[M]) write(batch [][]byte) error {
-	for i, b := range batch {
-		err := w.t.WriteMessage(w.ctx, b)
-		putBuffer(b)
-		batch[i] = nil
-		if err != nil {
+	defer func() {
+		for i, b := range batch {
+			putBuffer(b)
+			batch[i] = nil
+		}
+	}()
+	if bw, ok := w.t.(batchWriter); ok {
+		return bw.WriteMessages(w.ctx, batch)
+	}
+	for _, b := range batch {
+		if err := w.t.WriteMessage(w.ctx, b); err != nil {
 			return err
 		}
 	}

@@ -274,3 +274,29 @@ func TestOfferNeverWaits(t *testing.T) {
 		t.Fatalf("offer after close: %v", err)
 	}
 }
+
+// Small ready bulk messages join a control batch (for a transport that
+// gathers a batch into one write); a large one is held and opens the next
+// bulk batch, and the order of each lane is kept.
+func TestSmallBulkJoinsControlBatch(t *testing.T) {
+	q := newQueues()
+	q.control <- []byte("ctl")
+	q.bulk <- []byte("done-1")
+	q.bulk <- []byte("done-2")
+	q.bulk <- bytes.Repeat([]byte{9}, 100<<10)
+	q.bulk <- []byte("done-3")
+	stop := make(chan struct{})
+	batch, lane := q.next(nil, stop, nil)
+	batch = q.appendSmallBulk(batch, 8<<10, 64<<10)
+	if lane != ControlLane || len(batch) != 3 || string(batch[0]) != "ctl" || string(batch[1]) != "done-1" || string(batch[2]) != "done-2" {
+		t.Fatalf("first batch: %v %q", lane, batch)
+	}
+	batch, lane = q.next(batch, stop, nil)
+	if lane != BulkLane || len(batch) != 2 || len(batch[0]) != 100<<10 || string(batch[1]) != "done-3" {
+		t.Fatalf("second batch: %v × %d", lane, len(batch))
+	}
+	// Nothing on the control lane: a bulk batch stays a bulk batch.
+	if got := q.appendSmallBulk(nil, 8<<10, 64<<10); len(got) != 0 {
+		t.Fatalf("appended %d from empty lanes", len(got))
+	}
+}
