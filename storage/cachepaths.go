@@ -98,7 +98,9 @@ func (db *DB) PutCachePath(ctx context.Context, in CachePath) (p CachePath, crea
 	p = in
 	p.CacheID, p.References, p.Deriver = cacheID, refs, deriver
 	p.CreatedAt = fromMillis(nowMillis())
-	res, err := db.exec(ctx,
+	// Prepared once: every uploaded path writes this row, and parsing it
+	// anew cost SQLite about as much as the insert.
+	res, err := db.hotExec(ctx,
 		`INSERT INTO cache_paths (cache_id, store_hash, store_path, nar_hash, nar_size, file_hash,
 			file_size, compression, refs, deriver, ca, object_key, created_at)
 		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)

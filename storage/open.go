@@ -93,6 +93,27 @@ func (db *DB) hotRow(ctx context.Context, query string, args ...any) *sql.Row {
 	return st.QueryRowContext(ctx, args...)
 }
 
+// hotQuery is hotRow for a query of several rows.
+func (db *DB) hotQuery(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := db.prepared(ctx, query)
+	if err != nil {
+		return db.sql.QueryContext(ctx, query, args...) // reports the error
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// hotExec runs a write on a request's hot path (an upload's narinfo row)
+// through a statement prepared once; on SQLite it queues with the other
+// writers, as exec does.
+func (db *DB) hotExec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := db.prepared(ctx, query)
+	if err != nil {
+		return db.exec(ctx, query, args...) // reports the error
+	}
+	defer db.base.LockWriter()()
+	return st.ExecContext(ctx, args...)
+}
+
 // prepared returns the statement for query, prepared once on db. The
 // preparation runs without the lock: it needs a connection of its own,
 // and with a bounded pool every connection may belong to a transaction
