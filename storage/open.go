@@ -30,6 +30,9 @@ type DB struct {
 	// (see batcher); nil on SQLite, which runs one writer at a time.
 	claims      *batcher[claimCall, bool]
 	completions *batcher[completeCall, completion]
+	// Narinfo rows of concurrent upload commits share a transaction
+	// (putCachePaths), on either engine.
+	cachePaths *batcher[cachePathPut, cachePathPut]
 
 	// sealer, when set, seals caches' signing keys at rest (SealSecretsWith).
 	sealer SecretSealer
@@ -52,6 +55,7 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 		return nil, err
 	}
 	db := &DB{base: base, sql: base.SQL(), engine: base.Engine()}
+	db.cachePaths = db.newCachePathBatcher()
 	if db.engine == EnginePostgres {
 		// On PostgreSQL, concurrent claims and completions share
 		// statements; SQLite runs one writer at a time.
@@ -100,18 +104,6 @@ func (db *DB) hotQuery(ctx context.Context, query string, args ...any) (*sql.Row
 		return db.sql.QueryContext(ctx, query, args...) // reports the error
 	}
 	return st.QueryContext(ctx, args...)
-}
-
-// hotExec runs a write on a request's hot path (an upload's narinfo row)
-// through a statement prepared once; on SQLite it queues with the other
-// writers, as exec does.
-func (db *DB) hotExec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	st, err := db.prepared(ctx, query)
-	if err != nil {
-		return db.exec(ctx, query, args...) // reports the error
-	}
-	defer db.base.LockWriter()()
-	return st.ExecContext(ctx, args...)
 }
 
 // prepared returns the statement for query, prepared once on db. The
