@@ -47,37 +47,28 @@ func (db *DB) putCachePaths(ctx context.Context, puts []cachePathPut) ([]cachePa
 	if err != nil {
 		return nil, err
 	}
+	if len(puts) == 1 {
+		// Alone: the insert commits by itself, which spares a BEGIN and
+		// a COMMIT statement; the lookup of a row stored before needs
+		// no transaction either (rows are never changed, only deleted).
+		unlock := db.base.LockWriter() // queues like a transaction
+		done, err := db.putCachePath(ctx, insert, db.sql, puts[0])
+		unlock()
+		if err != nil {
+			return nil, err
+		}
+		return []cachePathPut{done}, nil
+	}
 	out := make([]cachePathPut, len(puts))
 	err = db.inTx(ctx, func(tx *sql.Tx) error {
 		ins := tx.StmtContext(ctx, insert)
 		defer ins.Close()
 		for i, put := range puts {
-			p := put.row
-			res, err := ins.ExecContext(ctx, p.CacheID, put.hash, p.StorePath, p.NarHash, p.NarSize, p.FileHash, p.FileSize,
-				p.Compression, strings.Join(p.References, " "), p.Deriver, p.CA, p.ObjectKey, p.CreatedAt.UnixMilli())
-			if constraintOf(err) == foreignKeyViolation {
-				return notFound("cache %s", p.CacheID)
-			}
+			done, err := db.putCachePath(ctx, ins, tx, put)
 			if err != nil {
 				return err
 			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			if n == 1 {
-				out[i] = cachePathPut{row: p, hash: put.hash, created: true}
-				continue
-			}
-			// Recorded already (the first upload wins): return that row.
-			stored, err := scanCachePath(tx.QueryRowContext(ctx, selectCachePathSQL, p.CacheID, put.hash))
-			if errors.Is(err, sql.ErrNoRows) {
-				err = notFound("path %s in cache %s", put.hash, p.CacheID)
-			}
-			if err != nil {
-				return err
-			}
-			out[i] = cachePathPut{row: stored, hash: put.hash}
+			out[i] = done
 		}
 		return nil
 	})
@@ -85,4 +76,36 @@ func (db *DB) putCachePaths(ctx context.Context, puts []cachePathPut) ([]cachePa
 		return nil, err
 	}
 	return out, nil
+}
+
+// putCachePath inserts one row with insert (in a transaction, or on its
+// own under the writer lock), reading the row stored before through q
+// when there was one.
+func (db *DB) putCachePath(ctx context.Context, insert *sql.Stmt, q querier, put cachePathPut) (cachePathPut, error) {
+	p := put.row
+	args := []any{p.CacheID, put.hash, p.StorePath, p.NarHash, p.NarSize, p.FileHash, p.FileSize,
+		p.Compression, strings.Join(p.References, " "), p.Deriver, p.CA, p.ObjectKey, p.CreatedAt.UnixMilli()}
+	res, err := insert.ExecContext(ctx, args...)
+	if constraintOf(err) == foreignKeyViolation {
+		return cachePathPut{}, notFound("cache %s", p.CacheID)
+	}
+	if err != nil {
+		return cachePathPut{}, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return cachePathPut{}, err
+	}
+	if n == 1 {
+		return cachePathPut{row: p, hash: put.hash, created: true}, nil
+	}
+	// Recorded already (the first upload wins): return that row.
+	stored, err := scanCachePath(q.QueryRowContext(ctx, selectCachePathSQL, p.CacheID, put.hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = notFound("path %s in cache %s", put.hash, p.CacheID)
+	}
+	if err != nil {
+		return cachePathPut{}, err
+	}
+	return cachePathPut{row: stored, hash: put.hash}, nil
 }

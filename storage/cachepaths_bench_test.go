@@ -8,7 +8,13 @@ import (
 
 // BenchmarkPutCachePathConcurrent records narinfo rows as the commits of
 // an evaluation's uploads do: 32 at once, on SQLite.
-func BenchmarkPutCachePathConcurrent(b *testing.B) {
+func BenchmarkPutCachePathConcurrent(b *testing.B) { benchPutCachePath(b, 32) }
+
+// BenchmarkPutCachePathOneByOne records them one after another: what a
+// row costs when no other commit shares its transaction.
+func BenchmarkPutCachePathOneByOne(b *testing.B) { benchPutCachePath(b, 1) }
+
+func benchPutCachePath(b *testing.B, workers int) {
 	db, err := Open(b.Context(), freshSQLiteURL(b))
 	if err != nil {
 		b.Fatal(err)
@@ -26,7 +32,7 @@ func BenchmarkPutCachePathConcurrent(b *testing.B) {
 	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
-	for range 32 {
+	for range workers {
 		wg.Go(func() {
 			for i := range next {
 				if _, _, err := db.PutCachePath(b.Context(), paths[i]); err != nil {
