@@ -18,6 +18,9 @@ import (
 // a partial object under its name. The directory belongs to one server.
 type Local struct {
 	nars string
+	// unnamed: staging files are unnamed and linked into place
+	// (staging_linux.go), not named temporary files renamed.
+	unnamed bool
 }
 
 const tempPattern = ".put-*.tmp"
@@ -41,7 +44,42 @@ func OpenLocal(dir string, log *slog.Logger) (*Local, error) {
 	if len(leftovers) > 0 && log != nil {
 		log.Info("nar store: removed unfinished uploads", "dir", nars, "count", len(leftovers))
 	}
-	return &Local{nars: nars}, nil
+	return &Local{nars: nars, unnamed: probeUnnamed(nars)}, nil
+}
+
+// staged is an object's file before it is visible.
+type staged struct {
+	f     *os.File
+	named bool // a temporary file in the store directory, else unnamed
+}
+
+// stage creates the file an object is written to before it is visible.
+func (l *Local) stage() (staged, error) {
+	if l.unnamed {
+		f, err := createUnnamed(l.nars)
+		if err == nil {
+			return staged{f: f}, nil
+		}
+	}
+	f, err := os.CreateTemp(l.nars, tempPattern)
+	return staged{f: f, named: true}, err
+}
+
+// publish makes the fsynced file, still open, visible as final; the
+// caller closes it and fsyncs final's directory after.
+func (s staged) publish(final string) error {
+	if s.named {
+		return os.Rename(s.f.Name(), final)
+	}
+	return linkUnnamed(s.f, final)
+}
+
+// discard drops the staged file (after close, harmless).
+func (s staged) discard() {
+	s.f.Close()
+	if s.named {
+		os.Remove(s.f.Name())
+	}
 }
 
 func (l *Local) path(key string) string {
@@ -50,17 +88,16 @@ func (l *Local) path(key string) string {
 
 // Put implements Store.
 func (l *Local) Put(ctx context.Context, nar io.Reader, verify func(Object) error) (obj Object, err error) {
-	tmp, err := os.CreateTemp(l.nars, tempPattern)
+	tmp, err := l.stage()
 	if err != nil {
 		return Object{}, fmt.Errorf("nar store: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+			tmp.discard()
 		}
 	}()
-	if obj, err = Compress(ctx, tmp, nar); err != nil {
+	if obj, err = Compress(ctx, tmp.f, nar); err != nil {
 		return Object{}, err
 	}
 	if verify != nil {
@@ -68,25 +105,32 @@ func (l *Local) Put(ctx context.Context, nar io.Reader, verify func(Object) erro
 			return Object{}, err
 		}
 	}
-	if err = tmp.Sync(); err != nil {
-		return Object{}, fmt.Errorf("nar store: %w", err)
-	}
-	if err = tmp.Close(); err != nil {
-		return Object{}, fmt.Errorf("nar store: %w", err)
-	}
-	final := l.path(obj.Key)
-	if err = os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
-		return Object{}, fmt.Errorf("nar store: %w", err)
-	}
-	// An existing object has the same bytes (same hash): replacing it is
-	// harmless and keeps puts idempotent.
-	if err = os.Rename(tmp.Name(), final); err != nil {
-		return Object{}, fmt.Errorf("nar store: %w", err)
-	}
-	if err = syncDir(filepath.Dir(final)); err != nil {
+	if err = l.place(tmp, obj.Key); err != nil {
 		return Object{}, fmt.Errorf("nar store: %w", err)
 	}
 	return obj, nil
+}
+
+// place makes a staged object durable under key: its bytes fsynced, then
+// its name, then its directory fsynced, so a crash leaves either no
+// object or a complete one. An existing object has the same bytes (same
+// hash): replacing it, or keeping it, is harmless and keeps puts
+// idempotent. The staged file is closed when place returns nil.
+func (l *Local) place(tmp staged, key string) error {
+	if err := tmp.f.Sync(); err != nil {
+		return err
+	}
+	final := l.path(key)
+	if err := os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
+		return err
+	}
+	if err := tmp.publish(final); err != nil {
+		return err
+	}
+	if err := tmp.f.Close(); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(final))
 }
 
 // syncDir makes a rename into dir durable.

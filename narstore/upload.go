@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -50,16 +49,17 @@ var decoders = sync.Pool{New: func() any {
 // Create implements Store: the bytes go to a temporary file in the store
 // directory, hashed on the way.
 func (l *Local) Create(ctx context.Context) (Upload, error) {
-	tmp, err := os.CreateTemp(l.nars, tempPattern)
+	tmp, err := l.stage()
 	if err != nil {
 		return nil, fmt.Errorf("nar store: %w", err)
 	}
-	return &localUpload{l: l, f: tmp, file: newCountingHash()}, nil
+	return &localUpload{l: l, tmp: tmp, f: tmp.f, file: newCountingHash()}, nil
 }
 
 type localUpload struct {
 	l    *Local
-	f    *os.File
+	tmp  staged
+	f    *os.File // tmp.f
 	file *countingHash
 	done bool
 }
@@ -114,24 +114,10 @@ func (u *localUpload) Commit(ctx context.Context, inspect io.Writer, verify func
 			return Object{}, err
 		}
 	}
-	if err = u.f.Sync(); err != nil {
-		return Object{}, fmt.Errorf("nar store: %w", err)
-	}
-	if err = u.f.Close(); err != nil {
-		return Object{}, fmt.Errorf("nar store: %w", err)
-	}
-	final := u.l.path(obj.Key)
-	if err = os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
-		return Object{}, fmt.Errorf("nar store: %w", err)
-	}
-	// Same key, same bytes: replacing an existing object is harmless.
-	if err = os.Rename(u.f.Name(), final); err != nil {
+	if err = u.l.place(u.tmp, obj.Key); err != nil {
 		return Object{}, fmt.Errorf("nar store: %w", err)
 	}
 	u.done = true
-	if err = syncDir(filepath.Dir(final)); err != nil {
-		return Object{}, fmt.Errorf("nar store: %w", err)
-	}
 	return obj, nil
 }
 
@@ -140,6 +126,5 @@ func (u *localUpload) Abort() {
 		return
 	}
 	u.done = true
-	u.f.Close()
-	os.Remove(u.f.Name())
+	u.tmp.discard()
 }

@@ -98,31 +98,13 @@ func (db *DB) PutCachePath(ctx context.Context, in CachePath) (p CachePath, crea
 	p = in
 	p.CacheID, p.References, p.Deriver = cacheID, refs, deriver
 	p.CreatedAt = fromMillis(nowMillis())
-	res, err := db.exec(ctx,
-		`INSERT INTO cache_paths (cache_id, store_hash, store_path, nar_hash, nar_size, file_hash,
-			file_size, compression, refs, deriver, ca, object_key, created_at)
-		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-		 ON CONFLICT (cache_id, store_hash) DO NOTHING`,
-		p.CacheID, hash, p.StorePath, p.NarHash, p.NarSize, p.FileHash, p.FileSize,
-		p.Compression, strings.Join(refs, " "), p.Deriver, p.CA, p.ObjectKey, p.CreatedAt.UnixMilli())
-	if constraintOf(err) == foreignKeyViolation {
-		return CachePath{}, false, notFound("cache %s", cacheID)
-	}
-	if err != nil {
-		return CachePath{}, false, err
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 1 {
-		return p, true, err
-	}
-	p, err = db.CachePath(ctx, cacheID, hash)
-	return p, false, err
+	put, err := db.cachePaths.do(ctx, cachePathPut{row: p, hash: hash})
+	return put.row, put.created, err
 }
 
 // CachePath returns the path with the given hash part in a cache.
 func (db *DB) CachePath(ctx context.Context, cacheID, storeHash string) (CachePath, error) {
-	p, err := scanCachePath(db.hotRow(ctx,
-		`SELECT `+cachePathColumns+` FROM cache_paths WHERE cache_id = $1 AND store_hash = $2`,
-		cacheID, storeHash))
+	p, err := scanCachePath(db.hotRow(ctx, selectCachePathSQL, cacheID, storeHash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return CachePath{}, notFound("path %s in cache %s", storeHash, cacheID)
 	}

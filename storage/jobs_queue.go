@@ -405,6 +405,35 @@ func (db *DB) AddDiscoveredDerivations(ctx context.Context, evalID string, drvs 
 		byPath[d.DrvPath] = r
 		list = append(list, r)
 	}
+	var edges [][2]string
+	seen := map[[2]string]bool{}
+	for _, r := range list {
+		for _, dep := range r.edges {
+			e := [2]string{r.drv, dep}
+			if dep == "" || dep == r.drv || seen[e] {
+				continue
+			}
+			seen[e] = true
+			edges = append(edges, e)
+		}
+	}
+	// PostgreSQL takes many rows per statement (one round trip each). On
+	// SQLite, which has no round trips, one prepared row at a time is
+	// cheaper: a statement of many rows was parsed anew for every batch,
+	// and binding its $n parameters takes time quadratic in their number.
+	buildsPer, edgesPer := 100, 300
+	var insertBuild, insertEdge *sql.Stmt
+	if db.engine == EngineSQLite {
+		buildsPer, edgesPer = 1, 1
+		// Prepared before the transaction: preparing needs a connection
+		// of its own (see prepared).
+		if insertBuild, err = db.prepared(ctx, discoveredBuildsSQL(1)); err != nil {
+			return err
+		}
+		if insertEdge, err = db.prepared(ctx, discoveredEdgesSQL(1)); err != nil {
+			return err
+		}
+	}
 	return db.jobTx(ctx, func(tx *sql.Tx) error {
 		var status EvaluationStatus
 		err := tx.QueryRowContext(ctx,
@@ -418,62 +447,97 @@ func (db *DB) AddDiscoveredDerivations(ctx context.Context, evalID string, drvs 
 		if status != EvaluationFetching && status != EvaluationEvaluating {
 			return conflict("evaluation %s is %s, not evaluating", evalID, status)
 		}
-		const perRow = 12
-		for start := 0; start < len(list); start += 100 {
-			chunk := list[start:min(start+100, len(list))]
-			var sb strings.Builder
-			sb.WriteString(`INSERT INTO builds (id, evaluation_id, drv_path, attr, architecture, required_features,
-				outputs, timeout_secs, max_silent_secs, is_fixed_output, prefer_local_build, created_at,
-				status, attempts) VALUES `)
-			args := make([]any, 0, len(chunk)*perRow)
-			for i, r := range chunk {
-				if i > 0 {
-					sb.WriteString(", ")
-				}
-				sb.WriteString("(")
-				for j := range perRow {
-					fmt.Fprintf(&sb, "$%d, ", i*perRow+j+1)
-				}
-				sb.WriteString("'waiting', 0)")
+		builds, edgeRows := txStatement(ctx, tx, insertBuild), txStatement(ctx, tx, insertEdge)
+		for start := 0; start < len(list); start += buildsPer {
+			chunk := list[start:min(start+buildsPer, len(list))]
+			args := make([]any, 0, len(chunk)*discoveredBuildColumns)
+			for _, r := range chunk {
 				args = append(args, r.args...)
 			}
-			sb.WriteString(` ON CONFLICT (evaluation_id, drv_path) DO UPDATE SET attr = excluded.attr
-				WHERE builds.attr = '' AND excluded.attr <> ''`)
-			if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+			if err := builds.exec(discoveredBuildsSQL, len(chunk), args); err != nil {
 				return err
 			}
 		}
-		var edges [][2]string
-		seen := map[[2]string]bool{}
-		for _, r := range list {
-			for _, dep := range r.edges {
-				e := [2]string{r.drv, dep}
-				if dep == "" || dep == r.drv || seen[e] {
-					continue
-				}
-				seen[e] = true
-				edges = append(edges, e)
-			}
-		}
-		for start := 0; start < len(edges); start += 300 {
-			chunk := edges[start:min(start+300, len(edges))]
-			var sb strings.Builder
-			sb.WriteString(`INSERT INTO build_edges (evaluation_id, drv_path, dependency_drv_path) VALUES `)
-			args := []any{evalID}
-			for i, e := range chunk {
-				if i > 0 {
-					sb.WriteString(", ")
-				}
-				fmt.Fprintf(&sb, "($1, $%d, $%d)", 2*i+2, 2*i+3)
+		for start := 0; start < len(edges); start += edgesPer {
+			chunk := edges[start:min(start+edgesPer, len(edges))]
+			args := make([]any, 0, 1+2*len(chunk))
+			args = append(args, evalID)
+			for _, e := range chunk {
 				args = append(args, e[0], e[1])
 			}
-			sb.WriteString(` ON CONFLICT DO NOTHING`)
-			if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+			if err := edgeRows.exec(discoveredEdgesSQL, len(chunk), args); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// discoveredBuildColumns is how many arguments a row of
+// discoveredBuildsSQL takes.
+const discoveredBuildColumns = 12
+
+// discoveredBuildsSQL is the INSERT of rows waiting builds
+// (AddDiscoveredDerivations).
+func discoveredBuildsSQL(rows int) string {
+	var sb strings.Builder
+	sb.WriteString(`INSERT INTO builds (id, evaluation_id, drv_path, attr, architecture, required_features,
+				outputs, timeout_secs, max_silent_secs, is_fixed_output, prefer_local_build, created_at,
+				status, attempts) VALUES `)
+	for i := range rows {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(")
+		for j := range discoveredBuildColumns {
+			fmt.Fprintf(&sb, "$%d, ", i*discoveredBuildColumns+j+1)
+		}
+		sb.WriteString("'waiting', 0)")
+	}
+	sb.WriteString(` ON CONFLICT (evaluation_id, drv_path) DO UPDATE SET attr = excluded.attr
+				WHERE builds.attr = '' AND excluded.attr <> ''`)
+	return sb.String()
+}
+
+// discoveredEdgesSQL is the INSERT of rows dependency edges of one
+// evaluation ($1).
+func discoveredEdgesSQL(rows int) string {
+	var sb strings.Builder
+	sb.WriteString(`INSERT INTO build_edges (evaluation_id, drv_path, dependency_drv_path) VALUES `)
+	for i := range rows {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "($1, $%d, $%d)", 2*i+2, 2*i+3)
+	}
+	sb.WriteString(` ON CONFLICT DO NOTHING`)
+	return sb.String()
+}
+
+// txInsert runs a statement of a transaction: through a prepared one when
+// there is one (its shape is fixed), else the SQL built for the rows.
+type txInsert struct {
+	ctx      context.Context
+	tx       *sql.Tx
+	prepared *sql.Stmt // in tx; nil: build the SQL per call
+}
+
+func txStatement(ctx context.Context, tx *sql.Tx, st *sql.Stmt) txInsert {
+	t := txInsert{ctx: ctx, tx: tx}
+	if st != nil {
+		t.prepared = tx.StmtContext(ctx, st)
+	}
+	return t
+}
+
+func (t txInsert) exec(query func(rows int) string, rows int, args []any) error {
+	var err error
+	if t.prepared != nil {
+		_, err = t.prepared.ExecContext(t.ctx, args...)
+	} else {
+		_, err = t.tx.ExecContext(t.ctx, query(rows), args...)
+	}
+	return err
 }
 
 // finishJob marks an assigned job done (or failed) and returns it.

@@ -31,6 +31,9 @@ type DB struct {
 	// (see batcher); nil on SQLite, which runs one writer at a time.
 	claims      *batcher[claimCall, bool]
 	completions *batcher[completeCall, completion]
+	// Narinfo rows of concurrent upload commits share a transaction
+	// (putCachePaths), on either engine.
+	cachePaths *batcher[cachePathPut, cachePathPut]
 
 	// sealer, when set, seals caches' signing keys at rest (SealSecretsWith).
 	sealer SecretSealer
@@ -53,6 +56,7 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 		return nil, err
 	}
 	db := &DB{base: base, sql: base.SQL(), keyed: base.Keyed(), engine: base.Engine()}
+	db.cachePaths = db.newCachePathBatcher()
 	if db.engine == EnginePostgres {
 		// On PostgreSQL, concurrent claims and completions share
 		// statements; SQLite runs one writer at a time.
@@ -109,6 +113,15 @@ func (db *DB) hotRowOn(ctx context.Context, pool *sql.DB, query string, args ...
 type stmtKey struct {
 	pool  *sql.DB
 	query string
+}
+
+// hotQuery is hotRow for a query of several rows.
+func (db *DB) hotQuery(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := db.prepared(ctx, query)
+	if err != nil {
+		return db.sql.QueryContext(ctx, query, args...) // reports the error
+	}
+	return st.QueryContext(ctx, args...)
 }
 
 // prepared returns the statement for query, prepared once on db. The

@@ -565,7 +565,10 @@ func (c *CacheClient) awaitCommit(ctx context.Context, a *uploadAttempt) (string
 // and the empty final frame. An UploadCommitted arriving meanwhile (the
 // server gave up) stops it and is returned.
 func (c *CacheClient) relay(ctx context.Context, id uint64, p *packedNar, from uint64, ch chan wire.ServerMessage) (*wire.UploadCommitted, error) {
-	buf := make([]byte, session.BulkChunkSize)
+	// Sized to what is left: most uploads of an evaluation are .drv files
+	// of a few hundred bytes, and a full chunk buffer each (zeroed by the
+	// allocator) cost more CPU than compressing them.
+	buf := make([]byte, min(uint64(session.BulkChunkSize), p.meta.FileSize-min(from, p.meta.FileSize)))
 	for off := from; off < p.meta.FileSize; {
 		select {
 		case m := <-ch:

@@ -94,11 +94,14 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 	for off := 0; off < sent; off += session.BulkChunkSize {
 		sendMsg(t, w, &wire.UploadChunk{RequestID: 1, Data: up.zst[off : off+session.BulkChunkSize], Offset: uint64(off)})
 	}
-	staging := waitForStaging(t, srv, narDir, int64(sent))
+	staging, named := waitForStaging(t, srv, narDir, int64(sent))
 	srv.kill()
 	w.Close(session.CloseNormal, "server killed")
 
-	if _, err := os.Stat(staging); err != nil {
+	// A named staging file survives SIGKILL (else the start-up cleanup
+	// below proves nothing); an unnamed one (O_TMPFILE) goes with the
+	// process's last descriptor.
+	if _, err := os.Stat(staging); named && err != nil {
 		t.Fatalf("the staging file should survive SIGKILL (else the test proves nothing): %v", err)
 	}
 	assertNoObject(t, finalObject, narDir, "the interrupted upload")
@@ -167,6 +170,21 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 }
 
 // childServer is a gradient-server process.
+// unnamedFiles are the /proc paths of pid's descriptors of unnamed files
+// (O_TMPFILE) in dir: their link reads "<dir>/#<inode> (deleted)".
+func unnamedFiles(pid int, dir string) []string {
+	fds := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, _ := os.ReadDir(fds)
+	var out []string
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join(fds, e.Name()))
+		if err == nil && strings.HasPrefix(target, dir+"/#") && strings.HasSuffix(target, " (deleted)") {
+			out = append(out, filepath.Join(fds, e.Name()))
+		}
+	}
+	return out
+}
+
 type childServer struct {
 	t      *testing.T
 	cmd    *exec.Cmd
@@ -268,22 +286,25 @@ func (l *lineLog) String() string {
 }
 
 // waitForStaging waits until the one staging file in the NAR dir holds
-// want bytes, i.e. the server wrote every chunk sent. It polls the
+// want bytes, i.e. the server wrote every chunk sent, and returns it and
+// whether it is named: a temporary file in the NAR dir, else an unnamed
+// one (O_TMPFILE) reached through the server's descriptor. It polls the
 // filesystem (there is no event to wait on) but asserts nothing on time:
 // the test's deadline bounds it.
-func waitForStaging(t *testing.T, srv *childServer, narDir string, want int64) string {
+func waitForStaging(t *testing.T, srv *childServer, narDir string, want int64) (path string, named bool) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		assertNoObject(t, "", narDir, "the upload in progress") // nothing visible before the commit
 		names, _ := filepath.Glob(filepath.Join(narDir, "nars", ".put-*.tmp"))
-		if len(names) > 1 {
-			t.Fatalf("several staging files: %v", names)
+		unnamed := unnamedFiles(srv.cmd.Process.Pid, filepath.Join(narDir, "nars"))
+		if len(names)+len(unnamed) > 1 {
+			t.Fatalf("several staging files: %v %v", names, unnamed)
 		}
-		if len(names) == 1 {
-			if st, err := os.Stat(names[0]); err == nil && st.Size() >= want {
-				return names[0]
+		for _, name := range append(names, unnamed...) {
+			if st, err := os.Stat(name); err == nil && st.Size() >= want {
+				return name, len(names) == 1
 			}
 		}
 		select {

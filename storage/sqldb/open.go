@@ -225,8 +225,16 @@ func openSQLite(path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite database %s: %w", path, err)
 	}
+	// Concurrent readers (every upload's grant looks its path up) open
+	// connections beyond database/sql's default of two idle ones; each
+	// closed one is reopened later, running the pragmas, reading the
+	// schema and preparing its statements again.
+	sqlDB.SetMaxIdleConns(sqliteIdleConns)
 	return &DB{sql: sqlDB, keyed: sqlDB, engine: EngineSQLite}, nil
 }
+
+// sqliteIdleConns is how many SQLite connections stay open when idle.
+const sqliteIdleConns = 8
 
 func openPostgres(dsn string) (*DB, error) {
 	// database/sql over pgx's stdlib driver keeps one code path for both

@@ -1,0 +1,59 @@
+package storage
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkAddDiscoveredDerivations records an evaluation's EvalResults
+// as the scheduler does: batches of 50 derivations (one op), each with
+// an edge to the one before it, on SQLite.
+func BenchmarkAddDiscoveredDerivations(b *testing.B) {
+	ctx := b.Context()
+	db, err := Open(ctx, freshSQLiteURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	team, err := db.CreateTeam(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	project, err := db.CreateProject(ctx, NewProject{TeamID: team.ID, Name: "p", Repository: "r", Branch: "main"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := db.CreateEvaluation(ctx, NewEvaluation{ProjectID: project.ID, RepositoryURL: "r", Commit: "c"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pending, err := db.PendingJobs(ctx)
+	if err != nil || len(pending) != 1 {
+		b.Fatalf("PendingJobs = %d, %v", len(pending), err)
+	}
+	if _, err := db.ClaimJob(ctx, pending[0].JobID, NewID()); err != nil {
+		b.Fatal(err)
+	}
+	const perBatch = 50
+	batches := make([][]DiscoveredBuild, b.N)
+	for n := range batches {
+		for i := n * perBatch; i < (n+1)*perBatch; i++ {
+			d := DiscoveredBuild{
+				Attr: fmt.Sprintf("packages.x86_64-linux.p%d", i), DrvPath: fmt.Sprintf("/nix/store/%032d-p.drv", i),
+				Outputs:      []BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%032d-p", i)}},
+				Architecture: "x86_64-linux",
+			}
+			if i > 0 {
+				d.Dependencies = []string{fmt.Sprintf("/nix/store/%032d-p.drv", i-1)}
+			}
+			batches[n] = append(batches[n], d)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := range b.N {
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, batches[n]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
