@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -182,6 +183,54 @@ func TestMarkBuildsCached(t *testing.T) {
 		}
 		if _, err := db.ClaimJob(ctx, a.JobID, NewID()); !errors.Is(err, ErrConflict) {
 			t.Fatalf("claiming the cached build's job: %v, want a conflict", err)
+		}
+	})
+}
+
+// The sweep runs on every scheduler pass: among thousands of finished
+// evaluations it reads the building ones through evaluations_building,
+// not every evaluation ever recorded (issue 21).
+func TestFinishDoneEvaluationsReadsOnlyBuildingOnes(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		if _, err := db.sql.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000)
+			INSERT INTO evaluations (id, project_id, repository_url, commit_sha, wildcards, status, created_at, finished_at)
+			SELECT 'done' || i, $1, 'https://example.invalid/p.git', 'abc', '[]', 'succeeded', i, i FROM n`, e.ProjectID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.sql.ExecContext(ctx, `ANALYZE`); err != nil {
+			t.Fatal(err)
+		}
+		explain := `EXPLAIN `
+		if db.Engine() == EngineSQLite {
+			explain = `EXPLAIN QUERY PLAN `
+		}
+		rows, err := db.sql.QueryContext(ctx, explain+doneEvaluationsSQL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		var plan []string
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			for i := range vals {
+				vals[i] = new(any)
+			}
+			if err := rows.Scan(vals...); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vals {
+				plan = append(plan, fmt.Sprint(*v.(*any)))
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if text := strings.Join(plan, " "); !strings.Contains(text, "evaluations_building") {
+			t.Errorf("the sweep's plan does not use evaluations_building:\n%s", text)
 		}
 	})
 }

@@ -1033,13 +1033,18 @@ func (db *DB) ReadyStrandedBuilds(ctx context.Context) ([]string, error) {
 	return ready, nil
 }
 
+// doneEvaluationsSQL finds the building evaluations with no build left
+// to run; the partial index evaluations_building keeps it from reading
+// every evaluation ever recorded.
+const doneEvaluationsSQL = `SELECT e.id FROM evaluations e WHERE e.status = 'building'
+	AND NOT EXISTS (SELECT 1 FROM builds WHERE evaluation_id = e.id AND status IN ('waiting', 'queued', 'building'))`
+
 // FinishDoneEvaluations ends every building evaluation none of whose
 // builds is left to run. A completion ends its evaluation right after its
 // own commit (see completeBuildPG); this sweep covers a crash or an error
 // between the two, and runs at start-up and on every scheduler pass.
 func (db *DB) FinishDoneEvaluations(ctx context.Context) (int, error) {
-	rows, err := db.sql.QueryContext(ctx, `SELECT e.id FROM evaluations e WHERE e.status = 'building'
-		AND NOT EXISTS (SELECT 1 FROM builds WHERE evaluation_id = e.id AND status IN ('waiting', 'queued', 'building'))`)
+	rows, err := db.sql.QueryContext(ctx, doneEvaluationsSQL)
 	ids, err := collect(rows, err, scanString)
 	if err != nil {
 		return 0, err
