@@ -92,6 +92,10 @@ type Hub struct {
 	// dirty the candidates whose best may have changed since.
 	sentScores map[string]wire.CandidateScore
 	dirty      map[string]bool
+	// waiters are the members whose RequestJob of a kind is unanswered,
+	// by wire.JobKind (mirrors member.waiting): an AssignJob looks at
+	// them only, not at every worker of the tenant.
+	waiters [2]map[uint64]*member
 }
 
 type upLink struct {
@@ -145,7 +149,26 @@ func New(tenant string, log *slog.Logger, m *Metrics) *Hub {
 	return &Hub{tenant: tenant, log: log.With("tenant", tenant), m: m,
 		workers: map[uint64]*member{}, book: map[string]wire.JobCandidate{}, jobs: map[string]*job{},
 		queries: map[string]queryRoute{}, uploads: map[uint64]uploadRoute{},
-		sentScores: map[string]wire.CandidateScore{}, dirty: map[string]bool{}}
+		sentScores: map[string]wire.CandidateScore{}, dirty: map[string]bool{},
+		waiters: [2]map[uint64]*member{{}, {}}}
+}
+
+// setWaiting records whether w's RequestJob of kind is unanswered, in
+// the member and in the hub's index of waiters.
+func (h *Hub) setWaiting(w *member, kind wire.JobKind, on bool) {
+	w.waiting[kind] = on
+	if on {
+		h.waiters[kind][w.d.Session()] = w
+	} else {
+		delete(h.waiters[kind], w.d.Session())
+	}
+}
+
+// notWaiting clears every kind w waits for.
+func (h *Hub) notWaiting(w *member) {
+	for _, kind := range []wire.JobKind{wire.JobKindFlake, wire.JobKindBuild} {
+		h.setWaiting(w, kind, false)
+	}
 }
 
 // effects are the sends and closes one call decided, run in order once
@@ -273,7 +296,7 @@ func (h *Hub) detach(id uint64, reason string) {
 	for _, m := range h.sortedMembers() {
 		e.toWorker(m.d, &wire.ServerDraining{})
 		e.closeWorker(m.d, why)
-		m.waiting = [2]bool{}
+		h.notWaiting(m)
 		m.scores = map[string]wire.CandidateScore{}
 		m.uploads = map[uint64]uint64{}
 		m.jobs = 0
@@ -300,6 +323,9 @@ func (h *Hub) detach(id uint64, reason string) {
 // its own RequestJobList at session start.
 func (h *Hub) Join(d Downstream) {
 	h.mu.Lock()
+	if old := h.workers[d.Session()]; old != nil {
+		h.notWaiting(old) // a session joined twice: its new member waits for nothing yet
+	}
 	h.workers[d.Session()] = &member{d: d, scores: map[string]wire.CandidateScore{}, uploads: map[uint64]uint64{}}
 	h.mu.Unlock()
 }
@@ -315,6 +341,7 @@ func (h *Hub) Leave(d Downstream, reason string) {
 		return
 	}
 	delete(h.workers, d.Session())
+	h.notWaiting(m)
 	var e effects
 	lost := 0
 	for _, j := range sortedJobs(h.jobs) {
@@ -470,7 +497,7 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 		if m.Kind != wire.JobKindFlake && m.Kind != wire.JobKindBuild {
 			break
 		}
-		w.waiting[m.Kind] = true
+		h.setWaiting(w, m.Kind, true)
 		if h.polling() && !d.Draining() {
 			h.toUpstream(e, m)
 		}
@@ -491,7 +518,7 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 	case *wire.AssignJobResponse:
 		h.assignResponse(e, w, m)
 	case *wire.ClientDraining:
-		w.waiting = [2]bool{}
+		h.notWaiting(w)
 	case *wire.WorkerCapabilities, *wire.WorkerMetrics:
 		// Read live by the rules; the upstream session reports the pool.
 	case *wire.JobUpdate:
@@ -725,7 +752,7 @@ func (h *Hub) assign(e *effects, m *wire.AssignJob) {
 	h.removeFromBook(m.JobID)
 	h.jobs[m.JobID] = &job{id: m.JobID, assignment: m.AssignmentID, owner: best.d.Session(), kind: kind, cluster: m.Cluster}
 	best.jobs++
-	best.waiting[kind] = false
+	h.setWaiting(best, kind, false)
 	if cred != nil && needsFetch(m.Job) && best.d.Capabilities().Fetch {
 		e.toWorker(best.d, cred)
 	}
@@ -757,7 +784,13 @@ func (h *Hub) pick(kind wire.JobKind, m *wire.AssignJob) *member {
 		}
 		return a.d.Session() < b.d.Session()
 	}
-	for _, w := range h.workers {
+	// Only a cluster member may go to a worker that is not waiting: for
+	// any other job the waiters of its kind are all the candidates.
+	candidates := h.waiters[kind]
+	if m.Cluster != nil {
+		candidates = h.workers
+	}
+	for _, w := range candidates {
 		if w.d.Draining() || !canRun(w.d, m.Job) {
 			continue
 		}
