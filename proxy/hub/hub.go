@@ -390,6 +390,7 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 	}
 	e := getEffects()
 	defer putEffects(e)
+	outcome := "" // of an AssignJob, counted once the lock is released
 	switch m := msg.(type) {
 	case *wire.JobOffer:
 		h.addToBook(e, m.Candidates)
@@ -402,7 +403,7 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 	case *wire.Credential:
 		h.credential = m
 	case *wire.AssignJob:
-		h.assign(e, m)
+		outcome = h.assign(e, m)
 	case *wire.AbortJob:
 		if j := h.jobs[m.JobID]; j != nil {
 			h.toOwner(e, j, m)
@@ -479,6 +480,9 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 		h.log.Debug("ignoring upstream message", "message", msg.WireName())
 	}
 	h.mu.Unlock()
+	if outcome != "" {
+		h.m.assigned(h.tenant, outcome)
+	}
 	h.run(e)
 }
 
@@ -728,15 +732,15 @@ func (h *Hub) toJobOwner(e *effects, jobID string, m wire.ServerMessage) {
 }
 
 // assign hands an upstream AssignJob to the best capable waiting worker,
-// or declines it.
-func (h *Hub) assign(e *effects, m *wire.AssignJob) {
+// or declines it; it returns the outcome to count ("" for a re-sent job).
+func (h *Hub) assign(e *effects, m *wire.AssignJob) string {
 	cred := h.credential
 	h.credential = nil
 	if j := h.jobs[m.JobID]; j != nil {
 		// Re-sent by the server: the owner re-adopts it.
 		j.assignment = m.AssignmentID
 		h.toOwner(e, j, m)
-		return
+		return ""
 	}
 	kind, known := jobKind(m.Job)
 	var best *member
@@ -746,8 +750,7 @@ func (h *Hub) assign(e *effects, m *wire.AssignJob) {
 	if best == nil {
 		r := ReasonNoWorker
 		h.toUpstream(e, &wire.AssignJobResponse{JobID: m.JobID, Accepted: false, Reason: &r})
-		h.m.assigned(h.tenant, "declined")
-		return
+		return "declined"
 	}
 	h.removeFromBook(m.JobID)
 	h.jobs[m.JobID] = &job{id: m.JobID, assignment: m.AssignmentID, owner: best.d.Session(), kind: kind, cluster: m.Cluster}
@@ -757,7 +760,7 @@ func (h *Hub) assign(e *effects, m *wire.AssignJob) {
 		e.toWorker(best.d, cred)
 	}
 	e.toWorker(best.d, m)
-	h.m.assigned(h.tenant, "forwarded")
+	return "forwarded"
 }
 
 // pick is the best capable worker for m: waiting for its kind (a
@@ -791,18 +794,22 @@ func (h *Hub) pick(kind wire.JobKind, m *wire.AssignJob) *member {
 		candidates = h.workers
 	}
 	for _, w := range candidates {
-		if w.d.Draining() || !canRun(w.d, m.Job) {
+		// The order is the hub's own state; whether the worker may take
+		// the job asks its session (and the jobs, for a cluster): the
+		// cheap test first, so most workers are passed over by it.
+		if best != nil && !better(w, best) {
 			continue
 		}
 		if m.Cluster == nil && !w.waiting[kind] {
 			continue
 		}
+		if w.d.Draining() || !canRun(w.d, m.Job) {
+			continue
+		}
 		if m.Cluster != nil && h.holdsAttempt(w, m.Cluster.Attempt) {
 			continue
 		}
-		if best == nil || better(w, best) {
-			best = w
-		}
+		best = w
 	}
 	return best
 }

@@ -2,8 +2,12 @@ package hub
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"gradient.dev/gradient/wire"
 )
@@ -208,4 +212,30 @@ func TestPickPrefersScoreThenFewerJobsThenTheOlderSession(t *testing.T) {
 		}
 	}
 	checkWaiters(t, h)
+}
+
+// Each AssignJob is counted once by its outcome (counted after the
+// hub's lock is released); a re-sent one is not counted again.
+func TestAssignmentsAreCountedByOutcome(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New("tenant-a", slog.New(slog.DiscardHandler), m)
+	w := buildWorker("x", "x86_64-linux")
+	h.Join(w)
+	u := attach(t, h)
+	h.FromWorker(w, &wire.RequestJob{Kind: wire.JobKindBuild})
+	u.h.Handle(buildAssign("j1", "x86_64-linux"))
+	u.h.Handle(buildAssign("j1", "x86_64-linux")) // re-sent: the owner re-adopts it
+	u.h.Handle(buildAssign("j2", "x86_64-linux")) // nobody waits
+	u.h.Handle(buildAssign("j3", "aarch64-linux"))
+	for outcome, want := range map[string]float64{"forwarded": 1, "declined": 2} {
+		if got := testutil.ToFloat64(m.assignments.WithLabelValues("tenant-a", outcome)); got != want {
+			t.Errorf("%s: %v assignments counted, want %v", outcome, got, want)
+		}
+	}
+	if got := of[*wire.AssignJob](w.take()); len(got) != 2 {
+		t.Fatalf("the worker got %d AssignJobs, want j1 and its re-send", len(got))
+	}
 }
