@@ -93,9 +93,10 @@ type Hub struct {
 	sentScores map[string]wire.CandidateScore
 	dirty      map[string]bool
 	// waiters are the members whose RequestJob of a kind is unanswered,
-	// by wire.JobKind (mirrors member.waiting): an AssignJob looks at
-	// them only, not at every worker of the tenant.
-	waiters [2]map[uint64]*member
+	// by wire.JobKind, in no order (mirrors member.waiting; a member's
+	// place is its waitAt): an AssignJob looks at them only, not at
+	// every worker of the tenant. A slice: the scan is the hot part.
+	waiters [2][]*member
 }
 
 type upLink struct {
@@ -107,6 +108,7 @@ type upLink struct {
 type member struct {
 	d       Downstream
 	waiting [2]bool // by wire.JobKind: a RequestJob is unanswered
+	waitAt  [2]int  // the member's index in Hub.waiters while waiting
 	scores  map[string]wire.CandidateScore
 	uploads map[uint64]uint64 // the worker's request ID → upstream's
 	jobs    int
@@ -149,19 +151,28 @@ func New(tenant string, log *slog.Logger, m *Metrics) *Hub {
 	return &Hub{tenant: tenant, log: log.With("tenant", tenant), m: m,
 		workers: map[uint64]*member{}, book: map[string]wire.JobCandidate{}, jobs: map[string]*job{},
 		queries: map[string]queryRoute{}, uploads: map[uint64]uploadRoute{},
-		sentScores: map[string]wire.CandidateScore{}, dirty: map[string]bool{},
-		waiters: [2]map[uint64]*member{{}, {}}}
+		sentScores: map[string]wire.CandidateScore{}, dirty: map[string]bool{}}
 }
 
 // setWaiting records whether w's RequestJob of kind is unanswered, in
 // the member and in the hub's index of waiters.
 func (h *Hub) setWaiting(w *member, kind wire.JobKind, on bool) {
-	w.waiting[kind] = on
-	if on {
-		h.waiters[kind][w.d.Session()] = w
-	} else {
-		delete(h.waiters[kind], w.d.Session())
+	if w.waiting[kind] == on {
+		return
 	}
+	w.waiting[kind] = on
+	ws := h.waiters[kind]
+	if on {
+		w.waitAt[kind] = len(ws)
+		h.waiters[kind] = append(ws, w)
+		return
+	}
+	// The last waiter takes w's place.
+	i, last := w.waitAt[kind], len(ws)-1
+	ws[i] = ws[last]
+	ws[i].waitAt[kind] = i
+	ws[last] = nil
+	h.waiters[kind] = ws[:last]
 }
 
 // notWaiting clears every kind w waits for.
@@ -791,7 +802,7 @@ func (h *Hub) pick(kind wire.JobKind, m *wire.AssignJob) *member {
 	// any other job the waiters of its kind are all the candidates.
 	candidates := h.waiters[kind]
 	if m.Cluster != nil {
-		candidates = h.workers
+		candidates = slices.Collect(maps.Values(h.workers))
 	}
 	for _, w := range candidates {
 		// The order is the hub's own state; whether the worker may take

@@ -60,15 +60,21 @@ func checkWaiters(t testing.TB, h *Hub) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for kind := range h.waiters {
-		for s, w := range h.waiters[kind] {
-			if h.workers[s] != w || !w.waiting[kind] {
-				t.Fatalf("session %d is indexed as waiting for kind %d but is not (member held: %v)", s, kind, h.workers[s] == w)
+		for i, w := range h.waiters[kind] {
+			s := w.d.Session()
+			if h.workers[s] != w || !w.waiting[kind] || w.waitAt[kind] != i {
+				t.Fatalf("session %d is indexed at %d as waiting for kind %d but is not (member held: %v, waiting: %v, at %d)",
+					s, i, kind, h.workers[s] == w, w.waiting[kind], w.waitAt[kind])
 			}
 		}
-		for s, w := range h.workers {
-			if w.waiting[kind] && h.waiters[kind][s] != w {
-				t.Fatalf("session %d waits for kind %d but is not indexed", s, kind)
+		n := 0
+		for _, w := range h.workers {
+			if w.waiting[kind] {
+				n++
 			}
+		}
+		if n != len(h.waiters[kind]) {
+			t.Fatalf("%d members wait for kind %d, %d are indexed", n, kind, len(h.waiters[kind]))
 		}
 	}
 }
