@@ -92,6 +92,11 @@ type Hub struct {
 	// dirty the candidates whose best may have changed since.
 	sentScores map[string]wire.CandidateScore
 	dirty      map[string]bool
+	// waiters are the members whose RequestJob of a kind is unanswered,
+	// by wire.JobKind, in no order (mirrors member.waiting; a member's
+	// place is its waitAt): an AssignJob looks at them only, not at
+	// every worker of the tenant. A slice: the scan is the hot part.
+	waiters [2][]*member
 }
 
 type upLink struct {
@@ -103,6 +108,7 @@ type upLink struct {
 type member struct {
 	d       Downstream
 	waiting [2]bool // by wire.JobKind: a RequestJob is unanswered
+	waitAt  [2]int  // the member's index in Hub.waiters while waiting
 	scores  map[string]wire.CandidateScore
 	uploads map[uint64]uint64 // the worker's request ID → upstream's
 	jobs    int
@@ -146,6 +152,34 @@ func New(tenant string, log *slog.Logger, m *Metrics) *Hub {
 		workers: map[uint64]*member{}, book: map[string]wire.JobCandidate{}, jobs: map[string]*job{},
 		queries: map[string]queryRoute{}, uploads: map[uint64]uploadRoute{},
 		sentScores: map[string]wire.CandidateScore{}, dirty: map[string]bool{}}
+}
+
+// setWaiting records whether w's RequestJob of kind is unanswered, in
+// the member and in the hub's index of waiters.
+func (h *Hub) setWaiting(w *member, kind wire.JobKind, on bool) {
+	if w.waiting[kind] == on {
+		return
+	}
+	w.waiting[kind] = on
+	ws := h.waiters[kind]
+	if on {
+		w.waitAt[kind] = len(ws)
+		h.waiters[kind] = append(ws, w)
+		return
+	}
+	// The last waiter takes w's place.
+	i, last := w.waitAt[kind], len(ws)-1
+	ws[i] = ws[last]
+	ws[i].waitAt[kind] = i
+	ws[last] = nil
+	h.waiters[kind] = ws[:last]
+}
+
+// notWaiting clears every kind w waits for.
+func (h *Hub) notWaiting(w *member) {
+	for _, kind := range []wire.JobKind{wire.JobKindFlake, wire.JobKindBuild} {
+		h.setWaiting(w, kind, false)
+	}
 }
 
 // effects are the sends and closes one call decided, run in order once
@@ -273,7 +307,7 @@ func (h *Hub) detach(id uint64, reason string) {
 	for _, m := range h.sortedMembers() {
 		e.toWorker(m.d, &wire.ServerDraining{})
 		e.closeWorker(m.d, why)
-		m.waiting = [2]bool{}
+		h.notWaiting(m)
 		m.scores = map[string]wire.CandidateScore{}
 		m.uploads = map[uint64]uint64{}
 		m.jobs = 0
@@ -300,6 +334,9 @@ func (h *Hub) detach(id uint64, reason string) {
 // its own RequestJobList at session start.
 func (h *Hub) Join(d Downstream) {
 	h.mu.Lock()
+	if old := h.workers[d.Session()]; old != nil {
+		h.notWaiting(old) // a session joined twice: its new member waits for nothing yet
+	}
 	h.workers[d.Session()] = &member{d: d, scores: map[string]wire.CandidateScore{}, uploads: map[uint64]uint64{}}
 	h.mu.Unlock()
 }
@@ -315,6 +352,7 @@ func (h *Hub) Leave(d Downstream, reason string) {
 		return
 	}
 	delete(h.workers, d.Session())
+	h.notWaiting(m)
 	var e effects
 	lost := 0
 	for _, j := range sortedJobs(h.jobs) {
@@ -363,6 +401,7 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 	}
 	e := getEffects()
 	defer putEffects(e)
+	outcome := "" // of an AssignJob, counted once the lock is released
 	switch m := msg.(type) {
 	case *wire.JobOffer:
 		h.addToBook(e, m.Candidates)
@@ -375,7 +414,7 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 	case *wire.Credential:
 		h.credential = m
 	case *wire.AssignJob:
-		h.assign(e, m)
+		outcome = h.assign(e, m)
 	case *wire.AbortJob:
 		if j := h.jobs[m.JobID]; j != nil {
 			h.toOwner(e, j, m)
@@ -452,6 +491,9 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 		h.log.Debug("ignoring upstream message", "message", msg.WireName())
 	}
 	h.mu.Unlock()
+	if outcome != "" {
+		h.m.assigned(h.tenant, outcome)
+	}
 	h.run(e)
 }
 
@@ -470,7 +512,7 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 		if m.Kind != wire.JobKindFlake && m.Kind != wire.JobKindBuild {
 			break
 		}
-		w.waiting[m.Kind] = true
+		h.setWaiting(w, m.Kind, true)
 		if h.polling() && !d.Draining() {
 			h.toUpstream(e, m)
 		}
@@ -491,7 +533,7 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 	case *wire.AssignJobResponse:
 		h.assignResponse(e, w, m)
 	case *wire.ClientDraining:
-		w.waiting = [2]bool{}
+		h.notWaiting(w)
 	case *wire.WorkerCapabilities, *wire.WorkerMetrics:
 		// Read live by the rules; the upstream session reports the pool.
 	case *wire.JobUpdate:
@@ -701,15 +743,15 @@ func (h *Hub) toJobOwner(e *effects, jobID string, m wire.ServerMessage) {
 }
 
 // assign hands an upstream AssignJob to the best capable waiting worker,
-// or declines it.
-func (h *Hub) assign(e *effects, m *wire.AssignJob) {
+// or declines it; it returns the outcome to count ("" for a re-sent job).
+func (h *Hub) assign(e *effects, m *wire.AssignJob) string {
 	cred := h.credential
 	h.credential = nil
 	if j := h.jobs[m.JobID]; j != nil {
 		// Re-sent by the server: the owner re-adopts it.
 		j.assignment = m.AssignmentID
 		h.toOwner(e, j, m)
-		return
+		return ""
 	}
 	kind, known := jobKind(m.Job)
 	var best *member
@@ -719,18 +761,17 @@ func (h *Hub) assign(e *effects, m *wire.AssignJob) {
 	if best == nil {
 		r := ReasonNoWorker
 		h.toUpstream(e, &wire.AssignJobResponse{JobID: m.JobID, Accepted: false, Reason: &r})
-		h.m.assigned(h.tenant, "declined")
-		return
+		return "declined"
 	}
 	h.removeFromBook(m.JobID)
 	h.jobs[m.JobID] = &job{id: m.JobID, assignment: m.AssignmentID, owner: best.d.Session(), kind: kind, cluster: m.Cluster}
 	best.jobs++
-	best.waiting[kind] = false
+	h.setWaiting(best, kind, false)
 	if cred != nil && needsFetch(m.Job) && best.d.Capabilities().Fetch {
 		e.toWorker(best.d, cred)
 	}
 	e.toWorker(best.d, m)
-	h.m.assigned(h.tenant, "forwarded")
+	return "forwarded"
 }
 
 // pick is the best capable worker for m: waiting for its kind (a
@@ -757,19 +798,29 @@ func (h *Hub) pick(kind wire.JobKind, m *wire.AssignJob) *member {
 		}
 		return a.d.Session() < b.d.Session()
 	}
-	for _, w := range h.workers {
-		if w.d.Draining() || !canRun(w.d, m.Job) {
+	// Only a cluster member may go to a worker that is not waiting: for
+	// any other job the waiters of its kind are all the candidates.
+	candidates := h.waiters[kind]
+	if m.Cluster != nil {
+		candidates = slices.Collect(maps.Values(h.workers))
+	}
+	for _, w := range candidates {
+		// The order is the hub's own state; whether the worker may take
+		// the job asks its session (and the jobs, for a cluster): the
+		// cheap test first, so most workers are passed over by it.
+		if best != nil && !better(w, best) {
 			continue
 		}
 		if m.Cluster == nil && !w.waiting[kind] {
 			continue
 		}
+		if w.d.Draining() || !canRun(w.d, m.Job) {
+			continue
+		}
 		if m.Cluster != nil && h.holdsAttempt(w, m.Cluster.Attempt) {
 			continue
 		}
-		if best == nil || better(w, best) {
-			best = w
-		}
+		best = w
 	}
 	return best
 }

@@ -280,6 +280,7 @@ func (m *model) deliver() {
 			m.checkTenant(tm, "upstream", msg)
 		}
 		m.checkPulls(tm)
+		checkWaiters(m.t, tm.h)
 	}
 }
 
