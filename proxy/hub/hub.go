@@ -774,30 +774,35 @@ func (h *Hub) assign(e *effects, m *wire.AssignJob) string {
 	return "forwarded"
 }
 
+// ranksBefore is pick's order on the hub's own state: a worker waiting
+// for the kind, then one with a score for the job, the better score,
+// fewer jobs, the older session. It is total, so pick may test it before
+// asking a worker's session whether it may take the job.
+func ranksBefore(kind wire.JobKind, job string, a, b *member) bool {
+	if a.waiting[kind] != b.waiting[kind] {
+		return a.waiting[kind]
+	}
+	sa, oka := a.scores[job]
+	sb, okb := b.scores[job]
+	if oka != okb {
+		return oka
+	}
+	if oka {
+		if c := compareScores(sa, sb); c != 0 {
+			return c < 0
+		}
+	}
+	if a.jobs != b.jobs {
+		return a.jobs < b.jobs
+	}
+	return a.d.Session() < b.d.Session()
+}
+
 // pick is the best capable worker for m: waiting for its kind (a
 // cluster member may also go to a worker that is not), not draining, by
 // its score for the job, then fewer jobs, then the older session.
 func (h *Hub) pick(kind wire.JobKind, m *wire.AssignJob) *member {
 	var best *member
-	better := func(a, b *member) bool {
-		if a.waiting[kind] != b.waiting[kind] {
-			return a.waiting[kind]
-		}
-		sa, oka := a.scores[m.JobID]
-		sb, okb := b.scores[m.JobID]
-		if oka != okb {
-			return oka
-		}
-		if oka {
-			if c := compareScores(sa, sb); c != 0 {
-				return c < 0
-			}
-		}
-		if a.jobs != b.jobs {
-			return a.jobs < b.jobs
-		}
-		return a.d.Session() < b.d.Session()
-	}
 	// Only a cluster member may go to a worker that is not waiting: for
 	// any other job the waiters of its kind are all the candidates.
 	candidates := h.waiters[kind]
@@ -808,7 +813,7 @@ func (h *Hub) pick(kind wire.JobKind, m *wire.AssignJob) *member {
 		// The order is the hub's own state; whether the worker may take
 		// the job asks its session (and the jobs, for a cluster): the
 		// cheap test first, so most workers are passed over by it.
-		if best != nil && !better(w, best) {
+		if best != nil && !ranksBefore(kind, m.JobID, w, best) {
 			continue
 		}
 		if m.Cluster == nil && !w.waiting[kind] {

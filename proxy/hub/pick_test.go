@@ -12,30 +12,12 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// scanPick is the selection rule written as a scan of every worker of
-// the hub, as pick was before it looked at the index of waiters: the
-// reference the indexed pick must agree with.
+// scanPick is the selection written as a scan of every worker of the
+// hub, as pick was before it looked at the index of waiters: the
+// reference the indexed pick must agree with. The order itself is pinned
+// by TestPickPrefersScoreThenFewerJobsThenTheOlderSession.
 func scanPick(h *Hub, kind wire.JobKind, m *wire.AssignJob) *member {
 	var best *member
-	better := func(a, b *member) bool {
-		if a.waiting[kind] != b.waiting[kind] {
-			return a.waiting[kind]
-		}
-		sa, oka := a.scores[m.JobID]
-		sb, okb := b.scores[m.JobID]
-		if oka != okb {
-			return oka
-		}
-		if oka {
-			if c := compareScores(sa, sb); c != 0 {
-				return c < 0
-			}
-		}
-		if a.jobs != b.jobs {
-			return a.jobs < b.jobs
-		}
-		return a.d.Session() < b.d.Session()
-	}
 	for _, w := range h.workers {
 		if w.d.Draining() || !canRun(w.d, m.Job) {
 			continue
@@ -46,7 +28,7 @@ func scanPick(h *Hub, kind wire.JobKind, m *wire.AssignJob) *member {
 		if m.Cluster != nil && h.holdsAttempt(w, m.Cluster.Attempt) {
 			continue
 		}
-		if best == nil || better(w, best) {
+		if best == nil || ranksBefore(kind, m.JobID, w, best) {
 			best = w
 		}
 	}
