@@ -528,6 +528,17 @@ const pendingJobQuery = `SELECT j.id, j.kind, j.evaluation_id, j.project_id, j.r
 	LEFT JOIN builds b ON b.id = j.build_id
 	WHERE j.status = 'pending'`
 
+// pendingJobsByIDSQL is pendingJobQuery for given IDs, its %[1]s the ID
+// list, run on the keyed pool. Its pending condition is written so the
+// partial index jobs_pending cannot serve it: a plan cached while the
+// table was small (pgx prepares every statement) otherwise walks that
+// index, which holds an entry for every job that was ever pending until a
+// vacuum, on each call (up to 96 buffers per assignment at 100,000 builds;
+// docs/PERFORMANCE.md, "Dispatch at scale"); on the main pool the cached
+// plan would scan jobs instead.
+var pendingJobsByIDSQL = strings.Replace(pendingJobQuery, `WHERE j.status = 'pending'`,
+	`WHERE CASE WHEN j.status = 'pending' THEN true ELSE false END`, 1) + ` AND j.id %[1]s`
+
 func scanPendingJob(r *sql.Rows) (PendingJob, error) {
 	var p PendingJob
 	var ready int64
@@ -581,7 +592,7 @@ func (db *DB) PendingJobsByID(ctx context.Context, ids []string) ([]PendingJob, 
 		}
 		canonical[i] = id
 	}
-	jobs, err := queryByIDs(ctx, db, pendingJobQuery+` AND j.id %[1]s`, canonical, scanPendingJob)
+	jobs, err := queryByIDsOn(ctx, db, db.keyed, pendingJobsByIDSQL, canonical, scanPendingJob)
 	if err != nil {
 		return nil, err
 	}

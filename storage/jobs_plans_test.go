@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -82,4 +83,44 @@ func explain(t *testing.T, conn *sql.Conn, query string) string {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestPendingJobsByIDGoesByKeyAfterTheQueueDrained (PostgreSQL): the
+// scheduler reads the jobs a completion or a readied chunk made pending
+// by ID, through a statement pgx prepares once per connection. Cached
+// while the table was small, a plan through the partial index
+// jobs_pending would walk an entry for every job that was ever pending
+// (until a vacuum) on every call; the by-ID read must go by the primary
+// key instead.
+func TestPendingJobsByIDGoesByKeyAfterTheQueueDrained(t *testing.T) {
+	t.Parallel()
+	db := openTestDB(t, freshPostgresURL(t))
+	ctx := t.Context()
+	ev := newEvaluation(t, db)
+
+	conn, err := db.keyed.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mustExec(t, conn, `SET plan_cache_mode = force_generic_plan`)
+	mustExec(t, conn, `PREPARE byid (text[]) AS `+fmt.Sprintf(pendingJobsByIDSQL, "= ANY($1::text[])"))
+	mustExec(t, conn, `EXECUTE byid ('{x,y}')`)
+
+	// 5,000 jobs that were pending and ran: their entries stay in
+	// jobs_pending until a vacuum.
+	for _, q := range []string{
+		`INSERT INTO jobs (id, kind, evaluation_id, project_id, status, ready_at, created_at)
+		 SELECT 'j' || i, 'flake', $1, (SELECT project_id FROM evaluations WHERE id = $1), 'pending', i, 0
+		 FROM generate_series(1, 5000) i`,
+		`UPDATE jobs SET status = 'done' WHERE id LIKE 'j%' AND $1 <> ''`,
+	} {
+		if _, err := db.sql.ExecContext(ctx, q, ev.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan := explain(t, conn, `EXPLAIN EXECUTE byid ('{j1,j2}')`)
+	if strings.Contains(plan, "jobs_pending") || strings.Contains(plan, "Seq Scan on jobs") || strings.Contains(plan, "Hash Join") {
+		t.Errorf("the by-ID read of pending jobs does not go by the primary key:\n%s", plan)
+	}
 }

@@ -32,8 +32,13 @@ const inListMax = 500
 // parameter (a prepared statement: IN lists of hundreds of parameters are
 // planned anew on every call); on SQLite once per inListMax IDs.
 func queryByIDs[T any](ctx context.Context, db *DB, query string, ids []string, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	return queryByIDsOn(ctx, db, db.sql, query, ids, scan)
+}
+
+// queryByIDsOn is queryByIDs on a pool of db: db.sql or db.keyed.
+func queryByIDsOn[T any](ctx context.Context, db *DB, pool *sql.DB, query string, ids []string, scan func(*sql.Rows) (T, error)) ([]T, error) {
 	if db.engine == EnginePostgres {
-		st, err := db.prepared(ctx, fmt.Sprintf(query, "= ANY($1::text[])"))
+		st, err := db.preparedOn(ctx, pool, fmt.Sprintf(query, "= ANY($1::text[])"))
 		if err != nil {
 			return nil, err
 		}
