@@ -80,9 +80,10 @@ func BenchmarkClaimCompleteBuild(b *testing.B) {
 	}
 }
 
-// benchBuildJobs makes an evaluation with n independent builds and returns
-// their pending jobs.
-func benchBuildJobs(b *testing.B, db *DB, n int) []string {
+// benchEvaluationClaimed makes a team, a project and an evaluation whose
+// flake job a worker has claimed, as an evaluation is while its worker
+// reports derivations; it returns the evaluation and the assignment.
+func benchEvaluationClaimed(b *testing.B, db *DB) (Evaluation, string) {
 	b.Helper()
 	ctx := b.Context()
 	team, err := db.CreateTeam(ctx, "bench")
@@ -105,6 +106,15 @@ func benchBuildJobs(b *testing.B, db *DB, n int) []string {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return e, a
+}
+
+// benchBuildJobs makes an evaluation with n independent builds and returns
+// their pending jobs.
+func benchBuildJobs(b *testing.B, db *DB, n int) []string {
+	b.Helper()
+	ctx := b.Context()
+	e, a := benchEvaluationClaimed(b, db)
 	for start := 0; start < n; start += 1000 {
 		var batch []DiscoveredBuild
 		for i := start; i < min(start+1000, n); i++ {

@@ -15,25 +15,7 @@ func BenchmarkAddDiscoveredDerivations(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	team, err := db.CreateTeam(ctx, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	project, err := db.CreateProject(ctx, NewProject{TeamID: team.ID, Name: "p", Repository: "r", Branch: "main"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := db.CreateEvaluation(ctx, NewEvaluation{ProjectID: project.ID, RepositoryURL: "r", Commit: "c"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	pending, err := db.PendingJobs(ctx)
-	if err != nil || len(pending) != 1 {
-		b.Fatalf("PendingJobs = %d, %v", len(pending), err)
-	}
-	if _, err := db.ClaimJob(ctx, pending[0].JobID, NewID()); err != nil {
-		b.Fatal(err)
-	}
+	e, _ := benchEvaluationClaimed(b, db)
 	const perBatch = 50
 	batches := make([][]DiscoveredBuild, b.N)
 	for n := range batches {

@@ -67,25 +67,7 @@ func BenchmarkEvaluationProgressPoll(b *testing.B) {
 	}
 	defer db.Close()
 	ctx := b.Context()
-	team, err := db.CreateTeam(ctx, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	project, err := db.CreateProject(ctx, NewProject{TeamID: team.ID, Name: "p", Repository: "r", Branch: "main"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := db.CreateEvaluation(ctx, NewEvaluation{ProjectID: project.ID, RepositoryURL: "r", Commit: "c"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	pending, err := db.PendingJobs(ctx)
-	if err != nil || len(pending) != 1 {
-		b.Fatalf("PendingJobs = %d, %v", len(pending), err)
-	}
-	if _, err := db.ClaimJob(ctx, pending[0].JobID, NewID()); err != nil {
-		b.Fatal(err)
-	}
+	e, _ := benchEvaluationClaimed(b, db)
 	if err := db.SetEvaluationStatus(ctx, e.ID, EvaluationEvaluating); err != nil {
 		b.Fatal(err)
 	}
