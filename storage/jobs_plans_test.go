@@ -22,14 +22,7 @@ func TestKeyedPlansGoByKeyAfterTheTablesGrew(t *testing.T) {
 	ctx := t.Context()
 	ev := newEvaluation(t, db)
 
-	conn, err := db.keyed.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// The generic plan from the first execution, as the plan cache
-	// settles on after five while the tables are this small.
-	mustExec(t, conn, `SET plan_cache_mode = force_generic_plan`)
+	conn := genericPlanConn(t, db.keyed)
 	statements := []struct{ name, params, sql, args string }{
 		{"claim", "text, text, text, bigint", claimJobSQL, `'x', 'y', 'w', 1`},
 		{"claims", "text[], text[], text[], bigint", claimJobsSQL, `'{x,y}', '{a,b}', '{w,w}', 1`},
@@ -68,6 +61,20 @@ func TestKeyedPlansGoByKeyAfterTheTablesGrew(t *testing.T) {
 	}
 }
 
+// genericPlanConn is a connection of pool that plans every prepared
+// statement generically from its first execution, as the plan cache
+// settles on after five while the tables are small.
+func genericPlanConn(t *testing.T, pool *sql.DB) *sql.Conn {
+	t.Helper()
+	conn, err := pool.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	mustExec(t, conn, `SET plan_cache_mode = force_generic_plan`)
+	return conn
+}
+
 func mustExec(t *testing.T, conn *sql.Conn, query string) {
 	t.Helper()
 	if _, err := conn.ExecContext(context.Background(), query); err != nil {
@@ -98,12 +105,7 @@ func TestPendingJobsByIDGoesByKeyAfterTheQueueDrained(t *testing.T) {
 	ctx := t.Context()
 	ev := newEvaluation(t, db)
 
-	conn, err := db.keyed.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	mustExec(t, conn, `SET plan_cache_mode = force_generic_plan`)
+	conn := genericPlanConn(t, db.keyed)
 	mustExec(t, conn, `PREPARE byid (text[]) AS `+fmt.Sprintf(pendingJobsByIDSQL, "= ANY($1::text[])"))
 	mustExec(t, conn, `EXECUTE byid ('{x,y}')`)
 

@@ -123,7 +123,8 @@ func (db *DB) Keyed() *sql.DB { return db.keyed }
 var KeyedSettings = map[string]string{"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off"}
 
 // keyedMaxConns bounds Keyed's connections: its statements are few at a
-// time (the claim and completion batchers run two each).
+// time (the claim and completion batchers run two each, and the
+// scheduler reads newly pending jobs by ID after a completion).
 const keyedMaxConns = 6
 
 // Engine reports which database engine db uses.
