@@ -1,11 +1,16 @@
 package server
 
 import (
+	"database/sql"
+	"log/slog"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 
 	"gradient.dev/gradient/server/admin"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 )
 
 func TestAdminProjectWildcards(t *testing.T) {
@@ -119,4 +124,48 @@ func TestPollerUsesProjectWildcards(t *testing.T) {
 	if evals := evaluationsOf(t, e.db, web.ID); len(evals) != 1 || !slices.Equal(evals[0].Wildcards, own) {
 		t.Fatalf("the poller's evaluation: %+v, want wildcards %q", evals, own)
 	}
+}
+
+// A database error while listing a team's projects answers 500, not 200
+// with an empty list (issue 26: the listing once dropped that error).
+func TestAdminTeamProjectsDatabaseError(t *testing.T) {
+	t.Parallel()
+	sqldbtest.ForEachEngineURL(t, func(t *testing.T, engine, dbURL string) {
+		db, err := storage.Open(t.Context(), dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &adminLogs{}
+		srv := New(db, Config{AdminTokenHash: sha256Hex(testAdminToken),
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		hs := httptest.NewServer(srv.Handler())
+		t.Cleanup(func() { hs.Close(); srv.Close(); db.Close() })
+		e := &adminEnv{t: t, db: db, srv: srv, base: hs.URL, token: testAdminToken, logs: logs}
+
+		e.must(201, "POST", "/api/v1/teams", map[string]any{"name": "ops"}, nil)
+		e.must(201, "POST", "/api/v1/projects", map[string]any{"team": "ops", "name": "web", "repository": "https://example.invalid/web.git"}, nil)
+		var listed []admin.ProjectView
+		e.must(200, "GET", "/api/v1/projects?team=ops", nil, &listed)
+		if len(listed) != 1 {
+			t.Fatalf("listed %+v, want ops/web", listed)
+		}
+
+		// The projects table goes away behind the server's back; teams stay.
+		driver, dsn := "pgx", dbURL
+		if engine == "sqlite" {
+			driver, dsn = "sqlite", strings.TrimPrefix(dbURL, "sqlite://")+"?_pragma=busy_timeout(10000)"
+		}
+		raw, err := sql.Open(driver, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		if _, err := raw.ExecContext(t.Context(), `ALTER TABLE projects RENAME TO projects_gone`); err != nil {
+			t.Fatal(err)
+		}
+		status, body := e.call("GET", "/api/v1/projects?team=ops", nil)
+		if status != 500 || !strings.Contains(string(body), "internal error") {
+			t.Fatalf("listing ops's projects without a projects table: %d %s, want 500", status, body)
+		}
+	})
 }

@@ -148,8 +148,10 @@ func (a *API) listProjects(w http.ResponseWriter, r *http.Request) {
 	}
 	var projects []storage.Project
 	if ref := r.URL.Query().Get("team"); ref != "" {
-		t, err := a.team(ctx, ref)
-		if err != nil {
+		// No := here: a shadowed err would drop the listing's error and
+		// answer 200 with an empty list.
+		var t storage.Team
+		if t, err = a.team(ctx, ref); err != nil {
 			a.fail(w, r, err)
 			return
 		}
