@@ -123,14 +123,14 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenant, err := store.CreateTenant(t.Context(), "acme")
+	tenant, err := store.CreateTenant(t.Context(), "secret-customer")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.SetLink(t.Context(), "acme", wsURL, proxyID, []proxystore.PeerToken{{PeerID: project.ID, Token: token}}); err != nil {
+	if _, err := store.SetLink(t.Context(), "secret-customer", wsURL, proxyID, []proxystore.PeerToken{{PeerID: project.ID, Token: token}}); err != nil {
 		t.Fatal(err)
 	}
-	downstreamWorker, workerToken, err := store.CreateWorker(t.Context(), "acme", "builder", proxystore.Capabilities{Build: true})
+	downstreamWorker, workerToken, err := store.CreateWorker(t.Context(), "secret-customer", "builder", proxystore.Capabilities{Build: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 		return st.Live && slices.Equal(st.Projects, []string{project.ID})
 	})
 	waitfor.Within(t, 15*time.Second, "the tenant's session in the proxy's metrics", func() bool {
-		return metrics().Value("gradient_worker_connected", map[string]string{"tenant": "acme"}) == 1
+		return metrics().Value("gradient_worker_connected", map[string]string{"tenant": tenant.ID}) == 1
 	})
 	// The proxy's own worker connects to its /proto as gradient-worker
 	// would, with WORKER_ID:TOKEN as its peers.
@@ -189,8 +189,8 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 		len(sessions.Downstream) != 1 || sessions.Downstream[0].WorkerID != downstreamWorker.ID {
 		t.Fatalf("/api/v1/sessions: %d %s", status, sessionsBody)
 	}
-	if status, body := adminGet("/api/v1/tenants/acme/link", adminToken); status != http.StatusOK || strings.Contains(body, token) {
-		t.Fatalf("/api/v1/tenants/acme/link: %d, or it holds the token: %s", status, body)
+	if status, body := adminGet("/api/v1/tenants/secret-customer/link", adminToken); status != http.StatusOK || strings.Contains(body, token) {
+		t.Fatalf("/api/v1/tenants/secret-customer/link: %d, or it holds the token: %s", status, body)
 	}
 	if m := metrics(); m["go_goroutines"] == nil || m["process_cpu_seconds_total"] == nil {
 		t.Fatal("/metrics lacks the runtime and process series")
@@ -207,7 +207,7 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 		for name, f := range metrics() {
 			for _, m := range f.GetMetric() {
 				for _, l := range m.GetLabel() {
-					if l.GetName() == "tenant" && (l.GetValue() == tenant.ID || l.GetValue() == "acme") {
+					if l.GetName() == "tenant" && (l.GetValue() == tenant.ID || l.GetValue() == "secret-customer") {
 						out = append(out, name)
 					}
 				}
@@ -218,7 +218,12 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	waitfor.Within(t, 15*time.Second, "the hub's series of the tenant", func() bool {
 		return slices.ContainsFunc(tenantSeries(), func(n string) bool { return strings.HasPrefix(n, "gradient_proxy_hub_") })
 	})
-	req, _ := http.NewRequest("DELETE", base+"/api/v1/tenants/acme", nil)
+	// /metrics answers anyone: its series name tenants by ID, never by
+	// name (a name may be a customer's).
+	if raw := scrapeText(t, base+"/metrics"); strings.Contains(raw, "secret-customer") {
+		t.Fatalf("/metrics names the tenant:\n%s", grepLines(raw, "secret-customer"))
+	}
+	req, _ := http.NewRequest("DELETE", base+"/api/v1/tenants/secret-customer", nil)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	delResp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -226,7 +231,7 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	}
 	delResp.Body.Close()
 	if delResp.StatusCode != http.StatusNoContent {
-		t.Fatalf("DELETE /api/v1/tenants/acme: %s", delResp.Status)
+		t.Fatalf("DELETE /api/v1/tenants/secret-customer: %s", delResp.Status)
 	}
 	waitfor.Within(t, 15*time.Second, "no series of the deleted tenant", func() bool { return len(tenantSeries()) == 0 })
 	resp, err := http.Get(base + "/healthz")
@@ -324,4 +329,30 @@ func TestServeRunsTheHetznerReconciler(t *testing.T) {
 	if strings.Contains(logs.String(), "hc-secret-token") {
 		t.Fatal("the Hetzner token is in the log")
 	}
+}
+
+// scrapeText is the text exposition /metrics answers.
+func scrapeText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// grepLines are the lines of text that contain fragment.
+func grepLines(text, fragment string) string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, fragment) {
+			out = append(out, strings.TrimSuffix(line, "\n"))
+		}
+	}
+	return strings.Join(out, "\n")
 }

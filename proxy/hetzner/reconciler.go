@@ -507,7 +507,7 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, w *world, t *tenant) e
 		active = append(active, row)
 	}
 	for state, n := range counts {
-		r.m.vms.WithLabelValues(t.name, state).Set(float64(n))
+		r.m.vms.WithLabelValues(t.id, state).Set(float64(n))
 	}
 	if why != "" {
 		return nil

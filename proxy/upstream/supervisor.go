@@ -288,7 +288,9 @@ func (s *Supervisor) start(ctx context.Context, l proxystore.Link, tokens map[st
 	}
 	cfg.OnEstablished = func() { s.established(ts) }
 	cfg.OnRejected = func(code uint16, reason string) bool { return s.rejected(ts, code, reason) }
-	cfg.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"tenant": l.TenantName}, ts.registry)
+	// By ID: /metrics answers without a token, and a tenant's name may be
+	// a customer's.
+	cfg.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"tenant": l.TenantID}, ts.registry)
 	cfg.Logger = log
 	w, err := worker.New(cfg)
 	if err != nil {

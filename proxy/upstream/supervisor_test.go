@@ -244,9 +244,10 @@ func TestSupervisorHoldsTheTenantsSession(t *testing.T) {
 		waitfor.True(t, "the new aggregate on the server", func() bool { h := w.jobs.Host(w.proxyID); return h != nil && reflect.DeepEqual(*h, want) })
 		connectedAt := w.srv.WorkerStatus(w.proxyID).ConnectedAt
 
-		// The tenant's worker series, labelled with the tenant.
-		if v := gathered(t, w.sup, "gradient_worker_connected", "acme"); v != 1 {
-			t.Fatalf("gradient_worker_connected{tenant=acme} = %v, want 1", v)
+		// The tenant's worker series, labelled with the tenant's ID (not
+		// its name: /metrics answers without a token).
+		if v := gathered(t, w.sup, "gradient_worker_connected", w.tenant.ID); v != 1 {
+			t.Fatalf("gradient_worker_connected{tenant=%s} = %v, want 1", w.tenant.ID, v)
 		}
 		if !w.srv.WorkerStatus(w.proxyID).ConnectedAt.Equal(connectedAt) {
 			t.Fatal("a pool change reconnected the session; it must re-send on the live one")
