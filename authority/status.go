@@ -23,7 +23,8 @@ type WorkerStatus struct {
 	Host *HostStatus `json:"host,omitempty"`
 	// DialedURL is set while the server's own dial holds the session.
 	DialedURL string `json:"dialed_url,omitempty"`
-	// OfflineReason is the last failure or disconnect of the worker ID.
+	// OfflineReason is the last failure or disconnect of the worker ID,
+	// empty while it is live.
 	OfflineReason string    `json:"offline_reason,omitempty"`
 	OfflineSince  time.Time `json:"offline_since,omitzero"`
 }
@@ -88,7 +89,12 @@ func (a *Authority) WorkerStatus(workerID string) WorkerStatus {
 		st.Host = hostStatus(conn.workerCaps, conn.workerLoad)
 		conn.mu.Unlock()
 	}
-	if r, ok := a.offline.get(workerID); ok {
+	// The reason says why the worker is away. While a session holds the
+	// ID, the one kept is of the past (a disconnect before this session,
+	// or another connection refused beside it) and beside live=true it
+	// would read as the live worker's trouble; the next disconnect sets
+	// a new one.
+	if r, ok := a.offline.get(workerID); ok && !st.Live {
 		st.OfflineReason, st.OfflineSince = r.Reason, r.At
 	}
 	return st

@@ -87,3 +87,67 @@ func TestWorkerListShowsTheLiveHost(t *testing.T) {
 		return !strings.Contains(s.ok(t, "worker", "list", "--project", "ops/web"), "x86_64-linux")
 	})
 }
+
+// A worker that went away with a reason and came back shows live with no
+// offline reason: the old one is of the past (issue 26 §8). Both ways
+// back: the operator fixes what refused it, and a plain reconnect.
+func TestWorkerListDropsThePastReasonOnceLive(t *testing.T) {
+	t.Parallel()
+	s := newAdminServer(t)
+	s.ok(t, "team", "create", "ops")
+	s.ok(t, "project", "create", "ops/web", "--repository", "https://example.invalid/web.git")
+	out := s.ok(t, "worker", "register", "--project", "ops/web")
+	line := regexp.MustCompile(`(?m)^  ([0-9a-f-]{36}:\S+)$`).FindStringSubmatch(out)
+	id := uuidPattern.FindString(out)
+	if line == nil || id == "" {
+		t.Fatalf("no worker ID and peers line in:\n%s", out)
+	}
+	run := func() (stop func()) {
+		w, err := worker.New(worker.Config{
+			ServerURL: "ws" + strings.TrimPrefix(s.url, "http") + "/proto", WorkerID: id, Peers: line[1],
+			Capabilities: wire.GradientCapabilities{Build: true}, Logger: slog.New(slog.DiscardHandler),
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); w.Run(ctx) }()
+		stop = func() { cancel(); <-done }
+		t.Cleanup(stop)
+		return stop
+	}
+	row := func() string {
+		for l := range strings.Lines(s.ok(t, "worker", "list", "--project", "ops/web")) {
+			if strings.HasPrefix(l, id) {
+				return strings.TrimSpace(l)
+			}
+		}
+		t.Fatal("the worker is not listed")
+		return ""
+	}
+	live := regexp.MustCompile(`^` + id + `\s+yes\s`)
+	liveWithoutReason := func(past string) {
+		t.Helper()
+		waitfor.True(t, "the worker live", func() bool { return live.MatchString(row()) })
+		if r := row(); strings.Contains(r, past) || !strings.HasSuffix(r, " -") {
+			t.Fatalf("a live worker listed with the reason of its last disconnect:\n%s", r)
+		}
+		if shown := s.ok(t, "worker", "show", id); strings.Contains(shown, "offline") {
+			t.Fatalf("worker show of a live worker names an offline reason:\n%s", shown)
+		}
+	}
+
+	// Refused until the project has a cache; the worker retries.
+	stop := run()
+	waitfor.True(t, "the worker refused for want of a cache", func() bool { return strings.Contains(row(), "no cache subscribed") })
+	s.ok(t, "cache", "create", "main")
+	s.ok(t, "project", "subscribe", "ops/web", "main")
+	liveWithoutReason("no cache subscribed")
+
+	stop()
+	waitfor.True(t, "the worker offline with its reason", func() bool { return strings.Contains(row(), "worker stopping") })
+	run()
+	liveWithoutReason("worker stopping")
+}
