@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"gradient.dev/gradient/internal/termsafe"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/wire/wirejson"
 )
@@ -40,7 +41,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // runWithEnv is run with the environment as a function, so tests of the
 // admin commands control GRADIENT_SERVER and the token variables.
 func runWithEnv(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
-	a := &app{ctx: context.Background(), getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, up: runUpUntilSignal}
+	// Everything the CLI prints may carry text from elsewhere (a build's
+	// log, a worker's reason, a server's error): control sequences in it
+	// are shown, never acted on by the operator's terminal.
+	safeOut, safeErr := termsafe.NewWriter(stdout), termsafe.NewWriter(stderr)
+	defer safeErr.Flush()
+	defer safeOut.Flush()
+	a := &app{ctx: context.Background(), getenv: getenv, stdin: stdin, stdout: safeOut, stderr: safeErr, up: runUpUntilSignal}
 	return a.run(args)
 }
 
