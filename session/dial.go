@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -24,6 +25,10 @@ type DialOptions struct {
 	ConnectTimeout time.Duration
 	// Logger receives the ws:// warning; nil uses slog.Default().
 	Logger *slog.Logger
+	// Control, when set, is the TCP dialer's Control: it sees every
+	// address the URL's host resolved to before the connect and may
+	// refuse it (internal/dialguard refuses link-local addresses).
+	Control func(network, address string, c syscall.RawConn) error
 }
 
 // Dial opens a WebSocket to url (ws:// or wss://) with the protocol's socket
@@ -39,8 +44,16 @@ func Dial(ctx context.Context, url string, opts DialOptions) (Transport, error) 
 	if strings.HasPrefix(url, "ws://") {
 		logger(opts.Logger).Warn("dialing without TLS", "url", url)
 	}
+	netDial := dialCoalescing
+	if opts.Control != nil {
+		nd := *netDialer
+		nd.Control = opts.Control
+		netDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialCoalescingWith(ctx, &nd, network, addr)
+		}
+	}
 	d := &websocket.Dialer{
-		NetDialContext:    dialCoalescing,
+		NetDialContext:    netDial,
 		TLSClientConfig:   opts.TLS,
 		ReadBufferSize:    readBufferSize,
 		WriteBufferSize:   clientWriteBufferSize,
@@ -70,7 +83,11 @@ var netDialer = &net.Dialer{KeepAlive: 30 * time.Second}
 // default; setting it here makes the guarantee independent of that
 // default.
 func dialNoDelay(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := netDialer.DialContext(ctx, network, addr)
+	return dialNoDelayWith(ctx, netDialer, network, addr)
+}
+
+func dialNoDelayWith(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+	c, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +101,11 @@ func dialNoDelay(ctx context.Context, network, addr string) (net.Conn, error) {
 // dialCoalescing is dialNoDelay with the socket wrapped so the writer's
 // batches go out in one write each (coalescingConn).
 func dialCoalescing(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := dialNoDelay(ctx, network, addr)
+	return dialCoalescingWith(ctx, netDialer, network, addr)
+}
+
+func dialCoalescingWith(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+	c, err := dialNoDelayWith(ctx, d, network, addr)
 	if err != nil {
 		return nil, err
 	}

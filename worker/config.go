@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,7 +71,11 @@ type Config struct {
 	InsecureListen          bool
 	ServerTokens            session.ServerVerifier
 
-	DialTLS          *tls.Config
+	DialTLS *tls.Config
+	// DialControl, when set, may refuse each address the server URL
+	// resolves to (net.Dialer.Control; the proxy refuses link-local
+	// addresses with internal/dialguard).
+	DialControl      func(network, address string, c syscall.RawConn) error
 	ConnectTimeout   time.Duration // 10 s
 	HandshakeTimeout time.Duration // 15 s
 	AckTimeout       time.Duration // 120 s; negative disables

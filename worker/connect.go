@@ -47,7 +47,8 @@ func (w *Worker) dialLoop(ctx context.Context) {
 
 // connectOnce dials, runs the handshake and serves the session to its end.
 func (w *Worker) connectOnce(ctx context.Context) (sessionEnd, error) {
-	t, err := session.Dial(ctx, w.cfg.ServerURL, session.DialOptions{TLS: w.cfg.DialTLS, ConnectTimeout: w.cfg.ConnectTimeout, Logger: w.log})
+	t, err := session.Dial(ctx, w.cfg.ServerURL, session.DialOptions{TLS: w.cfg.DialTLS, ConnectTimeout: w.cfg.ConnectTimeout, Logger: w.log,
+		Control: w.cfg.DialControl})
 	if err != nil {
 		return endFailed, err
 	}

@@ -32,6 +32,10 @@ type options struct {
 	Hetzner      hetznerOptions
 	LogLevel     slog.Level
 	LogFormat    string
+
+	// AllowLinkLocalLinks lets links name link-local and cloud metadata
+	// addresses, at set time and at dial time.
+	AllowLinkLocalLinks bool
 }
 
 // hetznerOptions configure the Hetzner Cloud workers; Token empty turns
@@ -70,7 +74,7 @@ unknown ID gets 403, a wrong token 401), negotiates its offer AND the row's
 allowed capabilities (never federate), and counts in its tenant's upstream
 aggregate while connected. It serves /proto, the admin API under /api/v1
 (bearer admin token from --admin-token-file), /healthz and /metrics (the
-upstream sessions' series carry tenant="<name>").
+upstream sessions' series carry tenant="<tenant ID>").
 
 Jobs are forwarded per tenant: the tenant's server offers and assigns jobs
 to the proxy's session, and the proxy hands each to the best capable waiting
@@ -142,6 +146,9 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		&cli.IntFlag{Name: "auth-failures-per-minute", Value: 30, Destination: &opts.AuthFailures, Sources: env.Vars(proxyVar("auth-failures-per-minute")),
 			Validator: servicecli.NotNegative[int],
 			Usage:     "wrong admin tokens one client address may send per minute; beyond them it gets HTTP 429 until it regains attempts at that rate; 0 disables"},
+		&cli.BoolFlag{Name: "allow-link-local-links", Destination: &opts.AllowLinkLocalLinks, Sources: env.Vars(proxyVar("allow-link-local-links")),
+			Usage: "let tenants' link URLs name link-local addresses (169.254.0.0/16, fe80::/10) and cloud metadata services (169.254.169.254, fd00:ec2::254), " +
+				"checked when a link is set and at every dial; off, they are refused (loopback stays allowed)"},
 		str("upstream-capabilities", &raw.capabilities, "fetch,eval,build",
 			"comma list of the capabilities every upstream session offers: fetch, eval, build, federate"),
 		file("hetzner-token-file", &raw.hetznerTokenFile, "file holding the Hetzner Cloud API token; without it no VM is booted"),

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"gradient.dev/gradient/internal/authgate"
+	"gradient.dev/gradient/internal/dialguard"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/proxy/admin"
 	"gradient.dev/gradient/proxy/downstream"
@@ -93,7 +94,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	}
 	sup, err = upstream.New(upstream.Config{
 		Store: store, Capabilities: opts.UpstreamCapabilities, Logger: log, Pool: leg, Hubs: hubs,
-		Bootable: bootable, Worker: worker.Config{},
+		Bootable: bootable, Worker: upstreamWorker(opts),
 	})
 	if err != nil {
 		return err
@@ -133,7 +134,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		gate = authgate.New(limit.NewFailures(opts.AuthFailures, time.Minute, nil), log)
 	}
 	admin.New(admin.Config{Store: store, AdminTokenHash: adminHash, Gate: gate, ObserveTokenCheck: tokenChecks.Checked,
-		Downstream: leg, Upstream: sup,
+		Downstream: leg, Upstream: sup, AllowLinkLocalLinks: opts.AllowLinkLocalLinks,
 		TenantDeleted: hubs.Remove, Logger: log}).Mount(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{registry, sup}, promhttp.HandlerOpts{}))
 	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
@@ -199,4 +200,14 @@ func capabilityList(c wire.GradientCapabilities) []string {
 		}
 	}
 	return out
+}
+
+// upstreamWorker is the template of every upstream session's worker:
+// unless the operator allows them, its dials refuse link-local and cloud
+// metadata addresses, also when a link's host name resolves to one.
+func upstreamWorker(opts options) worker.Config {
+	if opts.AllowLinkLocalLinks {
+		return worker.Config{}
+	}
+	return worker.Config{DialControl: dialguard.Control}
 }

@@ -24,6 +24,7 @@ import (
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
@@ -355,4 +356,80 @@ func grepLines(text, fragment string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Link URLs may not point at link-local or cloud metadata addresses
+// unless --allow-link-local-links: the admin API refuses to set one (400
+// naming the flag), and a link that holds one anyway (stored before, or a
+// name resolving there) is refused at dial time, before any connect.
+// Loopback stays allowed.
+func TestServeRefusesLinkLocalLinks(t *testing.T) {
+	t.Parallel()
+	key := sealbox.NewKey()
+	keyFile := writeFile(t, "proxy.key", sealbox.EncodeKey(key)+"\n")
+	dataDir := t.TempDir()
+	box, err := sealbox.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := proxystore.Open(t.Context(), dataDir, box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.CreateTenant(t.Context(), "acme"); err != nil {
+		t.Fatal(err)
+	}
+	workerID, peerID := storage.NewID(), storage.NewID()
+	token := strings.Repeat("t", 64)
+	metadataURL := "ws://169.254.169.254:80/proto"
+	if _, err := store.SetLink(t.Context(), "acme", metadataURL, workerID, []proxystore.PeerToken{{PeerID: peerID, Token: token}}); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+
+	const adminToken = "proxy-link-local-test-admin-token"
+	env := map[string]string{"GRADIENT_PROXY_ENCRYPTION_KEY_FILE": keyFile, "GRADIENT_PROXY_ADMIN_TOKEN_FILE": writeFile(t, "admin", adminToken)}
+	base, logs, stop := startProxy(t, []string{"--listen", "127.0.0.1:0", "--database", dataDir}, env)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	waitfor.Within(t, 15*time.Second, "the stored link's dial refused", func() bool {
+		return strings.Contains(logs.String(), "dial tcp 169.254.169.254:80: 169.254.169.254: link-local and cloud metadata addresses are refused")
+	})
+	setLink := func(base, url string) (int, string) {
+		body, _ := json.Marshal(map[string]string{"url": url, "worker_id": workerID, "peers": peerID + ":" + token})
+		req, _ := http.NewRequest("PUT", base+"/api/v1/tenants/acme/link", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, url := range []string{metadataURL, "wss://[fd00:ec2::254]/proto", "ws://[fe80::1%25eth0]:3000/proto", "ws://[::ffff:169.254.169.254]/proto"} {
+		if status, body := setLink(base, url); status != http.StatusBadRequest || !strings.Contains(body, "--allow-link-local-links") {
+			t.Errorf("setting the link to %s: %d %s, want 400 naming --allow-link-local-links", url, status, body)
+		}
+	}
+	if status, body := setLink(base, "ws://127.0.0.1:1/proto"); status != http.StatusOK {
+		t.Errorf("setting a loopback link: %d %s, want 200", status, body)
+	}
+	stop()
+
+	// Allowed by the operator: set, and dialed without the refusal.
+	refusals := strings.Count(logs.String(), "addresses are refused")
+	base, logs, _ = startProxy(t, []string{"--listen", "127.0.0.1:0", "--database", dataDir, "--allow-link-local-links"}, env)
+	if status, body := setLink(base, metadataURL); status != http.StatusOK {
+		t.Fatalf("setting the link with --allow-link-local-links: %d %s", status, body)
+	}
+	waitfor.Within(t, 15*time.Second, "the proxy dialing the allowed link", func() bool {
+		return strings.Contains(logs.String(), "dialing without TLS") && strings.Contains(logs.String(), "169.254.169.254")
+	})
+	if strings.Contains(logs.String(), "addresses are refused") {
+		t.Errorf("an allowed link was refused (%d refusals before):\n%s", refusals, logs.String())
+	}
 }

@@ -74,6 +74,9 @@ type Config struct {
 	ObserveTokenCheck func(elapsed time.Duration, matched bool)
 	Downstream        Downstream
 	Upstream          Upstream
+	// AllowLinkLocalLinks lets a link's URL name a link-local or cloud
+	// metadata address (internal/dialguard); off, setting one is a 400.
+	AllowLinkLocalLinks bool
 	// TenantDeleted, when set, learns each deleted tenant's ID after
 	// its workers were revoked and its upstream session told to stop
 	// (gradient-proxy removes the tenant's hub: hub.Set.Remove).

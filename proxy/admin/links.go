@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/gitsource"
+	"gradient.dev/gradient/internal/dialguard"
 	"gradient.dev/gradient/internal/jsonapi"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/storage/sqldb"
@@ -81,6 +82,12 @@ func (a *API) setLink(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.fail(w, r, err)
 		return
+	}
+	if !a.cfg.AllowLinkLocalLinks {
+		if err := dialguard.CheckURL(in.URL); err != nil {
+			a.fail(w, r, sqldb.Invalid("url: %v (cloud metadata services answer there); the proxy's --allow-link-local-links allows it", err))
+			return
+		}
 	}
 	peers, err := proxystore.ParsePeersFile(in.Peers)
 	if err != nil {
