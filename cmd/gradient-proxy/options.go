@@ -137,8 +137,8 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 	}
 	flags := []cli.Flag{
 		str("listen", &opts.Listen, "127.0.0.1:3200", "address serving /proto, /api/v1, /healthz and /metrics"),
-		str("database", &opts.Database, "./gradient-proxy-data",
-			"a postgres:// URL, or a data directory for embedded SQLite (a password in the URL is never logged)"),
+		&cli.StringFlag{Name: "database", Value: "./gradient-proxy-data", Destination: &opts.Database, Sources: env.Vars(proxyVar("database")), TakesFile: true,
+			Usage: "a postgres:// URL, or a data directory for embedded SQLite (a password in the URL is never logged)"},
 		file("encryption-key-file", &opts.EncryptionKeyFile,
 			"32-byte key (raw or base64) sealing the tenants' upstream tokens in the database (required: the proxy refuses to start without it)"),
 		file("admin-token-file", &raw.adminTokenFile,

@@ -35,7 +35,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{Listen: "127.0.0.1:3200", Database: "./gradient-proxy-data", EncryptionKeyFile: "/run/keys/proxy",
+	want := options{Listen: "127.0.0.1:3200", Database: mustAbs(t, "gradient-proxy-data"), EncryptionKeyFile: "/run/keys/proxy",
 		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, AuthFailures: 30, Hetzner: defaultHetzner(),
 		LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if !reflect.DeepEqual(opts, want) {
@@ -140,4 +140,15 @@ func TestHetznerOptions(t *testing.T) {
 			t.Errorf("%s: the token is shown: %s", name, stderr.String())
 		}
 	}
+}
+
+// mustAbs is path against the test's working directory: path flags are
+// made absolute at start-up.
+func mustAbs(t *testing.T, path string) string {
+	t.Helper()
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
 }

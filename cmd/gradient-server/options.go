@@ -75,7 +75,7 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:3000", Destination: &opts.Listen, Sources: env.Vars("GRADIENT_LISTEN"),
 			Usage: "address to listen on"},
-		&cli.StringFlag{Name: "database", Value: "./gradient-data", Destination: &opts.Database, Sources: env.Vars("GRADIENT_DATABASE"),
+		&cli.StringFlag{Name: "database", Value: "./gradient-data", Destination: &opts.Database, Sources: env.Vars("GRADIENT_DATABASE"), TakesFile: true,
 			Usage: "a postgres:// URL, or a data directory for embedded SQLite (a password in the URL is never logged; PGPASSWORD and ~/.pgpass work too)"},
 		tokens.token, tokens.file,
 		&cli.StringFlag{Name: "dial-key-file", Destination: &opts.DialKeyFile, Sources: env.Vars("GRADIENT_DIAL_KEY_FILE"), TakesFile: true,

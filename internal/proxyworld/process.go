@@ -107,7 +107,15 @@ func (p *Process) Write(b []byte) (int, error) {
 // environment plus env; the test's end stops it (Stop).
 func Start(tb testing.TB, name, command string, env []string, args ...string) *Process {
 	tb.Helper()
+	return StartIn(tb, "", name, command, env, args...)
+}
+
+// StartIn is Start in the working directory dir ("" is the test's), for
+// commands given relative paths.
+func StartIn(tb testing.TB, dir, name, command string, env []string, args ...string) *Process {
+	tb.Helper()
 	p := &Process{Name: name, cmd: exec.Command(Binary(tb, command), args...), done: make(chan struct{}), listening: make(chan string, 1)}
+	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
@@ -121,6 +129,13 @@ func Start(tb testing.TB, name, command string, env []string, args ...string) *P
 		}
 	})
 	return p
+}
+
+// ListenAddress waits for the process to log the address it listens on
+// (HOST:PORT).
+func (p *Process) ListenAddress(tb testing.TB) string {
+	tb.Helper()
+	return p.listenAddress(tb)
 }
 
 // listenAddress waits for the process to log the address it listens on.

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -209,7 +210,7 @@ func Parse(ctx context.Context, cmd *cli.Command, args []string, stderr io.Write
 			return unexpectedArgument(c, args, c.Args().First())
 		}
 		parsed = true
-		return nil
+		return absolutePaths(c)
 	}
 	err := cmd.Run(ctx, append([]string{cmd.Name}, args...))
 	if err == nil && !parsed {
@@ -221,6 +222,31 @@ func Parse(ctx context.Context, cmd *cli.Command, args []string, stderr io.Write
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cmd.Name, err)
 		return ErrUsage
+	}
+	return nil
+}
+
+// absolutePaths makes the value of every path flag (a string flag that
+// TakesFile) absolute, against the directory the service started in: a
+// relative path handed on to git or Nix, or read after a chdir, means
+// something else there (git+file://worker-state/… names a host). Empty
+// values (a path left unset) and URLs (a flag taking a path or a
+// postgres:// URL) stay as they are.
+func absolutePaths(cmd *cli.Command) error {
+	for _, f := range cmd.Flags {
+		sf, ok := f.(*cli.StringFlag)
+		if !ok || !sf.TakesFile || sf.Destination == nil {
+			continue
+		}
+		p := *sf.Destination
+		if p == "" || filepath.IsAbs(p) || strings.Contains(p, "://") {
+			continue
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", sf.Name, err)
+		}
+		*sf.Destination = abs
 	}
 	return nil
 }

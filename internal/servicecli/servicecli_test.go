@@ -3,6 +3,9 @@ package servicecli
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +138,38 @@ func TestExitCode(t *testing.T) {
 		var stderr strings.Builder
 		if got := ExitCode("gradient-x", c.err, &stderr); got != c.want || stderr.String() != c.says {
 			t.Errorf("ExitCode(%v) = %d, %q; want %d, %q", c.err, got, stderr.String(), c.want, c.says)
+		}
+	}
+}
+
+// Path flags come out absolute, from the command line, a variable or
+// the default; empty values and URLs stay as given, and so do flags that
+// take no path.
+func TestPathFlagsAreAbsolute(t *testing.T) {
+	var base, data, key, empty, url, name string
+	env := NewEnv(func(k string) string { return map[string]string{"X_KEY_FILE": "keys/x.key"}[k] })
+	cmd := &cli.Command{Name: "x", Flags: []cli.Flag{
+		&cli.StringFlag{Name: "base-dir", Destination: &base, TakesFile: true, Sources: env.Vars("X_BASE_DIR")},
+		&cli.StringFlag{Name: "database", Value: "./data", Destination: &data, TakesFile: true, Sources: env.Vars("X_DATABASE")},
+		&cli.StringFlag{Name: "key-file", Destination: &key, TakesFile: true, Sources: env.Vars("X_KEY_FILE")},
+		&cli.StringFlag{Name: "empty-file", Destination: &empty, TakesFile: true, Sources: env.Vars("X_EMPTY_FILE")},
+		&cli.StringFlag{Name: "url-or-dir", Destination: &url, TakesFile: true, Sources: env.Vars("X_URL_OR_DIR")},
+		&cli.StringFlag{Name: "name", Destination: &name, Sources: env.Vars("X_NAME")},
+	}}
+	args := []string{"--base-dir", "./worker-state", "--url-or-dir", "postgres://db/x", "--name", "./not-a-path"}
+	if err := Parse(t.Context(), cmd, args, io.Discard, nil); err != nil {
+		t.Fatal(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for got, want := range map[string]string{
+		base: filepath.Join(wd, "worker-state"), data: filepath.Join(wd, "data"), key: filepath.Join(wd, "keys/x.key"),
+		empty: "", url: "postgres://db/x", name: "./not-a-path",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
 		}
 	}
 }
