@@ -36,14 +36,6 @@ func String(s string) string {
 	return string(out)
 }
 
-// Strings makes each of ss safe to print, in place, and returns it.
-func Strings(ss []string) []string {
-	for i, s := range ss {
-		ss[i] = String(s)
-	}
-	return ss
-}
-
 // appendSafe appends the safe rendering of src to dst. Unless final, an
 // incomplete sequence at the end of src (a split UTF-8 character, an SGR
 // sequence without its final byte, a \r that may precede \n) is left
