@@ -30,18 +30,22 @@ type VMBinding struct {
 // handshake's source address; later handshakes are accepted only from
 // that address and only while the row is open (creating or running).
 // The binding is a compare-and-set, so of two first handshakes from
-// different addresses one wins. A worker that is no VM's is VM false.
+// different addresses one wins. An unknown address ("") is refused. A
+// worker that is no VM's is VM false.
 func (s *Store) BindVMWorker(ctx context.Context, workerID, addr string) (VMBinding, error) {
 	id, err := sqldb.CanonicalUUID("worker ID", workerID)
 	if err != nil {
 		return VMBinding{}, err
 	}
-	if addr == "" || len(addr) > maxAddrLen {
-		return VMBinding{}, sqldb.Invalid("a worker's source address must be 1 to %d characters", maxAddrLen)
+	if len(addr) > maxAddrLen {
+		return VMBinding{}, sqldb.Invalid("a worker's source address is longer than %d characters", maxAddrLen)
 	}
-	if _, err := s.db.Exec(ctx, `UPDATE vm_usage SET worker_addr = $2
-		WHERE worker_id = $1 AND worker_addr IS NULL AND outcome IN ('creating', 'running')`, id, addr); err != nil {
-		return VMBinding{}, err
+	// An unknown address ("") binds nothing and is never accepted.
+	if addr != "" {
+		if _, err := s.db.Exec(ctx, `UPDATE vm_usage SET worker_addr = $2
+			WHERE worker_id = $1 AND worker_addr IS NULL AND outcome IN ('creating', 'running')`, id, addr); err != nil {
+			return VMBinding{}, err
+		}
 	}
 	var outcome VMOutcome
 	var bound sql.NullString
@@ -52,5 +56,5 @@ func (s *Store) BindVMWorker(ctx context.Context, workerID, addr string) (VMBind
 	if err != nil {
 		return VMBinding{}, err
 	}
-	return VMBinding{VM: true, Accepted: outcome.Open() && bound.String == addr, BoundTo: bound.String}, nil
+	return VMBinding{VM: true, Accepted: addr != "" && outcome.Open() && bound.String == addr, BoundTo: bound.String}, nil
 }

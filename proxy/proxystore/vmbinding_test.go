@@ -2,6 +2,7 @@ package proxystore
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,11 @@ func TestBindVMWorker(t *testing.T) {
 		if vm, err = s.VMCreated(ctx, vm.ID, 4711, t0); err != nil {
 			t.Fatal(err)
 		}
-		b, err := s.BindVMWorker(ctx, vm.WorkerID, "203.0.113.7")
+		b, err := s.BindVMWorker(ctx, vm.WorkerID, "")
+		if err != nil || !b.VM || b.Accepted || b.BoundTo != "" {
+			t.Fatalf("an unknown address: %+v, %v", b, err)
+		}
+		b, err = s.BindVMWorker(ctx, vm.WorkerID, "203.0.113.7")
 		if err != nil || !b.VM || !b.Accepted || b.BoundTo != "203.0.113.7" {
 			t.Fatalf("first handshake: %+v, %v", b, err)
 		}
@@ -52,8 +57,11 @@ func TestBindVMWorker(t *testing.T) {
 		if b, err = s.BindVMWorker(ctx, w.ID, "203.0.113.7"); err != nil || b.VM {
 			t.Fatalf("a worker of no VM: %+v, %v", b, err)
 		}
-		if _, err := s.BindVMWorker(ctx, w.ID, ""); !errors.Is(err, sqldb.ErrInvalid) {
-			t.Fatalf("no address: %v", err)
+		if b, err := s.BindVMWorker(ctx, w.ID, ""); err != nil || b.VM {
+			t.Fatalf("a worker of no VM, no address: %+v, %v", b, err)
+		}
+		if _, err := s.BindVMWorker(ctx, w.ID, strings.Repeat("1", 65)); !errors.Is(err, sqldb.ErrInvalid) {
+			t.Fatalf("an address of 65 characters: %v", err)
 		}
 	})
 }
