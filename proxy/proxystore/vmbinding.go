@@ -40,21 +40,28 @@ func (s *Store) BindVMWorker(ctx context.Context, workerID, addr string) (VMBind
 	if len(addr) > maxAddrLen {
 		return VMBinding{}, sqldb.Invalid("a worker's source address is longer than %d characters", maxAddrLen)
 	}
+	read := func() (VMOutcome, sql.NullString, error) {
+		var outcome VMOutcome
+		var bound sql.NullString
+		err := s.sql.QueryRowContext(ctx, `SELECT outcome, worker_addr FROM vm_usage WHERE worker_id = $1`, id).Scan(&outcome, &bound)
+		return outcome, bound, err
+	}
+	outcome, bound, err := read()
+	if errors.Is(err, sql.ErrNoRows) {
+		return VMBinding{}, nil // no VM's worker: the common case reads only
+	}
+	if err != nil {
+		return VMBinding{}, err
+	}
 	// An unknown address ("") binds nothing and is never accepted.
-	if addr != "" {
+	if !bound.Valid && outcome.Open() && addr != "" {
 		if _, err := s.db.Exec(ctx, `UPDATE vm_usage SET worker_addr = $2
 			WHERE worker_id = $1 AND worker_addr IS NULL AND outcome IN ('creating', 'running')`, id, addr); err != nil {
 			return VMBinding{}, err
 		}
-	}
-	var outcome VMOutcome
-	var bound sql.NullString
-	err = s.sql.QueryRowContext(ctx, `SELECT outcome, worker_addr FROM vm_usage WHERE worker_id = $1`, id).Scan(&outcome, &bound)
-	if errors.Is(err, sql.ErrNoRows) {
-		return VMBinding{}, nil
-	}
-	if err != nil {
-		return VMBinding{}, err
+		if outcome, bound, err = read(); err != nil {
+			return VMBinding{}, err
+		}
 	}
 	return VMBinding{VM: true, Accepted: addr != "" && outcome.Open() && bound.String == addr, BoundTo: bound.String}, nil
 }
