@@ -16,6 +16,7 @@ type workerConn struct {
 	workerID    string
 	connectedAt time.Time
 	dialURL     string // set when the server dialed the worker
+	remote      string // the worker-dialed connection's source address (RemoteAddr)
 
 	mu           sync.Mutex
 	sess         *session.ServerSession // nil while the handshake runs

@@ -16,7 +16,8 @@ type Policy interface {
 	Challenge(ctx context.Context, workerID string) (peers []string, known bool, err error)
 	// Authorize checks the tokens the worker answered with (secrets:
 	// never log them) and decides. It is asked again on every reauth of
-	// the live session, whose grant then only grows.
+	// the live session, whose grant then only grows. RemoteAddr(ctx) is
+	// the connection's source address.
 	Authorize(ctx context.Context, workerID string, tokens []wire.Pair[string, string]) (Grant, error)
 }
 
@@ -61,7 +62,7 @@ func (ad *admission) Authorize(ctx context.Context, workerID string, tokens []wi
 	if !ad.established && !ad.a.Accepting() {
 		return notAccepting, nil
 	}
-	g, err := ad.a.cfg.Policy.Authorize(ctx, workerID, tokens)
+	g, err := ad.a.cfg.Policy.Authorize(withRemote(ctx, ad.conn.remote), workerID, tokens)
 	if err != nil {
 		return handshake.Decision{}, err
 	}

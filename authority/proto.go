@@ -32,7 +32,7 @@ func (a *Authority) serveWorker(t session.Transport, remote string, handshakeDon
 	}
 	defer a.wg.Done()
 	ctx := a.ctx
-	conn := &workerConn{connectedAt: time.Now()}
+	conn := &workerConn{connectedAt: time.Now(), remote: remote}
 	ad := &admission{a: a, conn: conn}
 	c := session.NewConn(t, session.ConnOptions{Logger: log})
 	est, err := session.RunAuthority(ctx, c, session.AuthorityConfig{Policy: ad, Capabilities: a.capabilities(), Timeout: a.cfg.HandshakeTimeout})

@@ -49,6 +49,7 @@ type hetznerOptions struct {
 	Interval, BillingUnit, ScaleDownWindow time.Duration
 	BootDeadline, DrainGrace, ListGrace    time.Duration
 	BackoffInitial, BackoffMax             time.Duration
+	BootBackoffMax                         time.Duration
 }
 
 // defaultHetzner is hetznerOptions without a token: the reconciler's
@@ -56,7 +57,8 @@ type hetznerOptions struct {
 func defaultHetzner() hetznerOptions {
 	return hetznerOptions{Endpoint: hcloud.Endpoint, Interval: hetzner.DefaultInterval, BillingUnit: hetzner.DefaultBillingUnit,
 		ScaleDownWindow: hetzner.DefaultScaleDownWindow, BootDeadline: hetzner.DefaultBootDeadline, DrainGrace: hetzner.DefaultDrainGrace,
-		ListGrace: hetzner.DefaultListGrace, BackoffInitial: hetzner.DefaultBackoffMin, BackoffMax: hetzner.DefaultBackoffMax}
+		ListGrace: hetzner.DefaultListGrace, BackoffInitial: hetzner.DefaultBackoffMin, BackoffMax: hetzner.DefaultBackoffMax,
+		BootBackoffMax: hetzner.DefaultBootBackoffMax}
 }
 
 const description = `Runs the Gradient federation proxy: each tenant's Gradient server sees it as
@@ -167,6 +169,8 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		seconds("hetzner-backoff-initial", &opts.Hetzner.BackoffInitial, hetzner.DefaultBackoffMin,
 			"seconds a tenant backs off after a failed API call (429, 5xx), doubling"),
 		seconds("hetzner-backoff-max", &opts.Hetzner.BackoffMax, hetzner.DefaultBackoffMax, "longest backoff in seconds"),
+		seconds("hetzner-boot-backoff-max", &opts.Hetzner.BootBackoffMax, hetzner.DefaultBootBackoffMax,
+			"after consecutive failed boots of a system the next VM waits the boot deadline, doubling per failure, at most this many seconds"),
 	}
 	flags = append(flags, logging.Flags(env, "GRADIENT_PROXY_")...)
 	return &cli.Command{Name: "gradient-proxy", Usage: "the Gradient federation proxy", Description: description, Flags: flags}
@@ -215,7 +219,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		}
 		h := opts.Hetzner
 		if h.Interval <= 0 || h.BillingUnit <= 0 || h.ScaleDownWindow <= 0 || h.BootDeadline <= 0 || h.DrainGrace <= 0 ||
-			h.ListGrace <= 0 || h.BackoffInitial <= 0 || h.BackoffMax < h.BackoffInitial {
+			h.ListGrace <= 0 || h.BackoffInitial <= 0 || h.BackoffMax < h.BackoffInitial || h.BootBackoffMax <= 0 {
 			errs = append(errs, errors.New("the --hetzner-* durations must be positive, and --hetzner-backoff-max at least --hetzner-backoff-initial"))
 		}
 		if h.ScaleDownWindow > h.BillingUnit {

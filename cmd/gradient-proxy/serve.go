@@ -108,7 +108,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		reconciler, err = hetzner.New(hetzner.Config{Store: store, Client: client, Sessions: leg, Demand: hubs,
 			ProtoURL: h.ProtoURL, BootableChanged: sup.PoolChanged, Interval: h.Interval, BillingUnit: h.BillingUnit, ScaleDownWindow: h.ScaleDownWindow,
 			BootDeadline: h.BootDeadline, DrainGrace: h.DrainGrace, ListGrace: h.ListGrace,
-			BackoffMin: h.BackoffInitial, BackoffMax: h.BackoffMax, Logger: log, Metrics: registry})
+			BackoffMin: h.BackoffInitial, BackoffMax: h.BackoffMax, BootBackoffMax: h.BootBackoffMax, Logger: log, Metrics: registry})
 		if err != nil {
 			return err
 		}

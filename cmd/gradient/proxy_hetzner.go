@@ -31,6 +31,12 @@ type proxyHetzner struct {
 	Labels        map[string]string             `json:"labels"`
 	Capabilities  []string                      `json:"capabilities"`
 	UpdatedAt     time.Time                     `json:"updated_at"`
+	BootBackoff   []struct {
+		System       string    `json:"system"`
+		Failures     int       `json:"failed_boots"`
+		LastFailedAt time.Time `json:"last_failed_at"`
+		RetryAt      time.Time `json:"retry_at"`
+	} `json:"boot_backoff"`
 }
 
 func proxyHetznerFlags() []cli.Flag {
@@ -168,6 +174,25 @@ func printHetzner(c *adminCmd, h proxyHetzner) {
 	}
 	fmt.Fprintln(c.stdout)
 	table(c.stdout, []string{"SYSTEM", "SERVER TYPE", "LOCATION", "SLOTS"}, rows)
+	printBootBackoff(c, h)
+}
+
+// printBootBackoff shows the systems whose VMs did not boot and when
+// the next one may.
+func printBootBackoff(c *adminCmd, h proxyHetzner) {
+	if len(h.BootBackoff) == 0 {
+		return
+	}
+	rows := make([][]string, 0, len(h.BootBackoff))
+	for _, b := range h.BootBackoff {
+		next := when(b.RetryAt)
+		if !b.RetryAt.After(time.Now()) {
+			next = "now (one VM at a time until one connects)"
+		}
+		rows = append(rows, []string{b.System, strconv.Itoa(b.Failures), when(b.LastFailedAt), next})
+	}
+	fmt.Fprintln(c.stdout, "\nBoot backoff (VMs whose worker did not connect within the boot deadline):")
+	table(c.stdout, []string{"SYSTEM", "FAILED BOOTS", "LAST FAILED", "NEXT BOOT"}, rows)
 }
 
 func proxyUsage(c *adminCmd) int {

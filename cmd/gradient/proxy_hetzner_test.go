@@ -51,6 +51,20 @@ func TestProxyHetznerAndUsage(t *testing.T) {
 	if h.MaxVMs != 3 || h.Systems["x86_64-linux"].Slots != 2 || h.Systems["aarch64-linux"].Slots != 1 || h.Systems["x86_64-linux"].Location != "fsn1" || len(h.SSHKeys) != 1 {
 		t.Fatalf("show --json %+v", h)
 	}
+	if out := run("hetzner", "show", "acme"); strings.Contains(out, "Boot backoff") {
+		t.Fatalf("a tenant without failed boots shows a backoff:\n%s", out)
+	}
+	// Two VMs of x86_64-linux did not boot: show says so, and when the
+	// next may.
+	failedAt := time.Now().Add(-time.Minute).Truncate(time.Second)
+	for range 2 {
+		if _, err := p.Store.BootFailed(t.Context(), "acme", "x86_64-linux", failedAt,
+			func(n int) time.Duration { return time.Duration(n) * time.Hour }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustContain(t, run("hetzner", "show", "acme"), "Boot backoff", "FAILED BOOTS", "x86_64-linux  2",
+		failedAt.Local().Format("2006-01-02 15:04:05"), failedAt.Add(2*time.Hour).Local().Format("2006-01-02 15:04:05"))
 	fails(exitUsage, "want SYSTEM=TYPE", "hetzner", "set", "acme", "--max-vms", "1", "--system", "cx22", "--snapshot-id", "5")
 	fails(exitUsage, "numeric Hetzner ID", "hetzner", "set", "acme", "--max-vms", "1", "--snapshot-id", "5", "--ssh-key", "my-key")
 	fails(exitFail, "by ID or by label", "hetzner", "set", "acme", "--max-vms", "1", "--enabled=false")

@@ -37,6 +37,9 @@ type hetznerView struct {
 	Labels        map[string]string                   `json:"labels"`
 	Capabilities  []string                            `json:"capabilities"`
 	UpdatedAt     time.Time                           `json:"updated_at"`
+	// BootBackoff (show only) lists the systems whose VMs did not boot:
+	// consecutive failed boots and when the next VM may boot.
+	BootBackoff []proxystore.BootBackoff `json:"boot_backoff,omitempty"`
 }
 
 func viewHetzner(c proxystore.HetznerConfig) hetznerView {
@@ -74,7 +77,12 @@ func (a *API) showHetzner(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	jsonapi.Write(w, http.StatusOK, viewHetzner(c))
+	v := viewHetzner(c)
+	if v.BootBackoff, err = a.store.TenantBootBackoffs(r.Context(), c.TenantID); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, v)
 }
 
 // usageView is a tenant's VM usage in a period.

@@ -126,7 +126,8 @@ func New(cfg Config) (*Leg, error) {
 		joined: map[uint64]*member{}, hubs: cfg.Hubs}
 	l.tokens.Observe = cfg.ObserveTokenCheck
 	ac := cfg.Authority
-	ac.Policy, ac.Jobs, ac.Logger, ac.Metrics = l, l, cfg.Logger, cfg.Metrics
+	// vmTokens adds the rule of Hetzner VMs' one-time tokens (vmtoken.go).
+	ac.Policy, ac.Jobs, ac.Logger, ac.Metrics = vmTokens{l}, l, cfg.Logger, cfg.Metrics
 	// Federate is reserved and never negotiated through the proxy.
 	ac.Federate = false
 	ac.MetricsPrefix = "gradient_proxy_downstream"

@@ -16,11 +16,17 @@
 //     server created moments ago);
 //   - drains the VMs of a tenant that may not run, whose link is not
 //     connecting or whose configuration is disabled (Draining to their
-//     sessions) and deletes them after the drain grace;
+//     sessions) and deletes them after the drain grace (outcome
+//     drained), whether or not their workers stay connected meanwhile;
 //   - deletes a VM whose worker has not connected within the boot
-//     deadline (outcome failed_boot, no bill);
+//     deadline (outcome failed_boot, no bill), and backs the tenant's
+//     system off: after n consecutive failed boots its next VM boots
+//     the boot deadline·2ⁿ⁻¹ (at most BootBackoffMax) after the last
+//     failure, one at a time, until a VM of it connects (the runs are
+//     in the database: proxystore.BootBackoff);
 //   - deletes a VM whose worker connected and then stayed away for the
-//     boot deadline (outcome lost, billed for the time it ran);
+//     boot deadline (outcome lost, billed for the time it ran), unless
+//     the VM drains;
 //   - boots min(max VMs, ceil(pending / slots)) VMs per configured
 //     system from the worker snapshot, the user data a #cloud-config
 //     writing /etc/gradient-worker/env (GRADIENT_WORKER_SERVER_URL,

@@ -8,6 +8,8 @@ type metrics struct {
 	passDuration prometheus.Histogram
 	vms          *prometheus.GaugeVec
 	actions      *prometheus.CounterVec
+	failedBoots  *prometheus.GaugeVec
+	bootBackoff  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,9 +36,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "gradient_proxy_hetzner_vm_actions_total",
 			Help: "What reconcile passes did to VMs (booted, scaled_down, failed_boot, lost, drained, leaked_server, missing_server, adopted).",
 		}, []string{"action"}),
+		failedBoots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gradient_proxy_hetzner_failed_boots",
+			Help: "The tenant's consecutive failed boots of a system (VMs whose worker never connected) after the last pass; a VM of the system that connects resets it.",
+		}, []string{"tenant", "system"}),
+		bootBackoff: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gradient_proxy_hetzner_boot_backoff_seconds",
+			Help: "Seconds until the tenant's next VM of a system may boot after failed boots, as of the last pass (0: it may boot).",
+		}, []string{"tenant", "system"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.apiCalls, m.apiLatency, m.passDuration, m.vms, m.actions)
+		reg.MustRegister(m.apiCalls, m.apiLatency, m.passDuration, m.vms, m.actions, m.failedBoots, m.bootBackoff)
 	}
 	return m
 }

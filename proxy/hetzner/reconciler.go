@@ -74,6 +74,10 @@ type Config struct {
 	ListGrace  time.Duration // 3 min
 	BackoffMin time.Duration // 1 s after a failed call, doubling
 	BackoffMax time.Duration // 5 min
+	// BootBackoffMax caps the wait after a tenant's consecutive failed
+	// boots of a system (1 h): after n, the next VM of that system boots
+	// BootDeadline·2ⁿ⁻¹ after the last failure, at most this much.
+	BootBackoffMax time.Duration
 	// Now is the clock (time.Now); tests set their own.
 	Now func() time.Time
 
@@ -91,6 +95,7 @@ const (
 	DefaultListGrace       = 3 * time.Minute
 	DefaultBackoffMin      = time.Second
 	DefaultBackoffMax      = 5 * time.Minute
+	DefaultBootBackoffMax  = time.Hour
 )
 
 // Reconciler runs the passes; see the package comment.
@@ -132,7 +137,7 @@ func New(cfg Config) (*Reconciler, error) {
 		def time.Duration
 	}{{&cfg.Interval, DefaultInterval}, {&cfg.BillingUnit, DefaultBillingUnit}, {&cfg.ScaleDownWindow, DefaultScaleDownWindow},
 		{&cfg.BootDeadline, DefaultBootDeadline}, {&cfg.DrainGrace, DefaultDrainGrace}, {&cfg.ListGrace, DefaultListGrace},
-		{&cfg.BackoffMin, DefaultBackoffMin}, {&cfg.BackoffMax, DefaultBackoffMax}} {
+		{&cfg.BackoffMin, DefaultBackoffMin}, {&cfg.BackoffMax, DefaultBackoffMax}, {&cfg.BootBackoffMax, DefaultBootBackoffMax}} {
 		if *d.p <= 0 {
 			*d.p = d.def
 		}
@@ -259,7 +264,11 @@ type world struct {
 	// byVM is the servers by their gradient-vm label.
 	byVM   map[string]*hcloud.Server
 	images map[string]*hcloud.Image // per pass: "tenant\x00selector\x00arch"
+	// failedBoots are the runs of failed boots by "tenant\x00system".
+	failedBoots map[string]proxystore.BootBackoff
 }
+
+func bootKey(tenantID, system string) string { return tenantID + "\x00" + system }
 
 // tenant is one tenant's part of a pass.
 type tenant struct {
@@ -302,8 +311,16 @@ func (r *Reconciler) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	failedBoots, err := r.store.BootBackoffs(ctx)
+	if err != nil {
+		return err
+	}
 
-	w := &world{now: now, servers: map[int64]*hcloud.Server{}, byVM: map[string]*hcloud.Server{}, images: map[string]*hcloud.Image{}}
+	w := &world{now: now, servers: map[int64]*hcloud.Server{}, byVM: map[string]*hcloud.Server{}, images: map[string]*hcloud.Image{},
+		failedBoots: map[string]proxystore.BootBackoff{}}
+	for _, b := range failedBoots {
+		w.failedBoots[bootKey(b.TenantID, b.System)] = b
+	}
 	for _, s := range list {
 		w.servers[s.ID] = s
 		if id := s.Labels[LabelVM]; id != "" {
@@ -334,6 +351,8 @@ func (r *Reconciler) Pass(ctx context.Context) error {
 
 	r.guardLeaks(ctx, w, list, rowByID)
 	r.m.vms.Reset()
+	r.m.failedBoots.Reset()
+	r.m.bootBackoff.Reset()
 	for _, t := range slices.SortedFunc(maps.Values(tenants), func(a, b *tenant) int { return cmp.Compare(a.name, b.name) }) {
 		if err := r.reconcileTenant(ctx, w, t); err != nil {
 			if ctx.Err() != nil {
@@ -439,6 +458,13 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, w *world, t *tenant) e
 			}
 			log.Info("VM connected", "server_id", row.ServerID, "worker", row.WorkerID, "after", w.now.Sub(row.CreatedAt))
 			row = marked
+			if b, ok := w.failedBoots[bootKey(t.id, row.System)]; ok {
+				if err := r.store.BootSucceeded(ctx, t.id, row.System); err != nil {
+					return err
+				}
+				delete(w.failedBoots, bootKey(t.id, row.System))
+				log.Info("a VM booted: the system's boot backoff ends", "system", row.System, "failed_boots", b.Failures)
+			}
 		}
 		live = append(live, row)
 	}
@@ -453,18 +479,23 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, w *world, t *tenant) e
 			continue
 		}
 		connected := r.sessions.Connected(row.WorkerID)
+		draining := why != "" || row.DrainingSince != nil
 		// The boot deadline comes first: a VM that never connected ran
 		// nothing, draining or not.
 		if row.ConnectedAt == nil && !connected && w.now.Sub(row.CreatedAt) >= r.cfg.BootDeadline {
 			if r.delete(ctx, w, t, row, proxystore.VMFailedBoot, "not connected within the boot deadline") {
 				r.m.actions.WithLabelValues("failed_boot").Inc()
+				r.bootFailed(ctx, w, t, row.System)
 				continue
 			}
 		}
 		// A worker that connected and went away is given the boot
 		// deadline to come back (a reboot, a restarted unit); after
 		// that the VM is lost: deleted and billed for the time it ran.
-		if row.ConnectedAt != nil && !connected {
+		// Not while draining: a drained worker may stay away (it
+		// reconnects with backoff, or not at all), and the drain rule
+		// ends the VM as drained after its grace.
+		if row.ConnectedAt != nil && !connected && !draining {
 			since, ok := r.gone[row.ID]
 			if !ok {
 				since = w.now
@@ -479,7 +510,7 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, w *world, t *tenant) e
 		} else {
 			delete(r.gone, row.ID)
 		}
-		if why != "" || row.DrainingSince != nil {
+		if draining {
 			if row.DrainingSince == nil {
 				var err error
 				if row, err = r.store.MarkVMDraining(ctx, row.ID, w.now); err != nil {
@@ -492,7 +523,7 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, w *world, t *tenant) e
 				r.sessions.Drain(row.WorkerID)
 			}
 			if w.now.Sub(*row.DrainingSince) >= r.cfg.DrainGrace {
-				if r.delete(ctx, w, t, row, proxystore.VMDeleted, "drained") {
+				if r.delete(ctx, w, t, row, proxystore.VMDrained, "drained") {
 					continue
 				}
 			}
@@ -508,6 +539,14 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, w *world, t *tenant) e
 	}
 	for state, n := range counts {
 		r.m.vms.WithLabelValues(t.id, state).Set(float64(n))
+	}
+	if t.cfg != nil {
+		for _, system := range t.cfg.SortedSystems() {
+			if b, ok := w.failedBoots[bootKey(t.id, system)]; ok {
+				r.m.failedBoots.WithLabelValues(t.name, system).Set(float64(b.Failures))
+				r.m.bootBackoff.WithLabelValues(t.name, system).Set(max(b.RetryAt.Sub(w.now), 0).Seconds())
+			}
+		}
 	}
 	if why != "" {
 		return nil
@@ -539,7 +578,11 @@ func (r *Reconciler) scale(ctx context.Context, w *world, t *tenant, active []pr
 			target = min(cfg.MaxVMs, (pending[system]+sc.Slots-1)/sc.Slots)
 		}
 		have := bySystem[system]
-		for n := min(target-len(have), room); n > 0; n-- {
+		n := min(target-len(have), room)
+		if n > 0 {
+			n = r.bootsAllowed(w, t, system, have, n)
+		}
+		for ; n > 0; n-- {
 			if !r.boot(ctx, w, t, system) {
 				break
 			}
@@ -559,6 +602,51 @@ func (r *Reconciler) scale(ctx context.Context, w *world, t *tenant, active []pr
 			}
 		}
 	}
+}
+
+// bootsAllowed is how many of the n VMs the system lacks may boot now:
+// all of them without failed boots; after some, none before the retry
+// time, and then one at a time (a probe) until a VM of the system
+// connects.
+func (r *Reconciler) bootsAllowed(w *world, t *tenant, system string, have []proxystore.VMUsage, n int) int {
+	b, ok := w.failedBoots[bootKey(t.id, system)]
+	if !ok {
+		return n
+	}
+	if w.now.Before(b.RetryAt) {
+		r.log.Debug("boot backed off after failed boots", "tenant", t.name, "system", system, "failed_boots", b.Failures,
+			"retry_at", b.RetryAt)
+		return 0
+	}
+	for _, row := range have {
+		if row.ConnectedAt == nil {
+			return 0 // the probe still boots
+		}
+	}
+	return 1
+}
+
+// bootWait is the wait after n consecutive failed boots: the boot
+// deadline doubled n-1 times, at most BootBackoffMax.
+func (r *Reconciler) bootWait(n int) time.Duration {
+	wait := r.cfg.BootDeadline
+	for i := 1; i < n && wait < r.cfg.BootBackoffMax; i++ {
+		wait *= 2
+	}
+	return min(wait, r.cfg.BootBackoffMax)
+}
+
+// bootFailed counts a failed boot of the tenant's system and backs the
+// system off.
+func (r *Reconciler) bootFailed(ctx context.Context, w *world, t *tenant, system string) {
+	b, err := r.store.BootFailed(ctx, t.id, system, w.now, r.bootWait)
+	if err != nil {
+		r.log.Error("counting a failed boot failed", "tenant", t.name, "system", system, "error", err)
+		return
+	}
+	w.failedBoots[bootKey(t.id, system)] = b
+	r.log.Warn("VM did not boot: the system's next VM waits", "tenant", t.name, "system", system, "failed_boots", b.Failures,
+		"retry_at", b.RetryAt)
 }
 
 // inLastWindow: the VM's current billing unit ends within the

@@ -453,7 +453,7 @@ func TestDrainOnFailingLinkOrStoppedTenant(t *testing.T) {
 	}
 	for _, tn := range []proxystore.Tenant{failing, stopped} {
 		u := r.usage(tn.ID)
-		if len(u) != 1 || u[0].Outcome != proxystore.VMDeleted || u[0].DrainingSince == nil || u[0].BilledUnits != 1 {
+		if len(u) != 1 || u[0].Outcome != proxystore.VMDrained || u[0].DrainingSince == nil || u[0].BilledUnits != 1 {
 			t.Fatalf("%s usage %+v", tn.Name, u)
 		}
 	}

@@ -29,6 +29,10 @@ const (
 	// VMLost: deleted because its worker connected, then stayed away
 	// longer than the boot deadline; billed for the time it ran.
 	VMLost VMOutcome = "lost"
+	// VMDrained: deleted after draining (its tenant may not run, its
+	// link failed or its Hetzner workers were disabled), once the drain
+	// grace ended; billed for the time it ran.
+	VMDrained VMOutcome = "drained"
 )
 
 // Open reports whether the row still meters a VM.
@@ -61,20 +65,26 @@ type VMUsage struct {
 	ConnectedAt *time.Time `json:"connected_at,omitempty"`
 	// DrainingSince is when the proxy began to drain the VM.
 	DrainingSince *time.Time `json:"draining_since,omitempty"`
+	// WorkerAddr is the source address of the first handshake the VM's
+	// worker token passed; the token is accepted from there only
+	// (BindVMWorker).
+	WorkerAddr string `json:"worker_addr,omitempty"`
 }
 
 // maxVMFieldLen bounds the cloud's names stored in a usage row.
 const maxVMFieldLen = 255
 
 const vmColumns = `id, tenant_id, tenant_name, server_id, server_name, system, server_type, location, worker_id,
-	created_at, deleted_at, outcome, billed_units, connected_at, draining_since`
+	created_at, deleted_at, outcome, billed_units, connected_at, draining_since, worker_addr`
 
 func scanVM(row interface{ Scan(...any) error }) (VMUsage, error) {
 	var v VMUsage
 	var created int64
 	var deleted, connected, draining sql.NullInt64
+	var addr sql.NullString
 	err := row.Scan(&v.ID, &v.TenantID, &v.TenantName, &v.ServerID, &v.ServerName, &v.System, &v.ServerType, &v.Location,
-		&v.WorkerID, &created, &deleted, &v.Outcome, &v.BilledUnits, &connected, &draining)
+		&v.WorkerID, &created, &deleted, &v.Outcome, &v.BilledUnits, &connected, &draining, &addr)
+	v.WorkerAddr = addr.String
 	v.CreatedAt = sqldb.FromMillis(created)
 	v.DeletedAt, v.ConnectedAt, v.DrainingSince = optionalTime(deleted), optionalTime(connected), optionalTime(draining)
 	return v, err
@@ -137,7 +147,7 @@ func (s *Store) BeginVM(ctx context.Context, tenant string, vm NewVM, at time.Ti
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO vm_usage (`+vmColumns+`)
-			VALUES ($1, $2, $3, 0, $4, $5, $6, $7, $8, $9, NULL, 'creating', 0, NULL, NULL)`,
+			VALUES ($1, $2, $3, 0, $4, $5, $6, $7, $8, $9, NULL, 'creating', 0, NULL, NULL, NULL)`,
 			v.ID, v.TenantID, v.TenantName, v.ServerName, v.System, v.ServerType, v.Location, v.WorkerID, v.CreatedAt.UnixMilli())
 		return err
 	})
@@ -212,12 +222,13 @@ func (s *Store) MarkVMDraining(ctx context.Context, id string, at time.Time) (VM
 }
 
 // EndVMUsage closes an open row at with outcome VMDeleted, VMFailedBoot
-// (billed must then be 0), VMMissing or VMLost, and billed units; the VM's
+// (billed must then be 0), VMMissing, VMLost or VMDrained, and billed units; the VM's
 // worker row goes in the same transaction (the caller closes its
 // session). A row already closed is ErrConflict.
 func (s *Store) EndVMUsage(ctx context.Context, id string, outcome VMOutcome, at time.Time, billed int) (VMUsage, error) {
-	if outcome != VMDeleted && outcome != VMFailedBoot && outcome != VMMissing && outcome != VMLost {
-		return VMUsage{}, sqldb.Invalid("a VM ends as %q, %q, %q or %q, not %q", VMDeleted, VMFailedBoot, VMMissing, VMLost, outcome)
+	if outcome != VMDeleted && outcome != VMFailedBoot && outcome != VMMissing && outcome != VMLost && outcome != VMDrained {
+		return VMUsage{}, sqldb.Invalid("a VM ends as %q, %q, %q, %q or %q, not %q", VMDeleted, VMFailedBoot, VMMissing, VMLost,
+			VMDrained, outcome)
 	}
 	if billed < 0 || outcome == VMFailedBoot && billed != 0 {
 		return VMUsage{}, sqldb.Invalid("a VM ending as %s cannot bill %d units", outcome, billed)
