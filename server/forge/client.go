@@ -1,0 +1,82 @@
+package forge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// State is a commit status's state, in GitHub's and Gitea's words.
+type State string
+
+// The states a status can have.
+const (
+	StatePending State = "pending"
+	StateSuccess State = "success"
+	StateFailure State = "failure"
+	StateError   State = "error"
+)
+
+// Status is a commit status to post. Context names the check (one per
+// evaluation, or per attribute); the latest status per (Commit, Context)
+// is what the forge shows. GitHub keeps 140 characters of Description
+// (the client truncates); GitLab has no "error" or "failure" and gets
+// "failed", and a pending status there is "pending" ("running" once the
+// caller says so through Running).
+type Status struct {
+	Commit, Context string
+	State           State
+	Description     string
+	TargetURL       string
+	// Running marks a pending status whose evaluation has started: GitLab
+	// shows it as "running"; the others see "pending".
+	Running bool
+}
+
+// Client talks to one repository on one forge.
+type Client interface {
+	// PostStatus sets a commit's status for its context.
+	PostStatus(ctx context.Context, s Status) error
+	// CanWrite says whether user has write (push) access to the
+	// repository: on GitHub a collaborator permission of admin, maintain
+	// or write; on Gitea the collaborator permission (write, admin,
+	// owner); on GitLab a member access level of Developer (30) or more.
+	CanWrite(ctx context.Context, user string) (bool, error)
+	// Check answers whether the credentials can read the repository and
+	// post a status, and if not, what failed.
+	Check(ctx context.Context) error
+}
+
+// NewClient makes the client of a link, which must pass Validate. With
+// hc nil it uses an http.Client with a 30 s timeout.
+//
+// Errors from the client's methods are *RetryableError for network
+// errors, 5xx, 429 and GitHub's secondary rate limits (403 with
+// Retry-After, or x-ratelimit-remaining: 0 until x-ratelimit-reset);
+// every other error is permanent. No error contains a credential.
+func NewClient(l Link, hc *http.Client) (Client, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("forge: NewClient not implemented yet")
+}
+
+// RetryableError is a failure worth trying again: the forge was
+// unreachable, failed, or asked us to slow down.
+type RetryableError struct {
+	// After is how long the forge asked us to wait (Retry-After or its
+	// rate-limit reset); 0 leaves the wait to the caller's own backoff.
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryableError) Error() string {
+	if e.After > 0 {
+		return fmt.Sprintf("%v (retry after %v)", e.Err, e.After)
+	}
+	return e.Err.Error()
+}
+
+func (e *RetryableError) Unwrap() error { return e.Err }
