@@ -2,9 +2,7 @@ package forge
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"time"
 )
 
@@ -47,20 +45,6 @@ type Client interface {
 	// Check answers whether the credentials can read the repository and
 	// post a status, and if not, what failed.
 	Check(ctx context.Context) error
-}
-
-// NewClient makes the client of a link, which must pass Validate. With
-// hc nil it uses an http.Client with a 30 s timeout.
-//
-// Errors from the client's methods are *RetryableError for network
-// errors, 5xx, 429 and GitHub's secondary rate limits (403 with
-// Retry-After, or x-ratelimit-remaining: 0 until x-ratelimit-reset);
-// every other error is permanent. No error contains a credential.
-func NewClient(l Link, hc *http.Client) (Client, error) {
-	if err := l.Validate(); err != nil {
-		return nil, err
-	}
-	return nil, errors.New("forge: NewClient not implemented yet")
 }
 
 // RetryableError is a failure worth trying again: the forge was

@@ -1,10 +1,5 @@
 package forge
 
-import (
-	"errors"
-	"net/http"
-)
-
 // EventType is what a delivery asks of the CI.
 type EventType int
 
@@ -94,13 +89,4 @@ type Comment struct {
 	PRNumber int
 	Body     string
 	Author   string
-}
-
-// Parse reads a delivery Verify accepted. It validates what the CI will
-// use — commits are full hex object ids, numbers positive, branch names
-// by git's rules — and answers an error for a malformed delivery of an
-// event it acts on; events and actions it does not act on are
-// EventIgnored.
-func Parse(k Kind, h http.Header, body []byte) (Event, error) {
-	return Event{}, errors.New("forge: Parse not implemented yet")
 }
