@@ -187,6 +187,17 @@ func (db *DB) RecordForgeDelivery(ctx context.Context, projectID, deliveryID str
 	return n == 1, err
 }
 
+// ForgetForgeDelivery forgets one delivery, so the forge's retry of a
+// delivery that failed on our side is acted on.
+func (db *DB) ForgetForgeDelivery(ctx context.Context, projectID, deliveryID string) error {
+	projectID, err := canonicalUUID("project ID", projectID)
+	if err != nil {
+		return err
+	}
+	_, err = db.exec(ctx, `DELETE FROM forge_deliveries WHERE project_id = $1 AND delivery_id = $2`, projectID, deliveryID)
+	return err
+}
+
 // PruneForgeDeliveries forgets deliveries received before t and returns
 // how many. Forges redeliver within hours, so a week is plenty.
 func (db *DB) PruneForgeDeliveries(ctx context.Context, before time.Time) (int, error) {

@@ -70,6 +70,12 @@ func TestForgeDeliveriesDedupe(t *testing.T) {
 				t.Fatalf("delivery %d: fresh %v, %v; want %v", i, fresh, err, want)
 			}
 		}
+		if err := db.ForgetForgeDelivery(ctx, p.ID, "d-1"); err != nil {
+			t.Fatal(err)
+		}
+		if fresh, err := db.RecordForgeDelivery(ctx, p.ID, "d-1"); err != nil || !fresh {
+			t.Fatalf("a forgotten delivery is new again: %v, %v", fresh, err)
+		}
 		if _, err := db.RecordForgeDelivery(ctx, p.ID, string(make([]byte, MaxDeliveryIDLength+1))); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("oversized delivery ID: %v", err)
 		}

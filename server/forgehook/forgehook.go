@@ -179,6 +179,10 @@ func (h *Hooks) serve(w http.ResponseWriter, r *http.Request) {
 	status, result := h.handle(ctx, p, link, ev)
 	h.metrics.received(kind, result)
 	if status != http.StatusOK {
+		// Failed on our side: the forge's retry of it must count.
+		if err := h.cfg.DB.ForgetForgeDelivery(context.WithoutCancel(ctx), p.ID, id); err != nil {
+			h.log.Warn("forge webhook: forgetting a failed delivery failed", "project_id", p.ID, "error", err)
+		}
 		answer(w, status, result)
 		return
 	}
