@@ -226,7 +226,7 @@ func (a *apiClient) retryable(resp *http.Response) (time.Duration, bool) {
 	after, hasAfter := a.retryAfter(resp.Header)
 	switch {
 	case code >= 500, code == http.StatusTooManyRequests:
-		if !hasAfter {
+		if !hasAfter && limitExhausted(resp.Header) {
 			after, _ = a.rateLimitReset(resp.Header)
 		}
 		return after, true
@@ -236,7 +236,7 @@ func (a *apiClient) retryable(resp *http.Response) (time.Duration, bool) {
 		if hasAfter {
 			return after, true
 		}
-		if resp.Header.Get("X-Ratelimit-Remaining") == "0" {
+		if limitExhausted(resp.Header) {
 			after, _ := a.rateLimitReset(resp.Header)
 			return after, true
 		}
@@ -260,6 +260,16 @@ func (a *apiClient) retryAfter(h http.Header) (time.Duration, bool) {
 		return boundWait(t.Sub(a.now())), true
 	}
 	return 0, false
+}
+
+// limitExhausted: the answer says no requests are left until the reset
+// (GitHub's x-ratelimit-remaining, GitLab's RateLimit-Remaining).
+func limitExhausted(h http.Header) bool {
+	v := h.Get("X-Ratelimit-Remaining")
+	if v == "" {
+		v = h.Get("Ratelimit-Remaining")
+	}
+	return strings.TrimSpace(v) == "0"
 }
 
 // rateLimitReset reads x-ratelimit-reset (GitHub, GitLab's
