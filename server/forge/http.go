@@ -213,7 +213,11 @@ func (a *apiClient) do(req *http.Request, path string, out any, canRefresh bool)
 		return &RetryableError{After: after, Err: ae}
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
-		ae.Message = strings.TrimSpace("the forge refused the credentials " + ae.Message)
+		if ae.Message != "" {
+			ae.Message = "the forge refused the credentials (" + ae.Message + ")"
+		} else {
+			ae.Message = "the forge refused the credentials"
+		}
 		return &unauthorized{err: ae, retryable: canRefresh}
 	}
 	return ae
