@@ -443,3 +443,39 @@ func TestNewClientRefusesInvalidLink(t *testing.T) {
 		t.Fatal("NewClient accepted plain http to a remote host")
 	}
 }
+
+// GitHub Enterprise's API lives under /api/v3: the client keeps the
+// base URL's path.
+func TestGitHubEnterprisePathPrefix(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Method + " " + r.URL.Path + " " + r.Header.Get("Authorization"))
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	c, err := forge.NewClient(forge.Link{Kind: forge.GitHub, APIURL: srv.URL + "/api/v3/", Repository: "org/repo", Token: "ghp_x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PostStatus(context.Background(), forge.Status{Commit: sha1, Context: "gradient", State: forge.StateSuccess}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "POST /api/v3/repos/org/repo/statuses/" + sha1 + " Bearer ghp_x"; got.Load() != want {
+		t.Fatalf("request %q, want %q", got.Load(), want)
+	}
+}
+
+// A caller's cancelled context is not the forge's refusal: the status
+// stays to be posted.
+func TestCancelledContextIsRetryable(t *testing.T) {
+	fake := forgetest.New(t, forge.Gitea, forgetest.Options{})
+	c := newClient(t, fake)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := c.PostStatus(ctx, forge.Status{Commit: sha1, Context: "gradient", State: forge.StatePending})
+	var re *forge.RetryableError
+	if !errors.As(err, &re) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("PostStatus with a cancelled context = %v", err)
+	}
+}

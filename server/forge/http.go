@@ -184,7 +184,9 @@ func (a *apiClient) do(req *http.Request, path string, out any, canRefresh bool)
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		if ctxErr := req.Context().Err(); ctxErr != nil {
-			return fmt.Errorf("forge: %s %s: %w", req.Method, path, ctxErr)
+			// The forge refused nothing: the caller gave up (shutdown). The
+			// status is still to be posted; errors.Is finds the cause.
+			return &RetryableError{Err: fmt.Errorf("forge: %s %s: %w", req.Method, path, ctxErr)}
 		}
 		return &RetryableError{Err: fmt.Errorf("forge: %s %s: %v", req.Method, path, transportError(err))}
 	}
