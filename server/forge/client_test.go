@@ -479,3 +479,13 @@ func TestCancelledContextIsRetryable(t *testing.T) {
 		t.Fatalf("PostStatus with a cancelled context = %v", err)
 	}
 }
+
+// Gitea lets only a repository's admins read other users' permissions:
+// a token without that is an error, not "no write access".
+func TestGiteaCanWriteNeedsAdminToken(t *testing.T) {
+	fake := forgetest.New(t, forge.Gitea, forgetest.Options{ReadOnly: true, Permissions: map[string]string{"committer": "write"}})
+	_, err := newClient(t, fake).CanWrite(context.Background(), "committer")
+	if err == nil || !strings.Contains(err.Error(), "repository admin") {
+		t.Fatalf("CanWrite with a non-admin token = %v", err)
+	}
+}

@@ -37,7 +37,8 @@ type Options struct {
 	// ReadOnly: the credentials may read the repository but not post
 	// statuses (GitHub and Gitea show no push permission and answer 403,
 	// GitLab shows Reporter access and answers 403; an App installation
-	// has statuses: read).
+	// has statuses: read). Otherwise a Gitea token is the repository's
+	// admin, which Gitea requires to read other users' permissions.
 	ReadOnly bool
 	// Permissions maps user names to their permission on the repository
 	// in GitHub's words: "admin", "maintain", "write", "triage", "read",
