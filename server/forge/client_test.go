@@ -489,3 +489,24 @@ func TestGiteaCanWriteNeedsAdminToken(t *testing.T) {
 		t.Fatalf("CanWrite with a non-admin token = %v", err)
 	}
 }
+
+// A token's scopes, not only its user's access, must allow statuses.
+func TestCheckTokenScopes(t *testing.T) {
+	ctx := context.Background()
+	gh := forgetest.New(t, forge.GitHub, forgetest.Options{Scopes: []string{"read:org", "gist"}})
+	if err := newClient(t, gh).Check(ctx); err == nil || !strings.Contains(err.Error(), "repo:status") {
+		t.Fatalf("Check of a classic token without repo scopes = %v", err)
+	}
+	status := forgetest.New(t, forge.GitHub, forgetest.Options{Scopes: []string{"repo:status"}})
+	if err := newClient(t, status).Check(ctx); err != nil {
+		t.Fatalf("Check of a repo:status token: %v", err)
+	}
+	fineGrained := forgetest.New(t, forge.GitHub, forgetest.Options{Scopes: []string{}})
+	if err := newClient(t, fineGrained).Check(ctx); err != nil {
+		t.Fatalf("Check of a fine-grained token: %v", err)
+	}
+	gl := forgetest.New(t, forge.GitLab, forgetest.Options{Scopes: []string{"read_api", "read_repository"}})
+	if err := newClient(t, gl).Check(ctx); err == nil || !strings.Contains(err.Error(), "api scope") {
+		t.Fatalf("Check of a read_api GitLab token = %v", err)
+	}
+}

@@ -97,6 +97,10 @@ func headerAuth(name, value string) func(context.Context, *http.Request, bool) (
 func ownerOf(repo string) string { o, _, _ := strings.Cut(repo, "/"); return o }
 func nameOf(repo string) string  { _, n, _ := strings.Cut(repo, "/"); return n }
 
+// headerReceiver is an answer that keeps some of its response headers
+// (GitHub's X-OAuth-Scopes).
+type headerReceiver interface{ receiveHeader(http.Header) }
+
 // apiError is a forge's refusal, permanent unless wrapped in a
 // RetryableError. It carries the status and the forge's own message
 // (bounded), never a request header.
@@ -203,6 +207,9 @@ func (a *apiClient) do(req *http.Request, path string, out any, canRefresh bool)
 			if err := json.Unmarshal(data, out); err != nil {
 				return fmt.Errorf("forge: %s %s: answer is not the expected JSON: %v", req.Method, path, err)
 			}
+		}
+		if hr, ok := out.(headerReceiver); ok {
+			hr.receiveHeader(resp.Header)
 		}
 		return nil
 	}
