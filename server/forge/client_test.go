@@ -510,3 +510,46 @@ func TestCheckTokenScopes(t *testing.T) {
 		t.Fatalf("Check of a read_api GitLab token = %v", err)
 	}
 }
+
+// Gitea's and GitLab's links take the host root; the API root pasted
+// instead reaches the same endpoints.
+func TestAPIRootPastedInstead(t *testing.T) {
+	for kind, suffix := range map[forge.Kind]string{forge.Gitea: "/api/v1", forge.GitLab: "/api/v4/"} {
+		fake := forgetest.New(t, kind, forgetest.Options{})
+		l := fake.Link()
+		l.APIURL += suffix
+		c, err := forge.NewClient(l, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Check(context.Background()); err != nil {
+			t.Errorf("%s with the API root: %v", kind, err)
+		}
+	}
+}
+
+// After a revocation, concurrent calls that all met the refused token
+// share one new token.
+func TestRevokedTokenReplacedOnceForConcurrentCalls(t *testing.T) {
+	app := forgetest.NewApp(t, 11)
+	fake := forgetest.New(t, forge.GitHub, forgetest.Options{App: app})
+	c := newClient(t, fake)
+	if err := c.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fake.RevokeAppTokens()
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.PostStatus(context.Background(), forge.Status{Commit: sha1, Context: "gradient", State: forge.StatePending}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := fake.TokenExchanges(); n != 2 {
+		t.Fatalf("%d exchanges, want 2 (the first and one after the revocation)", n)
+	}
+}

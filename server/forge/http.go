@@ -33,10 +33,11 @@ type apiClient struct {
 	kind Kind
 	base string // API root without a trailing slash
 	hc   *http.Client
-	// auth sets the request's credentials; fresh asks for a new App
-	// token instead of the cached one. It answers whether a retry with
-	// fresh credentials could help after a 401.
-	auth func(ctx context.Context, r *http.Request, fresh bool) (retryable bool, err error)
+	// auth sets the request's credentials. A cached App token obtained
+	// before staleBefore (when it was refused) is replaced; zero means
+	// none was refused. It answers whether a retry with fresh
+	// credentials could help after a 401.
+	auth func(ctx context.Context, r *http.Request, staleBefore time.Time) (retryable bool, err error)
 	now  func() time.Time
 }
 
@@ -76,19 +77,21 @@ func NewClient(l Link, hc *http.Client) (Client, error) {
 		}
 		return gh, nil
 	case Gitea:
-		api.base += "/api/v1"
+		// The host root is documented; the API root as operators often
+		// paste it works too.
+		api.base = strings.TrimSuffix(api.base, "/api/v1") + "/api/v1"
 		api.auth = headerAuth("Authorization", "token "+l.Token)
 		return &gitea{api: api, owner: ownerOf(l.Repository), name: nameOf(l.Repository)}, nil
 	case GitLab:
-		api.base += "/api/v4"
+		api.base = strings.TrimSuffix(api.base, "/api/v4") + "/api/v4"
 		api.auth = headerAuth("PRIVATE-TOKEN", l.Token)
 		return &gitLab{api: api, project: url.PathEscape(l.Repository)}, nil
 	}
 	return nil, fmt.Errorf("forge: unknown kind %q", l.Kind)
 }
 
-func headerAuth(name, value string) func(context.Context, *http.Request, bool) (bool, error) {
-	return func(_ context.Context, r *http.Request, _ bool) (bool, error) {
+func headerAuth(name, value string) func(context.Context, *http.Request, time.Time) (bool, error) {
+	return func(_ context.Context, r *http.Request, _ time.Time) (bool, error) {
 		r.Header.Set(name, value)
 		return false, nil
 	}
@@ -139,12 +142,15 @@ func (a *apiClient) call(ctx context.Context, method, path string, in, out any) 
 			return fmt.Errorf("forge: encoding the request: %v", err)
 		}
 	}
-	fresh := false
+	// A token refused on the first attempt was obtained before it
+	// started; one a concurrent call obtained since is not stale.
+	started := a.now()
+	var staleBefore time.Time
 	for {
-		err := a.send(ctx, method, path, body, out, fresh)
+		err := a.send(ctx, method, path, body, out, staleBefore)
 		var ue *unauthorized
-		if errors.As(err, &ue) && ue.retryable && !fresh {
-			fresh = true
+		if errors.As(err, &ue) && ue.retryable && staleBefore.IsZero() {
+			staleBefore = started
 			continue
 		}
 		if ue != nil {
@@ -162,7 +168,7 @@ type unauthorized struct {
 
 func (u *unauthorized) Error() string { return u.err.Error() }
 
-func (a *apiClient) send(ctx context.Context, method, path string, body []byte, out any, fresh bool) error {
+func (a *apiClient) send(ctx context.Context, method, path string, body []byte, out any, staleBefore time.Time) error {
 	req, err := http.NewRequestWithContext(ctx, method, a.base+path, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("forge: %s %s: %v", method, path, err)
@@ -176,7 +182,7 @@ func (a *apiClient) send(ctx context.Context, method, path string, body []byte, 
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	canRefresh, err := a.auth(ctx, req, fresh)
+	canRefresh, err := a.auth(ctx, req, staleBefore)
 	if err != nil {
 		return err
 	}
