@@ -48,7 +48,8 @@ type Client interface {
 }
 
 // RetryableError is a failure worth trying again: the forge was
-// unreachable, failed, or asked us to slow down.
+// unreachable, failed, or asked us to slow down, or the caller's context
+// ended first (errors.Is(err, context.Canceled) tells that apart).
 type RetryableError struct {
 	// After is how long the forge asked us to wait (Retry-After or its
 	// rate-limit reset); 0 leaves the wait to the caller's own backoff.

@@ -3,6 +3,7 @@ package forge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 )
@@ -31,8 +32,9 @@ func (g *gitea) PostStatus(ctx context.Context, s Status) error {
 }
 
 // CanWrite: GET /api/v1/repos/{owner}/{repo}/collaborators/{user}/permission,
-// whose permission is none, read, write, admin or owner. Gitea answers
-// 403 or 404 for a user who is no collaborator.
+// whose permission is none, read, write, admin or owner; 404 for a user
+// that does not exist. Gitea answers 403 unless the token's user
+// administers the repository (or the instance): that is an error saying so.
 func (g *gitea) CanWrite(ctx context.Context, user string) (bool, error) {
 	if err := checkUser(user); err != nil {
 		return false, err
@@ -42,8 +44,10 @@ func (g *gitea) CanWrite(ctx context.Context, user string) (bool, error) {
 	}
 	err := g.api.call(ctx, http.MethodGet, g.repoPath()+"/collaborators/"+url.PathEscape(user)+"/permission", nil, &p)
 	switch statusOf(err) {
-	case http.StatusNotFound, http.StatusForbidden:
+	case http.StatusNotFound:
 		return false, nil
+	case http.StatusForbidden:
+		return false, fmt.Errorf("forge: reading another user's permission needs a token of a repository admin: %w", err)
 	}
 	if err != nil {
 		return false, err

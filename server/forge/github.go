@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"gradient.dev/gradient/gitsource"
 )
@@ -109,20 +110,40 @@ func (g *gitHub) Check(ctx context.Context) error {
 			return fmt.Errorf("forge: the GitHub App's installation has statuses: %q; it needs Commit statuses: Read and write", perms["statuses"])
 		}
 	}
-	var repo struct {
-		FullName    string `json:"full_name"`
-		Permissions *struct {
-			Push bool `json:"push"`
-		} `json:"permissions"`
-	}
+	var repo gitHubRepo
 	if err := g.api.call(ctx, http.MethodGet, g.repoPath(), nil, &repo); err != nil {
 		return explainRead(err)
 	}
-	if g.app == nil && (repo.Permissions == nil || !repo.Permissions.Push) {
+	if g.app != nil {
+		return nil
+	}
+	if repo.Permissions == nil || !repo.Permissions.Push {
 		return errors.New("forge: the token can read the repository but has no push access, which posting statuses needs (classic token: repo or repo:status scope; fine-grained: Commit statuses and Contents read and write)")
+	}
+	// A classic token names its scopes; the user's push access is not
+	// the token's. Fine-grained tokens send no X-OAuth-Scopes.
+	if scopes, ok := repo.header["X-Oauth-Scopes"]; ok {
+		have := map[string]bool{}
+		for _, s := range strings.Split(strings.Join(scopes, ","), ",") {
+			have[strings.TrimSpace(s)] = true
+		}
+		if !have["repo"] && !have["repo:status"] {
+			return fmt.Errorf("forge: the classic token has scopes %q; posting statuses needs repo or repo:status", strings.Join(scopes, ","))
+		}
 	}
 	return nil
 }
+
+// gitHubRepo is the part of GET /repos/{owner}/{repo} Check reads, with
+// the answer's headers.
+type gitHubRepo struct {
+	Permissions *struct {
+		Push bool `json:"push"`
+	} `json:"permissions"`
+	header http.Header
+}
+
+func (r *gitHubRepo) receiveHeader(h http.Header) { r.header = h }
 
 // explainRead says what a failed read of the repository means.
 func explainRead(err error) error {

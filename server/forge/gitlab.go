@@ -125,5 +125,24 @@ func (g *gitLab) Check(ctx context.Context) error {
 	if level < gitLabDeveloper {
 		return fmt.Errorf("forge: the token can read the project but its access level is %d; posting statuses needs Developer (30) or more and the api scope", level)
 	}
-	return nil
+	// The token's own scopes (GitLab 15.5 and later; older answer 404,
+	// and then the first status shows it).
+	var self struct {
+		Scopes []string `json:"scopes"`
+		Active *bool    `json:"active"`
+	}
+	err := g.api.call(ctx, http.MethodGet, "/personal_access_tokens/self", nil, &self)
+	if err != nil {
+		var re *RetryableError
+		if statusOf(err) == http.StatusUnauthorized || errors.As(err, &re) {
+			return explainRead(err)
+		}
+		return nil
+	}
+	for _, s := range self.Scopes {
+		if s == "api" {
+			return nil
+		}
+	}
+	return fmt.Errorf("forge: the token has scopes %q; posting statuses needs the api scope", strings.Join(self.Scopes, ","))
 }

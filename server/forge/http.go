@@ -33,10 +33,11 @@ type apiClient struct {
 	kind Kind
 	base string // API root without a trailing slash
 	hc   *http.Client
-	// auth sets the request's credentials; fresh asks for a new App
-	// token instead of the cached one. It answers whether a retry with
-	// fresh credentials could help after a 401.
-	auth func(ctx context.Context, r *http.Request, fresh bool) (retryable bool, err error)
+	// auth sets the request's credentials. A cached App token obtained
+	// before staleBefore (when it was refused) is replaced; zero means
+	// none was refused. It answers whether a retry with fresh
+	// credentials could help after a 401.
+	auth func(ctx context.Context, r *http.Request, staleBefore time.Time) (retryable bool, err error)
 	now  func() time.Time
 }
 
@@ -76,19 +77,21 @@ func NewClient(l Link, hc *http.Client) (Client, error) {
 		}
 		return gh, nil
 	case Gitea:
-		api.base += "/api/v1"
+		// The host root is documented; the API root as operators often
+		// paste it works too.
+		api.base = strings.TrimSuffix(api.base, "/api/v1") + "/api/v1"
 		api.auth = headerAuth("Authorization", "token "+l.Token)
 		return &gitea{api: api, owner: ownerOf(l.Repository), name: nameOf(l.Repository)}, nil
 	case GitLab:
-		api.base += "/api/v4"
+		api.base = strings.TrimSuffix(api.base, "/api/v4") + "/api/v4"
 		api.auth = headerAuth("PRIVATE-TOKEN", l.Token)
 		return &gitLab{api: api, project: url.PathEscape(l.Repository)}, nil
 	}
 	return nil, fmt.Errorf("forge: unknown kind %q", l.Kind)
 }
 
-func headerAuth(name, value string) func(context.Context, *http.Request, bool) (bool, error) {
-	return func(_ context.Context, r *http.Request, _ bool) (bool, error) {
+func headerAuth(name, value string) func(context.Context, *http.Request, time.Time) (bool, error) {
+	return func(_ context.Context, r *http.Request, _ time.Time) (bool, error) {
 		r.Header.Set(name, value)
 		return false, nil
 	}
@@ -96,6 +99,10 @@ func headerAuth(name, value string) func(context.Context, *http.Request, bool) (
 
 func ownerOf(repo string) string { o, _, _ := strings.Cut(repo, "/"); return o }
 func nameOf(repo string) string  { _, n, _ := strings.Cut(repo, "/"); return n }
+
+// headerReceiver is an answer that keeps some of its response headers
+// (GitHub's X-OAuth-Scopes).
+type headerReceiver interface{ receiveHeader(http.Header) }
 
 // apiError is a forge's refusal, permanent unless wrapped in a
 // RetryableError. It carries the status and the forge's own message
@@ -135,12 +142,15 @@ func (a *apiClient) call(ctx context.Context, method, path string, in, out any) 
 			return fmt.Errorf("forge: encoding the request: %v", err)
 		}
 	}
-	fresh := false
+	// A token refused on the first attempt was obtained before it
+	// started; one a concurrent call obtained since is not stale.
+	started := a.now()
+	var staleBefore time.Time
 	for {
-		err := a.send(ctx, method, path, body, out, fresh)
+		err := a.send(ctx, method, path, body, out, staleBefore)
 		var ue *unauthorized
-		if errors.As(err, &ue) && ue.retryable && !fresh {
-			fresh = true
+		if errors.As(err, &ue) && ue.retryable && staleBefore.IsZero() {
+			staleBefore = started
 			continue
 		}
 		if ue != nil {
@@ -158,7 +168,7 @@ type unauthorized struct {
 
 func (u *unauthorized) Error() string { return u.err.Error() }
 
-func (a *apiClient) send(ctx context.Context, method, path string, body []byte, out any, fresh bool) error {
+func (a *apiClient) send(ctx context.Context, method, path string, body []byte, out any, staleBefore time.Time) error {
 	req, err := http.NewRequestWithContext(ctx, method, a.base+path, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("forge: %s %s: %v", method, path, err)
@@ -172,7 +182,7 @@ func (a *apiClient) send(ctx context.Context, method, path string, body []byte, 
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	canRefresh, err := a.auth(ctx, req, fresh)
+	canRefresh, err := a.auth(ctx, req, staleBefore)
 	if err != nil {
 		return err
 	}
@@ -184,7 +194,9 @@ func (a *apiClient) do(req *http.Request, path string, out any, canRefresh bool)
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		if ctxErr := req.Context().Err(); ctxErr != nil {
-			return fmt.Errorf("forge: %s %s: %w", req.Method, path, ctxErr)
+			// The forge refused nothing: the caller gave up (shutdown). The
+			// status is still to be posted; errors.Is finds the cause.
+			return &RetryableError{Err: fmt.Errorf("forge: %s %s: %w", req.Method, path, ctxErr)}
 		}
 		return &RetryableError{Err: fmt.Errorf("forge: %s %s: %v", req.Method, path, transportError(err))}
 	}
@@ -202,6 +214,9 @@ func (a *apiClient) do(req *http.Request, path string, out any, canRefresh bool)
 				return fmt.Errorf("forge: %s %s: answer is not the expected JSON: %v", req.Method, path, err)
 			}
 		}
+		if hr, ok := out.(headerReceiver); ok {
+			hr.receiveHeader(resp.Header)
+		}
 		return nil
 	}
 	ae := &apiError{Method: req.Method, Path: path, Status: resp.StatusCode, Message: forgeMessage(data)}
@@ -213,7 +228,11 @@ func (a *apiClient) do(req *http.Request, path string, out any, canRefresh bool)
 		return &RetryableError{After: after, Err: ae}
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
-		ae.Message = strings.TrimSpace("the forge refused the credentials " + ae.Message)
+		if ae.Message != "" {
+			ae.Message = "the forge refused the credentials (" + ae.Message + ")"
+		} else {
+			ae.Message = "the forge refused the credentials"
+		}
 		return &unauthorized{err: ae, retryable: canRefresh}
 	}
 	return ae
@@ -226,7 +245,7 @@ func (a *apiClient) retryable(resp *http.Response) (time.Duration, bool) {
 	after, hasAfter := a.retryAfter(resp.Header)
 	switch {
 	case code >= 500, code == http.StatusTooManyRequests:
-		if !hasAfter {
+		if !hasAfter && limitExhausted(resp.Header) {
 			after, _ = a.rateLimitReset(resp.Header)
 		}
 		return after, true
@@ -236,7 +255,7 @@ func (a *apiClient) retryable(resp *http.Response) (time.Duration, bool) {
 		if hasAfter {
 			return after, true
 		}
-		if resp.Header.Get("X-Ratelimit-Remaining") == "0" {
+		if limitExhausted(resp.Header) {
 			after, _ := a.rateLimitReset(resp.Header)
 			return after, true
 		}
@@ -260,6 +279,16 @@ func (a *apiClient) retryAfter(h http.Header) (time.Duration, bool) {
 		return boundWait(t.Sub(a.now())), true
 	}
 	return 0, false
+}
+
+// limitExhausted: the answer says no requests are left until the reset
+// (GitHub's x-ratelimit-remaining, GitLab's RateLimit-Remaining).
+func limitExhausted(h http.Header) bool {
+	v := h.Get("X-Ratelimit-Remaining")
+	if v == "" {
+		v = h.Get("Ratelimit-Remaining")
+	}
+	return strings.TrimSpace(v) == "0"
 }
 
 // rateLimitReset reads x-ratelimit-reset (GitHub, GitLab's

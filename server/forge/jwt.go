@@ -90,15 +90,17 @@ type appTokens struct {
 	mu             sync.Mutex
 	installationID int64
 	token          string
+	obtained       time.Time // when token was handed out
 	expires        time.Time
 	perms          map[string]string
 }
 
-// authorize sets the installation token on r: the cached one unless
-// fresh or within appTokenMargin of its expiry. It answers true when the
-// token came from the cache, so a 401 is worth one retry with a fresh one.
-func (a *appTokens) authorize(ctx context.Context, r *http.Request, fresh bool) (bool, error) {
-	token, cached, err := a.current(ctx, fresh)
+// authorize sets the installation token on r: the cached one unless it
+// was obtained before staleBefore (refused since) or is within
+// appTokenMargin of its expiry. It answers true when the token came from
+// the cache, so a 401 is worth one retry with a fresh one.
+func (a *appTokens) authorize(ctx context.Context, r *http.Request, staleBefore time.Time) (bool, error) {
+	token, cached, err := a.current(ctx, staleBefore)
 	if err != nil {
 		return false, err
 	}
@@ -106,10 +108,10 @@ func (a *appTokens) authorize(ctx context.Context, r *http.Request, fresh bool) 
 	return cached, nil
 }
 
-func (a *appTokens) current(ctx context.Context, fresh bool) (token string, cached bool, err error) {
+func (a *appTokens) current(ctx context.Context, staleBefore time.Time) (token string, cached bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !fresh && a.token != "" && a.api.now().Before(a.expires.Add(-appTokenMargin)) {
+	if a.token != "" && a.obtained.After(staleBefore) && a.api.now().Before(a.expires.Add(-appTokenMargin)) {
 		return a.token, true, nil
 	}
 	a.token = ""
@@ -122,7 +124,7 @@ func (a *appTokens) current(ctx context.Context, fresh bool) (token string, cach
 // permissions are the installation token's permissions, as GitHub
 // answered the exchange (statuses, metadata, …).
 func (a *appTokens) permissions(ctx context.Context) (map[string]string, error) {
-	if _, _, err := a.current(ctx, false); err != nil {
+	if _, _, err := a.current(ctx, time.Time{}); err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
@@ -139,7 +141,7 @@ func (a *appTokens) exchange(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	bearer := func(_ context.Context, r *http.Request, _ bool) (bool, error) {
+	bearer := func(_ context.Context, r *http.Request, _ time.Time) (bool, error) {
 		r.Header.Set("Authorization", "Bearer "+jwt)
 		return false, nil
 	}
@@ -183,6 +185,6 @@ func (a *appTokens) exchange(ctx context.Context) error {
 	if tok.Token == "" || strings.ContainsAny(tok.Token, " \t\r\n") {
 		return errors.New("forge: GitHub answered no usable installation token")
 	}
-	a.token, a.expires, a.perms = tok.Token, tok.ExpiresAt, tok.Permissions
+	a.token, a.obtained, a.expires, a.perms = tok.Token, a.api.now(), tok.ExpiresAt, tok.Permissions
 	return nil
 }

@@ -251,8 +251,8 @@ func parseHubComment(body []byte, gitea bool) (Event, error) {
 	if err := checkRepository(p.Repository.FullName); err != nil {
 		return Event{}, err
 	}
-	if p.Comment == nil {
-		return Event{}, errors.New("forge: issue_comment: no comment object")
+	if p.Comment == nil || p.Issue == nil {
+		return Event{}, errors.New("forge: issue_comment: no comment or issue object")
 	}
 	return commentEvent(p.Repository.FullName, p.Issue.Number, p.Comment.Body, p.Comment.User.name())
 }

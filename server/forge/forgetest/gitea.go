@@ -41,7 +41,7 @@ func (s *Server) serveGitea(w http.ResponseWriter, r *http.Request, path string,
 		writeJSON(w, http.StatusOK, map[string]any{
 			"id": 1, "name": name, "full_name": s.Repository, "private": true,
 			"owner":       map[string]any{"login": owner, "username": owner, "id": 1},
-			"permissions": map[string]bool{"admin": false, "push": !s.readOnly, "pull": true},
+			"permissions": map[string]bool{"admin": !s.readOnly, "push": !s.readOnly, "pull": true},
 		})
 	case len(segs) == 2 && segs[0] == "statuses" && r.Method == http.MethodPost:
 		if s.readOnly {
@@ -50,6 +50,12 @@ func (s *Server) serveGitea(w http.ResponseWriter, r *http.Request, path string,
 		}
 		s.hubPostStatus(w, r, segs[1], body, 1<<20)
 	case len(segs) == 3 && segs[0] == "collaborators" && segs[2] == "permission" && r.Method == http.MethodGet:
+		if s.readOnly {
+			// Only the repository's (or the instance's) admins may read
+			// other users' permissions.
+			writeJSON(w, http.StatusForbidden, map[string]string{"message": "Only admins can query all permissions, repo admins can query all repo permissions, collaborators can query only their own"})
+			return
+		}
 		user, _ := url.PathUnescape(segs[1])
 		perm, ok := s.permission(user)
 		if !ok {

@@ -157,6 +157,10 @@ func (s *Server) serveGitHub(w http.ResponseWriter, r *http.Request, path string
 		s.unauthorized(w)
 		return
 	}
+	if s.app == nil && len(s.scopes) > 0 {
+		w.Header().Set("X-OAuth-Scopes", strings.Join(s.scopes, ", "))
+		w.Header().Set("X-Accepted-OAuth-Scopes", "repo")
+	}
 	if !s.sameRepo(owner + "/" + name) {
 		s.notFound(w)
 		return

@@ -39,6 +39,13 @@ func (s *Server) serveGitLab(w http.ResponseWriter, r *http.Request, path string
 		s.unauthorized(w)
 		return
 	}
+	if path == "/personal_access_tokens/self" && r.Method == http.MethodGet {
+		writeJSON(w, http.StatusOK, map[string]any{
+			"id": 42, "name": "gradient", "revoked": false, "active": true, "user_id": 9,
+			"scopes": s.scopes, "created_at": "2026-01-01T00:00:00.000Z", "expires_at": "2027-01-01",
+		})
+		return
+	}
 	if path == "/users" && r.Method == http.MethodGet {
 		name := r.URL.Query().Get("username")
 		out := []map[string]any{}

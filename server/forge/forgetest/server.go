@@ -37,7 +37,8 @@ type Options struct {
 	// ReadOnly: the credentials may read the repository but not post
 	// statuses (GitHub and Gitea show no push permission and answer 403,
 	// GitLab shows Reporter access and answers 403; an App installation
-	// has statuses: read).
+	// has statuses: read). Otherwise a Gitea token is the repository's
+	// admin, which Gitea requires to read other users' permissions.
 	ReadOnly bool
 	// Permissions maps user names to their permission on the repository
 	// in GitHub's words: "admin", "maintain", "write", "triage", "read",
@@ -47,6 +48,11 @@ type Options struct {
 	// TokenLifetime is how long App installation tokens live; default 1 h
 	// as on GitHub.
 	TokenLifetime time.Duration
+	// Scopes are the token's scopes: GitHub's classic scopes, sent as
+	// X-OAuth-Scopes (default "repo"); GitLab's, answered by
+	// /personal_access_tokens/self (default "api"). Nil for the default;
+	// empty, on GitHub, for a fine-grained token (no header).
+	Scopes []string
 }
 
 // Received is a status as the fake forge recorded it, in that forge's
@@ -92,6 +98,7 @@ type Server struct {
 	appKey   *appKey
 	readOnly bool
 	lifetime time.Duration
+	scopes   []string
 
 	mu          sync.Mutex
 	perms       map[string]string
@@ -114,6 +121,7 @@ func New(t testing.TB, kind forge.Kind, opt Options) *Server {
 		app:        opt.App,
 		readOnly:   opt.ReadOnly,
 		lifetime:   opt.TokenLifetime,
+		scopes:     opt.Scopes,
 		perms:      map[string]string{},
 		appTokens:  map[string]time.Time{},
 		remaining:  5000,
@@ -129,6 +137,14 @@ func New(t testing.TB, kind forge.Kind, opt Options) *Server {
 	}
 	if s.lifetime == 0 {
 		s.lifetime = time.Hour
+	}
+	if s.scopes == nil {
+		switch kind {
+		case forge.GitHub:
+			s.scopes = []string{"repo"}
+		case forge.GitLab:
+			s.scopes = []string{"api"}
+		}
 	}
 	for u, p := range opt.Permissions {
 		s.perms[u] = p
