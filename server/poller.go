@@ -140,7 +140,9 @@ func (s *Server) pollProject(ctx context.Context, ctl EvaluationControl, p stora
 		}
 		return storage.Evaluation{}, false
 	}
-	latest, err := s.db.LatestEvaluation(ctx, p.ID)
+	// A pull request's evaluation is not the branch's; a push webhook's
+	// is, so its commit is not evaluated again.
+	latest, err := s.db.LatestBranchEvaluation(ctx, p.ID)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 	case err != nil:
@@ -151,7 +153,9 @@ func (s *Server) pollProject(ctx context.Context, ctl EvaluationControl, p stora
 	case strings.EqualFold(latest.Commit, head):
 		return storage.Evaluation{}, false
 	}
-	ev, err := ctl.StartEvaluation(ctx, p.EvaluationAt(head))
+	in := p.EvaluationAt(head)
+	in.Source = storage.SourcePoll
+	ev, err := ctl.StartEvaluation(ctx, in)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("branch poll: starting an evaluation failed", "project", name, "commit", head, "error", err)

@@ -314,3 +314,33 @@ func TestPollerUsesDeployKey(t *testing.T) {
 		t.Error("the private key appears in the server log")
 	}
 }
+
+// A commit a push webhook evaluated is not evaluated again by the poller,
+// and a pull request's evaluation (the newest) does not count as the
+// branch's.
+func TestPollerSkipsPushedCommitsAndIgnoresPullRequests(t *testing.T) {
+	t.Parallel()
+	e, _ := newEvalEnv(t, Config{AllowLocalRepositories: true})
+	ctx := t.Context()
+	repo := newGitRepo(t)
+	head := repo.commit("first")
+	web := newProjectAt(t, e.db, "ops", "web", repo.dir, "main")
+	pushed := web.EvaluationAt(head)
+	pushed.Source = storage.SourcePush
+	if _, err := e.db.CreateEvaluation(ctx, pushed); err != nil {
+		t.Fatal(err)
+	}
+	pr := web.EvaluationAt("0123456789abcdef0123456789abcdef01234567")
+	pr.Source, pr.PRNumber, pr.TargetBranch = storage.SourcePR, 4, "main"
+	if _, err := e.db.CreateEvaluation(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	if started := e.srv.pollBranches(ctx); len(started) != 0 {
+		t.Fatalf("the poller evaluated the pushed commit again: %+v", started)
+	}
+	second := repo.commit("second")
+	started := e.srv.pollBranches(ctx)
+	if len(started) != 1 || started[0].Commit != second || started[0].Source != storage.SourcePoll {
+		t.Fatalf("new head started %+v", started)
+	}
+}

@@ -112,6 +112,16 @@ type Config struct {
 	// implement EvaluationControl.
 	PollInterval time.Duration
 
+	// ExternalURL is the server's address as forges and users reach it
+	// (--external-url): webhook URLs and the commit statuses' links.
+	ExternalURL string
+	// ForgeHTTPClient talks to forges' APIs; nil: a 30 s timeout.
+	ForgeHTTPClient *http.Client
+	// ForgeStatusInterval is the status poster's periodic pass (5 s);
+	// ForgeStatusMinBackoff its first wait after a failed post (2 s).
+	ForgeStatusInterval   time.Duration
+	ForgeStatusMinBackoff time.Duration
+
 	// narinfoHook, if set, rewrites every signed narinfo (tests tamper
 	// with it to check that Nix refuses a bad signature).
 	narinfoHook func([]byte) []byte
@@ -175,6 +185,8 @@ type Server struct {
 	// cache messages of worker sessions.
 	cache *cache.Cache
 	admin *admin.API
+	// forges: forge links, webhooks, the commit-status poster (forges.go).
+	forges *forges
 
 	// ctx ends the dialer and the poller on Close.
 	ctx    context.Context
@@ -219,12 +231,14 @@ func New(db *storage.DB, cfg Config) *Server {
 		NarinfoHook:                 cfg.narinfoHook,
 	})
 	s.deployKeys = deploykeys.New(db, cfg.DialKey)
+	s.startForges()
 	ctl, _ := s.evaluationControl()
 	progress, _ := cfg.Jobs.(admin.BuildProgress)
 	s.admin = admin.New(admin.Config{
 		DB: db, AdminTokenHash: cfg.AdminTokenHash, Gate: s.gate, ObserveTokenCheck: s.metrics.argon2Checked,
 		AllowLocalRepositories: cfg.AllowLocalRepositories, Logger: cfg.Logger,
 		Workers: s, Dialer: s, DeployKeys: s.deployKeys, Cache: s.cache, Evaluations: ctl, Progress: progress, Branches: s,
+		Forges: s.forges.links, ExternalURL: cfg.ExternalURL, StatusesChanged: s.forges.poster.Nudge,
 	})
 	s.verifier = secret.NewVerifier(0)
 	s.verifier.Observe = s.metrics.argon2Checked
@@ -250,6 +264,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	s.admin.Mount(mux)
+	s.mountForges(mux)
 	s.cache.Mount(mux)
 	return mux
 }

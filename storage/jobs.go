@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -36,7 +37,26 @@ const (
 	EvaluationSucceeded  EvaluationStatus = "succeeded"
 	EvaluationFailed     EvaluationStatus = "failed"
 	EvaluationCancelled  EvaluationStatus = "cancelled"
+	// EvaluationWaiting is a queued evaluation of a pull request that
+	// waits for an approval: it has no flake job yet (ApproveEvaluation).
+	// The database keeps it as queued with approval 'waiting'.
+	EvaluationWaiting EvaluationStatus = "waiting_for_approval"
 )
+
+// EvaluationSource is what started an evaluation.
+type EvaluationSource string
+
+const (
+	SourceManual EvaluationSource = "manual" // the admin API (gradient eval start)
+	SourcePoll   EvaluationSource = "poll"   // the branch poller
+	SourcePush   EvaluationSource = "push"   // a forge's push webhook
+	SourcePR     EvaluationSource = "pr"     // a forge's pull request webhook
+)
+
+// Valid reports a known source.
+func (s EvaluationSource) Valid() bool {
+	return s == SourceManual || s == SourcePoll || s == SourcePush || s == SourcePR
+}
 
 // Terminal reports whether the evaluation has ended.
 func (s EvaluationStatus) Terminal() bool {
@@ -121,6 +141,9 @@ type Evaluation struct {
 	FlakeSource   string // fetched source store path, "" until reported
 	Error         string // why it failed (or the last retried failure)
 	Attempts      int    // flake job runs that counted
+	Source        EvaluationSource
+	PRNumber      int    // the pull request evaluated, 0 for a branch
+	TargetBranch  string // the branch the pull request targets
 	CreatedAt     time.Time
 	StartedAt     time.Time
 	FinishedAt    time.Time
@@ -132,6 +155,11 @@ type NewEvaluation struct {
 	RepositoryURL string
 	Commit        string
 	Wildcards     []string
+	Source        EvaluationSource // "" is SourceManual
+	PRNumber      int              // a pull request's number, 0 for a branch
+	TargetBranch  string           // the branch the pull request targets
+	// AwaitApproval queues no flake job until ApproveEvaluation.
+	AwaitApproval bool
 }
 
 // BuildOutputPath is a derivation output as the derivation names it.
@@ -328,17 +356,22 @@ func uintArg(what string, v *uint64) (any, error) {
 // ---- evaluations ----
 
 const evaluationColumns = `id, project_id, repository_url, commit_sha, wildcards, status,
-	flake_source, error, attempts, created_at, started_at, finished_at`
+	flake_source, error, attempts, created_at, started_at, finished_at, source, pr_number, target_branch, approval`
 
 func scanEvaluation(row interface{ Scan(...any) error }) (Evaluation, error) {
 	var e Evaluation
 	var wildcards, source, errText sql.NullString
 	var created int64
-	var started, finished sql.NullInt64
+	var started, finished, pr sql.NullInt64
+	var target, approval sql.NullString
 	err := row.Scan(&e.ID, &e.ProjectID, &e.RepositoryURL, &e.Commit, &wildcards, &e.Status,
-		&source, &errText, &e.Attempts, &created, &started, &finished)
+		&source, &errText, &e.Attempts, &created, &started, &finished, &e.Source, &pr, &target, &approval)
 	if err != nil {
 		return Evaluation{}, err
+	}
+	e.PRNumber, e.TargetBranch = int(pr.Int64), target.String
+	if e.Status == EvaluationQueued && approval.String == "waiting" {
+		e.Status = EvaluationWaiting
 	}
 	e.FlakeSource, e.Error = source.String, errText.String
 	e.CreatedAt, e.StartedAt, e.FinishedAt = fromMillis(created), optMillis(started), optMillis(finished)
@@ -363,9 +396,24 @@ func (db *DB) CreateEvaluation(ctx context.Context, in NewEvaluation) (Evaluatio
 	if err != nil {
 		return Evaluation{}, err
 	}
+	source := cmp.Or(in.Source, SourceManual)
+	if !source.Valid() {
+		return Evaluation{}, invalid("unknown evaluation source %q", in.Source)
+	}
+	if in.PRNumber < 0 || (in.PRNumber > 0) != (source == SourcePR) || (in.AwaitApproval && in.PRNumber == 0) {
+		return Evaluation{}, invalid("only a pull request's evaluation has a number and may wait for approval")
+	}
 	e := Evaluation{
 		ID: NewID(), ProjectID: projectID, RepositoryURL: in.RepositoryURL, Commit: in.Commit,
 		Wildcards: append([]string{}, in.Wildcards...), Status: EvaluationQueued,
+		Source: source, PRNumber: in.PRNumber, TargetBranch: in.TargetBranch,
+	}
+	var pr, target, approval any
+	if in.PRNumber > 0 {
+		pr, target = int64(in.PRNumber), in.TargetBranch
+	}
+	if in.AwaitApproval {
+		approval, e.Status = "waiting", EvaluationWaiting
 	}
 	err = db.durableJobTx(ctx, func(tx *sql.Tx) error {
 		// Creation times are strictly increasing per project, so the
@@ -381,13 +429,14 @@ func (db *DB) CreateEvaluation(ctx context.Context, in NewEvaluation) (Evaluatio
 		}
 		e.CreatedAt = fromMillis(now)
 		_, err := tx.ExecContext(ctx,
-			`INSERT INTO evaluations (id, project_id, repository_url, commit_sha, wildcards, status, attempts, created_at)
-			 VALUES ($1, $2, $3, $4, $5, 'queued', 0, $6)`,
-			e.ID, projectID, e.RepositoryURL, e.Commit, wildcards, now)
+			`INSERT INTO evaluations (id, project_id, repository_url, commit_sha, wildcards, status, attempts, created_at,
+				source, pr_number, target_branch, approval)
+			 VALUES ($1, $2, $3, $4, $5, 'queued', 0, $6, $7, $8, $9, $10)`,
+			e.ID, projectID, e.RepositoryURL, e.Commit, wildcards, now, string(source), pr, target, approval)
 		if constraintOf(err) == foreignKeyViolation {
 			return notFound("project %s", projectID)
 		}
-		if err != nil {
+		if err != nil || in.AwaitApproval {
 			return err
 		}
 		_, err = tx.ExecContext(ctx,

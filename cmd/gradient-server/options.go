@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ type options struct {
 	NarDir           string // empty: the SQLite data directory, or ./gradient-data
 	HeartbeatTimeout time.Duration
 	PollInterval     time.Duration // 0: no branch polling
+	ExternalURL      string        // the server's address for forges and users
 	// AllowLocalRepositories lets projects name file:// URLs and local
 	// paths (the API, the branch poll and eval start).
 	AllowLocalRepositories bool
@@ -87,6 +89,9 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 			Usage: "drop a worker silent this long (120s, 2m or plain seconds); 0 disables"},
 		&servicecli.SecondsFlag{Name: "poll-interval", Value: time.Minute, Destination: &opts.PollInterval, Sources: env.Vars("GRADIENT_POLL_INTERVAL"),
 			Usage: "poll each project's branch this often, starting an evaluation for a new head; 0 disables"},
+		&cli.StringFlag{Name: "external-url", Destination: &opts.ExternalURL, Sources: env.Vars("GRADIENT_EXTERNAL_URL"),
+			Validator: validExternalURL,
+			Usage:     "the server's address as forges and users reach it (https://ci.example.com): webhook URLs and the links of commit statuses"},
 		&cli.BoolFlag{Name: "allow-local-repositories", Destination: &opts.AllowLocalRepositories, Sources: env.Vars("GRADIENT_ALLOW_LOCAL_REPOSITORIES"),
 			Usage: "let projects use file:// URLs and local paths as repositories (off: a project cannot make the server read repositories on its disk)"},
 		&cli.IntFlag{Name: "max-connections", Aliases: []string{"proto-max-connections"}, Value: 256, Destination: &opts.MaxConnections,
@@ -190,4 +195,17 @@ func (f *adminTokenFlags) resolve(cmd *cli.Command, env *servicecli.Env) (string
 		return "", fmt.Errorf("admin token file %s is empty", file)
 	}
 	return token, nil
+}
+
+// validExternalURL accepts an absolute http(s) URL without query or
+// fragment ("" is unset).
+func validExternalURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("--external-url %q: want an http(s) URL such as https://ci.example.com", s)
+	}
+	return nil
 }

@@ -102,6 +102,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		DialKey:                     dialKey,
 		Logger:                      log,
 		PollInterval:                opts.PollInterval,
+		ExternalURL:                 strings.TrimRight(opts.ExternalURL, "/"),
 
 		AllowLocalRepositories: opts.AllowLocalRepositories,
 

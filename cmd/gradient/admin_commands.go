@@ -93,6 +93,7 @@ func (a *app) projectCommand() *cli.Command {
 		a.adminLeaf("deploy-key", "make the project's SSH key for private repositories and print its public key", []string{"PROJECT"}, []cli.Flag{
 			&cli.BoolFlag{Name: "delete", Usage: "delete the project's deploy key instead"},
 		}, projectDeployKey),
+		a.forgeCommand(),
 	)
 }
 

@@ -44,6 +44,15 @@ var perInvocationFlags = map[string]string{
 	"gradient project list --team":         "a filter of one listing",
 	"gradient project deploy-key --delete": "which action this command takes",
 
+	"gradient project forge set --kind":               "the link being set",
+	"gradient project forge set --repository":         "the link being set",
+	"gradient project forge set --api-url":            "the link being set",
+	"gradient project forge set --forge-token-file":   "the link being set",
+	"gradient project forge set --app-id":             "the link being set",
+	"gradient project forge set --app-key-file":       "the link being set",
+	"gradient project forge set --trust":              "the link being set",
+	"gradient project forge set --per-build-statuses": "the link being set",
+
 	"gradient cache create --public":          "the cache being created",
 	"gradient cache push --recursive":         "what this push uploads",
 	"gradient cache push --store":             "where this push's path is",

@@ -47,6 +47,7 @@ import (
 //	GET    /api/v1/projects/{project}/workers           live state of the project's workers
 //	POST   /api/v1/projects/{project}/deploy-key        generate an SSH deploy key (replaces one) → public key
 //	DELETE /api/v1/projects/{project}/deploy-key
+//	PUT|GET|DELETE /api/v1/projects/{project}/forge     the project's forge link (forges.go), test, webhook-secret
 //
 //	POST   /api/v1/caches                               {name, public?}
 //	GET    /api/v1/caches
@@ -162,6 +163,14 @@ type Config struct {
 	// Progress is nil when the job loop reports no build progress.
 	Progress BuildProgress
 	Branches BranchHeads
+	// Forges is nil when the server keeps no forge links: those
+	// endpoints answer 503.
+	Forges Forges
+	// ExternalURL is the server's address as forges and users reach it
+	// (webhook URLs); "" gives paths.
+	ExternalURL string
+	// StatusesChanged nudges the commit-status poster; nil is fine.
+	StatusesChanged func()
 }
 
 // API serves the admin endpoints of one server.
@@ -223,6 +232,7 @@ func (a *API) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/projects/{project}/deploy-key", a.generateDeployKey)
 	mux.HandleFunc("DELETE /api/v1/projects/{project}/deploy-key", a.deleteDeployKey)
 	a.evaluationRoutes(mux) // evaluations and builds: evaluations.go
+	a.forgeRoutes(mux)      // forge links and approvals: forges.go
 
 	mux.HandleFunc("POST /api/v1/caches", a.createCache)
 	mux.HandleFunc("GET /api/v1/caches", a.listCaches)

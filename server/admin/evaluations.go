@@ -47,19 +47,24 @@ func (a *API) evaluationRoutes(mux *http.ServeMux) {
 
 // EvaluationView is an evaluation; Builds are filled by show only.
 type EvaluationView struct {
-	ID         string    `json:"id"`
-	ProjectID  string    `json:"project_id"`
-	Project    string    `json:"project"` // TEAM/PROJECT
-	Repository string    `json:"repository"`
-	Commit     string    `json:"commit"`
-	Wildcards  []string  `json:"wildcards"`
-	Status     string    `json:"status"`
-	Terminal   bool      `json:"terminal"`
-	Error      string    `json:"error,omitempty"`
-	Attempts   int       `json:"attempts"`
-	CreatedAt  time.Time `json:"created_at"`
-	StartedAt  time.Time `json:"started_at,omitzero"`
-	FinishedAt time.Time `json:"finished_at,omitzero"`
+	ID         string   `json:"id"`
+	ProjectID  string   `json:"project_id"`
+	Project    string   `json:"project"` // TEAM/PROJECT
+	Repository string   `json:"repository"`
+	Commit     string   `json:"commit"`
+	Wildcards  []string `json:"wildcards"`
+	Status     string   `json:"status"`
+	Terminal   bool     `json:"terminal"`
+	Error      string   `json:"error,omitempty"`
+	Attempts   int      `json:"attempts"`
+	// Source is what started it: manual, poll, push (a forge's push
+	// webhook) or pr (with the pull request's number and target branch).
+	Source       string    `json:"source"`
+	PRNumber     int       `json:"pr_number,omitempty"`
+	TargetBranch string    `json:"target_branch,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	StartedAt    time.Time `json:"started_at,omitzero"`
+	FinishedAt   time.Time `json:"finished_at,omitzero"`
 	// DurationMS is how long it ran (so far, while running); 0 before.
 	DurationMS  int64       `json:"duration_ms"`
 	FlakeSource string      `json:"flake_source,omitempty"`
@@ -70,7 +75,8 @@ func viewEvaluation(e storage.Evaluation, project string) EvaluationView {
 	return EvaluationView{
 		ID: e.ID, ProjectID: e.ProjectID, Project: project, Repository: e.RepositoryURL,
 		Commit: e.Commit, Wildcards: listOf(e.Wildcards), Status: string(e.Status), Terminal: e.Status.Terminal(),
-		Error: e.Error, Attempts: e.Attempts, CreatedAt: e.CreatedAt, StartedAt: e.StartedAt,
+		Error: e.Error, Attempts: e.Attempts, Source: string(e.Source), PRNumber: e.PRNumber, TargetBranch: e.TargetBranch,
+		CreatedAt: e.CreatedAt, StartedAt: e.StartedAt,
 		FinishedAt: e.FinishedAt, DurationMS: e.Duration().Milliseconds(), FlakeSource: e.FlakeSource,
 	}
 }

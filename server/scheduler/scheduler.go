@@ -855,6 +855,20 @@ func (s *Scheduler) StartEvaluation(ctx context.Context, in storage.NewEvaluatio
 	return ev, nil
 }
 
+// ApproveEvaluation lets a pull request's evaluation that waits for
+// approval run: its flake job is queued and handed out at once.
+func (s *Scheduler) ApproveEvaluation(ctx context.Context, evalID string) error {
+	if err := s.db.ApproveEvaluation(ctx, evalID); err != nil {
+		return err
+	}
+	s.log.Info("evaluation approved", "evaluation", evalID)
+	if err := s.reload(ctx); err != nil {
+		s.log.Warn("reading the job queue failed; the next pass picks the evaluation up", "error", err)
+	}
+	s.dispatchAll()
+	return nil
+}
+
 // CancelEvaluation cancels an evaluation: its queued jobs are dropped and
 // the workers running its jobs get AbortJob.
 func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
