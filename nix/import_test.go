@@ -172,9 +172,18 @@ func TestImportNAR(t *testing.T) {
 		bad.NarHash = out.NarHash
 		err := n.ImportNAR(ctx, bad, object(src))
 		var mismatch *NarMismatchError
+		if !errors.As(err, &mismatch) || mismatch.Path != src.StorePath || !strings.Contains(err.Error(), "content address") {
+			t.Errorf("import with a hash other than its content address: %v", err)
+		}
+		// Without the CA (the store taking unsigned paths), the stream's
+		// own hash check refuses it.
+		n.ImportUnsigned = true
+		bad.CA = ""
+		err = n.ImportNAR(ctx, bad, object(src))
 		if !errors.As(err, &mismatch) || mismatch.Path != src.StorePath || !strings.Contains(err.Error(), "hash sha256:") {
 			t.Errorf("import with a wrong hash: %v", err)
 		}
+		n.ImportUnsigned = false
 		notValid(t, n, src.StorePath)
 		// The connection's failure did not end the store's others.
 		if err := n.ImportNAR(ctx, src, object(src)); err != nil {
@@ -504,6 +513,23 @@ func TestImportTrust(t *testing.T) {
 		}
 		if valid, _ := n.ValidPaths(ctx, src.StorePath); len(valid) != 0 {
 			t.Error("the path is valid")
+		}
+		// A text address (the .drv's) is checked against the file the
+		// NAR holds, as it streams.
+		if err := n.ImportNAR(ctx, src, object(src)); err != nil {
+			t.Fatal(err)
+		}
+		drv := items[1]
+		text := drv
+		text.NarHash, text.NarSize = src.NarHash, src.NarSize
+		if err := n.ImportNAR(ctx, text, object(src)); !errors.As(err, &mismatch) || !strings.Contains(err.Error(), "content address") {
+			t.Errorf("another file under a text CA: %v", err)
+		}
+		if valid, _ := n.ValidPaths(ctx, drv.StorePath); len(valid) != 0 {
+			t.Error("the .drv is valid")
+		}
+		if err := n.ImportNAR(ctx, drv, object(drv)); err != nil {
+			t.Errorf("the real .drv, unsigned: %v", err)
 		}
 	})
 }
