@@ -108,3 +108,20 @@ func FuzzParseKeys(f *testing.F) {
 		keys.Verify([]byte(list), strings.Fields(list))
 	})
 }
+
+// BenchmarkVerify is the cost a pulled input-addressed path adds to its
+// import: the fingerprint and one Ed25519 verification.
+func BenchmarkVerify(b *testing.B) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	keys := &Keys{}
+	keys.Add(PublicKey{Name: "cache.example-main", Key: pub})
+	refs := []string{"/nix/store/cccccccccccccccccccccccccccccccc-c", "/nix/store/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-b"}
+	path, hash := "/nix/store/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-x", "sha256:1b8m03r63zqhnjf7l5wnldhh7c134ap5vpj0850ymkq1iyzicy5s"
+	sigs := []string{sign("cache.example-main", priv, Fingerprint(path, hash, 120, refs))}
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(keys.Verify(Fingerprint(path, hash, 120, refs), sigs)) != 1 {
+			b.Fatal("not verified")
+		}
+	}
+}
