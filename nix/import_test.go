@@ -2,6 +2,7 @@ package nix
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -120,7 +122,11 @@ func (f failAtEnd) Read(p []byte) (int, error) {
 }
 
 func TestImportNAR(t *testing.T) {
-	ctx := testContext(t)
+	// Longer than testContext: one context for every subtest, and the
+	// decompression bomb hashes 256 MiB, slow under -race on a busy
+	// machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	items, objects := importFixture(t, newTestNix(t))
 	keys, signer := testSigner(t, "test-cache-1")
 	items[2].Signatures = []string{signer(items[2])}
