@@ -160,12 +160,16 @@ func (k *Keys) Verify(fingerprint []byte, sigs []string) (valid []string) {
 	return valid
 }
 
-// SignerNames are the key names sigs claim, for messages (unverified).
+// SignerNames are the key names sigs claim, for messages (unverified,
+// so at most 5 of them, each clipped: they are a peer's text).
 func SignerNames(sigs []string) []string {
 	var names []string
-	for _, sig := range sigs {
+	for i, sig := range sigs {
+		if i == 5 {
+			return append(names, fmt.Sprintf("and %d more", len(sigs)-i))
+		}
 		name, _, _ := strings.Cut(sig, ":")
-		names = append(names, clip(name))
+		names = append(names, strconv.Quote(clip(name)))
 	}
 	return names
 }

@@ -125,3 +125,11 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+func TestSignerNamesAreBounded(t *testing.T) {
+	sigs := []string{"a-1:x", strings.Repeat("n", 200) + ":x", "c\x1b]0;title\a:x", "d:x", "e:x", "f:x", "g:x"}
+	got := SignerNames(sigs)
+	if len(got) != 6 || got[5] != "and 2 more" || len(got[1]) > 90 || strings.ContainsRune(got[2], 0x1b) {
+		t.Errorf("signer names %q", got)
+	}
+}
