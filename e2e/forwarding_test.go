@@ -46,6 +46,9 @@ type tenantFlake struct {
 	// gates is the directory the tenant's workers let their builders
 	// write to (sandbox-paths); each round's gate is a directory in it.
 	gates string
+	// key is the public key of the tenant's cache, which its workers
+	// trust (--trusted-public-keys): they pull each other's outputs.
+	key string
 }
 
 func newTenantFlake(t *testing.T, tag string) *tenantFlake {
@@ -262,18 +265,19 @@ func noNAR(t *testing.T, dir string) int {
 }
 
 // nixWorker runs a gradient-worker behind the proxy with a chroot store
-// of its own whose builders may write to gates.
-func (f *federation) nixWorker(t *testing.T, name string, w createdWorker, gates string) *proxyworld.Worker {
+// of its own whose builders may write to the tenant's gates, trusting
+// the tenant's cache key.
+func (f *federation) nixWorker(t *testing.T, name string, w createdWorker, tf *tenantFlake) *proxyworld.Worker {
 	t.Helper()
 	n := nixtest.New(t)
 	conf := []string{"store = " + n.Store}
 	for _, line := range nixtest.Config {
 		if strings.HasPrefix(line, "sandbox-paths") {
-			line += " " + gates
+			line += " " + tf.gates
 		}
 		conf = append(conf, line)
 	}
-	env := append(slices.Clone(n.Env), "NIX_CONFIG="+strings.Join(conf, "\n"))
+	env := append(slices.Clone(n.Env), "NIX_CONFIG="+strings.Join(conf, "\n"), "GRADIENT_WORKER_TRUSTED_PUBLIC_KEYS="+tf.key)
 	return proxyworld.StartWorker(t, name, proxyworld.WorkerOptions{ServerURL: f.proxy.ProtoURL, ID: w.ID, Peers: w.ID + ":" + w.Token,
 		Args: []string{"--allow-local-repositories", "--log-level", "info"}, Env: env})
 }
@@ -299,13 +303,15 @@ func TestJobForwarding(t *testing.T) {
 		},
 		Proxy: proxyworld.ProxyOptions{Env: []string{"TMPDIR=" + proxyTmp}},
 	})
+	flakeA.key = strings.TrimSpace(f.serverA.CLI(t, "cache", "public-key", "app-cache"))
+	flakeB.key = strings.TrimSpace(f.serverB.CLI(t, "cache", "public-key", "app-cache"))
 	workersA := []*proxyworld.Worker{
-		f.nixWorker(t, "worker-a1", f.createWorker(t, "tenant-a", "a1"), flakeA.gates),
-		f.nixWorker(t, "worker-a2", f.createWorker(t, "tenant-a", "a2"), flakeA.gates),
+		f.nixWorker(t, "worker-a1", f.createWorker(t, "tenant-a", "a1"), flakeA),
+		f.nixWorker(t, "worker-a2", f.createWorker(t, "tenant-a", "a2"), flakeA),
 	}
 	workersB := []*proxyworld.Worker{
-		f.nixWorker(t, "worker-b1", f.createWorker(t, "tenant-b", "b1"), flakeB.gates),
-		f.nixWorker(t, "worker-b2", f.createWorker(t, "tenant-b", "b2"), flakeB.gates),
+		f.nixWorker(t, "worker-b1", f.createWorker(t, "tenant-b", "b1"), flakeB),
+		f.nixWorker(t, "worker-b2", f.createWorker(t, "tenant-b", "b2"), flakeB),
 	}
 	// Processes a subtest starts for later ones run under the test.
 	test := t
@@ -451,7 +457,7 @@ func TestJobForwarding(t *testing.T) {
 		// Bring the victim back for the next subtest, same worker row.
 		for i, w := range workersA {
 			if w == victim {
-				workersA[i] = f.restartWorker(test, victim, flakeA.gates)
+				workersA[i] = f.restartWorker(test, victim, flakeA)
 			}
 		}
 		waitfor.Within(t, time.Minute, "A's pool back to two slots", func() bool {
@@ -533,12 +539,12 @@ func TestJobForwarding(t *testing.T) {
 
 // restartWorker starts a worker behind the proxy again under w's ID and
 // peers file (a new store: the old one died with it).
-func (f *federation) restartWorker(t *testing.T, w *proxyworld.Worker, gates string) *proxyworld.Worker {
+func (f *federation) restartWorker(t *testing.T, w *proxyworld.Worker, tf *tenantFlake) *proxyworld.Worker {
 	t.Helper()
 	peers, err := os.ReadFile(w.PeersFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	id, token, _ := strings.Cut(strings.TrimSpace(string(peers)), ":")
-	return f.nixWorker(t, w.Name+"-again", createdWorker{ID: id, Token: token}, gates)
+	return f.nixWorker(t, w.Name+"-again", createdWorker{ID: id, Token: token}, tf)
 }

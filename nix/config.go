@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/nix/daemon"
+	"gradient.dev/gradient/nix/narsig"
 )
 
 // experimentalFeatures is passed to every `nix` call: in Nix 2.8 the new CLI
@@ -44,12 +45,22 @@ type Nix struct {
 	// --stdio` child per connection (see daemonClient).
 	Dialer daemon.Dialer
 
+	// TrustedKeys vouch for the input-addressed paths ImportNAR adds,
+	// beside the keys of Nix's own trusted-public-keys setting; nil
+	// trusts only those (see ImportNAR).
+	TrustedKeys *narsig.Keys
+	// ImportUnsigned lets ImportNAR add input-addressed paths no trusted
+	// key signed: only for a store that is a trust domain of its own
+	// (docs/SECURITY.md). Content-addressed paths are checked either way.
+	ImportUnsigned bool
+
 	version    versionCache  // see Version
 	settings   settingsCache // see showConfig
 	daemonOnce sync.Once
 	daemon     *daemon.Client
 	hookOnce   sync.Once // see buildHook
 	hookPath   string
+	configKeys configKeysCache // see trustedKeys
 }
 
 func (n *Nix) logger() *slog.Logger {

@@ -17,6 +17,7 @@ import (
 	"gradient.dev/gradient/internal/zstdbound"
 	"gradient.dev/gradient/nix/daemon"
 	"gradient.dev/gradient/nixbase32"
+	"gradient.dev/gradient/storepath"
 )
 
 // NarImport is a store path to add from a NAR with known metadata.
@@ -27,6 +28,9 @@ type NarImport struct {
 	References []string // full store paths
 	Deriver    string   // full path or ""
 	CA         string
+	// Signatures are the narinfo's, NAME:base64 each: an input-addressed
+	// path is added only when one verifies under a trusted key.
+	Signatures []string
 }
 
 // NarMismatchError: a NAR's bytes do not match the hash or size it was
@@ -57,6 +61,11 @@ var decoders = sync.Pool{New: func() any {
 // cache stores it), without a temporary file. Its references must be
 // valid already (Nix registers a path only after them).
 //
+// Only what vouches for itself is added (trust.go): a content-addressed
+// path whose name and content match its CA (else a *NarMismatchError), an
+// input-addressed one signed by a trusted key (else an
+// *UntrustedPathError, before a byte is read), unless ImportUnsigned.
+//
 // The NAR is checked against it.NarHash and it.NarSize as it passes: the
 // last bytes go to the daemon only once the whole stream (zst to its end,
 // so a reader that checks the compressed bytes fails first) matched, so
@@ -64,6 +73,10 @@ var decoders = sync.Pool{New: func() any {
 // saw a complete NAR, adds nothing. The daemon checks the hash again.
 func (n *Nix) ImportNAR(ctx context.Context, it NarImport, zst io.Reader) error {
 	imp, err := daemonImport(it)
+	if err != nil {
+		return err
+	}
+	ca, err := n.vouch(ctx, it, &imp)
 	if err != nil {
 		return err
 	}
@@ -76,8 +89,9 @@ func (n *Nix) ImportNAR(ctx context.Context, it NarImport, zst io.Reader) error 
 		return fmt.Errorf("nix: importing %s: %w", it.StorePath, err)
 	}
 	v := newNarVerifier(dec, it.StorePath, imp.NarHash, it.NarSize)
-	// The paths come from the worker's own cache, which verified them;
-	// signatures are not checked.
+	v.ca = ca
+	// vouch checked the signatures against the worker's keys, which the
+	// daemon does not know.
 	err = daemonError(ctx, n.daemonClient().AddToStoreNar(ctx, imp, v, true))
 	if v.err != nil && !errors.Is(v.err, io.EOF) {
 		// The stream's own failure says more than the daemon's
@@ -117,7 +131,8 @@ type narVerifier struct {
 	buf        []byte
 	start, end int
 	checked    bool
-	err        error // sticky: io.EOF after the last byte, or the failure
+	ca         *storepath.Verifier // a content address the NAR must match, or nil
+	err        error               // sticky: io.EOF after the last byte, or the failure
 }
 
 func newNarVerifier(src io.Reader, path string, want []byte, size int64) *narVerifier {
@@ -146,6 +161,9 @@ func (v *narVerifier) Read(p []byte) (int, error) {
 		v.start = 0
 		n, err := v.src.Read(v.buf[v.end:])
 		v.h.Write(v.buf[v.end : v.end+n])
+		if v.ca != nil {
+			v.ca.Write(v.buf[v.end : v.end+n])
+		}
 		v.end += n
 		v.seen += int64(n)
 		switch {
@@ -157,6 +175,8 @@ func (v *narVerifier) Read(p []byte) (int, error) {
 			} else if sum := v.h.Sum(nil); !bytes.Equal(sum, v.want) {
 				v.err = &NarMismatchError{Path: v.path, Message: fmt.Sprintf("hash sha256:%s, announced sha256:%s",
 					nixbase32.Encode(sum), nixbase32.Encode(v.want))}
+			} else if err := v.checkCA(); err != nil {
+				v.err = &NarMismatchError{Path: v.path, Message: err.Error()}
 			} else {
 				v.checked = true
 			}
@@ -167,6 +187,15 @@ func (v *narVerifier) Read(p []byte) (int, error) {
 			return 0, v.err
 		}
 	}
+}
+
+// checkCA is the content address's verdict on the whole NAR (nil
+// without one).
+func (v *narVerifier) checkCA() error {
+	if v.ca == nil {
+		return nil
+	}
+	return v.ca.Check()
 }
 
 // daemonImport checks an item's metadata and puts it in the daemon's form.

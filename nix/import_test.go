@@ -2,7 +2,11 @@ package nix
 
 import (
 	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"io"
 	"os"
@@ -11,12 +15,30 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 
 	"gradient.dev/gradient/internal/zstdbound/zstdboundtest"
+	"gradient.dev/gradient/nix/narsig"
 	"gradient.dev/gradient/nixbase32"
 )
+
+// testSigner is a key set trusting one new key, and a function signing
+// an import's metadata with it.
+func testSigner(t *testing.T, name string) (*narsig.Keys, func(NarImport) string) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := &narsig.Keys{}
+	keys.Add(narsig.PublicKey{Name: name, Key: pub})
+	return keys, func(it NarImport) string {
+		fp := narsig.Fingerprint(it.StorePath, it.NarHash, uint64(it.NarSize), it.References)
+		return name + ":" + base64.StdEncoding.EncodeToString(ed25519.Sign(priv, fp))
+	}
+}
 
 // importFixture adds to a store a source file, a .drv using it and the
 // built output referring to it, and returns their imports in the order
@@ -100,8 +122,19 @@ func (f failAtEnd) Read(p []byte) (int, error) {
 }
 
 func TestImportNAR(t *testing.T) {
-	ctx := testContext(t)
+	// Longer than testContext: one context for every subtest, and the
+	// decompression bomb hashes 256 MiB, slow under -race on a busy
+	// machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	items, objects := importFixture(t, newTestNix(t))
+	keys, signer := testSigner(t, "test-cache-1")
+	items[2].Signatures = []string{signer(items[2])}
+	newTestNix := func(t *testing.T) *Nix {
+		n := newTestNix(t)
+		n.TrustedKeys = keys
+		return n
+	}
 	src, drv, out := items[0], items[1], items[2]
 	if src.CA == "" || !slices.Equal(out.References, []string{src.StorePath}) || out.Deriver != drv.StorePath {
 		t.Fatalf("fixture %+v", items)
@@ -145,9 +178,18 @@ func TestImportNAR(t *testing.T) {
 		bad.NarHash = out.NarHash
 		err := n.ImportNAR(ctx, bad, object(src))
 		var mismatch *NarMismatchError
+		if !errors.As(err, &mismatch) || mismatch.Path != src.StorePath || !strings.Contains(err.Error(), "content address") {
+			t.Errorf("import with a hash other than its content address: %v", err)
+		}
+		// Without the CA (the store taking unsigned paths), the stream's
+		// own hash check refuses it.
+		n.ImportUnsigned = true
+		bad.CA = ""
+		err = n.ImportNAR(ctx, bad, object(src))
 		if !errors.As(err, &mismatch) || mismatch.Path != src.StorePath || !strings.Contains(err.Error(), "hash sha256:") {
 			t.Errorf("import with a wrong hash: %v", err)
 		}
+		n.ImportUnsigned = false
 		notValid(t, n, src.StorePath)
 		// The connection's failure did not end the store's others.
 		if err := n.ImportNAR(ctx, src, object(src)); err != nil {
@@ -308,4 +350,192 @@ func TestVersionOfInstalledNix(t *testing.T) {
 	if again, err := n.Version(testContext(t)); err != nil || again != v {
 		t.Errorf("second call %v %v", again, err)
 	}
+}
+
+// TestImportTrust is what a server (or a proxy) can make the store hold
+// through a pull: an input-addressed path only with a signature by a
+// trusted key, a content-addressed one only when name and content match
+// its CA. A refused path is not valid afterwards.
+func TestImportTrust(t *testing.T) {
+	ctx := testContext(t)
+	items, objects := importFixture(t, newTestNix(t))
+	src, out := items[0], items[2]
+	object := func(it NarImport) io.Reader { return bytes.NewReader(objects[it.StorePath]) }
+	keys, signer := testSigner(t, "test-cache-1")
+	_, otherSigner := testSigner(t, "test-cache-1") // same name, another key
+	// prepared is a store holding out's reference, trusting keys.
+	prepared := func(t *testing.T) *Nix {
+		n := newTestNix(t)
+		n.TrustedKeys = keys
+		if err := n.ImportNAR(ctx, src, object(src)); err != nil {
+			t.Fatalf("content-addressed source without a signature: %v", err)
+		}
+		return n
+	}
+	refused := func(t *testing.T, n *Nix, it NarImport) *UntrustedPathError {
+		t.Helper()
+		err := n.ImportNAR(ctx, it, object(it))
+		var untrusted *UntrustedPathError
+		if !errors.As(err, &untrusted) || untrusted.Path != it.StorePath {
+			t.Fatalf("import: %v, want an UntrustedPathError", err)
+		}
+		if valid, err := n.ValidPaths(ctx, it.StorePath); err != nil || len(valid) != 0 {
+			t.Errorf("after a refused import valid %v %v", valid, err)
+		}
+		return untrusted
+	}
+
+	t.Run("unsigned input-addressed path refused", func(t *testing.T) {
+		n := prepared(t)
+		err := refused(t, n, out)
+		if !strings.Contains(err.Error(), "no signature") || !strings.Contains(err.Error(), "--trusted-public-keys") {
+			t.Errorf("message %q does not say why and what to do", err)
+		}
+	})
+	t.Run("wrongly signed input-addressed paths refused", func(t *testing.T) {
+		n := prepared(t)
+		other := out
+		other.NarSize++
+		for name, sig := range map[string]string{
+			"another key of the trusted name": otherSigner(out),
+			"other metadata":                  signer(other),
+			"garbage":                         "test-cache-1:AAAA",
+		} {
+			bad := out
+			bad.Signatures = []string{sig}
+			if err := refused(t, n, bad); !strings.Contains(err.Error(), "do not verify") {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		// Without the key, even its good signature is refused.
+		bare := newTestNix(t)
+		if err := bare.ImportNAR(ctx, src, object(src)); err != nil {
+			t.Fatal(err)
+		}
+		signed := out
+		signed.Signatures = []string{signer(out)}
+		if err := refused(t, bare, signed); !strings.Contains(err.Error(), "do not verify") {
+			t.Errorf("without keys: %v", err)
+		}
+	})
+	t.Run("signed by a trusted key", func(t *testing.T) {
+		n := prepared(t)
+		signed := out
+		signed.Signatures = []string{"unknown-1:AAAA", signer(out)}
+		if err := n.ImportNAR(ctx, signed, object(out)); err != nil {
+			t.Fatal(err)
+		}
+		infos, err := n.PathInfo(ctx, out.StorePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The store records the signature that verified, not the junk.
+		if !slices.Equal(infos[0].Signatures, signed.Signatures[1:]) {
+			t.Errorf("recorded signatures %v", infos[0].Signatures)
+		}
+	})
+	t.Run("a key of Nix's own trusted-public-keys", func(t *testing.T) {
+		n := newTestNix(t)
+		n.Config = append(slices.Clone(n.Config), "trusted-public-keys = "+keys.List()[0].String())
+		if err := n.ImportNAR(ctx, src, object(src)); err != nil {
+			t.Fatal(err)
+		}
+		signed := out
+		signed.Signatures = []string{signer(out)}
+		if err := n.ImportNAR(ctx, signed, object(out)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("signed by real Nix", func(t *testing.T) {
+		// A signature Nix made verifies: the fingerprint is Nix's.
+		source := newTestNix(t)
+		for _, it := range items {
+			if it.StorePath == out.StorePath {
+				break
+			}
+			if err := source.ImportNAR(ctx, it, object(it)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		source.ImportUnsigned = true
+		if err := source.ImportNAR(ctx, out, object(out)); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		sk, pk := filepath.Join(dir, "sk"), filepath.Join(dir, "pk")
+		if _, err := source.output(ctx, "nix-store", "--generate-binary-cache-key", "real-nix-1", sk, pk); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := source.output(ctx, "nix", "store", "sign", "--key-file", sk, out.StorePath); err != nil {
+			t.Fatal(err)
+		}
+		infos, err := source.PathInfo(ctx, out.StorePath)
+		if err != nil || len(infos[0].Signatures) != 1 {
+			t.Fatalf("signed path info %+v %v", infos, err)
+		}
+		public, _ := os.ReadFile(pk)
+		realKeys, err := narsig.ParseKeys(string(public))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := prepared(t)
+		n.TrustedKeys = realKeys
+		signed := out
+		signed.Signatures = infos[0].Signatures
+		if err := n.ImportNAR(ctx, signed, object(out)); err != nil {
+			t.Fatalf("a path real Nix signed: %v", err)
+		}
+	})
+	t.Run("unsigned accepted only when the store takes them", func(t *testing.T) {
+		n := prepared(t)
+		n.ImportUnsigned = true
+		if err := n.ImportNAR(ctx, out, object(out)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("content address must name the path", func(t *testing.T) {
+		// An input-addressed path claiming a CA (the planted path's way
+		// around the signature): refused before the daemon sees it.
+		n := prepared(t)
+		claimed := out
+		claimed.CA = src.CA
+		var mismatch *NarMismatchError
+		if err := n.ImportNAR(ctx, claimed, object(out)); !errors.As(err, &mismatch) || !strings.Contains(err.Error(), "content address") {
+			t.Errorf("an input-addressed path with a CA: %v", err)
+		}
+		if valid, _ := n.ValidPaths(ctx, out.StorePath); len(valid) != 0 {
+			t.Error("the path is valid")
+		}
+	})
+	t.Run("content must match the content address", func(t *testing.T) {
+		// The source's name and CA with another NAR (its hash announced
+		// correctly): the CA check refuses it.
+		n := newTestNix(t)
+		other := src
+		other.NarHash, other.NarSize = out.NarHash, out.NarSize
+		var mismatch *NarMismatchError
+		if err := n.ImportNAR(ctx, other, object(out)); !errors.As(err, &mismatch) || !strings.Contains(err.Error(), "content address") {
+			t.Errorf("another content under a CA: %v", err)
+		}
+		if valid, _ := n.ValidPaths(ctx, src.StorePath); len(valid) != 0 {
+			t.Error("the path is valid")
+		}
+		// A text address (the .drv's) is checked against the file the
+		// NAR holds, as it streams.
+		if err := n.ImportNAR(ctx, src, object(src)); err != nil {
+			t.Fatal(err)
+		}
+		drv := items[1]
+		text := drv
+		text.NarHash, text.NarSize = src.NarHash, src.NarSize
+		if err := n.ImportNAR(ctx, text, object(src)); !errors.As(err, &mismatch) || !strings.Contains(err.Error(), "content address") {
+			t.Errorf("another file under a text CA: %v", err)
+		}
+		if valid, _ := n.ValidPaths(ctx, drv.StorePath); len(valid) != 0 {
+			t.Error("the .drv is valid")
+		}
+		if err := n.ImportNAR(ctx, drv, object(drv)); err != nil {
+			t.Errorf("the real .drv, unsigned: %v", err)
+		}
+	})
 }

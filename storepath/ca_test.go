@@ -1,4 +1,4 @@
-package storepath
+package storepath_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/nix"
+	. "gradient.dev/gradient/storepath"
 )
 
 // nixRun runs a Nix command on the test store n and returns its trimmed
@@ -174,8 +175,8 @@ func TestVerifierWantsOneFile(t *testing.T) {
 	if err := n.DumpPath(t.Context(), paths["source tree"], &tree); err != nil {
 		t.Fatal(err)
 	}
-	exe := narStrings("nix-archive-1", "(", "type", "regular", "executable", "", "contents", "x", ")")
-	for _, nar := range [][]byte{tree.Bytes(), exe, append(narStrings("nix-archive-1", "(", "type", "regular", "contents", "x", ")"), 0)} {
+	exe := NarStrings("nix-archive-1", "(", "type", "regular", "executable", "", "contents", "x", ")")
+	for _, nar := range [][]byte{tree.Bytes(), exe, append(NarStrings("nix-archive-1", "(", "type", "regular", "contents", "x", ")"), 0)} {
 		for _, m := range []Method{Text, Flat} {
 			v := NewVerifier(ContentAddress{Method: m, Algo: "sha256", Digest: make([]byte, 32)})
 			v.Write(nar)

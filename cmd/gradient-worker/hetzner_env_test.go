@@ -33,7 +33,7 @@ func TestHetznerEnvFileConfiguresTheWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.ServerURL != "wss://proxy.example/proto" || opts.ID != id || opts.Peers != id+":tok3n" || opts.MaxBuilds != 4 {
-		t.Fatalf("options from the env file: server %q, id %q, peers %q, builds %d", opts.ServerURL, opts.ID, opts.Peers, opts.MaxBuilds)
+	if opts.ServerURL != "wss://proxy.example/proto" || opts.ID != id || opts.Peers != id+":tok3n" || opts.MaxBuilds != 4 || opts.RequireSigs {
+		t.Fatalf("options from the env file: server %q, id %q, peers %q, builds %d, require sigs %v", opts.ServerURL, opts.ID, opts.Peers, opts.MaxBuilds, opts.RequireSigs)
 	}
 }

@@ -63,7 +63,7 @@ func run(ctx context.Context, abort <-chan struct{}, args []string, getenv func(
 	slog.SetDefault(log)
 	// Store operations go to the Nix daemon (its socket, or `nix-daemon
 	// --stdio` children without one); evaluation runs the Nix CLI.
-	nixStore := &nix.Nix{BinDir: opts.NixBin, Logger: log}
+	nixStore := &nix.Nix{BinDir: opts.NixBin, Logger: log, TrustedKeys: opts.TrustedKeys, ImportUnsigned: !opts.RequireSigs}
 	if opts.BaseDir != "" {
 		// The build hook and temporary clones live in the worker's own
 		// state directory, not under a fixed name in a shared /tmp.
@@ -122,8 +122,15 @@ func logStart(log *slog.Logger, opts options, cfg worker.Config) {
 	}
 	attrs = append(attrs, "metrics_addr", opts.MetricsAddr, "gcroots_dir", opts.GCRootsDir,
 		"log_burst_bytes_per_min", opts.LogBurstPerMin, "log_sustained_bytes_per_hour", opts.LogSustainedPerHour,
-		"allow_local_repositories", opts.AllowLocalRepositories)
+		"allow_local_repositories", opts.AllowLocalRepositories,
+		"trusted_public_keys", opts.TrustedKeys.Names(), "require_sigs", opts.RequireSigs)
 	log.Info("gradient-worker starting", attrs...)
+	switch {
+	case !opts.RequireSigs:
+		log.Warn("--require-sigs=false: every server this worker serves can put any input-addressed path into its Nix store; use it only for a store no one else uses")
+	case opts.TrustedKeys.Len() == 0:
+		log.Warn("no --trusted-public-keys: pulled input-addressed paths (other workers' build outputs) are refused unless Nix's own trusted-public-keys signed them; pass the keys of the caches this worker pulls from")
+	}
 }
 
 // serveMetrics serves the worker's series at http://addr/metrics until

@@ -15,6 +15,7 @@ import (
 
 	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/internal/servicecli"
+	"gradient.dev/gradient/nix/narsig"
 )
 
 // errUsage marks a configuration error already explained on stderr.
@@ -52,8 +53,12 @@ type options struct {
 	InsecureListen                      bool
 	AcceptedTokenFile                   string
 	AllowLocalRepositories              bool
-	LogLevel                            slog.Level
-	LogFormat                           string
+	// TrustedKeys vouch for pulled input-addressed paths (beside Nix's
+	// own trusted-public-keys); RequireSigs off takes unsigned ones too.
+	TrustedKeys *narsig.Keys
+	RequireSigs bool
+	LogLevel    slog.Level
+	LogFormat   string
 }
 
 const description = `Runs a Gradient worker: it dials the server (or is dialed by it with
@@ -137,6 +142,8 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		file("nix-bin", &opts.NixBin, "", "directory holding nix, nix-store and git (default: looked up in PATH)"),
 		str("ssh-bin", &opts.SSHBin, "ssh", "ssh program git uses with a project's deploy key"),
 		boolean("allow-local-repositories", &opts.AllowLocalRepositories, false, "let flake jobs fetch file:// URLs and local paths (off: a project cannot make the worker read repositories on its disk)"),
+		str("trusted-public-keys", &raw.trustedKeys, "", "binary-cache keys (NAME:base64, as `gradient cache create` prints them; separated by spaces or commas) whose signature lets a pulled input-addressed path into the Nix store, beside the keys of Nix's own trusted-public-keys"),
+		boolean("require-sigs", &opts.RequireSigs, true, "import a pulled input-addressed path only when a trusted key signed it (off only for a store no one else uses: any server could then plant any path in it)"),
 		file("gcroots-dir", &opts.GCRootsDir, "/nix/var/nix/gcroots/gradient", "GC root links pinning what running jobs need; empty disables"),
 		count("build-max-cores", &opts.BuildCores, 0, "cores per build passed to Nix (--cores); 0 uses Nix's setting", notNegative),
 		bytes("log-burst-bytes-per-min", &opts.LogBurstPerMin, 8<<20, "build log bytes one build may send per minute before its log is cut; 0 is unlimited"),
@@ -150,6 +157,7 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 // rawOptions are flag values that options holds in another form.
 type rawOptions struct {
 	architectures, features string
+	trustedKeys             string
 	listenHost              string
 	port                    int
 }
@@ -187,6 +195,13 @@ func checkOptions(opts *options, raw rawOptions) error {
 		}
 	} else if opts.ServerURL == "" {
 		errs = append(errs, errors.New("--server-url is required (unless --discoverable)"))
+	}
+	keys, err := narsig.ParseKeys(raw.trustedKeys)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--trusted-public-keys: %w", err))
+	}
+	if keys.Len() > 0 {
+		opts.TrustedKeys = keys
 	}
 	if opts.ServerURL != "" && !strings.HasPrefix(opts.ServerURL, "ws://") && !strings.HasPrefix(opts.ServerURL, "wss://") {
 		errs = append(errs, fmt.Errorf("--server-url %q: want a ws:// or wss:// URL", gitsource.Redact(opts.ServerURL)))

@@ -15,6 +15,7 @@ import (
 
 	"gradient.dev/gradient/internal/clitest"
 	"gradient.dev/gradient/internal/servicecli"
+	"gradient.dev/gradient/nix/narsig"
 	"gradient.dev/gradient/worker"
 )
 
@@ -28,7 +29,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{ServerURL: "wss://ci.example/proto", BaseDir: "/var/lib/gradient-worker", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, MaxBuilds: 32, MaxEvals: 1,
-		DrainTimeout: 60 * time.Second, Fetch: true, Eval: true, Build: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		DrainTimeout: 60 * time.Second, Fetch: true, Eval: true, Build: true, RequireSigs: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -41,7 +42,8 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		"GRADIENT_WORKER_SYSTEM_FEATURES": "kvm,big-parallel", "GRADIENT_WORKER_BUILD_MAX_CONCURRENT": "4",
 		"GRADIENT_WORKER_DISCOVERABLE": "true", "GRADIENT_WORKER_PORT": "4000", "GRADIENT_WORKER_INSECURE_LISTEN": "1",
 		"GRADIENT_WORKER_LOG_FORMAT": "json", "GRADIENT_WORKER_ALLOW_LOCAL_REPOSITORIES": "true",
-		"GRADIENT_WORKER_DRAIN_TIMEOUT_SECS": "600",
+		"GRADIENT_WORKER_DRAIN_TIMEOUT_SECS":  "600",
+		"GRADIENT_WORKER_TRUSTED_PUBLIC_KEYS": testKeys, "GRADIENT_WORKER_REQUIRE_SIGS": "false",
 	})
 	opts, err := parseOptions([]string{"--base-dir", "/flag", "--capabilities-fetch=false", "--log-level", "debug"}, env, io.Discard)
 	if err != nil {
@@ -51,6 +53,7 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		Architectures: []string{"x86_64-linux", "aarch64-linux"}, SystemFeatures: []string{"kvm", "big-parallel"},
 		MaxBuilds: 4, MaxEvals: 1, DrainTimeout: 600 * time.Second, Discoverable: true, ListenAddr: "127.0.0.1:4000", InsecureListen: true,
 		AllowLocalRepositories: true, LogLevel: slog.LevelDebug, LogFormat: "json"}
+	want.TrustedKeys, _ = narsig.ParseKeys(testKeys)
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v\nwant %+v", opts, want)
 	}
@@ -59,6 +62,10 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		t.Errorf("--drain-timeout-secs 0: %v, %v", opts.DrainTimeout, err)
 	}
 }
+
+// testKeys are two binary-cache public keys as `gradient cache create`
+// prints them, as an operator would list them.
+const testKeys = "ci.example-main:dGVzdCBrZXkgb2YgMzIgYnl0ZXMsIG5vdCBzZWNyZXQ=, cache.nixos.org-1:6NCHdD59X431o0gWypbMrAURkbJ16ZPMQFGspcDShjY="
 
 func TestInvalidOptions(t *testing.T) {
 	for _, args := range [][]string{
@@ -71,6 +78,8 @@ func TestInvalidOptions(t *testing.T) {
 		{"--discoverable"}, // no TLS and no --insecure-listen
 		{"--server-url", "ws://x/proto", "--port", "70000"},
 		{"--discoverable", "true", "--insecure-listen"}, // a boolean flag takes no separate value
+		{"--server-url", "ws://x/proto", "--trusted-public-keys", "main:not-a-key"},
+		{"--server-url", "ws://x/proto", "--trusted-public-keys", "cache.nixos.org-1"},
 	} {
 		var stderr strings.Builder
 		if _, err := parseOptions(args, envOf(nil), &stderr); err != errUsage || stderr.Len() == 0 {

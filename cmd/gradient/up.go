@@ -32,6 +32,7 @@ import (
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/nix/narsig"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/server/scheduler"
@@ -516,6 +517,13 @@ func (u *upRun) nix() (*nix.Nix, error) {
 const upCPUCoreScore = 1
 
 func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []string) error {
+	// The workers trust what their server's cache signs, as an operator
+	// configures with --trusted-public-keys.
+	keys, err := narsig.ParseKeys(u.cache.PublicKey())
+	if err != nil {
+		return fmt.Errorf("the cache's public key: %w", err)
+	}
+	n.TrustedKeys = keys
 	wctx, cancel := context.WithCancel(context.Background())
 	u.stopWorkers = cancel
 	u.workerNames = map[string]string{}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/nix/narsig"
 )
 
 // Require skips (or, under CI, fails) t unless the tools are installed.
@@ -68,6 +69,20 @@ func New(t testing.TB) *nix.Nix {
 		t.Fatalf("creating the test store: %v: %s", err, out)
 	}
 	t.Cleanup(func() { n.Close() }) // its nix-daemon children
+	return n
+}
+
+// Trusting is New whose imports trust the binary-cache keys (NAME:base64,
+// as a cache's PublicKey): a worker on it pulls the input-addressed paths
+// those caches signed, as gradient-worker --trusted-public-keys does.
+func Trusting(t testing.TB, keys ...string) *nix.Nix {
+	t.Helper()
+	n := New(t)
+	trusted, err := narsig.ParseKeys(strings.Join(keys, " "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.TrustedKeys = trusted
 	return n
 }
 

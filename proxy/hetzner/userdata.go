@@ -14,6 +14,11 @@ const (
 	EnvWorkerID  = "GRADIENT_WORKER_ID"
 	EnvPeers     = "GRADIENT_WORKER_PEERS"
 	EnvMaxBuilds = "GRADIENT_WORKER_BUILD_MAX_CONCURRENT"
+	// EnvRequireSigs is false: the VM's store serves one tenant and dies
+	// with the VM, a trust domain of its own, and the proxy does not
+	// know the tenant's cache keys (docs/SECURITY.md, "What a server can
+	// make a worker's store hold").
+	EnvRequireSigs = "GRADIENT_WORKER_REQUIRE_SIGS"
 )
 
 // MetadataAddress is the cloud's metadata service, which serves the
@@ -49,8 +54,8 @@ fi
 // metadata service from every user but root at each boot
 // (metadataFirewall), then write_files puts EnvFile (root's, mode 0600)
 // holding the proxy's /proto URL, the VM's worker ID, its peers line
-// ID:TOKEN and its build slots. The values are checked to be single
-// printable lines, so nothing in them can add YAML.
+// ID:TOKEN, its build slots and --require-sigs=false. The values are
+// checked to be single printable lines, so nothing in them can add YAML.
 func UserData(protoURL, workerID, token string, slots int) (string, error) {
 	for what, v := range map[string]string{"proto URL": protoURL, "worker ID": workerID, "token": token} {
 		if v == "" || strings.ContainsFunc(v, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
@@ -68,7 +73,7 @@ func UserData(protoURL, workerID, token string, slots int) (string, error) {
 	b.WriteString("  - path: " + EnvFile + "\n    owner: root:root\n    permissions: '0600'\n    content: |\n")
 	for _, kv := range [][2]string{
 		{EnvServerURL, protoURL}, {EnvWorkerID, workerID}, {EnvPeers, workerID + ":" + token},
-		{EnvMaxBuilds, fmt.Sprint(slots)},
+		{EnvMaxBuilds, fmt.Sprint(slots)}, {EnvRequireSigs, "false"},
 	} {
 		b.WriteString("      " + kv[0] + "=" + kv[1] + "\n")
 	}

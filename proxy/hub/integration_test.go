@@ -209,7 +209,7 @@ func (w *fedWorld) startWorkerStore(name, url string) (id, store string) {
 	if url == "" {
 		url = w.proxyURL
 	}
-	n := nixtest.New(w.t)
+	n := nixtest.Trusting(w.t, w.cache.PublicKey())
 	testworld.RunWorker(w.t, worker.Config{
 		ServerURL: url, WorkerID: row.ID, Peers: row.ID + ":" + token,
 		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,

@@ -226,7 +226,7 @@ func TestWorkerKilledMidBuild(t *testing.T) {
 	n := nixtest.New(t)
 	env := append(n.Env, "NIX_CONFIG="+strings.Join(append(nixtest.Config, "store = "+n.Store), "\n"))
 	victim := start(t, env, "gradient-worker", "--server-url", w.url, "--peers", peers,
-		"--base-dir", t.TempDir(), "--id", id,
+		"--base-dir", t.TempDir(), "--id", id, "--trusted-public-keys", w.cache.PublicKey(),
 		"--capabilities-fetch", "--capabilities-eval", "--capabilities-build",
 		"--allow-local-repositories") // the world's repository is local
 

@@ -109,7 +109,7 @@ func (w *world) startWorkerWith(caps wire.GradientCapabilities) string {
 		ServerURL: w.url, WorkerID: id, Peers: peers,
 		Capabilities: caps, CPUCoreScore: 1,
 		Heartbeat: 2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Executor: &nixexec.Executor{Nix: nixtest.New(w.t), Logger: slog.New(slog.DiscardHandler), SSH: w.ssh,
+		Executor: &nixexec.Executor{Nix: nixtest.Trusting(w.t, w.cache.PublicKey()), Logger: slog.New(slog.DiscardHandler), SSH: w.ssh,
 			AllowLocalRepositories: true}, // the world's repository is local
 		TempDir: w.t.TempDir(),
 		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, w.metrics),

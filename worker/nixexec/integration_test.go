@@ -17,6 +17,7 @@ import (
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/nix/narsig"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -226,6 +227,7 @@ type testWorld struct {
 	db      *storage.DB
 	url     string
 	project storage.Project
+	keys    *narsig.Keys // the cache's: workers trust what it signs
 }
 
 func startServer(t *testing.T) *testWorld {
@@ -233,9 +235,13 @@ func startServer(t *testing.T) *testWorld {
 	db := testworld.Open(t, storagetest.SQLiteURL(t))
 	loop := newScriptedLoop()
 	url, _ := testworld.Serve(t, db, server.Config{Jobs: loop})
-	project, _ := testworld.Project(t, db, "https://example.invalid/web.git")
+	project, cache := testworld.Project(t, db, "https://example.invalid/web.git")
 	loop.project = project.ID
-	return &testWorld{loop: loop, db: db, url: url, project: project}
+	keys, err := narsig.ParseKeys(cache.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testWorld{loop: loop, db: db, url: url, project: project, keys: keys}
 }
 
 // startWorker runs a registered worker with its own Nix store; allowLocal
@@ -244,6 +250,7 @@ func startServer(t *testing.T) *testWorld {
 func (tw *testWorld) startWorker(t *testing.T, caps wire.GradientCapabilities, allowLocal bool) (string, *nix.Nix) {
 	t.Helper()
 	n := nixtest.New(t)
+	n.TrustedKeys = tw.keys
 	id, peers := testworld.Register(t, tw.db, tw.project.ID)
 	testworld.RunWorker(t, worker.Config{
 		ServerURL: tw.url, WorkerID: id, Peers: peers,

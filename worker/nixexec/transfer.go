@@ -195,7 +195,9 @@ func (j *job) startUpload(ctx context.Context, info nix.PathInfo) (*worker.Pendi
 // too. Then every path's NAR streams from the session into the daemon
 // (AddToStoreNar), a path only after the references it pulls, a few at a
 // time. A path the cache does not have, or whose bytes do not match its
-// metadata, fails the job as InputsUnavailable naming it.
+// metadata (its CA included), fails the job as InputsUnavailable naming
+// it; an input-addressed path without a signature by a trusted key is
+// never added (nix.ImportNAR) and fails the job as Transient.
 func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error) {
 	pulled, _, err = j.ensureCounting(ctx, paths)
 	return pulled, err
@@ -250,6 +252,9 @@ func (j *job) ensureCounting(ctx context.Context, paths []string) (pulled int, c
 			}
 			if e.CA != nil {
 				item.CA = *e.CA
+			}
+			if e.Signatures != nil {
+				item.Signatures = *e.Signatures
 			}
 			if e.References != nil {
 				for _, ref := range *e.References {
@@ -437,16 +442,22 @@ func (j *job) missing(ctx context.Context, paths []string) ([]string, error) {
 
 // classifyPull turns a failed pull of path into a job failure: what the
 // cache lacks, or sent wrong, is InputsUnavailable (the server demotes it
-// and builds it again); the rest is Transient.
+// and builds it again); the rest is Transient. A path no key this worker
+// trusts signed is Transient too: the cache's object is not at fault (a
+// reference server would delete it on InputsUnavailable), this worker
+// lacks the key, and another worker may have it.
 func classifyPull(ctx context.Context, path string, err error) error {
 	var (
 		unavailable *worker.NarUnavailableError
 		object      *objectMismatchError
 		nar         *nix.NarMismatchError
+		untrusted   *nix.UntrustedPathError
 	)
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &untrusted):
+		return worker.Fail(wire.FailureTransient, err)
 	case errors.As(err, &unavailable):
 		return &worker.JobError{Kind: wire.FailureInputsUnavailable, MissingPaths: unavailable.Paths, Err: err}
 	case errors.As(err, &object), errors.As(err, &nar):

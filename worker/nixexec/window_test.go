@@ -19,6 +19,7 @@ import (
 // (the server demotes the object), not a transient failure to retry.
 func TestPulledWindowBeyondTheBoundIsInputsUnavailable(t *testing.T) {
 	n := nixtest.New(t)
+	n.ImportUnsigned = true // the window, not the signature, is what this test refuses
 	nar := []byte("not read: the frame is refused first")
 	sum := sha256.Sum256(nar)
 	path := "/nix/store/" + nixbase32.Encode(sum[:20]) + "-wide-window"
