@@ -93,6 +93,9 @@ func (a *app) projectCommand() *cli.Command {
 		a.adminLeaf("deploy-key", "make the project's SSH key for private repositories and print its public key", []string{"PROJECT"}, []cli.Flag{
 			&cli.BoolFlag{Name: "delete", Usage: "delete the project's deploy key instead"},
 		}, projectDeployKey),
+		a.adminLeaf("public", "let anyone read the project's evaluations, builds and logs on the dashboard", []string{"PROJECT"}, []cli.Flag{
+			&cli.BoolFlag{Name: "off", Usage: "make the project private again"},
+		}, projectPublic),
 	)
 }
 

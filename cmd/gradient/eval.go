@@ -29,6 +29,7 @@ func (a *app) evalCommand() *cli.Command {
 		a.adminLeaf("show", "status and its builds (worker, outputs, failures)", []string{"EVAL_ID"}, nil, evalShow),
 		a.adminLeaf("log", "the evaluation's (flake job's) log", []string{"EVAL_ID"}, nil, evalLog),
 		a.adminLeaf("cancel", "stop it; workers running its jobs get AbortJob", []string{"EVAL_ID"}, nil, evalCancel),
+		a.adminLeaf("restart-failed", "run its failed builds again (what succeeded stays built)", []string{"EVAL_ID"}, nil, evalRestartFailed),
 	)
 }
 

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"gradient.dev/gradient/authority"
@@ -174,6 +175,9 @@ type API struct {
 	// remembered, so the operator's requests skip the queue that wrong
 	// tokens wait in (those are also limited per address, Config.Gate).
 	tokens *secret.Verifier
+
+	internalOnce sync.Once
+	internal     *http.ServeMux // Internal's routes
 }
 
 // adminVerifyConcurrency is how many admin token checks run at once.
@@ -198,7 +202,7 @@ func (a *API) Mount(mux *http.ServeMux) {
 	api.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
 	})
-	mux.Handle("/api/v1/", a.requireAdmin(api))
+	mux.Handle("/api/v1/", a.requireScoped(a.requireAdmin(api), api))
 }
 
 func (a *API) routes(mux *http.ServeMux) {
@@ -223,6 +227,7 @@ func (a *API) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/projects/{project}/deploy-key", a.generateDeployKey)
 	mux.HandleFunc("DELETE /api/v1/projects/{project}/deploy-key", a.deleteDeployKey)
 	a.evaluationRoutes(mux) // evaluations and builds: evaluations.go
+	a.accessRoutes(mux)     // API tokens, public projects, restart-failed: access.go
 
 	mux.HandleFunc("POST /api/v1/caches", a.createCache)
 	mux.HandleFunc("GET /api/v1/caches", a.listCaches)
