@@ -18,6 +18,7 @@ import (
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/server/cache"
+	"gradient.dev/gradient/server/dashboard"
 	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/limit"
@@ -175,6 +176,8 @@ type Server struct {
 	// cache messages of worker sessions.
 	cache *cache.Cache
 	admin *admin.API
+	// dashboard is the web dashboard at /.
+	dashboard *dashboard.Dashboard
 
 	// ctx ends the dialer and the poller on Close.
 	ctx    context.Context
@@ -226,6 +229,7 @@ func New(db *storage.DB, cfg Config) *Server {
 		AllowLocalRepositories: cfg.AllowLocalRepositories, Logger: cfg.Logger,
 		Workers: s, Dialer: s, DeployKeys: s.deployKeys, Cache: s.cache, Evaluations: ctl, Progress: progress, Branches: s,
 	})
+	s.dashboard = dashboard.New(dashboard.Config{DB: db, API: s.admin, Gate: s.gate, Workers: s, Logger: cfg.Logger})
 	s.verifier = secret.NewVerifier(0)
 	s.verifier.Observe = s.metrics.argon2Checked
 	if cfg.DialKey != nil {
@@ -243,7 +247,8 @@ func New(db *storage.DB, cfg Config) *Server {
 // Metrics is the registry /metrics serves; the job loop adds its series.
 func (s *Server) Metrics() *prometheus.Registry { return s.metrics.registry }
 
-// Handler serves /proto, /healthz, /metrics and the admin API.
+// Handler serves /proto, /healthz, /metrics, the admin API, the cache
+// and, at every other path, the dashboard.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /proto", s.auth.ProtoHandler())
@@ -251,6 +256,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	s.admin.Mount(mux)
 	s.cache.Mount(mux)
+	mux.Handle("/", s.dashboard.Handler())
 	return mux
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -241,4 +242,61 @@ func (db *DB) PublicProjectIDs(ctx context.Context) (map[string]bool, error) {
 		out[id] = true
 	}
 	return out, nil
+}
+
+// KnownWorkerIDs returns every worker ID a registration or team worker
+// ever claimed, in order.
+func (db *DB) KnownWorkerIDs(ctx context.Context) ([]string, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT worker_id FROM worker_ids ORDER BY worker_id`)
+	return collect(rows, err, scanString)
+}
+
+// HeldJob is a job a worker holds now (an open assignment).
+type HeldJob struct {
+	WorkerID     string
+	JobID        string
+	Kind         JobKind
+	EvaluationID string
+	BuildID      string // "" for a flake job
+	Attr         string
+	DrvPath      string
+	Since        time.Time
+}
+
+// HeldJobs returns the open assignments with what their jobs are, oldest
+// first.
+func (db *DB) HeldJobs(ctx context.Context) ([]HeldJob, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT a.worker_id, j.id, j.kind, j.evaluation_id,
+		COALESCE(b.id, ''), COALESCE(b.attr, ''), COALESCE(b.drv_path, ''), a.opened_at
+		FROM job_assignments a JOIN jobs j ON j.id = a.job_id LEFT JOIN builds b ON b.id = j.build_id
+		WHERE a.closed_at IS NULL ORDER BY a.opened_at, a.id`)
+	return collect(rows, err, func(r *sql.Rows) (HeldJob, error) {
+		var h HeldJob
+		var opened int64
+		err := r.Scan(&h.WorkerID, &h.JobID, &h.Kind, &h.EvaluationID, &h.BuildID, &h.Attr, &h.DrvPath, &opened)
+		h.Since = fromMillis(opened)
+		return h, err
+	})
+}
+
+// CacheStats is a cache's size.
+type CacheStats struct {
+	Paths   int
+	NarSize int64 // uncompressed
+	Size    int64 // compressed objects, as stored
+}
+
+// ReadCacheStats counts a cache's paths and bytes.
+func (db *DB) ReadCacheStats(ctx context.Context, cacheID string) (CacheStats, error) {
+	var s CacheStats
+	err := db.sql.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(nar_size), 0), COALESCE(SUM(file_size), 0)
+		FROM cache_paths WHERE cache_id = $1`, cacheID).Scan(&s.Paths, &s.NarSize, &s.Size)
+	return s, err
+}
+
+// RecentCachePaths returns a cache's newest paths, at most limit.
+func (db *DB) RecentCachePaths(ctx context.Context, cacheID string, limit int) ([]CachePath, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT `+cachePathColumns+` FROM cache_paths WHERE cache_id = $1
+		ORDER BY created_at DESC, store_hash LIMIT `+strconv.Itoa(max(limit, 1)), cacheID)
+	return collect(rows, err, func(r *sql.Rows) (CachePath, error) { return scanCachePath(r) })
 }

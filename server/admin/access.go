@@ -224,3 +224,18 @@ func (a *API) Internal() http.Handler {
 	})
 	return a.internal
 }
+
+// EvaluationOf is an evaluation as the API shows it (project as
+// TEAM/PROJECT), for the dashboard's pages.
+func EvaluationOf(e storage.Evaluation, project string) EvaluationView {
+	return viewEvaluation(e, project)
+}
+
+// BuildOf is a build as the API shows it, with its live progress.
+func (a *API) BuildOf(b storage.Build) BuildView { return a.viewBuildNow(b) }
+
+// CacheOf is a cache as the API shows it.
+func CacheOf(c storage.Cache) CacheView { return viewCache(c) }
+
+// BuildOutputView is an output of a build as the API shows it.
+type BuildOutputView = buildOutputView
