@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 )
@@ -228,7 +229,7 @@ func (d *Dashboard) projects(w http.ResponseWriter, r *http.Request, v viewer) {
 	}
 	rows := make([]projectRow, 0, len(projects))
 	for _, p := range projects {
-		row := projectRow{ID: p.ID, Name: names[p.ID], Repository: p.Repository, Branch: p.Branch, Public: public[p.ID]}
+		row := projectRow{ID: p.ID, Name: names[p.ID], Repository: gitsource.Redact(p.Repository), Branch: p.Branch, Public: public[p.ID]}
 		if e, err := d.db.LatestEvaluation(ctx, p.ID); err == nil {
 			ev := admin.EvaluationOf(e, row.Name)
 			row.Latest = &ev
@@ -276,7 +277,7 @@ func (d *Dashboard) project(w http.ResponseWriter, r *http.Request) {
 		d.internalError(w, r, v, err)
 		return
 	}
-	data := projectData{ID: p.ID, Name: name, Repository: p.Repository, Branch: p.Branch, Public: public, Wildcards: p.Wildcards}
+	data := projectData{ID: p.ID, Name: name, Repository: gitsource.Redact(p.Repository), Branch: p.Branch, Public: public, Wildcards: p.Wildcards}
 	for _, e := range evals {
 		row := evalRow{EvaluationView: admin.EvaluationOf(e, name)}
 		if row.Counts, err = d.db.BuildStatusCounts(ctx, e.ID); err != nil {
