@@ -25,9 +25,15 @@
     }
     const live = document.getElementById("log-live");
     if (live) {
-      live.textContent = "The build ended: " + ev.data + ".";
+      // The log is whole now; outputs, duration and failure are on the
+      // reloaded page.
+      live.textContent = "The build ended: " + ev.data + ". ";
+      const again = document.createElement("a");
+      again.href = window.location.pathname;
+      again.id = "reload";
+      again.textContent = "Reload for its outputs";
+      live.appendChild(again);
+      live.dataset.ended = "true";
     }
-    // The rest of the page (outputs, duration, failure) as it is now.
-    window.setTimeout(() => window.location.reload(), 500);
   });
 })();
