@@ -71,8 +71,11 @@ import (
 //	POST   /api/v1/server/stop-accepting
 //	POST   /api/v1/server/resume-accepting
 //
+// API tokens, public projects and restart-failed: access.go; evaluations
+// and builds: evaluations.go; cache content: cachepaths.go.
+//
 // Errors are {"error": "sentence"}: 400 invalid input, 401 wrong or
-// missing token, 404 unknown record, 409 conflict, 429 too many wrong
+// missing token, 403 a read-only API token's change, 404 unknown record, 409 conflict, 429 too many wrong
 // tokens from the address (Retry-After), 503 API disabled.
 
 // Workers is what the admin API asks of the server about workers: their
