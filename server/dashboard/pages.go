@@ -539,7 +539,9 @@ func (d *Dashboard) buildLogStream(w http.ResponseWriter, r *http.Request) {
 
 type workerRow struct {
 	authority.WorkerStatus
-	Jobs []storage.HeldJob
+	// ProjectNames are the projects its session serves, as TEAM/PROJECT.
+	ProjectNames []string
+	Jobs         []storage.HeldJob
 }
 
 func (d *Dashboard) workerRows(ctx context.Context) ([]workerRow, error) {
@@ -577,6 +579,20 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request, v viewer) {
 	if err != nil {
 		d.internalError(w, r, v, err)
 		return
+	}
+	names, err := d.projectNames(r.Context())
+	if err != nil {
+		d.internalError(w, r, v, err)
+		return
+	}
+	for i := range rows {
+		for _, id := range rows[i].Projects {
+			name := names[id]
+			if name == "" {
+				name = id
+			}
+			rows[i].ProjectNames = append(rows[i].ProjectNames, name)
+		}
 	}
 	d.render(w, r, http.StatusOK, "workers", v, rows)
 }
