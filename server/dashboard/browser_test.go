@@ -318,10 +318,20 @@ func (w *browserWorld) reloadUntil(expr, what string) {
 
 func (w *browserWorld) shot(name string) {
 	w.t.Helper()
-	img, err := chromedp.Run(w.ctx, chromedp.FullScreenshot(80))
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	var img []byte
+	// A page still being laid out has no size yet: try again.
+	w.until("a screenshot of "+name, func() bool {
+		var err error
+		img, err = chromedp.Run(w.ctx, chromedp.FullScreenshot(80))
+		if err != nil {
+			if w.ctx.Err() != nil {
+				w.t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			return false
+		}
+		return true
+	})
 	if err := os.WriteFile(filepath.Join(w.shots, name+".jpg"), img, 0o644); err != nil {
 		w.t.Fatal(err)
 	}
