@@ -18,6 +18,7 @@ import (
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/server/cache"
+	"gradient.dev/gradient/server/dashboard"
 	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/limit"
@@ -187,6 +188,8 @@ type Server struct {
 	admin *admin.API
 	// forges: forge links, webhooks, the commit-status poster (forges.go).
 	forges *forges
+	// dashboard is the web dashboard at /.
+	dashboard *dashboard.Dashboard
 
 	// ctx ends the dialer and the poller on Close.
 	ctx    context.Context
@@ -240,6 +243,7 @@ func New(db *storage.DB, cfg Config) *Server {
 		Workers: s, Dialer: s, DeployKeys: s.deployKeys, Cache: s.cache, Evaluations: ctl, Progress: progress, Branches: s,
 		Forges: s.forges.links, ExternalURL: cfg.ExternalURL, StatusesChanged: s.forges.poster.Nudge,
 	})
+	s.dashboard = dashboard.New(dashboard.Config{DB: db, API: s.admin, Gate: s.gate, Workers: s, Logger: cfg.Logger})
 	s.verifier = secret.NewVerifier(0)
 	s.verifier.Observe = s.metrics.argon2Checked
 	if cfg.DialKey != nil {
@@ -257,7 +261,8 @@ func New(db *storage.DB, cfg Config) *Server {
 // Metrics is the registry /metrics serves; the job loop adds its series.
 func (s *Server) Metrics() *prometheus.Registry { return s.metrics.registry }
 
-// Handler serves /proto, /healthz, /metrics and the admin API.
+// Handler serves /proto, /healthz, /metrics, the admin API, the cache
+// and, at every other path, the dashboard.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /proto", s.auth.ProtoHandler())
@@ -266,6 +271,7 @@ func (s *Server) Handler() http.Handler {
 	s.admin.Mount(mux)
 	s.mountForges(mux)
 	s.cache.Mount(mux)
+	mux.Handle("/", s.dashboard.Handler())
 	return mux
 }
 

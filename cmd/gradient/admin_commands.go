@@ -94,6 +94,9 @@ func (a *app) projectCommand() *cli.Command {
 			&cli.BoolFlag{Name: "delete", Usage: "delete the project's deploy key instead"},
 		}, projectDeployKey),
 		a.forgeCommand(),
+		a.adminLeaf("public", "let anyone read the project's evaluations, builds and logs on the dashboard", []string{"PROJECT"}, []cli.Flag{
+			&cli.BoolFlag{Name: "off", Usage: "make the project private again"},
+		}, projectPublic),
 	)
 }
 

@@ -105,6 +105,7 @@ func (a *app) rootCommand() *cli.Command {
 			a.serverCommand(),
 			a.evalCommand(),
 			a.buildCommand(),
+			a.tokenCommand(),
 			a.proxyCommand(),
 		},
 	}

@@ -93,6 +93,8 @@ var perInvocationFlags = map[string]string{
 	"gradient proxy hetzner set --capabilities":   "the configuration being set",
 	"gradient proxy usage --from":                 "the period of one report",
 	"gradient proxy usage --to":                   "the period of one report",
+	"gradient project public --off":               "one change",
+	"gradient token create --scope":               "the token's scope",
 }
 
 // TestEveryFlagHasAVariable walks every command of the CLI: each flag has

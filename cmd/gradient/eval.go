@@ -30,6 +30,7 @@ func (a *app) evalCommand() *cli.Command {
 		a.adminLeaf("log", "the evaluation's (flake job's) log", []string{"EVAL_ID"}, nil, evalLog),
 		a.adminLeaf("cancel", "stop it; workers running its jobs get AbortJob", []string{"EVAL_ID"}, nil, evalCancel),
 		a.adminLeaf("approve", "let a pull request's evaluation that waits for approval run", []string{"EVAL_ID"}, nil, evalApprove),
+		a.adminLeaf("restart-failed", "run its failed builds again (what succeeded stays built)", []string{"EVAL_ID"}, nil, evalRestartFailed),
 	)
 }
 

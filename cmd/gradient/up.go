@@ -81,7 +81,7 @@ func (a *app) upCommand() *cli.Command {
 				DefaultText: "$XDG_DATA_HOME/gradient-up or ~/.local/share/gradient-up", Sources: a.env("GRADIENT_UP_DATA_DIR")},
 			&cli.StringFlag{Name: "listen", Usage: "`ADDRESS` the server listens on", Value: "127.0.0.1:0", Sources: a.env("GRADIENT_UP_LISTEN")},
 			&cli.StringFlag{Name: "store", Usage: "build in a chroot Nix store in this `DIR` instead of the default store", TakesFile: true, Sources: a.env("GRADIENT_UP_STORE")},
-			&cli.BoolFlag{Name: "serve", Usage: "keep the server running afterwards and print the cache URL and public key"},
+			&cli.BoolFlag{Name: "serve", Usage: "keep the server running afterwards and print the cache URL, its public key and the dashboard URL with a login token"},
 			&cli.DurationFlag{Name: "timeout", Usage: "bound on the whole run", Value: 30 * time.Minute, Sources: a.env("GRADIENT_UP_TIMEOUT")},
 			&cli.BoolFlag{Name: "verbose", Usage: "log the embedded server and workers at info level", Sources: a.env("GRADIENT_UP_VERBOSE")},
 			&cli.StringFlag{Name: "wildcards", Usage: "comma-separated attribute `PATTERNS` to build, e.g. 'packages.*.*, checks.x86_64-linux.*'", DefaultText: "packages.<system>.*"},
@@ -584,8 +584,30 @@ func (u *upRun) serve(ctx context.Context) {
 	fmt.Fprintf(u.stdout, "  cache URL:  %s\n", cacheURL)
 	fmt.Fprintf(u.stdout, "  public key: %s\n", u.cache.PublicKey())
 	fmt.Fprintf(u.stdout, "  use it:     nix --extra-experimental-features nix-command copy --from '%s' --option trusted-public-keys '%s' OUTPUT-PATH\n", cacheURL, u.cache.PublicKey())
+	revoke := u.printDashboard(ctx)
 	<-ctx.Done()
+	revoke()
 	fmt.Fprintln(u.stderr, "gradient up: stopping")
+}
+
+// printDashboard prints the dashboard's URL with an admin-scoped API
+// token to log in with, valid while this run serves: revoke ends it.
+func (u *upRun) printDashboard(ctx context.Context) (revoke func()) {
+	tok, text, err := u.db.CreateAPIToken(ctx, "gradient up --serve", storage.ScopeAdmin)
+	if err != nil {
+		fmt.Fprintf(u.stderr, "gradient up: no dashboard login: %v\n", err)
+		fmt.Fprintf(u.stdout, "  dashboard:  http://%s/\n", u.addr)
+		return func() {}
+	}
+	revoke = func() {
+		bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := u.db.DeleteAPIToken(bg, tok.ID); err != nil {
+			fmt.Fprintf(u.stderr, "gradient up: revoking the dashboard token: %v\n", err)
+		}
+	}
+	fmt.Fprintf(u.stdout, "  dashboard:  http://%s/ (log in with %s, valid until this run stops)\n", u.addr, text)
+	return revoke
 }
 
 // close stops what setUp started, workers first so their sessions end

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"gradient.dev/gradient/authority"
@@ -71,8 +72,11 @@ import (
 //	POST   /api/v1/server/stop-accepting
 //	POST   /api/v1/server/resume-accepting
 //
+// API tokens, public projects and restart-failed: access.go; evaluations
+// and builds: evaluations.go; cache content: cachepaths.go.
+//
 // Errors are {"error": "sentence"}: 400 invalid input, 401 wrong or
-// missing token, 404 unknown record, 409 conflict, 429 too many wrong
+// missing token, 403 a read-only API token's change, 404 unknown record, 409 conflict, 429 too many wrong
 // tokens from the address (Retry-After), 503 API disabled.
 
 // Workers is what the admin API asks of the server about workers: their
@@ -183,6 +187,9 @@ type API struct {
 	// remembered, so the operator's requests skip the queue that wrong
 	// tokens wait in (those are also limited per address, Config.Gate).
 	tokens *secret.Verifier
+
+	internalOnce sync.Once
+	internal     *http.ServeMux // Internal's routes
 }
 
 // adminVerifyConcurrency is how many admin token checks run at once.
@@ -207,7 +214,7 @@ func (a *API) Mount(mux *http.ServeMux) {
 	api.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
 	})
-	mux.Handle("/api/v1/", a.requireAdmin(api))
+	mux.Handle("/api/v1/", a.requireScoped(a.requireAdmin(api), api))
 }
 
 func (a *API) routes(mux *http.ServeMux) {
@@ -233,6 +240,7 @@ func (a *API) routes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /api/v1/projects/{project}/deploy-key", a.deleteDeployKey)
 	a.evaluationRoutes(mux) // evaluations and builds: evaluations.go
 	a.forgeRoutes(mux)      // forge links and approvals: forges.go
+	a.accessRoutes(mux)     // API tokens, public projects, restart-failed: access.go
 
 	mux.HandleFunc("POST /api/v1/caches", a.createCache)
 	mux.HandleFunc("GET /api/v1/caches", a.listCaches)

@@ -899,3 +899,22 @@ func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
 	s.log.Info("evaluation cancelled", "evaluation", evalID, "aborted_jobs", len(aborts))
 	return s.reload(ctx)
 }
+
+// RestartFailedBuilds runs an evaluation's failed builds again
+// (storage.RestartFailedBuilds) and queues them like any ready build:
+// those whose outputs the project's caches hold meanwhile are marked
+// built instead of rebuilt. It returns how many builds restarted.
+func (s *Scheduler) RestartFailedBuilds(ctx context.Context, evalID string) (int, error) {
+	jobs, err := s.db.RestartFailedBuilds(ctx, evalID)
+	if err != nil {
+		return 0, err
+	}
+	ev, err := s.db.Evaluation(ctx, evalID)
+	if err != nil {
+		return len(jobs), err
+	}
+	s.log.Info("failed builds restarted", "evaluation", evalID, "builds", len(jobs))
+	s.admit(ctx, evalID, s.projectCaches(ctx, ev.ProjectID), jobs)
+	s.endIfLast(ctx, evalID) // all of them cached meanwhile
+	return len(jobs), nil
+}

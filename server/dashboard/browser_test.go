@@ -1,0 +1,420 @@
+package dashboard_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"gradient.dev/gradient/internal/nixtest"
+	"gradient.dev/gradient/internal/testworld"
+	"gradient.dev/gradient/internal/waitfor"
+	"gradient.dev/gradient/metrics"
+	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/scheduler"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/worker/nixexec"
+)
+
+// browserFlake: a build that prints a line a second, one whose log holds
+// HTML and terminal escape sequences, one that fails until the marker
+// file exists (the sandbox sees the marker's directory), and one that
+// runs until cancelled.
+const browserFlake = `{
+  outputs = { self }: let
+    system = "x86_64-linux";
+    step = name: script: builtins.derivation { inherit name system; builder = "/bin/sh"; args = [ "-c" script ]; };
+  in {
+    packages.${system} = {
+      slow = step "slow" "for i in 1 2 3 4 5 6 7 8; do echo tick $i; /bin/sleep 1; done; echo done > $out";
+      xss = step "xss" "echo '<script>alert(1)</script>'; printf 'plain \\033[31mred\\033[0m \\033]0;title\\007end\\n'; echo ok > $out";
+      flaky = step "flaky" "if [ -e @MARKER@/ok ]; then echo second try > $out; else echo first try fails; exit 1; fi";
+      forever = step "forever" "while true; do echo still here; /bin/sleep 1; done";
+    };
+  };
+}
+`
+
+const adminToken = "dashboard-browser-test-admin-token-0123"
+
+// chromium finds the browser: skipped without it, except in CI, where
+// .ci/run installs it and its absence fails the test.
+func chromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed: .ci/run must install it")
+	}
+	t.Skip("chromium is not installed (.ci/run installs Debian's chromium)")
+	return ""
+}
+
+// artifacts is where screenshots go: $GRADIENT_TEST_ARTIFACTS, else a
+// temporary directory.
+func artifacts(t *testing.T) string {
+	dir := os.Getenv("GRADIENT_TEST_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	dir = filepath.Join(dir, t.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+type browserWorld struct {
+	t        *testing.T
+	db       *storage.DB
+	base     string
+	wsURL    string
+	project  storage.Project
+	private  storage.Project
+	commit   string
+	marker   string
+	ctx      context.Context
+	shots    string
+	alerts   atomic.Int32
+	workerID string
+}
+
+func TestDashboardInBrowser(t *testing.T) {
+	browser := chromium(t)
+	nixtest.Require(t, "nix", "nix-store", "git")
+	w := &browserWorld{t: t, marker: t.TempDir(), shots: artifacts(t)}
+	w.db = testworld.Open(t, t.TempDir())
+	reg := metrics.NewRegistry()
+	sched := scheduler.New(w.db, scheduler.Config{Metrics: reg, Logger: slog.New(slog.DiscardHandler), Tick: 200 * time.Millisecond})
+	if err := sched.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sched.Close)
+	sum := sha256.Sum256([]byte(adminToken))
+	w.wsURL, w.base = testworld.Serve(t, w.db, server.Config{Jobs: sched, Metrics: reg,
+		AdminTokenHash: hex.EncodeToString(sum[:]), AllowLocalRepositories: true})
+	repo, commit := nixtest.Repo(t, map[string]string{"flake.nix": strings.ReplaceAll(browserFlake, "@MARKER@", w.marker)})
+	w.commit = commit
+	w.project, _ = testworld.Project(t, w.db, repo)
+	team, err := w.db.Team(t.Context(), w.project.TeamID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.private, err = w.db.CreateProject(t.Context(), storage.NewProject{TeamID: team.ID, Name: "secret", Repository: repo, Branch: "master"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	alloc, cancel := chromedp.NewExecAllocator(t.Context(),
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1000))
+	defer cancel()
+	browserCtx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	if err := chromedp.Do(browserCtx); err != nil { // starts the browser
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(browserCtx, 8*time.Minute)
+	defer cancel()
+	w.ctx = ctx
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			w.alerts.Add(1)
+			t.Errorf("a JavaScript dialog opened: %q", ev.Message)
+			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+		}
+	}()
+
+	// Log in with the admin token.
+	w.do(chromedp.Navigate(w.base + "/"))
+	w.waitText("#login-submit", "Log in")
+	w.do(chromedp.SendKeys(chromedp.CSS("#token"), adminToken), chromedp.Click(chromedp.CSS("#login-submit")))
+	w.waitText("h1", "Overview")
+	w.shot("overview")
+
+	// A worker comes live on the workers page.
+	w.startWorker()
+	w.do(chromedp.Navigate(w.base + "/workers"))
+	w.reloadUntil(`document.querySelector('tr.worker-row[data-live="true"]') !== null`, "the worker shows live")
+	w.shot("workers")
+
+	// Start an evaluation of the slow build; its log lines appear while it runs.
+	w.setWildcards("packages.x86_64-linux.slow", "packages.x86_64-linux.xss")
+	evalURL := w.startEvaluation()
+	slow := w.buildID(evalURL, "packages.x86_64-linux.slow", storage.BuildBuilding)
+	w.do(chromedp.Navigate(w.base + "/builds/" + slow))
+	first := -1
+	w.until("a line streamed while the build runs", func() bool {
+		n := w.eval(`(document.getElementById('log').textContent.match(/tick \d/g) || []).length`)
+		switch status := w.text("#build-status"); status {
+		case "building", "queued", "": // queued: a retry after a transient failure
+		default:
+			t.Fatalf("the build ended (%s) before the page saw its lines stream", status)
+		}
+		if first < 0 {
+			first = n
+		}
+		if n > first {
+			return true
+		}
+		time.Sleep(200 * time.Millisecond)
+		return false
+	})
+	w.shot("build-live")
+	// Streamed to the end: the page holds the stored log, each line once.
+	w.waitText("#log-live", "The build ended: succeeded")
+	stored, err := w.db.BuildLog(t.Context(), slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.text("#log"); strings.TrimRight(got, "\n") != strings.TrimRight(string(stored), "\n") {
+		t.Fatalf("streamed log differs from the stored one:\n%q\nstored:\n%q", got, stored)
+	}
+	w.do(chromedp.Navigate(w.base + "/builds/" + slow)) // what #reload does, waiting for the load
+	w.waitText("#build-status", "succeeded")
+	log := w.text("#log")
+	for i := 1; i <= 8; i++ {
+		if !strings.Contains(log, fmt.Sprintf("tick %d\n", i)) {
+			t.Fatalf("line %d missing from the final log:\n%s", i, log)
+		}
+	}
+	w.shot("build-done")
+
+	// The log with HTML and escape sequences is shown as inert text.
+	xss := w.buildID(evalURL, "packages.x86_64-linux.xss", storage.BuildSucceeded)
+	w.do(chromedp.Navigate(w.base + "/builds/" + xss))
+	w.waitText("#log", "<script>alert(1)</script>")
+	log = w.text("#log")
+	if strings.ContainsRune(log, 0x1b) || !strings.Contains(log, "plain red end") {
+		t.Fatalf("escape sequences not neutralised: %q", log)
+	}
+	if n := w.eval(`document.querySelectorAll('#log *').length`); n != 0 || w.alerts.Load() != 0 {
+		t.Fatalf("the log made elements (%d) or dialogs (%d)", n, w.alerts.Load())
+	}
+	w.shot("build-xss")
+
+	// A failed build restarted from the evaluation page succeeds.
+	w.setWildcards("packages.x86_64-linux.flaky")
+	w.startEvaluation()
+	w.reloadUntil(`document.getElementById('evaluation-status').textContent === 'failed'`, "the flaky evaluation fails")
+	w.shot("evaluation-failed")
+	if err := os.WriteFile(filepath.Join(w.marker, "ok"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.do(chromedp.Click(chromedp.CSS("#restart-failed")))
+	w.reloadUntil(`document.getElementById('evaluation-status').textContent === 'succeeded'`, "the restarted evaluation succeeds")
+	w.shot("evaluation-restarted")
+
+	// Cancel a running evaluation.
+	w.setWildcards("packages.x86_64-linux.forever")
+	evalURL = w.startEvaluation()
+	w.buildID(evalURL, "packages.x86_64-linux.forever", storage.BuildBuilding)
+	w.do(chromedp.Navigate(evalURL), chromedp.Click(chromedp.CSS("#cancel-evaluation")))
+	w.waitText("#evaluation-status", "cancelled")
+	w.shot("evaluation-cancelled")
+
+	// Logged out: the public project's pages are readable, the private one's not.
+	w.api("PUT", "/api/v1/projects/"+w.project.ID+"/public")
+	w.do(chromedp.Navigate(w.base+"/"), chromedp.Click(chromedp.CSS("#logout")))
+	w.waitText("h1", "Log in")
+	w.do(chromedp.Navigate(evalURL))
+	w.waitText("#evaluation-status", "cancelled")
+	w.do(chromedp.Navigate(w.base + "/builds/" + xss))
+	w.waitText("#log", "<script>alert(1)</script>")
+	w.shot("public-logged-out")
+	w.do(chromedp.Navigate(w.base + "/projects/" + w.private.ID))
+	w.waitText("#error-message", "Not found")
+	w.do(chromedp.Navigate(w.base + "/workers"))
+	w.waitText("h1", "Log in")
+}
+
+func (w *browserWorld) do(actions ...chromedp.Action[chromedp.Void]) {
+	w.t.Helper()
+	if err := chromedp.Do(w.ctx, actions...); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// text is the element's text; "" while the page is being replaced (a
+// reload, the log page's own reload at the build's end) and the node
+// went away under the query.
+func (w *browserWorld) text(sel string) string {
+	w.t.Helper()
+	s, err := chromedp.Run(w.ctx, chromedp.TextContent(chromedp.CSS(sel)))
+	if err != nil {
+		if w.ctx.Err() != nil {
+			w.t.Fatal(err)
+		}
+		w.t.Logf("reading %s: %v (retried)", sel, err)
+		return ""
+	}
+	return s
+}
+
+func (w *browserWorld) eval(expr string) int {
+	w.t.Helper()
+	n, err := chromedp.Run(w.ctx, chromedp.Evaluate[int](expr))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+// until polls cond (which drives the browser) without a timed assertion.
+func (w *browserWorld) until(what string, cond func() bool) {
+	w.t.Helper()
+	waitfor.Within(w.t, 3*time.Minute, what, cond)
+}
+
+// waitText waits for the element's text to contain want.
+func (w *browserWorld) waitText(sel, want string) {
+	w.t.Helper()
+	w.until(sel+" shows "+want, func() bool {
+		if strings.Contains(w.text(sel), want) {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+		return false
+	})
+}
+
+// reloadUntil reloads the page until the expression is true.
+func (w *browserWorld) reloadUntil(expr, what string) {
+	w.t.Helper()
+	w.until(what, func() bool {
+		ok, err := chromedp.Run(w.ctx, chromedp.Evaluate[bool](expr))
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if !ok {
+			time.Sleep(300 * time.Millisecond)
+			w.do(chromedp.Reload())
+		}
+		return ok
+	})
+}
+
+func (w *browserWorld) shot(name string) {
+	w.t.Helper()
+	var img []byte
+	// A page still being laid out has no size yet: try again.
+	w.until("a screenshot of "+name, func() bool {
+		var err error
+		img, err = chromedp.Run(w.ctx, chromedp.FullScreenshot(80))
+		if err != nil {
+			if w.ctx.Err() != nil {
+				w.t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			return false
+		}
+		return true
+	})
+	if err := os.WriteFile(filepath.Join(w.shots, name+".jpg"), img, 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *browserWorld) startWorker() {
+	id, peers := testworld.Register(w.t, w.db, w.project.ID)
+	w.workerID = id
+	testworld.RunWorker(w.t, worker.Config{
+		ServerURL: w.wsURL, WorkerID: id, Peers: peers,
+		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
+		Heartbeat: time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Executor: &nixexec.Executor{Nix: w.nix(), Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: true},
+		TempDir:  w.t.TempDir(),
+	})
+}
+
+// nix is a test store whose builds also see the marker directory.
+func (w *browserWorld) nix() *nix.Nix {
+	n := nixtest.New(w.t)
+	n.Config = append(n.Config, "sandbox-paths = /bin /lib /lib64 /usr "+w.marker)
+	return n
+}
+
+func (w *browserWorld) setWildcards(patterns ...string) {
+	w.t.Helper()
+	if err := w.db.UpdateProjectWildcards(w.t.Context(), w.project.ID, patterns); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// startEvaluation starts one from the project page and returns the
+// evaluation page's URL.
+func (w *browserWorld) startEvaluation() string {
+	w.t.Helper()
+	w.do(chromedp.Navigate(w.base+"/projects/"+w.project.ID),
+		chromedp.SendKeys(chromedp.CSS(`input[name="commit"]`), w.commit),
+		chromedp.Click(chromedp.CSS("#start-evaluation")))
+	w.waitText("h1", "Evaluation")
+	url, err := chromedp.Run(w.ctx, chromedp.Location())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return url
+}
+
+// buildID waits for the evaluation's build of attr to reach status and
+// returns its ID.
+func (w *browserWorld) buildID(evalURL, attr string, status storage.BuildStatus) string {
+	w.t.Helper()
+	evalID := evalURL[strings.LastIndex(evalURL, "/")+1:]
+	var id string
+	w.until(attr+" "+string(status), func() bool {
+		builds, err := w.db.EvaluationBuilds(w.t.Context(), evalID)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		for _, b := range builds {
+			if b.Attr == attr && b.Status == status {
+				id = b.ID
+				return true
+			}
+			if b.Attr == attr && b.Status.Terminal() && b.Status != status {
+				w.t.Fatalf("%s ended %s (%s), waiting for %s", attr, b.Status, b.Error, status)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		return false
+	})
+	return id
+}
+
+// api calls the admin API with the admin token.
+func (w *browserWorld) api(method, path string) {
+	w.t.Helper()
+	req, _ := http.NewRequestWithContext(w.t.Context(), method, w.base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		w.t.Fatalf("%s %s: %d", method, path, resp.StatusCode)
+	}
+}
