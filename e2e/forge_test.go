@@ -110,7 +110,7 @@ func TestForgeStatusSurvivesServerKill(t *testing.T) {
 		t.Fatalf("statuses %+v: want the final one once", fake.Statuses(commit, context))
 	}
 	if got := fake.Statuses(commit, context); got[0].State != "pending" || got[len(got)-1].Description != "1 built" ||
-		!strings.HasPrefix(got[len(got)-1].TargetURL, "https://ci.example.com/api/v1/evaluations/") {
+		!strings.HasPrefix(got[len(got)-1].TargetURL, "https://ci.example.com/evaluations/") {
 		t.Fatalf("statuses %+v", got)
 	}
 }

@@ -67,7 +67,7 @@ func TestPushDeliveries(t *testing.T) {
 				return len(w.states(w.commit, w.context())) > 0
 			})
 			got := w.forge.Statuses(w.commit, w.context())[0]
-			if got.State != "pending" || got.TargetURL != "https://ci.example.com/api/v1/evaluations/"+evals[0].ID {
+			if got.State != "pending" || got.TargetURL != "https://ci.example.com/evaluations/"+evals[0].ID {
 				t.Fatalf("status %+v", got)
 			}
 		})

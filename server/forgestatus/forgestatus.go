@@ -29,7 +29,7 @@ type Config struct {
 	DB    *storage.DB
 	Links *forgelink.Links
 	// ExternalURL is the server's address as users reach it; statuses
-	// link to ExternalURL/api/v1/evaluations/ID. Empty: no link.
+	// link to the dashboard's page ExternalURL/evaluations/ID. Empty: no link.
 	ExternalURL string
 	Logger      *slog.Logger
 	Metrics     prometheus.Registerer
@@ -169,7 +169,7 @@ func (p *Poster) post(ctx context.Context, s storage.ForgeStatus) {
 			Commit: s.Commit, Context: s.Context, State: forge.State(s.State), Description: s.Description,
 		}
 		if p.cfg.ExternalURL != "" {
-			status.TargetURL = p.cfg.ExternalURL + "/api/v1/evaluations/" + s.EvaluationID
+			status.TargetURL = p.cfg.ExternalURL + "/evaluations/" + s.EvaluationID
 		}
 		start := time.Now()
 		err = client.PostStatus(ctx, status)
