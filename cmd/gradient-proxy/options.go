@@ -15,6 +15,7 @@ import (
 
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/proxy/hetzner"
+	"gradient.dev/gradient/proxy/hub"
 	"gradient.dev/gradient/wire"
 )
 
@@ -32,6 +33,9 @@ type options struct {
 	Hetzner      hetznerOptions
 	LogLevel     slog.Level
 	LogFormat    string
+
+	// Tenant bounds what one tenant's server makes the proxy hold.
+	Tenant hub.Limits
 }
 
 // hetznerOptions configure the Hetzner Cloud workers; Token empty turns
@@ -142,6 +146,12 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		&cli.IntFlag{Name: "auth-failures-per-minute", Value: 30, Destination: &opts.AuthFailures, Sources: env.Vars(proxyVar("auth-failures-per-minute")),
 			Validator: servicecli.NotNegative[int],
 			Usage:     "wrong admin tokens one client address may send per minute; beyond them it gets HTTP 429 until it regains attempts at that rate; 0 disables"},
+		&cli.IntFlag{Name: "tenant-max-candidates", Value: hub.DefaultLimits.BookCandidates, Destination: &opts.Tenant.BookCandidates,
+			Sources: env.Vars(proxyVar("tenant-max-candidates")), Validator: servicecli.Positive[int],
+			Usage: "job candidates the proxy holds of one tenant's offers (and of a job list being received); its server's excess is dropped, counted and logged"},
+		&cli.IntFlag{Name: "tenant-max-candidate-mib", Value: int(hub.DefaultLimits.BookBytes >> 20), Destination: &raw.tenantCandidateMiB,
+			Sources: env.Vars(proxyVar("tenant-max-candidate-mib")), Validator: servicecli.Positive[int],
+			Usage: "MiB of memory those candidates may take, as the proxy estimates it"},
 		str("upstream-capabilities", &raw.capabilities, "fetch,eval,build",
 			"comma list of the capabilities every upstream session offers: fetch, eval, build, federate"),
 		file("hetzner-token-file", &raw.hetznerTokenFile, "file holding the Hetzner Cloud API token; without it no VM is booted"),
@@ -170,6 +180,8 @@ type rawOptions struct {
 	capabilities     string
 	adminTokenFile   string
 	hetznerTokenFile string
+
+	tenantCandidateMiB int
 }
 
 // parseOptions reads flags, then the environment for every flag not given.
@@ -206,6 +218,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 				errs = append(errs, errors.New("--hetzner-token-file needs --hetzner-proto-url, the ws:// or wss:// URL of this proxy's /proto as the VMs reach it"))
 			}
 		}
+		opts.Tenant.BookBytes = int64(raw.tenantCandidateMiB) << 20
+		opts.Tenant.PendingQueries, opts.Tenant.PendingUploads = hub.DefaultLimits.PendingQueries, hub.DefaultLimits.PendingUploads
 		h := opts.Hetzner
 		if h.Interval <= 0 || h.BillingUnit <= 0 || h.ScaleDownWindow <= 0 || h.BootDeadline <= 0 || h.DrainGrace <= 0 ||
 			h.ListGrace <= 0 || h.BackoffInitial <= 0 || h.BackoffMax < h.BackoffInitial {
