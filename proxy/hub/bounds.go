@@ -33,13 +33,17 @@ type Limits struct {
 	PendingUploads int
 }
 
-// DefaultLimits: a tenant's book holds 100,000 candidates (an
-// evaluation streams its ready builds a thousand at a time, and the
-// server offers one session at most a few hundred at once; a full job
-// list is every ready build the proxy may run) in at most 128 MiB.
+// DefaultLimits: a tenant's book holds up to 100,000 candidates in at
+// most 64 MiB. The server offers one session a few hundred candidates
+// at a time; only a full job list names every ready build the proxy may
+// run, and a ready build's candidate (its direct inputs) takes one or
+// two KiB, so tens of thousands fit. 64 MiB also keeps the book, sent
+// to a worker as its job list, within the worker's queue (OutboxBytes,
+// the encoding being smaller than the estimate), which would otherwise
+// cut the worker off.
 var DefaultLimits = Limits{
 	BookCandidates: 100_000,
-	BookBytes:      128 << 20,
+	BookBytes:      64 << 20,
 	PendingQueries: 10_000,
 	PendingUploads: 10_000,
 }
