@@ -177,3 +177,22 @@ func TestWaitingQueriesAndUploadsAreBounded(t *testing.T) {
 		t.Errorf("after an answer a query went upstream %d times, want 1", n)
 	}
 }
+
+// The attacker's path: a page of 1,000 offered candidates into a book
+// at its bound costs a size estimate per candidate and no allocation
+// per candidate; into a book with room, the candidates are kept.
+func BenchmarkOfferPageIntoAFullBook(b *testing.B) {
+	h := New("tenant-a", slog.New(slog.DiscardHandler), nil)
+	h.limits = Limits{BookCandidates: 1000}.withDefaults()
+	u := &fakeUpstream{}
+	u.h = h.Forward(fwdSession(u))
+	u.h.Handle(&wire.JobOffer{Candidates: candPage("held", 0, 1000)})
+	page := &wire.JobOffer{Candidates: candPage("flood", 0, 1000)}
+	b.ReportAllocs()
+	for b.Loop() {
+		u.h.Handle(page)
+	}
+	if len(h.book) != 1000 {
+		b.Fatalf("the book holds %d", len(h.book))
+	}
+}
