@@ -38,8 +38,8 @@ import (
 // took it from 62 MB to 1.1 GB.
 func TestAFloodingTenantServerCannotExhaustTheProxy(t *testing.T) {
 	const (
-		bound = 2_000 // the test's BookCandidates
-		pages = 24    // of offers, then as many of an endless job list
+		bound = 1_000 // the test's BookCandidates
+		pages = 12    // of offers, then as many of an endless job list
 		per   = wire.MaxCandidatesPerPage
 	)
 	ctx := t.Context()
@@ -92,6 +92,7 @@ func TestAFloodingTenantServerCannotExhaustTheProxy(t *testing.T) {
 	}()
 
 	before := heapAfterGC()
+	start := time.Now()
 	flooded := make(chan struct{})
 	go func() {
 		defer close(flooded)
@@ -122,20 +123,22 @@ func TestAFloodingTenantServerCannotExhaustTheProxy(t *testing.T) {
 	dropped := func() float64 {
 		return metricValue(t, reg, "gradient_proxy_hub_bounded_total", map[string]string{"tenant": attacker.ID, "bound": "book_candidates"})
 	}
-	waitfor.True(t, "the flood processed by the proxy", func() bool { return dropped() == 2*(pages*per-bound) })
+	// The last pages may still wait in the socket's buffers.
+	waitfor.Within(t, 2*time.Minute, "the flood processed by the proxy", func() bool { return dropped() == 2*(pages*per-bound) })
 	if held := metricValue(t, reg, "gradient_proxy_hub_book_candidates", map[string]string{"tenant": attacker.ID}); held != bound {
 		t.Errorf("the attacker's book holds %v candidates, want the bound %d", held, bound)
 	}
 	after := heapAfterGC()
 	growth := int64(after) - int64(before)
 	t.Logf("heap after GC: %d MiB before the flood of %d candidates, %d MiB after (bound %d candidates)", before>>20, 2*pages*per, after>>20, bound)
-	// The book and the list hold 2,000 candidates of ~2.4 KB each; all
-	// 48,000 would take about 120 MiB.
-	if growth > 40<<20 {
-		t.Errorf("the flood grew the proxy's heap by %d MiB, want under 40 MiB", growth>>20)
+	// The book and the list hold 1,000 candidates of ~3 KiB each; all
+	// 24,000 took 65 MiB.
+	if growth > 24<<20 {
+		t.Errorf("the flood grew the proxy's heap by %d MiB, want under 24 MiB", growth>>20)
 	}
-	if n := strings.Count(proxy.logs.String(), "passes the proxy's bounds"); n < 1 || n > 3 {
-		t.Errorf("%d log lines about the bound for %v dropped candidates, want one per 10 s", n, dropped())
+	lines := strings.Count(proxy.logs.String(), "passes the proxy's bounds")
+	if most := 1 + int(time.Since(start)/(10*time.Second)); lines < 1 || lines > most {
+		t.Errorf("%d log lines about the bound for %v dropped candidates in %v, want at most one per 10 s", lines, dropped(), time.Since(start))
 	}
 
 	// The victim's worker still gets jobs after the flood.
@@ -226,7 +229,7 @@ func runBoundedProxy(t *testing.T, store *proxystore.Store, reg *prometheus.Regi
 	hubs := hub.NewSet(log, m)
 	hubs.SetLimits(limits)
 	leg, err := downstream.New(downstream.Config{Store: store, Hubs: hubs, Logger: log,
-		PoolChanged: func(id string) { p.sup.PoolChanged(id) }, Authority: authority.Config{HeartbeatTimeout: time.Minute}})
+		PoolChanged: func(id string) { p.sup.PoolChanged(id) }, Authority: authority.Config{HeartbeatTimeout: 10 * time.Minute}}) // the hand-written worker sends no heartbeat
 	if err != nil {
 		t.Fatal(err)
 	}
