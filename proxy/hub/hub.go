@@ -74,7 +74,7 @@ type Hub struct {
 	log    *slog.Logger
 	m      *Metrics
 	// limits bound what the upstream session makes the hub hold
-	// (bounds.go); set before the hub is used.
+	// (bounds.go); read and set under mu (Set.SetLimits).
 	limits Limits
 
 	mu      sync.Mutex
@@ -505,6 +505,7 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 	}
 	changed, now := h.inBook != held, h.inBook
 	dropped, logged, due := h.bounded.take()
+	limits := h.limits
 	h.mu.Unlock()
 	if outcome != "" {
 		h.m.assigned(h.tenant, outcome)
@@ -512,7 +513,7 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 	if changed {
 		h.m.book(h.tenant, now)
 	}
-	h.reportBounded(dropped, logged, due)
+	h.reportBounded(limits, dropped, logged, due)
 	h.run(e)
 }
 
@@ -580,8 +581,9 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 		h.cacheFromWorker(e, w, msg)
 	}
 	dropped, logged, due := h.bounded.take()
+	limits := h.limits
 	h.mu.Unlock()
-	h.reportBounded(dropped, logged, due)
+	h.reportBounded(limits, dropped, logged, due)
 	h.run(e)
 }
 
@@ -1000,8 +1002,9 @@ func (h *Hub) roomForQuery() bool {
 }
 
 // reportBounded counts one call's drops and logs the drops since the
-// last line when one is due. Called without the lock.
-func (h *Hub) reportBounded(dropped, logged drops, due bool) {
+// last line when one is due. Called without the lock (with the limits
+// read under it).
+func (h *Hub) reportBounded(l Limits, dropped, logged drops, due bool) {
 	if !dropped.any() {
 		return
 	}
@@ -1009,8 +1012,8 @@ func (h *Hub) reportBounded(dropped, logged drops, due bool) {
 	if !due {
 		return
 	}
-	args := []any{"book_candidates_max", h.limits.BookCandidates, "book_bytes_max", h.limits.BookBytes,
-		"pending_queries_max", h.limits.PendingQueries, "pending_uploads_max", h.limits.PendingUploads}
+	args := []any{"book_candidates_max", l.BookCandidates, "book_bytes_max", l.BookBytes,
+		"pending_queries_max", l.PendingQueries, "pending_uploads_max", l.PendingUploads}
 	for b, n := range logged {
 		if n > 0 {
 			args = append(args, "dropped_"+boundNames[b], n)
