@@ -15,6 +15,7 @@ import (
 
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/proxy/hetzner"
+	"gradient.dev/gradient/proxy/hub"
 	"gradient.dev/gradient/wire"
 )
 
@@ -36,6 +37,8 @@ type options struct {
 	// AllowLinkLocalLinks lets links name link-local and cloud metadata
 	// addresses, at set time and at dial time.
 	AllowLinkLocalLinks bool
+	// Tenant bounds what one tenant's server makes the proxy hold.
+	Tenant hub.Limits
 }
 
 // hetznerOptions configure the Hetzner Cloud workers; Token empty turns
@@ -151,6 +154,12 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		&cli.BoolFlag{Name: "allow-link-local-links", Destination: &opts.AllowLinkLocalLinks, Sources: env.Vars(proxyVar("allow-link-local-links")),
 			Usage: "let tenants' link URLs name link-local addresses (169.254.0.0/16, fe80::/10) and cloud metadata services (169.254.169.254, fd00:ec2::254), " +
 				"checked when a link is set and at every dial; off, they are refused (loopback stays allowed)"},
+		&cli.IntFlag{Name: "tenant-max-candidates", Value: hub.DefaultLimits.BookCandidates, Destination: &opts.Tenant.BookCandidates,
+			Sources: env.Vars(proxyVar("tenant-max-candidates")), Validator: servicecli.Positive[int],
+			Usage: "job candidates the proxy holds of one tenant's offers (and of a job list being received); its server's excess is dropped, counted and logged"},
+		&cli.IntFlag{Name: "tenant-max-candidate-mib", Value: int(hub.DefaultLimits.BookBytes >> 20), Destination: &raw.tenantCandidateMiB,
+			Sources: env.Vars(proxyVar("tenant-max-candidate-mib")), Validator: servicecli.Positive[int],
+			Usage: "MiB of memory those candidates may take, as the proxy estimates it"},
 		str("upstream-capabilities", &raw.capabilities, "fetch,eval,build",
 			"comma list of the capabilities every upstream session offers: fetch, eval, build, federate"),
 		file("hetzner-token-file", &raw.hetznerTokenFile, "file holding the Hetzner Cloud API token; without it no VM is booted"),
@@ -181,6 +190,8 @@ type rawOptions struct {
 	capabilities     string
 	adminTokenFile   string
 	hetznerTokenFile string
+
+	tenantCandidateMiB int
 }
 
 // parseOptions reads flags, then the environment for every flag not given.
@@ -217,6 +228,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 				errs = append(errs, errors.New("--hetzner-token-file needs --hetzner-proto-url, the ws:// or wss:// URL of this proxy's /proto as the VMs reach it"))
 			}
 		}
+		opts.Tenant.BookBytes = int64(raw.tenantCandidateMiB) << 20
+		opts.Tenant.PendingQueries, opts.Tenant.PendingUploads = hub.DefaultLimits.PendingQueries, hub.DefaultLimits.PendingUploads
 		h := opts.Hetzner
 		if h.Interval <= 0 || h.BillingUnit <= 0 || h.ScaleDownWindow <= 0 || h.BootDeadline <= 0 || h.DrainGrace <= 0 ||
 			h.ListGrace <= 0 || h.BackoffInitial <= 0 || h.BackoffMax < h.BackoffInitial || h.BootBackoffMax <= 0 {

@@ -14,6 +14,7 @@ import (
 
 	"gradient.dev/gradient/internal/clitest"
 	"gradient.dev/gradient/internal/servicecli"
+	"gradient.dev/gradient/proxy/hub"
 	"gradient.dev/gradient/wire"
 )
 
@@ -36,7 +37,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{Listen: "127.0.0.1:3200", Database: mustAbs(t, "gradient-proxy-data"), EncryptionKeyFile: "/run/keys/proxy",
-		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, AuthFailures: 30, Hetzner: defaultHetzner(),
+		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, AuthFailures: 30, Tenant: hub.DefaultLimits, Hetzner: defaultHetzner(),
 		LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got  %+v\nwant %+v", opts, want)
@@ -49,14 +50,17 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		"GRADIENT_PROXY_LISTEN": "0.0.0.0:9", "GRADIENT_PROXY_DATABASE": "postgres://proxy@db/proxy",
 		"GRADIENT_PROXY_ENCRYPTION_KEY_FILE": "/env/key", "GRADIENT_PROXY_ADMIN_TOKEN_FILE": tokenFile,
 		"GRADIENT_PROXY_UPSTREAM_CAPABILITIES": "build", "GRADIENT_PROXY_LOG_FORMAT": "json",
-		"GRADIENT_PROXY_AUTH_FAILURES_PER_MINUTE": "5",
+		"GRADIENT_PROXY_AUTH_FAILURES_PER_MINUTE": "5", "GRADIENT_PROXY_TENANT_MAX_CANDIDATE_MIB": "64",
 	})
-	opts, err := parseOptions([]string{"--listen", "127.0.0.1:4000", "--upstream-capabilities", "eval, fetch", "--log-level", "debug"}, env, io.Discard)
+	opts, err := parseOptions([]string{"--listen", "127.0.0.1:4000", "--upstream-capabilities", "eval, fetch", "--log-level", "debug",
+		"--tenant-max-candidates", "5000"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := options{Listen: "127.0.0.1:4000", Database: "postgres://proxy@db/proxy", EncryptionKeyFile: "/env/key", AdminToken: "the-admin-token",
-		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true}, AuthFailures: 5, Hetzner: defaultHetzner(),
+		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true}, AuthFailures: 5,
+		Tenant:   hub.Limits{BookCandidates: 5000, BookBytes: 64 << 20, PendingQueries: hub.DefaultLimits.PendingQueries, PendingUploads: hub.DefaultLimits.PendingUploads},
+		Hetzner:  defaultHetzner(),
 		LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got  %+v\nwant %+v", opts, want)
@@ -77,6 +81,7 @@ func TestInvalidOptions(t *testing.T) {
 		{[]string{"--encryption-key-file", "k", "--database", ""}, "may not be empty"},
 		{[]string{"--encryption-key-file", "k", "stray"}, `unexpected argument "stray"`},
 		{[]string{"--encryption-key-file", "k", "--auth-failures-per-minute", "-1"}, "auth-failures-per-minute: want a number ≥ 0"},
+		{[]string{"--encryption-key-file", "k", "--tenant-max-candidates", "0"}, "tenant-max-candidates"},
 	} {
 		var stderr strings.Builder
 		if _, err := parseOptions(c.args, envOf(nil), &stderr); err != servicecli.ErrUsage || !strings.Contains(stderr.String(), c.want) {

@@ -66,6 +66,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// One hub per tenant forwards its jobs between its server and its
 	// workers behind the proxy; both legs share them.
 	hubs := hub.NewSet(log, hubMetrics)
+	hubs.SetLimits(opts.Tenant)
 	hubsCtx, stopHubs := context.WithCancel(ctx)
 	defer stopHubs()
 	go hubs.Run(hubsCtx)

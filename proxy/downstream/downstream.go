@@ -170,6 +170,11 @@ func (l *Leg) Challenge(ctx context.Context, workerID string) ([]string, bool, e
 // Authorize checks the token for the worker's own ID against the row's
 // argon2id hash. The negotiated capabilities are the offer AND the row's
 // allowed set; federate is never allowed.
+//
+// Only the first token offered for the worker's ID is checked, as the
+// server checks one token per challenged peer (duplicates: the first
+// wins): one AuthResponse costs at most one argon2id check, however many
+// tokens it carries.
 func (l *Leg) Authorize(ctx context.Context, workerID string, tokens []wire.Pair[string, string]) (authority.Grant, error) {
 	w, ok, err := l.row(ctx, workerID)
 	if err != nil {
@@ -178,10 +183,7 @@ func (l *Leg) Authorize(ctx context.Context, workerID string, tokens []wire.Pair
 	if !ok {
 		return authority.Grant{Decision: handshake.UnknownWorker.Decide(), WorkerID: workerID}, nil
 	}
-	for _, t := range tokens {
-		if !strings.EqualFold(t.First, w.ID) || !l.tokens.Verify(w.TokenHash, t.Second) {
-			continue
-		}
+	if token, offered := ownToken(tokens, w.ID); offered && l.tokens.Verify(w.TokenHash, token) {
 		allowed := wire.GradientCapabilities{Fetch: w.Allowed.Fetch, Eval: w.Allowed.Eval, Build: w.Allowed.Build}
 		l.mu.Lock()
 		revoked := l.revoked[w.ID]
@@ -199,6 +201,17 @@ func (l *Leg) Authorize(ctx context.Context, workerID string, tokens []wire.Pair
 		}, nil
 	}
 	return authority.Grant{Decision: handshake.NoValidTokens.Decide(), WorkerID: w.ID, Known: true}, nil
+}
+
+// ownToken is the first token offered for the worker's own ID (the one
+// peer the leg challenges); tokens for other peers are ignored.
+func ownToken(tokens []wire.Pair[string, string], workerID string) (string, bool) {
+	for _, t := range tokens {
+		if strings.EqualFold(t.First, workerID) {
+			return t.Second, true
+		}
+	}
+	return "", false
 }
 
 // Revoke deletes the worker's row and closes its live session at once.

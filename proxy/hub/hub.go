@@ -63,6 +63,9 @@ const (
 	ReasonNoWorker     = "no capable worker waiting behind the proxy"
 	ReasonUpstreamLost = "upstream session to the tenant's server lost"
 	reasonNotHeld      = "job not held by this worker"
+	// The proxy's limits on what waits for the tenant's server.
+	reasonTooManyQueries = "too many cache queries waiting for the tenant's server behind the proxy"
+	reasonTooManyUploads = "too many uploads waiting for the tenant's server behind the proxy"
 )
 
 // Hub is one tenant's forwarding state.
@@ -70,6 +73,9 @@ type Hub struct {
 	tenant string
 	log    *slog.Logger
 	m      *Metrics
+	// limits bound what the upstream session makes the hub hold
+	// (bounds.go); read and set under mu (Set.SetLimits).
+	limits Limits
 
 	mu      sync.Mutex
 	up      *upLink
@@ -82,6 +88,10 @@ type Hub struct {
 	// listAsked: a RequestJobList is outstanding upstream.
 	listing   []wire.JobCandidate
 	listAsked bool
+	// inBook and inListing are what book and listing hold, each within
+	// limits (invariant); bounded what the limits dropped.
+	inBook, inListing candidateSet
+	bounded           bounded
 	// credential is the upstream's for the AssignJob right after it.
 	credential *wire.Credential
 	jobs       map[string]*job
@@ -148,7 +158,7 @@ func New(tenant string, log *slog.Logger, m *Metrics) *Hub {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Hub{tenant: tenant, log: log.With("tenant", tenant), m: m,
+	return &Hub{tenant: tenant, log: log.With("tenant", tenant), m: m, limits: DefaultLimits,
 		workers: map[uint64]*member{}, book: map[string]wire.JobCandidate{}, jobs: map[string]*job{},
 		queries: map[string]queryRoute{}, uploads: map[uint64]uploadRoute{},
 		sentScores: map[string]wire.CandidateScore{}, dirty: map[string]bool{}}
@@ -261,8 +271,7 @@ func (h *Hub) attach(send func(wire.ClientMessage) error) uint64 {
 	h.up = &upLink{id: h.upSeq, send: send}
 	id := h.up.id
 	var e effects
-	h.listAsked = true
-	h.listing = nil
+	h.startListing()
 	h.toUpstream(&e, &wire.RequestJobList{})
 	for _, kind := range []wire.JobKind{wire.JobKindFlake, wire.JobKindBuild} {
 		for _, m := range h.sortedMembers() {
@@ -319,6 +328,7 @@ func (h *Hub) detach(id uint64, reason string) {
 	h.book = map[string]wire.JobCandidate{}
 	h.bookOrder = nil
 	h.listing, h.listAsked = nil, false
+	h.inBook, h.inListing = candidateSet{}, candidateSet{}
 	h.credential = nil
 	h.sentScores = map[string]wire.CandidateScore{}
 	h.dirty = map[string]bool{}
@@ -327,6 +337,7 @@ func (h *Hub) detach(id uint64, reason string) {
 	h.log.Warn("upstream session lost: aborting the tenant's jobs and closing its workers",
 		"reason", reason, "jobs", aborted, "workers", workers)
 	h.m.lost(h.tenant)
+	h.m.book(h.tenant, candidateSet{})
 	h.run(&e)
 }
 
@@ -402,14 +413,16 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 	e := getEffects()
 	defer putEffects(e)
 	outcome := "" // of an AssignJob, counted once the lock is released
+	held := h.inBook
 	switch m := msg.(type) {
 	case *wire.JobOffer:
 		h.addToBook(e, m.Candidates)
 	case *wire.JobListChunk:
-		h.listing = append(h.listing, m.Candidates...)
+		h.addToListing(m.Candidates)
 		if m.IsFinal {
 			h.replaceBook(e, h.listing)
 			h.listing, h.listAsked = nil, false
+			h.inListing = candidateSet{}
 		}
 	case *wire.Credential:
 		h.credential = m
@@ -490,10 +503,17 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 	default:
 		h.log.Debug("ignoring upstream message", "message", msg.WireName())
 	}
+	changed, now := h.inBook != held, h.inBook
+	dropped, logged, due := h.bounded.take()
+	limits := h.limits
 	h.mu.Unlock()
 	if outcome != "" {
 		h.m.assigned(h.tenant, outcome)
 	}
+	if changed {
+		h.m.book(h.tenant, now)
+	}
+	h.reportBounded(limits, dropped, logged, due)
 	h.run(e)
 }
 
@@ -519,8 +539,7 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 	case *wire.RequestJobList:
 		h.sendList(e, w)
 		if h.polling() && !h.listAsked {
-			h.listAsked = true
-			h.listing = nil
+			h.startListing()
 			h.toUpstream(e, m)
 		}
 	case *wire.RequestJobChunk:
@@ -561,7 +580,10 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 	default:
 		h.cacheFromWorker(e, w, msg)
 	}
+	dropped, logged, due := h.bounded.take()
+	limits := h.limits
 	h.mu.Unlock()
+	h.reportBounded(limits, dropped, logged, due)
 	h.run(e)
 }
 
@@ -578,12 +600,20 @@ func (h *Hub) cacheFromWorker(e *effects, w *member, msg wire.ClientMessage) {
 			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: h.refusal(up)})
 			return
 		}
+		if !h.roomForQuery() {
+			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: reasonTooManyQueries})
+			return
+		}
 		c := *m
 		c.QueryID = h.newQuery(w, m.QueryID)
 		h.toUpstream(e, &c)
 	case *wire.QueryKnownDerivations:
 		if !up || !h.jobOK(w, m.JobID, true) {
 			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: h.refusal(up)})
+			return
+		}
+		if !h.roomForQuery() {
+			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: reasonTooManyQueries})
 			return
 		}
 		c := *m
@@ -621,6 +651,12 @@ func (h *Hub) cacheFromWorker(e *effects, w *member, msg wire.ClientMessage) {
 		}
 		if old, ok := w.uploads[m.RequestID]; ok {
 			delete(h.uploads, old) // the worker reused its ID
+			delete(w.uploads, m.RequestID)
+		}
+		if len(h.uploads) >= h.limits.PendingUploads {
+			h.bounded.drop(boundUploads, 1)
+			e.toWorker(w.d, &wire.UploadCommitted{RequestID: m.RequestID, Outcome: &wire.UploadRetry{Reason: reasonTooManyUploads}})
+			return
 		}
 		h.nextUpload++
 		id := h.nextUpload
@@ -907,16 +943,83 @@ func (h *Hub) startCluster(e *effects, m *wire.StartCluster) {
 }
 
 // addToBook mirrors a JobOffer and offers each worker what it can run.
+// A candidate the book has no room for is dropped (an update of one it
+// holds that does not fit leaves the one held).
 func (h *Hub) addToBook(e *effects, cands []wire.JobCandidate) {
 	var fresh []wire.JobCandidate
-	for _, c := range cands {
-		if _, ok := h.book[c.JobID]; !ok {
+	for i := range cands {
+		c := &cands[i]
+		n := candidateBytes(c)
+		room := h.inBook
+		old, held := h.book[c.JobID]
+		if held {
+			room.remove(candidateBytes(&old))
+		}
+		if ok, b := room.fits(h.limits, n); !ok {
+			h.bounded.drop(b, 1)
+			continue
+		}
+		room.add(n)
+		h.inBook = room
+		if !held {
 			h.bookOrder = append(h.bookOrder, c.JobID)
 		}
-		h.book[c.JobID] = c
-		fresh = append(fresh, c)
+		h.book[c.JobID] = *c
+		fresh = append(fresh, *c)
 	}
 	h.offer(e, fresh)
+}
+
+// addToListing collects a JobListChunk's candidates, those the listing
+// has room for.
+func (h *Hub) addToListing(cands []wire.JobCandidate) {
+	for i := range cands {
+		n := candidateBytes(&cands[i])
+		if ok, b := h.inListing.fits(h.limits, n); !ok {
+			h.bounded.drop(b, 1)
+			continue
+		}
+		h.inListing.add(n)
+		h.listing = append(h.listing, cands[i])
+	}
+}
+
+// startListing: a full list was asked for; its pages start anew.
+func (h *Hub) startListing() {
+	h.listAsked = true
+	h.listing = nil
+	h.inListing = candidateSet{}
+}
+
+// roomForQuery reports whether one more query may wait for the tenant's
+// server, counting a refusal.
+func (h *Hub) roomForQuery() bool {
+	if len(h.queries) < h.limits.PendingQueries {
+		return true
+	}
+	h.bounded.drop(boundQueries, 1)
+	return false
+}
+
+// reportBounded counts one call's drops and logs the drops since the
+// last line when one is due. Called without the lock (with the limits
+// read under it).
+func (h *Hub) reportBounded(l Limits, dropped, logged drops, due bool) {
+	if !dropped.any() {
+		return
+	}
+	h.m.boundedDrops(h.tenant, dropped)
+	if !due {
+		return
+	}
+	args := []any{"book_candidates_max", l.BookCandidates, "book_bytes_max", l.BookBytes,
+		"pending_queries_max", l.PendingQueries, "pending_uploads_max", l.PendingUploads}
+	for b, n := range logged {
+		if n > 0 {
+			args = append(args, "dropped_"+boundNames[b], n)
+		}
+	}
+	h.log.Warn("the tenant's server passes the proxy's bounds: dropping the excess (logged at most every "+boundLogEvery.String()+")", args...)
 }
 
 // replaceBook takes a full list: candidates gone are dropped, new ones
@@ -925,11 +1028,14 @@ func (h *Hub) replaceBook(e *effects, cands []wire.JobCandidate) {
 	old := h.book
 	h.book = make(map[string]wire.JobCandidate, len(cands))
 	h.bookOrder = h.bookOrder[:0]
+	// The listing was within the limits, so is its first of each ID.
+	h.inBook = candidateSet{}
 	var fresh []wire.JobCandidate
 	for _, c := range cands {
 		if _, dup := h.book[c.JobID]; dup {
 			continue
 		}
+		h.inBook.add(candidateBytes(&c))
 		h.book[c.JobID] = c
 		h.bookOrder = append(h.bookOrder, c.JobID)
 		if _, ok := old[c.JobID]; !ok {
@@ -945,9 +1051,11 @@ func (h *Hub) replaceBook(e *effects, cands []wire.JobCandidate) {
 }
 
 func (h *Hub) removeFromBook(id string) {
-	if _, ok := h.book[id]; !ok {
+	c, ok := h.book[id]
+	if !ok {
 		return
 	}
+	h.inBook.remove(candidateBytes(&c))
 	delete(h.book, id)
 	h.bookOrder = slices.DeleteFunc(h.bookOrder, func(s string) bool { return s == id })
 	h.forgetCandidate(id)
@@ -1129,8 +1237,7 @@ func (h *Hub) RefreshBook() {
 	h.mu.Lock()
 	var e effects
 	if h.polling() && !h.listAsked {
-		h.listAsked = true
-		h.listing = nil
+		h.startListing()
 		h.toUpstream(&e, &wire.RequestJobList{})
 	}
 	h.mu.Unlock()

@@ -21,6 +21,9 @@ type Metrics struct {
 	narPauses    *prometheus.CounterVec
 	narResumes   *prometheus.CounterVec
 	narGiveUps   *prometheus.CounterVec
+	bounded      *prometheus.CounterVec
+	bookSize     *prometheus.GaugeVec
+	bookBytes    *prometheus.GaugeVec
 
 	// gone are the removed tenants' IDs (copy on write): a message
 	// still in flight for a removed hub records nothing, so no series
@@ -50,6 +53,9 @@ func (m *Metrics) forget(tenant string) {
 	m.narPauses.DeletePartialMatch(match)
 	m.narResumes.DeletePartialMatch(match)
 	m.narGiveUps.DeletePartialMatch(match)
+	m.bounded.DeletePartialMatch(match)
+	m.bookSize.DeletePartialMatch(match)
+	m.bookBytes.DeletePartialMatch(match)
 }
 
 // on reports whether the tenant's series are recorded.
@@ -84,9 +90,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "NarRequestResumes the proxy sent the tenant's server for paused pulls once the worker's queue drained."}, []string{"tenant"}),
 		narGiveUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_proxy_hub_nar_given_up_total",
 			Help: "Paused NAR pulls the proxy gave up (NarAbort to the worker): resumed too often without progress or restarted by the server."}, []string{"tenant"}),
+		bounded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_proxy_hub_bounded_total",
+			Help: "What the proxy's per-tenant limits dropped or refused, by bound: offered or listed candidates past book_candidates or book_bytes, workers' cache queries past pending_queries, uploads past pending_uploads."}, []string{"tenant", "bound"}),
+		bookSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gradient_proxy_hub_book_candidates",
+			Help: "Candidates the proxy holds in the tenant's mirrored offer book."}, []string{"tenant"}),
+		bookBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gradient_proxy_hub_book_bytes",
+			Help: "Memory the tenant's mirrored offer book holds, as the proxy estimates it for its limit."}, []string{"tenant"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.assignments, m.dropped, m.slow, m.upstreamLost, m.queueWait, m.narPauses, m.narResumes, m.narGiveUps} {
+		for _, c := range []prometheus.Collector{m.assignments, m.dropped, m.slow, m.upstreamLost, m.queueWait, m.narPauses, m.narResumes, m.narGiveUps,
+			m.bounded, m.bookSize, m.bookBytes} {
 			if err := reg.Register(c); err != nil {
 				return nil, errors.Join(errors.New("hub metrics"), err)
 			}
@@ -140,5 +153,23 @@ func (m *Metrics) narResumed(tenant string) {
 func (m *Metrics) narGivenUp(tenant string) {
 	if m.on(tenant) {
 		m.narGiveUps.WithLabelValues(tenant).Inc()
+	}
+}
+
+func (m *Metrics) boundedDrops(tenant string, d drops) {
+	if !m.on(tenant) {
+		return
+	}
+	for b, n := range d {
+		if n > 0 {
+			m.bounded.WithLabelValues(tenant, boundNames[b]).Add(float64(n))
+		}
+	}
+}
+
+func (m *Metrics) book(tenant string, held candidateSet) {
+	if m.on(tenant) {
+		m.bookSize.WithLabelValues(tenant).Set(float64(held.count))
+		m.bookBytes.WithLabelValues(tenant).Set(float64(held.bytes))
 	}
 }

@@ -53,6 +53,8 @@ func newModel(t testing.TB, seed uint64) *model {
 	m := &model{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	for _, name := range []string{"A", "B"} {
 		tm := &tenantModel{name: name, h: New(name, slog.New(slog.DiscardHandler), nil), running: map[string]uint64{}, pulls: map[modelPullID]*modelPull{}}
+		// Small limits, so the steps reach them (checkBounds).
+		tm.h.limits = modelLimits
 		tm.up = &fakeUpstream{}
 		tm.up.h = tm.h.Forward(fwdSession(tm.up))
 		for i := range 3 {
@@ -68,6 +70,18 @@ func (tm *tenantModel) join(id string) {
 	w.caps.Fetch, w.caps.Eval = true, true
 	tm.workers = append(tm.workers, w)
 	tm.h.Join(w)
+}
+
+// candidate is a build candidate of one of the tenant's jobs, one in
+// four with inputs (more bytes).
+func (tm *tenantModel) candidate(rng *rand.Rand) wire.JobCandidate {
+	c := buildCand(tm.jobID(rng), "x86_64-linux")
+	if rng.IntN(4) == 0 {
+		for i := range 3 {
+			c.RequiredPaths = append(c.RequiredPaths, wire.RequiredPath{Path: fmt.Sprintf("/nix/store/%s-in%d", c.JobID, i)})
+		}
+	}
+	return c
 }
 
 func (tm *tenantModel) jobID(rng *rand.Rand) string {
@@ -87,7 +101,16 @@ func (m *model) step() {
 	w := tm.workers[m.rng.IntN(len(tm.workers))]
 	switch m.rng.IntN(20) {
 	case 0:
-		tm.up.h.Handle(&wire.JobOffer{Candidates: []wire.JobCandidate{buildCand(tm.jobID(m.rng), "x86_64-linux")}})
+		if m.rng.IntN(3) > 0 {
+			tm.up.h.Handle(&wire.JobOffer{Candidates: []wire.JobCandidate{tm.candidate(m.rng)}})
+			break
+		}
+		// A page of a job list, asked for or not, some of them final.
+		var page []wire.JobCandidate
+		for range m.rng.IntN(4) {
+			page = append(page, tm.candidate(m.rng))
+		}
+		tm.up.h.Handle(&wire.JobListChunk{Candidates: page, IsFinal: m.rng.IntN(3) == 0})
 	case 1:
 		tm.h.FromWorker(w, &wire.RequestJob{Kind: wire.JobKind(m.rng.IntN(2))})
 	case 2, 3:
@@ -126,7 +149,11 @@ func (m *model) step() {
 			}
 		}
 	case 8:
-		tm.h.FromWorker(w, &wire.UploadRequest{JobID: tm.jobID(m.rng), RequestID: m.rng.Uint64N(3), Object: &wire.UploadNar{StorePath: "/nix/store/x"}})
+		job := tm.jobID(m.rng)
+		if m.rng.IntN(2) == 0 {
+			job = "" // a cache peer's upload, of no job
+		}
+		tm.h.FromWorker(w, &wire.UploadRequest{JobID: job, RequestID: m.rng.Uint64N(3), Object: &wire.UploadNar{StorePath: "/nix/store/x"}})
 	case 9:
 		id := tm.jobID(m.rng)
 		tm.up.h.Handle(&wire.NarPush{JobID: id, StorePath: "/nix/store/" + id})
@@ -280,6 +307,7 @@ func (m *model) deliver() {
 			m.checkTenant(tm, "upstream", msg)
 		}
 		m.checkPulls(tm)
+		m.checkBounds(tm)
 		checkWaiters(m.t, tm.h)
 	}
 }
@@ -340,6 +368,35 @@ func (m *model) checkPulls(tm *tenantModel) {
 				m.t.Fatalf("the pull of %s (job %s) is paused and waits for nothing", path, j.id)
 			}
 		}
+	}
+}
+
+// modelLimits are the model's hubs' limits: small enough that offers,
+// lists, queries and uploads pass them.
+var modelLimits = Limits{BookCandidates: 6, BookBytes: 1900, PendingQueries: 4, PendingUploads: 2}
+
+// checkBounds: the book and the listing hold what their counts say,
+// within the limits, and so do the queries and uploads waiting upstream.
+func (m *model) checkBounds(tm *tenantModel) {
+	h := tm.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var book, listing candidateSet
+	for _, c := range h.book {
+		book.add(candidateBytes(&c))
+	}
+	for i := range h.listing {
+		listing.add(candidateBytes(&h.listing[i]))
+	}
+	switch l := h.limits; {
+	case book != h.inBook || listing != h.inListing:
+		m.t.Fatalf("tenant %s: book %+v counted as %+v, listing %+v as %+v", tm.name, book, h.inBook, listing, h.inListing)
+	case book.count > l.BookCandidates || book.bytes > l.BookBytes || listing.count > l.BookCandidates || listing.bytes > l.BookBytes:
+		m.t.Fatalf("tenant %s: book %+v, listing %+v past the limits %+v", tm.name, book, listing, l)
+	case len(h.bookOrder) != len(h.book):
+		m.t.Fatalf("tenant %s: %d candidates in order, %d in the book", tm.name, len(h.bookOrder), len(h.book))
+	case len(h.queries) > l.PendingQueries || len(h.uploads) > l.PendingUploads:
+		m.t.Fatalf("tenant %s: %d queries and %d uploads wait upstream, past the limits %+v", tm.name, len(h.queries), len(h.uploads), l)
 	}
 }
 

@@ -26,8 +26,9 @@ type Set struct {
 	log *slog.Logger
 	m   *Metrics
 
-	mu   sync.Mutex
-	hubs map[string]*Hub
+	mu     sync.Mutex
+	hubs   map[string]*Hub
+	limits Limits
 }
 
 // NewSet makes an empty set; m may be nil.
@@ -35,7 +36,20 @@ func NewSet(log *slog.Logger, m *Metrics) *Set {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Set{log: log, m: m, hubs: map[string]*Hub{}}
+	return &Set{log: log, m: m, hubs: map[string]*Hub{}, limits: DefaultLimits}
+}
+
+// SetLimits bounds what each tenant's upstream session makes its hub
+// hold (zero fields: DefaultLimits'); call it before the hubs are used.
+func (s *Set) SetLimits(l Limits) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits = l.withDefaults()
+	for _, h := range s.hubs {
+		h.mu.Lock()
+		h.limits = s.limits
+		h.mu.Unlock()
+	}
 }
 
 // Tenant is the hub of tenantID, made on first use.
@@ -45,6 +59,7 @@ func (s *Set) Tenant(tenantID string) *Hub {
 	h := s.hubs[tenantID]
 	if h == nil {
 		h = New(tenantID, s.log, s.m)
+		h.limits = s.limits
 		s.hubs[tenantID] = h
 	}
 	return h
