@@ -26,12 +26,7 @@ func (s *Scheduler) assignResponse(ctx context.Context, w *authority.LiveWorker,
 	}
 	s.log.Info("worker declined job", "job", m.JobID, "worker", w.WorkerID, "reason", reason)
 	s.forget(a)
-	if err := s.db.ReleaseAssignment(ctx, a.id, storage.OutcomeDeclined); err != nil {
-		s.log.Warn("re-queueing a declined job failed", "job", m.JobID, "error", err)
-		return
-	}
-	s.addPending(ctx, []string{m.JobID})
-	s.dispatch([]string{m.JobID})
+	s.release(ctx, a, storage.OutcomeDeclined)
 }
 
 // forget drops a finished assignment from the running set.
