@@ -112,6 +112,9 @@ type Scheduler struct {
 	// (see HandleJobMessage); Close waits for them.
 	recording sync.WaitGroup
 
+	// mu guards what follows. Lock order (docs/LOCKS.md): s.mu → a
+	// session's lock (LiveWorker's getters: take, newEligibility). No
+	// database call and no send runs under it.
 	mu       sync.Mutex
 	queue    *jobQueue // the pending jobs
 	sessions map[uint64]*workerState
@@ -604,7 +607,8 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 
 // take removes from the queue the first job of kind w may run, and
 // clears w's idle flag for the kind. fetchOnly says that w gets only the
-// fetch step of a flake job (see splitFetch).
+// fetch step of a flake job (see splitFetch). Takes s.mu, and under it
+// w's session lock (LiveWorker.Draining, newEligibility).
 func (s *Scheduler) take(w *authority.LiveWorker, kind wire.JobKind) (job *storage.PendingJob, fetchOnly bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -719,7 +723,8 @@ func (s *Scheduler) keepScores(w *authority.LiveWorker, scores []wire.CandidateS
 
 const maxScoresPerSession = 100_000
 
-// backingOff: job failed before and waits before its retry.
+// backingOff: job failed before and waits before its retry. Called with
+// s.mu held (job is the queue's).
 func (s *Scheduler) backingOff(job *storage.PendingJob, now time.Time) bool {
 	if job.Attempts == 0 || s.cfg.RetryBackoff < 0 {
 		return false
