@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 
 	"gradient.dev/gradient/storage"
 )
@@ -39,8 +40,13 @@ func (s *Scheduler) release(ctx context.Context, a *assignment, outcome string) 
 }
 
 // owe keeps a release the database refused for the next pass, logs it
-// and counts it. Takes s.mu.
+// and counts it. An assignment the database no longer has went with its
+// job (deleted meanwhile): there is nothing to return. Takes s.mu.
 func (s *Scheduler) owe(r owedRelease, err error) {
+	if errors.Is(err, storage.ErrNotFound) {
+		s.log.Debug("the assignment to release is gone with its job", "job", r.a.job.JobID, "assignment", r.a.id)
+		return
+	}
 	s.m.releaseFailures.Inc()
 	s.log.Warn("returning a job to the queue failed; retrying on the next pass",
 		"job", r.a.job.JobID, "assignment", r.a.id, "outcome", r.outcome, "error", err)
@@ -68,7 +74,7 @@ func (s *Scheduler) retryReleases(ctx context.Context) {
 		} else {
 			err = s.db.ReleaseAssignment(ctx, r.a.id, r.outcome)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
 			if ctx.Err() == nil {
 				s.m.releaseFailures.Inc()
 				s.log.Warn("returning a job to the queue failed again; retrying on the next pass",
@@ -79,6 +85,9 @@ func (s *Scheduler) retryReleases(ctx context.Context) {
 		s.mu.Lock()
 		delete(s.unreleased, r.a.id)
 		s.mu.Unlock()
+		if err != nil {
+			continue // gone with its job
+		}
 		if failed {
 			s.lostTooOften(ctx, r.a, r.a.workerID)
 			continue
