@@ -88,6 +88,11 @@ func isJobMessage(m wire.ClientMessage) bool {
 var liveWorkerSeq atomic.Uint64
 
 // LiveWorker is one established worker session as the job loop sees it.
+// Its getters (Authorized, Grant, ProjectAbilities, Capabilities,
+// WorkerCapabilities, WorkerMetrics, Draining) take the session's lock, a
+// leaf: a caller may hold its own lock (docs/LOCKS.md). Send may wait
+// for room on the session's lane (up to its send timeout): the job loop
+// calls it without holding a lock.
 type LiveWorker struct {
 	// Session is unique per session for the process lifetime: a worker
 	// that reconnects is a new LiveWorker.

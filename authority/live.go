@@ -18,6 +18,10 @@ type workerConn struct {
 	dialURL     string // set when the server dialed the worker
 	remote      string // the worker-dialed connection's source address (RemoteAddr)
 
+	// mu is a leaf (docs/LOCKS.md): nothing that locks runs under it, so
+	// the job loop and the proxy's hub may read a session (LiveWorker's
+	// getters) under their own locks. Never taken with liveSessions.mu
+	// held.
 	mu           sync.Mutex
 	sess         *session.ServerSession // nil while the handshake runs
 	live         *LiveWorker            // set with sess
@@ -43,6 +47,8 @@ func (c *workerConn) merge(g Grant) {
 // liveSessions is one connection per worker ID (connection.txt: a second
 // connection is rejected with 496).
 type liveSessions struct {
+	// mu is a leaf, never held together with a workerConn's mu: copy the
+	// conn out, release mu, then lock the conn (reserve, closeAll).
 	mu    sync.Mutex
 	conns map[string]*workerConn
 	// released is closed when a conn frees its worker ID, so a refused

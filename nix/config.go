@@ -138,7 +138,8 @@ func (n *Nix) outputJSON(ctx context.Context, v any, name string, args ...string
 // showConfig returns the effective settings, read once per Nix (see
 // settingsCache). Nix 2.20 renamed `nix
 // show-config` to `nix config show` (the old name later went away); both
-// print `name = value` lines, which parseConfig reads.
+// print `name = value` lines, which parseConfig reads. Takes
+// settings.mu, held across the run, and under it version.mu (Version).
 func (n *Nix) showConfig(ctx context.Context) (map[string]string, error) {
 	n.settings.mu.Lock()
 	defer n.settings.mu.Unlock()

@@ -47,7 +47,9 @@ var clientWritePool, serverWritePool sync.Pool
 type wsTransport struct {
 	c *websocket.Conn
 	// rsem is the read lock (a channel so Close can wait for it with a
-	// timeout); wmu the write lock.
+	// timeout); wmu the write lock. Lock order (docs/LOCKS.md): wmu →
+	// writes' cancelWatch.mu, → closeMu (a write whose context ended
+	// claims the close), → co's mu (the socket write).
 	rsem chan struct{}
 	wmu  sync.Mutex
 	// bigHint remembers the size of the last large message, so a stream of

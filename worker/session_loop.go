@@ -43,6 +43,8 @@ type liveSession struct {
 	// fwd, with Config.Forwarder, takes every job and cache message.
 	fwd ForwardHandler
 
+	// mu guards what follows. Lock order (docs/LOCKS.md): ls.mu →
+	// runningJob.mu and → the worker's slots.mu (assign); no send under it.
 	mu   sync.Mutex
 	jobs map[string]*runningJob
 	// credential is the deploy key of the next AssignJob (Credential).

@@ -62,6 +62,9 @@ type Leg struct {
 	tokens  *secret.Verifier
 	auth    *authority.Authority
 
+	// mu guards what follows. Lock order (docs/LOCKS.md): l.mu →
+	// hub.Set.mu (SessionStarted); the hub's methods are called after
+	// it is released.
 	mu sync.Mutex
 	// tenantOf is the tenant of each worker ID as its last accepted
 	// authorization read it, for SessionStarted.

@@ -33,6 +33,10 @@ import (
 )
 
 // Downstream is one worker session behind the proxy as the hub sees it.
+// The hub calls Session, WorkerID, Capabilities, Host, Draining, Backlog
+// and WhenDrained with h.mu held, so they may take only leaf locks (the
+// session's and its Outbox's, docs/LOCKS.md); Send and Close only after
+// releasing it.
 type Downstream interface {
 	// Session is unique per session for the process lifetime.
 	Session() uint64
@@ -77,6 +81,11 @@ type Hub struct {
 	// (bounds.go); read and set under mu (Set.SetLimits).
 	limits Limits
 
+	// mu guards what follows. Lock order (docs/LOCKS.md): h.mu → a
+	// member's session lock (Downstream's getters) and → its Outbox's
+	// (Backlog, WhenDrained). A method with an *effects parameter, and
+	// every helper it calls, runs with h.mu held; Hub.run sends what it
+	// collected once h.mu is released.
 	mu      sync.Mutex
 	up      *upLink
 	upSeq   uint64
@@ -165,7 +174,7 @@ func New(tenant string, log *slog.Logger, m *Metrics) *Hub {
 }
 
 // setWaiting records whether w's RequestJob of kind is unanswered, in
-// the member and in the hub's index of waiters.
+// the member and in the hub's index of waiters. Called with h.mu held.
 func (h *Hub) setWaiting(w *member, kind wire.JobKind, on bool) {
 	if w.waiting[kind] == on {
 		return
@@ -185,7 +194,7 @@ func (h *Hub) setWaiting(w *member, kind wire.JobKind, on bool) {
 	h.waiters[kind] = ws[:last]
 }
 
-// notWaiting clears every kind w waits for.
+// notWaiting clears every kind w waits for. Called with h.mu held.
 func (h *Hub) notWaiting(w *member) {
 	for _, kind := range []wire.JobKind{wire.JobKindFlake, wire.JobKindBuild} {
 		h.setWaiting(w, kind, false)
@@ -233,6 +242,8 @@ func (e *effects) closeWorker(d Downstream, reason string) {
 	e.add(effect{d: d, close: reason})
 }
 
+// toUpstream queues m for the upstream session in e, sent by Hub.run
+// after the unlock. Called with h.mu held.
 func (h *Hub) toUpstream(e *effects, m wire.ClientMessage) {
 	if h.up == nil {
 		return
@@ -837,6 +848,8 @@ func ranksBefore(kind wire.JobKind, job string, a, b *member) bool {
 // pick is the best capable worker for m: waiting for its kind (a
 // cluster member may also go to a worker that is not), not draining, by
 // its score for the job, then fewer jobs, then the older session.
+// Called with h.mu held; takes each candidate's session lock
+// (Downstream.Draining, and Capabilities and Host through canRun).
 func (h *Hub) pick(kind wire.JobKind, m *wire.AssignJob) *member {
 	var best *member
 	// Only a cluster member may go to a worker that is not waiting: for

@@ -129,6 +129,9 @@ func (h *Hub) narHeader(e *effects, m *wire.NarStreamHeader) {
 	e.toWorker(w.d, m)
 }
 
+// narPush relays a chunk of a tracked pull, or pauses the pull when the
+// worker's queue is full. Called with h.mu held; takes the worker's
+// Outbox lock (Downstream.Backlog, and WhenDrained through pause).
 func (h *Hub) narPush(e *effects, m *wire.NarPush) {
 	w, p := h.tracked(m.JobID, m.StorePath)
 	switch {
@@ -166,7 +169,8 @@ func (h *Hub) narPush(e *effects, m *wire.NarPush) {
 	}
 }
 
-// pause drops the rest of p's stream until w's queue drains.
+// pause drops the rest of p's stream until w's queue drains. Called with
+// h.mu held; WhenDrained calls back (drained) on a goroutine of its own.
 func (h *Hub) pause(w *member, m *wire.NarPush, p *pull, backlog int) {
 	p.paused = true
 	h.m.narPaused(h.tenant)

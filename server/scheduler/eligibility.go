@@ -19,6 +19,9 @@ type eligibility struct {
 	draining    bool
 }
 
+// newEligibility reads what w may run now. It takes w's session lock (a
+// leaf) through the LiveWorker getters; take, offer, sendJobList and
+// splitFetch call it with s.mu held (Scheduler.mu → the session's mu).
 func newEligibility(w *authority.LiveWorker) eligibility {
 	e := eligibility{projects: w.ProjectAbilities(), caps: w.Capabilities(), draining: w.Draining()}
 	if hc := w.WorkerCapabilities(); hc != nil {

@@ -17,6 +17,9 @@ type loopMetrics struct {
 	sessions        prometheus.Gauge
 	dispatchLatency *prometheus.HistogramVec
 	claimSeconds    prometheus.Histogram
+	// releaseFailures counts the releases of assignments (declined, or
+	// the worker gone) the database refused; each is tried again.
+	releaseFailures prometheus.Counter
 }
 
 // dispatchBuckets span a job assigned at once (milliseconds: one claim
@@ -54,8 +57,12 @@ func newLoopMetrics(r prometheus.Registerer, idle func(wire.JobKind) int) *loopM
 			Name: "gradient_scheduler_claim_seconds", Help: "Database time of job claims.",
 			Buckets: claimBuckets,
 		}),
+		releaseFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gradient_scheduler_release_failures_total",
+			Help: "Returns of a declined or lost job to the queue that the database refused (each is tried again on the next pass).",
+		}),
 	}
-	collectors := []prometheus.Collector{m.assigned, m.dropped, m.finished, m.pending, m.sessions, m.dispatchLatency, m.claimSeconds}
+	collectors := []prometheus.Collector{m.assigned, m.dropped, m.finished, m.pending, m.sessions, m.dispatchLatency, m.claimSeconds, m.releaseFailures}
 	for kind, name := range map[wire.JobKind]string{wire.JobKindFlake: "flake", wire.JobKindBuild: "build"} {
 		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "gradient_scheduler_sessions_idle",

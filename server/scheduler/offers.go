@@ -17,7 +17,8 @@ const offerWindow = 256
 
 // offer offers each session those of the pending jobs ids (every pending
 // job when all is set) it may run and was not offered yet. The full pass
-// also forgets the offered marks of jobs no longer pending.
+// also forgets the offered marks of jobs no longer pending. Takes s.mu,
+// and under it each session's lock (newEligibility); sends after it.
 func (s *Scheduler) offer(ids []string, all bool) {
 	if len(ids) == 0 && !all {
 		return

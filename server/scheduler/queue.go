@@ -25,6 +25,8 @@ import (
 // A job added out of order (a retry, a declined job, one read again) is
 // inserted at its place, so a group stays sorted and a pick never sorts
 // a large group.
+//
+// It has no lock of its own: every method is called with Scheduler.mu held.
 type jobQueue struct {
 	byID   map[string]*queuedJob
 	groups map[groupKey]*jobGroup

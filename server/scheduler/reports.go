@@ -26,12 +26,7 @@ func (s *Scheduler) assignResponse(ctx context.Context, w *authority.LiveWorker,
 	}
 	s.log.Info("worker declined job", "job", m.JobID, "worker", w.WorkerID, "reason", reason)
 	s.forget(a)
-	if err := s.db.ReleaseAssignment(ctx, a.id, storage.OutcomeDeclined); err != nil {
-		s.log.Warn("re-queueing a declined job failed", "job", m.JobID, "error", err)
-		return
-	}
-	s.addPending(ctx, []string{m.JobID})
-	s.dispatch([]string{m.JobID})
+	s.release(ctx, a, storage.OutcomeDeclined)
 }
 
 // forget drops a finished assignment from the running set.
@@ -43,7 +38,8 @@ func (s *Scheduler) forget(a *assignment) {
 	s.mu.Unlock()
 }
 
-// untrack drops an assignment and its build's progress; s.mu is held.
+// untrack drops an assignment and its build's progress. Called with s.mu
+// held.
 func (s *Scheduler) untrack(a *assignment) {
 	delete(s.running, a.job.JobID)
 	delete(s.progress, a.job.BuildID)
@@ -367,7 +363,8 @@ func describeUpdate(u wire.JobUpdateKind) string {
 // empty list is one empty final page.
 //
 // The queue is walked under the lock, the candidates built after it: a
-// list of a large queue holds up no other session's pick.
+// list of a large queue holds up no other session's pick. Takes s.mu,
+// and under it w's session lock (newEligibility).
 func (s *Scheduler) sendJobList(w *authority.LiveWorker) {
 	type listed struct {
 		job      *storage.PendingJob

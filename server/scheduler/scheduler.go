@@ -112,6 +112,9 @@ type Scheduler struct {
 	// (see HandleJobMessage); Close waits for them.
 	recording sync.WaitGroup
 
+	// mu guards what follows. Lock order (docs/LOCKS.md): s.mu → a
+	// session's lock (LiveWorker's getters: take, newEligibility). No
+	// database call and no send runs under it.
 	mu       sync.Mutex
 	queue    *jobQueue // the pending jobs
 	sessions map[uint64]*workerState
@@ -130,6 +133,10 @@ type Scheduler struct {
 	// progress is the latest BuildProgress of each running build, by
 	// build ID (JOBS.md §9.2: kept 15 s, shown while building).
 	progress map[string]buildProgress
+	// unreleased are the assignments whose release the database refused,
+	// by assignment ID: their jobs are assigned in the database and held
+	// by no session; each pass tries again (see release.go).
+	unreleased map[string]owedRelease
 }
 
 type buildProgress struct {
@@ -176,6 +183,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
 		queue: newJobQueue(), sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
 		completing: map[string]int{}, claiming: map[string]bool{}, progress: map[string]buildProgress{},
+		unreleased: map[string]owedRelease{},
 	}
 	s.logs = newLogBuffer(s)
 	s.m = newLoopMetrics(cfg.Metrics, s.idleSessions)
@@ -241,6 +249,7 @@ func (s *Scheduler) loop() {
 			return
 		case <-t.C:
 		}
+		s.retryReleases(s.ctx)
 		if err := s.reload(s.ctx); err != nil {
 			if s.ctx.Err() == nil {
 				s.log.Warn("reading the job queue failed", "error", err)
@@ -397,16 +406,11 @@ func (s *Scheduler) SessionEnded(w *authority.LiveWorker, reason string) {
 	for _, a := range lost {
 		failed, err := s.db.ReleaseLostAssignment(ctx, a.id, s.cfg.MaxLostWorkers)
 		if err != nil {
-			s.log.Warn("re-queueing a lost worker's job failed", "job", a.job.JobID, "error", err)
+			s.owe(owedRelease{a: a, outcome: storage.OutcomeWorkerLost, lost: true}, err)
 			continue
 		}
 		if failed {
-			s.m.finished.WithLabelValues("lost").Inc()
-			s.log.Warn("job failed: too many workers were lost while running it", "job", a.job.JobID, "what", describe(a.job),
-				"lost_workers", s.cfg.MaxLostWorkers, "worker", w.WorkerID)
-			if a.job.Kind == storage.JobBuild && s.importsPending(a.job.EvaluationID) {
-				s.answerImports(ctx, a.job.EvaluationID)
-			}
+			s.lostTooOften(ctx, a, w.WorkerID)
 			continue
 		}
 		ids = append(ids, a.job.JobID)
@@ -580,8 +584,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 		if ws == nil || ws.ended {
 			s.mu.Unlock()
 			// The session ended while claiming: give the job back.
-			s.db.ReleaseAssignment(ctx, id, storage.OutcomeWorkerLost)
-			s.addPending(ctx, []string{job.JobID})
+			s.release(ctx, a, storage.OutcomeWorkerLost)
 			return
 		}
 		s.running[job.JobID] = a
@@ -604,7 +607,8 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 
 // take removes from the queue the first job of kind w may run, and
 // clears w's idle flag for the kind. fetchOnly says that w gets only the
-// fetch step of a flake job (see splitFetch).
+// fetch step of a flake job (see splitFetch). Takes s.mu, and under it
+// w's session lock (LiveWorker.Draining, newEligibility).
 func (s *Scheduler) take(w *authority.LiveWorker, kind wire.JobKind) (job *storage.PendingJob, fetchOnly bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -719,7 +723,8 @@ func (s *Scheduler) keepScores(w *authority.LiveWorker, scores []wire.CandidateS
 
 const maxScoresPerSession = 100_000
 
-// backingOff: job failed before and waits before its retry.
+// backingOff: job failed before and waits before its retry. Called with
+// s.mu held (job is the queue's).
 func (s *Scheduler) backingOff(job *storage.PendingJob, now time.Time) bool {
 	if job.Attempts == 0 || s.cfg.RetryBackoff < 0 {
 		return false

@@ -17,7 +17,9 @@ func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 // LockWriter queues for SQLite's one writer and returns the unlock; a
 // no-op on PostgreSQL, whose writers run side by side. For a write that
-// needs its own connection (InTx and Exec take it themselves).
+// needs its own connection (InTx and Exec take it themselves). Never
+// take it again while holding it: an InTx or Exec inside a SQLite write
+// transaction deadlocks the process (docs/LOCKS.md).
 func (db *DB) LockWriter() (unlock func()) {
 	if db.engine != EngineSQLite {
 		return func() {}

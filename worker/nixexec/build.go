@@ -243,6 +243,8 @@ type logForwarder struct {
 	task  uint32
 	limit *logLimit // nil: unlimited
 
+	// mu is held across the send of each chunk, so lines keep their
+	// order (logForwarder.mu → session.Writer.mu, docs/LOCKS.md).
 	mu        sync.Mutex
 	buf       []byte
 	truncated bool

@@ -22,9 +22,11 @@ import (
 // roots are one job's GC root links.
 type roots struct {
 	dir, prefix string
-	mu          sync.Mutex
-	links       []string
-	warned      bool
+	// mu is held across pin's daemon round trips (roots.mu →
+	// nix/daemon.Client.mu, docs/LOCKS.md).
+	mu     sync.Mutex
+	links  []string
+	warned bool
 }
 
 // pin roots paths for the rest of the job.

@@ -80,7 +80,9 @@ func (j *job) uploadReporting(ctx context.Context, paths []string, progress *bui
 	defer cancel(nil)
 	slots := j.uploadSlots()
 	var (
-		wg    sync.WaitGroup
+		wg sync.WaitGroup
+		// mu is held across progress.update, which may send a
+		// BuildProgress (mu → buildProgress.mu, docs/LOCKS.md).
 		mu    sync.Mutex
 		first error
 	)
