@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/wire"
 )
@@ -69,6 +70,9 @@ type Config struct {
 	TLSCertFile, TLSKeyFile string
 	InsecureListen          bool
 	ServerTokens            session.ServerVerifier
+	// ListenTimeouts bound what a client may hold of the listener:
+	// half-sent headers, stalled bodies, idle keep-alive connections.
+	ListenTimeouts httpguard.Timeouts
 
 	DialTLS          *tls.Config
 	ConnectTimeout   time.Duration // 10 s

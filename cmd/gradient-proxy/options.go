@@ -13,6 +13,7 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/urfave/cli/v3"
 
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/proxy/hetzner"
 	"gradient.dev/gradient/wire"
@@ -30,8 +31,10 @@ type options struct {
 	// per minute (then 429); 0 does not limit.
 	AuthFailures int
 	Hetzner      hetznerOptions
-	LogLevel     slog.Level
-	LogFormat    string
+	// HTTP bounds what a client may hold of the listener.
+	HTTP      httpguard.Timeouts
+	LogLevel  slog.Level
+	LogFormat string
 }
 
 // hetznerOptions configure the Hetzner Cloud workers; Token empty turns
@@ -161,6 +164,7 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 			"seconds a tenant backs off after a failed API call (429, 5xx), doubling"),
 		seconds("hetzner-backoff-max", &opts.Hetzner.BackoffMax, hetzner.DefaultBackoffMax, "longest backoff in seconds"),
 	}
+	flags = append(flags, servicecli.HTTPTimeoutFlags(&opts.HTTP, func(name string) cli.ValueSourceChain { return env.Vars(proxyVar(name)) })...)
 	flags = append(flags, logging.Flags(env, "GRADIENT_PROXY_")...)
 	return &cli.Command{Name: "gradient-proxy", Usage: "the Gradient federation proxy", Description: description, Flags: flags}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/server/scheduler"
 )
@@ -49,8 +50,10 @@ type options struct {
 	// Discoverable dials registrations and team workers with a URL;
 	// off, they are kept but only workers that connect themselves run.
 	Discoverable bool
-	LogLevel     slog.Level
-	LogFormat    string
+	// HTTP bounds what a client may hold of the listener.
+	HTTP      httpguard.Timeouts
+	LogLevel  slog.Level
+	LogFormat string
 }
 
 const description = `Runs the Gradient server: workers connect to /proto, the admin API is under
@@ -121,6 +124,9 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 		&cli.BoolFlag{Name: "proto-discoverable", Value: true, Destination: &opts.Discoverable, Sources: env.Vars("GRADIENT_PROTO_DISCOVERABLE"),
 			Usage: "dial the workers registered with a URL (needs --dial-key-file); =false keeps such registrations but never dials them, and only workers that connect themselves run"},
 	}
+	flags = append(flags, servicecli.HTTPTimeoutFlags(&opts.HTTP, func(name string) cli.ValueSourceChain {
+		return env.Vars("GRADIENT_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+	})...)
 	flags = append(flags, logging.Flags(env, "GRADIENT_")...)
 	return &cli.Command{Name: "gradient-server", Usage: "the Gradient CI server", Description: description, Flags: flags}, tokens
 }
