@@ -97,18 +97,30 @@ func decodeJSON(resp *http.Response, out any) error {
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-// The proxy closes an idle keep-alive connection and a POST whose body
-// stalls, with the timeouts its flags set (short here; issue 26: both
-// stayed open past 130 s).
-func TestProxyClosesIdleAndStalledConnections(t *testing.T) {
+// The proxy and the server close an idle keep-alive connection and a
+// POST whose body stalls, with the timeouts their flags set (short here;
+// issue 26: both stayed open past 130 s).
+func TestServicesCloseIdleAndStalledConnections(t *testing.T) {
 	t.Parallel()
-	proxy := proxyworld.StartProxy(t, "proxy", proxyworld.ProxyOptions{
-		Args: []string{"--http-header-timeout", "3600", "--http-body-timeout", "100ms", "--http-idle-timeout", "100ms"}})
-	addr := strings.TrimPrefix(proxy.URL, "http://")
-	for what, request := range map[string]string{
-		"an idle keep-alive connection": "GET /healthz HTTP/1.1\r\nHost: proxy\r\n\r\n",
-		"a POST without its body":       "POST /api/v1/tenants HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer " + proxy.AdminToken + "\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+	args := []string{"--http-header-timeout", "3600", "--http-body-timeout", "100ms", "--http-idle-timeout", "100ms"}
+	proxy := proxyworld.StartProxy(t, "proxy", proxyworld.ProxyOptions{Args: args})
+	server := proxyworld.StartServer(t, "server", proxyworld.ServerOptions{Args: args})
+	for _, svc := range []struct{ name, url, token, post string }{
+		{"proxy", proxy.URL, proxy.AdminToken, "/api/v1/tenants"},
+		{"server", server.URL, server.AdminToken, "/api/v1/teams"},
 	} {
+		closesStalled(t, svc.name, strings.TrimPrefix(svc.url, "http://"), map[string]string{
+			"an idle keep-alive connection": "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+			"a POST without its body":       "POST " + svc.post + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + svc.token + "\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+		})
+	}
+}
+
+// closesStalled sends each request on its own connection and requires
+// the service to close it.
+func closesStalled(t *testing.T, service, addr string, requests map[string]string) {
+	t.Helper()
+	for what, request := range requests {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -118,12 +130,12 @@ func TestProxyClosesIdleAndStalledConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A bound far beyond the configured timeouts, only so that a
-		// broken proxy fails the test instead of hanging it.
+		// broken service fails the test instead of hanging it.
 		c.SetReadDeadline(time.Now().Add(2 * time.Minute))
 		_, err = io.Copy(io.Discard, c)
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			t.Fatalf("%s: the proxy kept the connection open", what)
+			t.Fatalf("%s: %s kept the connection open", service, what)
 		}
 	}
 }
