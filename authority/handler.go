@@ -18,15 +18,15 @@ func (a *Authority) ProtoHandler() http.Handler { return http.HandlerFunc(a.serv
 
 func (a *Authority) serveProto(w http.ResponseWriter, r *http.Request) {
 	sock := &shedSocket{}
-	ticket, shedReason, ok := a.budget.Admit(limit.ClientIP(r), sock.shed)
+	ticket, limitReached, ok := a.budget.Admit(limit.ClientIP(r), sock.shed)
 	if !ok {
-		a.Refused(shedReason)
+		a.Refused(limitReached)
 		http.Error(w, "too many connections", http.StatusServiceUnavailable)
 		return
 	}
 	defer ticket.Release()
-	if shedReason != "" {
-		a.metrics.shed.WithLabelValues(shedReason).Inc()
+	if limitReached != "" {
+		a.metrics.shed.WithLabelValues(limitReached).Inc()
 	}
 	t, err := session.Accept(w, r)
 	if err != nil {
