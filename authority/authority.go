@@ -34,13 +34,16 @@ type Config struct {
 	// Federate offers the reserved federate capability (proto.federate,
 	// off): negotiated with workers that offer it, no behaviour yet.
 	Federate bool
-	// MaxConnections caps concurrent sessions (proto.maxConnections, 256);
-	// an upgrade beyond it gets HTTP 503.
+	// MaxConnections caps concurrent sessions (proto.maxConnections, 256).
+	// Sessions that have not finished the handshake hold at most half of
+	// it; the rest is kept for sessions past the handshake.
 	MaxConnections int
-	// HandshakesPerIP caps the sessions of one client IP that have not
-	// finished the handshake (32); an upgrade beyond it gets HTTP 503.
-	// All unauthenticated sessions together hold at most half of
-	// MaxConnections, so idle sockets cannot starve the workers' slots.
+	// HandshakesPerIP caps the unauthenticated sessions of one address
+	// prefix (an IPv4 /24, an IPv6 /64; 32). Past this or the half of
+	// MaxConnections, the oldest unauthenticated session (of the prefix,
+	// else of the prefix holding the most) is closed to admit the new
+	// one; an upgrade gets HTTP 503 only when every session is past its
+	// handshake or checking its credentials (limit.Budget).
 	HandshakesPerIP int
 	Logger          *slog.Logger
 	// Metrics takes the authority's series; nil registers them nowhere.
@@ -124,11 +127,9 @@ type Authority struct {
 	live      *liveSessions
 	offline   *offlineReasons
 	accepting atomic.Bool
-	slots     chan struct{} // connection limiter: one token per session
-	// handshakes and handshakesPerIP cap worker sessions that have not
-	// finished the handshake: in all (half of slots) and per client IP.
-	handshakes      chan struct{}
-	handshakesPerIP *limit.PerIP
+	// budget holds every /proto session and cache session (TakeSlot):
+	// MaxConnections in all, half of it for unauthenticated ones.
+	budget *limit.Budget
 
 	// ctx ends every session at once on Close (SIGTERM); its cause,
 	// ErrStopping, is the reason of the close frames it triggers.
@@ -146,15 +147,13 @@ func New(cfg Config) *Authority {
 	cfg.defaults()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	a := &Authority{
-		cfg:             cfg,
-		log:             cfg.Logger,
-		live:            newLiveSessions(),
-		offline:         newOfflineReasons(),
-		slots:           make(chan struct{}, cfg.MaxConnections),
-		handshakes:      make(chan struct{}, max(cfg.MaxConnections/2, 1)),
-		handshakesPerIP: limit.NewPerIP(cfg.HandshakesPerIP),
-		ctx:             ctx,
-		cancel:          cancel,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		live:    newLiveSessions(),
+		offline: newOfflineReasons(),
+		budget:  limit.NewBudget(cfg.MaxConnections, cfg.MaxConnections/2, cfg.HandshakesPerIP),
+		ctx:     ctx,
+		cancel:  cancel,
 	}
 	a.metrics = newMetrics(a)
 	a.accepting.Store(true)
@@ -216,17 +215,27 @@ func (a *Authority) Accepting() bool { return a.accepting.Load() }
 // Connected is how many worker sessions are up or handshaking.
 func (a *Authority) Connected() int { return a.live.count() }
 
-// TakeSlot takes one of the MaxConnections slots for a session about to
-// start; false (counted as refused) when none is free. Refusing beats
-// queueing (SESSION.md §9).
+// TakeSlot takes one of the MaxConnections places for a session about to
+// start outside the worker sessions' handshake limits (a read-only cache
+// session); false (counted as refused) when none is free. Refusing beats
+// queueing.
 func (a *Authority) TakeSlot() (release func(), ok bool) {
-	select {
-	case a.slots <- struct{}{}:
-		return func() { <-a.slots }, true
-	default:
-		a.Refused("connection limit")
-		return nil, false
+	release, ok = a.budget.TakeEstablished()
+	if !ok {
+		a.Refused(limit.ReasonTotal)
 	}
+	return release, ok
+}
+
+// ShedUnauthenticated closes the oldest worker session that has not
+// finished its handshake (of the address prefix holding the most), for an
+// HTTP server that is out of file descriptors; false when there is none.
+func (a *Authority) ShedUnauthenticated() bool {
+	if !a.budget.ShedOldest() {
+		return false
+	}
+	a.metrics.shed.WithLabelValues("file limit").Inc()
+	return true
 }
 
 // Refused counts a connection refused before its handshake, by reason.

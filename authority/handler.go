@@ -9,55 +9,68 @@ import (
 )
 
 // ProtoHandler upgrades a worker's /proto request and serves its session
-// (ServeWorker) after the limits: unauthenticated sockets are capped per
-// IP and in all before they may take a session slot, so one client
-// holding idle sockets locks no worker out.
+// (ServeWorker) within the connection budget (limit.Budget): sockets that
+// have not finished the handshake hold at most half of MaxConnections, at
+// most HandshakesPerIP of them per address prefix, and past either limit
+// the oldest unauthenticated socket is closed to admit the new one. So
+// idle sockets from a few addresses lock no worker out.
 func (a *Authority) ProtoHandler() http.Handler { return http.HandlerFunc(a.serveProto) }
 
 func (a *Authority) serveProto(w http.ResponseWriter, r *http.Request) {
-	handshakeDone, ok := a.admitHandshake(w, r)
+	sock := &shedSocket{}
+	ticket, limitReached, ok := a.budget.Admit(limit.ClientIP(r), sock.shed)
 	if !ok {
-		return
-	}
-	defer handshakeDone()
-	release, ok := a.TakeSlot()
-	if !ok {
+		a.Refused(limitReached)
 		http.Error(w, "too many connections", http.StatusServiceUnavailable)
 		return
 	}
-	defer release()
+	defer ticket.Release()
+	if limitReached != "" {
+		a.metrics.shed.WithLabelValues(limitReached).Inc()
+	}
 	t, err := session.Accept(w, r)
 	if err != nil {
 		a.log.Warn("websocket upgrade failed", "remote", r.RemoteAddr, "error", err)
 		return
 	}
 	defer t.Close(session.CloseNormal, "")
-	a.serveWorker(t, r.RemoteAddr, handshakeDone)
+	if !sock.attach(t) {
+		return // shed during the upgrade
+	}
+	a.serveWorker(t, r.RemoteAddr, ticket)
 }
 
-// admitHandshake takes the pre-authentication permits of a /proto upgrade:
-// one of the client IP's and one of all unauthenticated sessions'. done
-// returns both; it may be called more than once.
-func (a *Authority) admitHandshake(w http.ResponseWriter, r *http.Request) (done func(), ok bool) {
-	releaseIP, ok := a.handshakesPerIP.TryAcquire(limit.ClientIP(r))
-	if !ok {
-		a.Refused("handshakes per IP")
-		http.Error(w, "too many unauthenticated connections from this address", http.StatusServiceUnavailable)
-		return nil, false
+// shedReason is the close reason of a socket shed for a newer one.
+const shedReason = "too many unauthenticated connections"
+
+// shedSocket closes a /proto socket that the budget sheds, whether the
+// shedding comes before or after its upgrade.
+type shedSocket struct {
+	mu     sync.Mutex
+	t      session.Transport
+	isShed bool
+}
+
+func (s *shedSocket) shed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.isShed = true
+	if s.t != nil {
+		// At once, without waiting for the peer's close frame: the
+		// place goes to a newcomer and so must the file descriptor.
+		session.Abandon(s.t, session.CloseTryAgainLater, shedReason)
 	}
-	select {
-	case a.handshakes <- struct{}{}:
-	default:
-		releaseIP()
-		a.Refused("handshake limit")
-		http.Error(w, "too many unauthenticated connections", http.StatusServiceUnavailable)
-		return nil, false
+}
+
+// attach hands the upgraded transport over; false (and closed) when the
+// socket was shed already.
+func (s *shedSocket) attach(t session.Transport) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.t = t
+	if s.isShed {
+		session.Abandon(t, session.CloseTryAgainLater, shedReason)
+		return false
 	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			<-a.handshakes
-			releaseIP()
-		})
-	}, true
+	return true
 }

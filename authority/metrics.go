@@ -14,6 +14,7 @@ type metrics struct {
 	handshakes       *prometheus.CounterVec
 	handshakeSeconds *prometheus.HistogramVec
 	refused          *prometheus.CounterVec
+	shed             *prometheus.CounterVec
 	messages         *prometheus.CounterVec
 	reauths          *prometheus.CounterVec
 }
@@ -36,6 +37,10 @@ func newMetrics(a *Authority) *metrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: p + "_connections_refused_total", Help: "Upgrades refused before the handshake.",
 		}, []string{"reason"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: p + "_connections_shed_total",
+			Help: "Unauthenticated worker sessions closed to admit a newer one, by the limit reached (address prefix limit, handshake limit, connection limit) or to free file descriptors (file limit).",
+		}, []string{"reason"}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: p + "_messages_received_total", Help: "Messages received from workers.",
 		}, []string{"message"}),
@@ -44,7 +49,7 @@ func newMetrics(a *Authority) *metrics {
 			Help: "Reauthorizations of live workers, by who asked (server: a registration or grant changed; worker: its peers file did) and outcome: sent, joined an outstanding one, deferred until the session is up, or failed.",
 		}, []string{"initiator", "outcome"}),
 	}
-	collectors := []prometheus.Collector{m.handshakes, m.handshakeSeconds, m.refused, m.messages, m.reauths,
+	collectors := []prometheus.Collector{m.handshakes, m.handshakeSeconds, m.refused, m.shed, m.messages, m.reauths,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: p + "_workers_connected", Help: "Worker sessions up or handshaking.",
 		}, func() float64 { return float64(a.live.count()) }),

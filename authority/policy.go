@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/wire"
 )
 
@@ -47,6 +48,9 @@ type admission struct {
 	known       bool
 	established bool
 	reserved    bool
+	// ticket is the session's place in the connection budget (nil
+	// outside ProtoHandler); not shed once its tokens are being checked.
+	ticket *limit.Ticket
 }
 
 func (ad *admission) Challenge(ctx context.Context, workerID string) ([]string, error) {
@@ -61,6 +65,9 @@ func (ad *admission) Challenge(ctx context.Context, workerID string) ([]string, 
 func (ad *admission) Authorize(ctx context.Context, workerID string, tokens []wire.Pair[string, string]) (handshake.Decision, error) {
 	if !ad.established && !ad.a.Accepting() {
 		return notAccepting, nil
+	}
+	if !ad.established {
+		ad.ticket.Authenticating()
 	}
 	g, err := ad.a.cfg.Policy.Authorize(withRemote(ctx, ad.conn.remote), workerID, tokens)
 	if err != nil {

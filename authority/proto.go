@@ -8,6 +8,7 @@ import (
 
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/handshake"
+	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/wire"
 )
 
@@ -17,33 +18,41 @@ import (
 // connection (ProtoHandler applies the connection limits) and closes t
 // afterwards.
 func (a *Authority) ServeWorker(t session.Transport, remote string) {
-	a.serveWorker(t, remote, func() {})
+	a.serveWorker(t, remote, nil)
 }
 
-// serveWorker runs a worker-dialed session; handshakeDone is called once
-// the handshake has ended, either way.
-func (a *Authority) serveWorker(t session.Transport, remote string, handshakeDone func()) {
+// serveWorker runs a worker-dialed session; ticket (nil: the caller
+// admitted it) is its place in the connection budget, marked while the
+// worker's credentials are checked and established once the handshake
+// succeeded, released when it failed.
+func (a *Authority) serveWorker(t session.Transport, remote string, ticket *limit.Ticket) {
 	log := a.log.With("remote", remote)
 	if !a.enter() {
 		// Close has begun: the same 1001 every session gets.
-		handshakeDone()
+		ticket.Release()
 		session.NewConn(t, session.ConnOptions{Logger: log}).Close(session.CloseGoingAway, ErrStopping.Error())
 		return
 	}
 	defer a.wg.Done()
 	ctx := a.ctx
 	conn := &workerConn{connectedAt: time.Now(), remote: remote}
-	ad := &admission{a: a, conn: conn}
+	ad := &admission{a: a, conn: conn, ticket: ticket}
 	c := session.NewConn(t, session.ConnOptions{Logger: log})
 	est, err := session.RunAuthority(ctx, c, session.AuthorityConfig{Policy: ad, Capabilities: a.capabilities(), Timeout: a.cfg.HandshakeTimeout})
-	handshakeDone()
 	if err != nil {
 		if ad.reserved {
 			a.live.release(conn)
 		}
+		if ticket.WasShed() {
+			a.metrics.handshakeEnded("shed", conn.connectedAt)
+			log.Debug("unauthenticated session closed for a newer one", "error", err)
+			return
+		}
+		ticket.Release()
 		a.handshakeFailed(log, c, conn, ad.known, err)
 		return
 	}
+	ticket.Established()
 	ad.established = true
 	a.serveSession(log, conn, c, est, session.NewWorkerDialedAuth(est, ad))
 }

@@ -300,6 +300,11 @@ func (s *Server) GenerateDeployKey(ctx context.Context, p storage.Project, comme
 // Reauth reauthorizes the live session of a worker (authority.Reauth).
 func (s *Server) Reauth(workerID string) bool { return s.auth.Reauth(workerID) }
 
+// ShedUnauthenticated closes the oldest /proto session still in its
+// handshake, for an HTTP listener out of file descriptors
+// (httpguard.Listener); false when there is none.
+func (s *Server) ShedUnauthenticated() bool { return s.auth.ShedUnauthenticated() }
+
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	if err := s.db.Ping(r.Context()); err != nil {
 		http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)

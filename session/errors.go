@@ -21,6 +21,9 @@ const (
 	CloseGoingAway     = 1001 // the endpoint is stopping (SIGTERM)
 	CloseProtocolError = 1002
 	ClosePolicy        = 1008
+	// CloseTryAgainLater: an unauthenticated socket closed to make room
+	// for a newer one.
+	CloseTryAgainLater = 1013
 )
 
 // CloseError is the close frame the peer sent (or the transport reported).

@@ -70,6 +70,11 @@ func closeAsync(t Transport, code int, reason string) {
 	startClose(t, code, reason, true)
 }
 
+// Abandon closes t with code and reason at once, without waiting for the
+// peer's close frame: the connection is dropped to free its place (and
+// file descriptor) for another.
+func Abandon(t Transport, code int, reason string) { abandon(t, code, reason) }
+
 // abandon closes t with code and reason without waiting for the peer's
 // close frame: the peer stopped answering.
 func abandon(t Transport, code int, reason string) {

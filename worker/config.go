@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/wire"
 )
@@ -70,6 +71,9 @@ type Config struct {
 	TLSCertFile, TLSKeyFile string
 	InsecureListen          bool
 	ServerTokens            session.ServerVerifier
+	// ListenTimeouts bound what a client may hold of the listener:
+	// half-sent headers, stalled bodies, idle keep-alive connections.
+	ListenTimeouts httpguard.Timeouts
 
 	DialTLS *tls.Config
 	// DialControl, when set, may refuse each address the server URL

@@ -1,11 +1,14 @@
 package worker
 
 import (
-	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gorilla/websocket"
@@ -14,38 +17,34 @@ import (
 	"gradient.dev/gradient/server"
 )
 
-// One client holding idle, unauthenticated sockets from its address gets
-// 503 past the per-IP cap, and a real worker from another address still
-// connects and authenticates while the flood holds its sockets.
-func TestPreauthFloodLeavesWorkersAbleToConnect(t *testing.T) {
+// 160 idle, unauthenticated sockets from five loopback addresses (one
+// /24, as an attacker's neighbouring addresses are) under the default
+// limits: each is admitted by closing the oldest of its prefix instead of
+// a 503, so the flood holds at most its prefix's share, and a real worker
+// (from the same /24 even) connects and authenticates while the flood
+// keeps its sockets open.
+func TestPreauthFloodFromFiveAddressesLeavesWorkersAbleToConnect(t *testing.T) {
 	t.Parallel()
-	const perIP = 3
-	r := newRealServer(t, openSQLite(t), server.Config{MaxConnections: 16, HandshakesPerIP: perIP})
+	r := newRealServer(t, openSQLite(t), server.Config{})
 
-	// The flood dials from another loopback address than the worker.
-	flooder := &websocket.Dialer{NetDialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}
 	var idle []*websocket.Conn
 	t.Cleanup(func() {
 		for _, c := range idle {
 			c.Close()
 		}
 	})
-	for i := range 17 { // more than MaxConnections
+	for i := range 160 {
+		from := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%5))}
+		flooder := &websocket.Dialer{NetDialContext: (&net.Dialer{LocalAddr: from}).DialContext}
 		c, resp, err := flooder.DialContext(t.Context(), r.url, nil)
-		if i < perIP {
-			if err != nil {
-				t.Fatalf("flood socket %d: %v", i, err)
+		if err != nil {
+			status := 0
+			if resp != nil {
+				status = resp.StatusCode
 			}
-			idle = append(idle, c)
-			continue
+			t.Fatalf("flood socket %d from %s: %v (HTTP %d), want it admitted by shedding an older one", i, from.IP, err, status)
 		}
-		if err == nil {
-			c.Close()
-			t.Fatalf("flood socket %d past the per-IP cap was upgraded", i)
-		}
-		if resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("flood socket %d: %v (response %v), want HTTP 503", i, err, resp)
-		}
+		idle = append(idle, c)
 	}
 
 	cfg := testConfig(t, r.url, newBlockingExecutor())
@@ -57,15 +56,46 @@ func TestPreauthFloodLeavesWorkersAbleToConnect(t *testing.T) {
 	startWorker(t, cfg)
 	waitfor.True(t, "the worker live while the flood holds its sockets", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
 
-	// Closing a flood socket gives its address a permit back.
-	idle[0].Close()
-	idle = idle[1:]
-	waitfor.True(t, "a freed per-IP permit", func() bool {
-		c, _, err := flooder.DialContext(context.Background(), r.url, nil)
-		if err != nil {
-			return false
+	// The oldest flood socket was closed by the server (after its
+	// version agreement frame) with 1013.
+	var closeErr *websocket.CloseError
+	for range 3 {
+		if _, _, err := idle[0].ReadMessage(); err != nil {
+			if !errors.As(err, &closeErr) || closeErr.Code != websocket.CloseTryAgainLater {
+				t.Fatalf("the oldest flood socket ended with %v, want close code 1013", err)
+			}
+			break
 		}
-		idle = append(idle, c)
-		return true
-	})
+	}
+	if closeErr == nil {
+		t.Fatal("the oldest flood socket is still open")
+	}
+	if got := scrapeCounter(t, "http://"+r.addr+"/metrics", `gradient_server_connections_shed_total{reason="address prefix limit"}`); got < 128 {
+		t.Fatalf("%v sockets counted as shed, want at least 128", got)
+	}
+}
+
+// scrapeCounter reads one series' value from a /metrics page.
+func scrapeCounter(t *testing.T, url, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in:\n%s", series, body)
+	return 0
 }

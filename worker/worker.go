@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gradient.dev/gradient/gitsource"
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/wire"
 )
 
@@ -107,7 +108,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				return fmt.Errorf("listen for servers: %w", err)
 			}
 		}
-		srv := &http.Server{Handler: w.DialedHandler(runCtx), ErrorLog: slog.NewLogLogger(w.log.Handler(), slog.LevelWarn)}
+		srv := httpguard.Server(w.DialedHandler(runCtx), w.cfg.ListenTimeouts, w.log)
 		go func() { listenErr <- w.serveListener(srv, ln) }()
 		defer srv.Close()
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/urfave/cli/v3"
 
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/proxy/hetzner"
 	"gradient.dev/gradient/proxy/hub"
@@ -31,8 +32,10 @@ type options struct {
 	// per minute (then 429); 0 does not limit.
 	AuthFailures int
 	Hetzner      hetznerOptions
-	LogLevel     slog.Level
-	LogFormat    string
+	// HTTP bounds what a client may hold of the listener.
+	HTTP      httpguard.Timeouts
+	LogLevel  slog.Level
+	LogFormat string
 
 	// AllowLinkLocalLinks lets links name link-local and cloud metadata
 	// addresses, at set time and at dial time.
@@ -181,6 +184,7 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		seconds("hetzner-boot-backoff-max", &opts.Hetzner.BootBackoffMax, hetzner.DefaultBootBackoffMax,
 			"after consecutive failed boots of a system the next VM waits the boot deadline, doubling per failure, at most this many seconds"),
 	}
+	flags = append(flags, servicecli.HTTPTimeoutFlags(&opts.HTTP, func(name string) cli.ValueSourceChain { return env.Vars(proxyVar(name)) })...)
 	flags = append(flags, logging.Flags(env, "GRADIENT_PROXY_")...)
 	return &cli.Command{Name: "gradient-proxy", Usage: "the Gradient federation proxy", Description: description, Flags: flags}
 }

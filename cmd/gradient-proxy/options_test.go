@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"gradient.dev/gradient/internal/clitest"
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/proxy/hub"
 	"gradient.dev/gradient/wire"
@@ -36,7 +37,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{Listen: "127.0.0.1:3200", Database: mustAbs(t, "gradient-proxy-data"), EncryptionKeyFile: "/run/keys/proxy",
+	want := options{HTTP: defaultHTTP, Listen: "127.0.0.1:3200", Database: mustAbs(t, "gradient-proxy-data"), EncryptionKeyFile: "/run/keys/proxy",
 		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, AuthFailures: 30, Tenant: hub.DefaultLimits, Hetzner: defaultHetzner(),
 		LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if !reflect.DeepEqual(opts, want) {
@@ -50,14 +51,15 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		"GRADIENT_PROXY_LISTEN": "0.0.0.0:9", "GRADIENT_PROXY_DATABASE": "postgres://proxy@db/proxy",
 		"GRADIENT_PROXY_ENCRYPTION_KEY_FILE": "/env/key", "GRADIENT_PROXY_ADMIN_TOKEN_FILE": tokenFile,
 		"GRADIENT_PROXY_UPSTREAM_CAPABILITIES": "build", "GRADIENT_PROXY_LOG_FORMAT": "json",
-		"GRADIENT_PROXY_AUTH_FAILURES_PER_MINUTE": "5", "GRADIENT_PROXY_TENANT_MAX_CANDIDATE_MIB": "64",
+		"GRADIENT_PROXY_AUTH_FAILURES_PER_MINUTE": "5", "GRADIENT_PROXY_TENANT_MAX_CANDIDATE_MIB": "64", "GRADIENT_PROXY_HTTP_IDLE_TIMEOUT": "30",
 	})
 	opts, err := parseOptions([]string{"--listen", "127.0.0.1:4000", "--upstream-capabilities", "eval, fetch", "--log-level", "debug",
 		"--tenant-max-candidates", "5000"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{Listen: "127.0.0.1:4000", Database: "postgres://proxy@db/proxy", EncryptionKeyFile: "/env/key", AdminToken: "the-admin-token",
+	want := options{HTTP: httpguard.Timeouts{Header: httpguard.DefaultHeaderTimeout, Body: httpguard.DefaultBodyTimeout, Idle: 30 * time.Second},
+		Listen: "127.0.0.1:4000", Database: "postgres://proxy@db/proxy", EncryptionKeyFile: "/env/key", AdminToken: "the-admin-token",
 		UpstreamCapabilities: wire.GradientCapabilities{Fetch: true, Eval: true}, AuthFailures: 5,
 		Tenant:   hub.Limits{BookCandidates: 5000, BookBytes: 64 << 20, PendingQueries: hub.DefaultLimits.PendingQueries, PendingUploads: hub.DefaultLimits.PendingUploads},
 		Hetzner:  defaultHetzner(),
@@ -157,3 +159,6 @@ func mustAbs(t *testing.T, path string) string {
 	}
 	return abs
 }
+
+// defaultHTTP are the listener timeouts without flags or variables.
+var defaultHTTP = httpguard.Timeouts{Header: httpguard.DefaultHeaderTimeout, Body: httpguard.DefaultBodyTimeout, Idle: httpguard.DefaultIdleTimeout}

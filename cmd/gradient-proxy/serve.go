@@ -14,6 +14,7 @@ import (
 
 	"gradient.dev/gradient/internal/authgate"
 	"gradient.dev/gradient/internal/dialguard"
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/proxy/admin"
 	"gradient.dev/gradient/proxy/downstream"
@@ -29,8 +30,7 @@ import (
 )
 
 const (
-	readHeaderTimeout = 10 * time.Second
-	shutdownTimeout   = 10 * time.Second
+	shutdownTimeout = 10 * time.Second
 	// hetznerCallTimeout bounds one Hetzner API request.
 	hetznerCallTimeout = 30 * time.Second
 )
@@ -138,10 +138,20 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		Downstream: leg, Upstream: sup, AllowLinkLocalLinks: opts.AllowLinkLocalLinks,
 		TenantDeleted: hubs.Remove, Logger: log}).Mount(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{registry, sup}, promhttp.HandlerOpts{}))
-	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// Header, body and keep-alive timeouts (/proto sessions keep their own
+	// heartbeat), and room made near the open-file limit so /healthz and
+	// workers still get in when idle clients hold the descriptors.
+	guardMetrics, err := httpguard.NewMetrics(registry, "gradient_proxy")
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	guarded := httpguard.NewListener(ln, guardMetrics, log)
+	guarded.ShedUnauthenticated = leg.Authority().ShedUnauthenticated
+	httpServer := httpguard.Server(mux, opts.HTTP, log)
+	httpServer.ConnState = guarded.ConnState
 	served := make(chan error, 1)
-	go func() { served <- httpServer.Serve(ln) }()
+	go func() { served <- httpServer.Serve(guarded) }()
 
 	supCtx, stopSup := context.WithCancel(ctx)
 	supDone := make(chan error, 1)
@@ -159,6 +169,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		"encryption_key_file", opts.EncryptionKeyFile, "admin_token", adminHash != "",
 		"upstream_capabilities", capabilityList(opts.UpstreamCapabilities),
 		"hetzner", reconciler != nil, "hetzner_endpoint", opts.Hetzner.Endpoint,
+		"http_header_timeout", opts.HTTP.Header.String(), "http_body_timeout", opts.HTTP.Body.String(), "http_idle_timeout", opts.HTTP.Idle.String(),
 		"serves", "/proto /api/v1 /healthz /metrics", "forwards", "jobs and cache traffic per tenant")
 	if ready != nil {
 		ready(ln.Addr())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/server/scheduler"
 )
@@ -51,8 +52,10 @@ type options struct {
 	// Discoverable dials registrations and team workers with a URL;
 	// off, they are kept but only workers that connect themselves run.
 	Discoverable bool
-	LogLevel     slog.Level
-	LogFormat    string
+	// HTTP bounds what a client may hold of the listener.
+	HTTP      httpguard.Timeouts
+	LogLevel  slog.Level
+	LogFormat string
 }
 
 const description = `Runs the Gradient server: workers connect to /proto, the admin API is under
@@ -96,13 +99,13 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 			Usage: "let projects use file:// URLs and local paths as repositories (off: a project cannot make the server read repositories on its disk)"},
 		&cli.IntFlag{Name: "max-connections", Aliases: []string{"proto-max-connections"}, Value: 256, Destination: &opts.MaxConnections,
 			Sources: env.Vars("GRADIENT_MAX_CONNECTIONS", "GRADIENT_PROTO_MAX_CONNECTIONS"), Validator: servicecli.Positive[int],
-			Usage: "most /proto sessions at once (workers and cache clients); beyond them an upgrade gets HTTP 503"},
+			Usage: "most /proto sessions at once (workers and cache clients); unauthenticated ones hold at most half, the rest is kept for sessions past the handshake; an upgrade gets HTTP 503 only when no unauthenticated session can be closed for it"},
 		&cli.IntFlag{Name: "auth-failures-per-minute", Value: 30, Destination: &opts.AuthFailures, Sources: env.Vars("GRADIENT_AUTH_FAILURES_PER_MINUTE"),
 			Validator: servicecli.NotNegative[int],
 			Usage:     "wrong admin tokens and cache API keys one client address may send per minute; beyond them it gets HTTP 429 until it regains attempts at that rate (addresses as the connection shows them: behind a reverse proxy, the proxy's); 0 disables"},
 		&cli.IntFlag{Name: "max-handshakes-per-ip", Value: 32, Destination: &opts.HandshakesPerIP, Sources: env.Vars("GRADIENT_MAX_HANDSHAKES_PER_IP"),
 			Validator: servicecli.Positive[int],
-			Usage:     "most worker connections per client IP that have not finished the handshake; raise it for many workers behind one NAT address"},
+			Usage:     "most worker connections per address prefix (IPv4 /24, IPv6 /64) that have not finished the handshake; past it, or past half of --max-connections for all of them, the oldest unauthenticated connection (of the prefix, else of the prefix holding the most) is closed to admit the new one; raise it for many workers behind one NAT address"},
 		&cli.BoolFlag{Name: "proto-anonymous-cache-enable", Value: true, Destination: &opts.AnonymousCache,
 			Sources: env.Vars("GRADIENT_PROTO_ANONYMOUS_CACHE_ENABLE"),
 			Usage:   "let cache sessions read public caches without a cache API key; on by default, =false makes every cache session need a key"},
@@ -126,6 +129,9 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 		&cli.BoolFlag{Name: "proto-discoverable", Value: true, Destination: &opts.Discoverable, Sources: env.Vars("GRADIENT_PROTO_DISCOVERABLE"),
 			Usage: "dial the workers registered with a URL (needs --dial-key-file); =false keeps such registrations but never dials them, and only workers that connect themselves run"},
 	}
+	flags = append(flags, servicecli.HTTPTimeoutFlags(&opts.HTTP, func(name string) cli.ValueSourceChain {
+		return env.Vars("GRADIENT_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+	})...)
 	flags = append(flags, logging.Flags(env, "GRADIENT_")...)
 	return &cli.Command{Name: "gradient-server", Usage: "the Gradient CI server", Description: description, Flags: flags}, tokens
 }

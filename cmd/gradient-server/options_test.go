@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"gradient.dev/gradient/internal/clitest"
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 )
 
@@ -26,7 +27,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{Listen: "127.0.0.1:3000", Database: mustAbs(t, "gradient-data"), HeartbeatTimeout: 120 * time.Second,
+	want := options{HTTP: defaultHTTP, Listen: "127.0.0.1:3000", Database: mustAbs(t, "gradient-data"), HeartbeatTimeout: 120 * time.Second,
 		PollInterval: time.Minute, MaxConnections: 256, BuildDefaultTimeoutSecs: 14400, BuildDefaultMaxSilentSecs: 3600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second,
 		AuthFailures: 30, HandshakesPerIP: 32, AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if opts != want {
@@ -46,7 +47,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
+	want := options{HTTP: defaultHTTP, Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
 		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, AllowLocalRepositories: true, MaxConnections: 10,
 		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, Federate: true, AuthFailures: 5, HandshakesPerIP: 32,
 		AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelDebug, LogFormat: "json"}
@@ -60,7 +61,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = options{Listen: "127.0.0.1:5000", Database: "/data", AdminToken: "from-flag",
+	want = options{HTTP: defaultHTTP, Listen: "127.0.0.1:5000", Database: "/data", AdminToken: "from-flag",
 		HeartbeatTimeout: 0, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, HandshakesPerIP: 32,
 		AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelWarn, LogFormat: "text"}
 	if opts != want {
@@ -236,3 +237,6 @@ func mustAbs(t *testing.T, path string) string {
 	}
 	return abs
 }
+
+// defaultHTTP are the listener timeouts without flags or variables.
+var defaultHTTP = httpguard.Timeouts{Header: httpguard.DefaultHeaderTimeout, Body: httpguard.DefaultBodyTimeout, Idle: httpguard.DefaultIdleTimeout}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
@@ -24,11 +25,7 @@ import (
 	"gradient.dev/gradient/storage"
 )
 
-// HTTP timeouts. There is no write or read timeout: /proto sessions are
-// long-lived WebSockets with their own heartbeat.
 const (
-	readHeaderTimeout = 10 * time.Second
-	idleTimeout       = 2 * time.Minute
 	// shutdownTimeout bounds the wait for in-flight admin and metrics
 	// requests after the worker sessions were closed.
 	shutdownTimeout = 10 * time.Second
@@ -115,19 +112,26 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		srv.Close()
 		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
 	}
-	httpServer := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	// Header, body and keep-alive timeouts (/proto sessions keep their own
+	// heartbeat), and room made near the open-file limit.
+	guardMetrics, err := httpguard.NewMetrics(registry, "gradient_server")
+	if err != nil {
+		srv.Close()
+		ln.Close()
+		return err
 	}
+	guarded := httpguard.NewListener(ln, guardMetrics, log)
+	guarded.ShedUnauthenticated = srv.ShedUnauthenticated
+	httpServer := httpguard.Server(srv.Handler(), opts.HTTP, log)
+	httpServer.ConnState = guarded.ConnState
 	served := make(chan error, 1)
-	go func() { served <- httpServer.Serve(ln) }()
+	go func() { served <- httpServer.Serve(guarded) }()
 	// One line with what the server runs with; never a secret (the
 	// database location is logged redacted by storage.Open).
 	log.Info("gradient-server listening", "address", ln.Addr().String(),
 		"database_engine", db.Engine(), "nar_dir", narDir(opts), "dial_key", dialKey != nil, "admin_api", adminHash != "",
 		"heartbeat_timeout", opts.HeartbeatTimeout.String(), "max_connections", opts.MaxConnections,
+		"http_header_timeout", opts.HTTP.Header.String(), "http_body_timeout", opts.HTTP.Body.String(), "http_idle_timeout", opts.HTTP.Idle.String(),
 		"max_handshakes_per_ip", opts.HandshakesPerIP, "anonymous_cache", opts.AnonymousCache,
 		"anonymous_cache_per_ip", opts.AnonymousCachePerIP, "auth_failures_per_minute", opts.AuthFailures,
 		"build_default_timeout_secs", opts.BuildDefaultTimeoutSecs, "build_default_max_silent_secs", opts.BuildDefaultMaxSilentSecs,

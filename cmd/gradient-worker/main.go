@@ -14,12 +14,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"gradient.dev/gradient/gitsource"
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/nix"
@@ -100,7 +100,7 @@ func run(ctx context.Context, abort <-chan struct{}, args []string, getenv func(
 		return err
 	}
 	if opts.MetricsAddr != "" {
-		stop, err := serveMetrics(opts.MetricsAddr, registry, log)
+		stop, err := serveMetrics(opts.MetricsAddr, registry, opts.HTTP, log)
 		if err != nil {
 			return err
 		}
@@ -135,14 +135,14 @@ func logStart(log *slog.Logger, opts options, cfg worker.Config) {
 
 // serveMetrics serves the worker's series at http://addr/metrics until
 // stop is called.
-func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (stop func(), err error) {
+func serveMetrics(addr string, reg prometheus.Gatherer, timeouts httpguard.Timeouts, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := httpguard.Server(mux, timeouts, log)
 	go srv.Serve(ln)
 	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	return func() { srv.Close() }, nil
@@ -204,7 +204,7 @@ func workerConfig(opts options, log *slog.Logger) (worker.Config, error) {
 		ServerURL: opts.ServerURL, WorkerID: id,
 		PeersFile: opts.PeersFile, Peers: opts.Peers,
 		Capabilities: wire.GradientCapabilities{Fetch: opts.Fetch, Eval: opts.Eval, Build: opts.Build, Federate: opts.Federate},
-		MaxBuilds:    opts.MaxBuilds, MaxEvals: opts.MaxEvals, DrainTimeout: opts.DrainTimeout,
+		MaxBuilds:    opts.MaxBuilds, MaxEvals: opts.MaxEvals, DrainTimeout: opts.DrainTimeout, ListenTimeouts: opts.HTTP,
 		Architectures: opts.Architectures, SystemFeatures: opts.SystemFeatures,
 		CPUCoreScore: opts.CPUCoreScore, Zone: opts.Zone, Endpoint: opts.Endpoint,
 		ListenAddr: opts.ListenAddr, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile,

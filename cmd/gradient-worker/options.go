@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"gradient.dev/gradient/gitsource"
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/nix/narsig"
 )
@@ -46,13 +47,15 @@ type options struct {
 	MaxBuilds                           int
 	MaxEvals                            int
 	DrainTimeout                        time.Duration // 0 aborts running jobs at once on stop
-	Discoverable                        bool
-	ListenAddr                          string // host:port, set when discoverable
-	TLSCertFile                         string
-	TLSKeyFile                          string
-	InsecureListen                      bool
-	AcceptedTokenFile                   string
-	AllowLocalRepositories              bool
+	// HTTP bounds what a client may hold of the listener and /metrics.
+	HTTP                   httpguard.Timeouts
+	Discoverable           bool
+	ListenAddr             string // host:port, set when discoverable
+	TLSCertFile            string
+	TLSKeyFile             string
+	InsecureListen         bool
+	AcceptedTokenFile      string
+	AllowLocalRepositories bool
 	// TrustedKeys vouch for pulled input-addressed paths (beside Nix's
 	// own trusted-public-keys); RequireSigs off takes unsigned ones too.
 	TrustedKeys *narsig.Keys
@@ -150,6 +153,7 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		bytes("log-sustained-bytes-per-hour", &opts.LogSustainedPerHour, 64<<20, "build log bytes one build may send per hour before its log is cut; 0 is unlimited"),
 		str("metrics-addr", &opts.MetricsAddr, "", "host:port serving Prometheus metrics at /metrics; empty disables"),
 	}
+	flags = append(flags, servicecli.HTTPTimeoutFlags(&opts.HTTP, func(name string) cli.ValueSourceChain { return env.Vars(workerVar(name)) })...)
 	flags = append(flags, logging.Flags(env, "GRADIENT_WORKER_")...)
 	return &cli.Command{Name: "gradient-worker", Usage: "a Gradient CI worker", Description: description, Flags: flags}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"gradient.dev/gradient/internal/clitest"
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/nix/narsig"
 	"gradient.dev/gradient/worker"
@@ -28,7 +29,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{ServerURL: "wss://ci.example/proto", BaseDir: "/var/lib/gradient-worker", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, MaxBuilds: 32, MaxEvals: 1,
+	want := options{HTTP: defaultHTTP, ServerURL: "wss://ci.example/proto", BaseDir: "/var/lib/gradient-worker", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, MaxBuilds: 32, MaxEvals: 1,
 		DrainTimeout: 60 * time.Second, Fetch: true, Eval: true, Build: true, RequireSigs: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v, want %+v", opts, want)
@@ -49,7 +50,7 @@ func TestEnvironmentAndFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{ServerURL: "ws://env/proto", BaseDir: "/flag", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, Eval: true, Federate: true,
+	want := options{HTTP: defaultHTTP, ServerURL: "ws://env/proto", BaseDir: "/flag", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, Eval: true, Federate: true,
 		Architectures: []string{"x86_64-linux", "aarch64-linux"}, SystemFeatures: []string{"kvm", "big-parallel"},
 		MaxBuilds: 4, MaxEvals: 1, DrainTimeout: 600 * time.Second, Discoverable: true, ListenAddr: "127.0.0.1:4000", InsecureListen: true,
 		AllowLocalRepositories: true, LogLevel: slog.LevelDebug, LogFormat: "json"}
@@ -192,3 +193,6 @@ func TestStartupLineHidesSecrets(t *testing.T) {
 		}
 	}
 }
+
+// defaultHTTP are the listener timeouts without flags or variables.
+var defaultHTTP = httpguard.Timeouts{Header: httpguard.DefaultHeaderTimeout, Body: httpguard.DefaultBodyTimeout, Idle: httpguard.DefaultIdleTimeout}

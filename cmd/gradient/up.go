@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v3"
 
+	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nix"
@@ -374,7 +375,7 @@ func (u *upRun) setUp(ctx context.Context) error {
 		return fmt.Errorf("listening on %s: %w", u.opts.listen, err)
 	}
 	u.addr = ln.Addr().String()
-	u.httpSrv = &http.Server{Handler: u.srv.Handler(), ErrorLog: slog.NewLogLogger(u.log.Handler(), slog.LevelWarn)}
+	u.httpSrv = httpguard.Server(u.srv.Handler(), httpguard.Timeouts{}, u.log)
 	go u.httpSrv.Serve(ln)
 	u.progress("server listening on http://%s (data in %s)", u.addr, u.dataDir)
 

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -114,7 +115,15 @@ func Start(tb testing.TB, name, command string, env []string, args ...string) *P
 // commands given relative paths.
 func StartIn(tb testing.TB, dir, name, command string, env []string, args ...string) *Process {
 	tb.Helper()
-	p := &Process{Name: name, cmd: exec.Command(Binary(tb, command), args...), done: make(chan struct{}), listening: make(chan string, 1)}
+	return startWrapped(tb, dir, name, nil, command, env, args...)
+}
+
+// startWrapped is StartIn with the binary run by wrapper (e.g. prlimit
+// with its options), which must exec it in its own place.
+func startWrapped(tb testing.TB, dir, name string, wrapper []string, command string, env []string, args ...string) *Process {
+	tb.Helper()
+	argv := append(append(slices.Clone(wrapper), Binary(tb, command)), args...)
+	p := &Process{Name: name, cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{}), listening: make(chan string, 1)}
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p

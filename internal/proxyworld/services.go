@@ -274,6 +274,9 @@ type ProxyOptions struct {
 	Database string
 	Args     []string
 	Env      []string
+	// OpenFiles, when set, runs the proxy under prlimit with this
+	// RLIMIT_NOFILE (soft and hard).
+	OpenFiles int
 }
 
 // StartProxy runs a gradient-proxy on a free loopback port with a fresh
@@ -291,7 +294,11 @@ func StartProxy(tb testing.TB, name string, opts ProxyOptions) *Proxy {
 	args := append([]string{"--listen", "127.0.0.1:0", "--database", p.Database,
 		"--encryption-key-file", writeSecret(tb, dir, "encryption-key", base64.StdEncoding.EncodeToString(key)),
 		"--admin-token-file", writeSecret(tb, dir, "admin-token", p.AdminToken)}, opts.Args...)
-	p.Process = Start(tb, name, "gradient-proxy", opts.Env, args...)
+	var wrapper []string
+	if opts.OpenFiles > 0 {
+		wrapper = []string{"prlimit", "--nofile=" + strconv.Itoa(opts.OpenFiles), "--"}
+	}
+	p.Process = startWrapped(tb, "", name, wrapper, "gradient-proxy", opts.Env, args...)
 	p.listened(tb)
 	return p
 }

@@ -1,8 +1,10 @@
-// Package limit holds the connection limiters of SESSION.md §9: a global
-// cap on sessions (an upgrade beyond it is refused with HTTP 503 instead of
-// queueing) and a per-IP cap for anonymous cache sessions. Neither waits:
-// a permit is taken at once or refused. Failures (failures.go) limits
-// failed authentications per client address the same way.
+// Package limit holds the connection limiters: an authority's connection
+// budget (Budget, budget.go: a total, a share for unauthenticated
+// sessions, a cap per address prefix, shedding the oldest unauthenticated
+// session rather than refusing), a global cap and a per-IP cap for
+// anonymous cache sessions. None waits: a permit is taken at once or
+// refused. Failures (failures.go) limits failed authentications per
+// client address the same way.
 package limit
 
 import (

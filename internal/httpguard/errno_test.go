@@ -1,0 +1,5 @@
+package httpguard
+
+import "syscall"
+
+var errEMFILE = syscall.EMFILE
