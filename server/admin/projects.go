@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"gradient.dev/gradient/gitsource"
-	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/nix/wildcard"
 	"gradient.dev/gradient/storage"
 )
 
@@ -71,9 +71,9 @@ const (
 // pattern or exclusion per element. Its errors are ErrInvalid and say
 // what is wrong.
 func ParseWildcards(in []string) ([]string, error) {
-	list, err := nix.SplitWildcards(in)
+	list, err := wildcard.Split(in)
 	if err != nil {
-		return nil, invalidf("wildcards: %s", strings.TrimPrefix(err.Error(), "nix: "))
+		return nil, invalidf("wildcards: %s", strings.TrimPrefix(err.Error(), "wildcard: "))
 	}
 	if len(list) > MaxWildcards {
 		return nil, invalidf("wildcards: %d patterns, at most %d allowed", len(list), MaxWildcards)
