@@ -17,7 +17,7 @@ import (
 )
 
 // Config is an authority's configuration; zero values take the defaults of
-// connection.txt.
+// docs/protocol/connection.md.
 type Config struct {
 	// Policy decides the sessions workers dial (ProtoHandler, ServeWorker).
 	Policy Policy
@@ -218,7 +218,7 @@ func (a *Authority) Connected() int { return a.live.count() }
 
 // TakeSlot takes one of the MaxConnections slots for a session about to
 // start; false (counted as refused) when none is free. Refusing beats
-// queueing (SESSION.md §9).
+// queueing (docs/protocol/session.md §9).
 func (a *Authority) TakeSlot() (release func(), ok bool) {
 	select {
 	case a.slots <- struct{}{}:

@@ -40,7 +40,7 @@ type Evaluation struct {
 
 // Attributes finds the derivations in flakeRef's outputs matching wildcards
 // (comma-separated patterns; `*`, `#`, quoted segments, `!exclusions`; see
-// WORKER.md §6.2) and instantiates them.
+// docs/protocol/worker.md §6.2) and instantiates them.
 //
 // Nix 2.8's tryEval only catches throw and assert: an attribute failing
 // otherwise (abort, type error) aborts the walk and Attributes returns the

@@ -246,7 +246,7 @@ func TestBuildFailures(t *testing.T) {
 }
 
 // A build killed by SIGKILL, what the kernel's OOM killer sends, is
-// Transient (JOBS.md §10: the reference's signature "killed"): another
+// Transient (docs/protocol/jobs.md §10: the reference's signature "killed"): another
 // attempt, maybe on a worker with more memory, may succeed.
 func TestBuildKilledBySignalIsTransient(t *testing.T) {
 	n := newTestNix(t)

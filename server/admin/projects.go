@@ -66,7 +66,7 @@ const (
 	MaxWildcardLength = 256
 )
 
-// ParseWildcards checks wildcards given by an operator (WORKER.md §6.2;
+// ParseWildcards checks wildcards given by an operator (docs/protocol/worker.md §6.2;
 // each element may hold several, comma-separated) and returns one trimmed
 // pattern or exclusion per element. Its errors are ErrInvalid and say
 // what is wrong.
@@ -287,7 +287,7 @@ func (a *API) subscribe(w http.ResponseWriter, r *http.Request) {
 	if added {
 		a.cfg.Cache.SubscriptionsChanged(p.ID)
 		a.log.Info("admin: project subscribed", "project_id", p.ID, "cache", c.Name)
-		// connection.txt: a project subscribing to a cache reauths the
+		// docs/protocol/connection.md: a project subscribing to a cache reauths the
 		// project's workers, whose project failed for lack of a cache.
 		res.ReauthorizedSessions = a.reauth(ctx, "project", p.ID, a.cfg.Workers.ReauthProject)
 	}

@@ -1,4 +1,4 @@
-// Package limit holds the connection limiters of SESSION.md §9: a global
+// Package limit holds the connection limiters of docs/protocol/session.md §9: a global
 // cap on sessions (an upgrade beyond it is refused with HTTP 503 instead of
 // queueing) and a per-IP cap for anonymous cache sessions. Neither waits:
 // a permit is taken at once or refused. Failures (failures.go) limits
