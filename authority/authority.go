@@ -17,7 +17,7 @@ import (
 )
 
 // Config is an authority's configuration; zero values take the defaults of
-// connection.txt.
+// docs/protocol/connection.md.
 type Config struct {
 	// Policy decides the sessions workers dial (ProtoHandler, ServeWorker).
 	Policy Policy

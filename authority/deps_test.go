@@ -11,7 +11,8 @@ import (
 // no scheduler (those plug in through Policy, JobLoop and CacheFactory);
 // the cache and the admin API use storage (the admin API the authority's
 // WorkerStatus too), never the server that wires them or each other; the scheduler plugs into the
-// authority and imports no other part of the server.
+// authority and imports no other part of the server; the server binary
+// links no Nix execution code (nix, nix/daemon) and no worker.
 func TestDependencies(t *testing.T) {
 	// Each package's forbidden imports, exact or "x/..." for every
 	// package under x.
@@ -22,8 +23,13 @@ func TestDependencies(t *testing.T) {
 		"proxy/admin":      {"storage", "server", "server/...", "nix"}, // narstore comes with worker (upstream)
 		"proxy/hetzner":    {"storage", "narstore", "server", "server/...", "worker", "nix", "proxy/downstream", "proxy/upstream"},
 		"server/cache":     {"authority", "server", "server/admin", "server/scheduler"},
-		"server/admin":     {"server", "server/cache", "server/scheduler", "narstore"},
+		"server/admin":     {"server", "server/cache", "server/scheduler", "narstore", "nix", "nix/daemon"},
 		"server/scheduler": {"server", "server/cache", "server/admin", "narstore"},
+		// The server binary carries no Nix execution code: it checks
+		// wildcards with the leaf nix/wildcard, never through nix.
+		"cmd/gradient-server": {"nix", "nix/daemon", "worker", "worker/..."},
+		// ... and a build machine no database drivers.
+		"cmd/gradient-worker": {"storage", "storage/...", "server", "server/..."},
 	} {
 		out, err := exec.Command("go", "list", "-deps", m+pkg).CombinedOutput()
 		if err != nil {

@@ -9,7 +9,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// JobLoop is the job side of worker sessions (JOBS.md): it decides which
+// JobLoop is the job side of worker sessions (docs/protocol/jobs.md): it decides which
 // job a RequestJob gets and consumes the worker's reports. The authority
 // owns the sessions and their authorization, the cache its messages; the
 // job loop owns jobs. The server's durable scheduler implements it, the

@@ -44,7 +44,7 @@ func (c *workerConn) merge(g Grant) {
 	c.grant.merge(g)
 }
 
-// liveSessions is one connection per worker ID (connection.txt: a second
+// liveSessions is one connection per worker ID (docs/protocol/connection.md: a second
 // connection is rejected with 496).
 type liveSessions struct {
 	// mu is a leaf, never held together with a workerConn's mu: copy the

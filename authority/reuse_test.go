@@ -18,7 +18,7 @@ import (
 )
 
 // pool is a policy that is not the server's: the federation proxy's
-// downstream leg (federation.txt) as a fixed table of workers, each row
+// downstream leg (docs/protocol/federation.md) as a fixed table of workers, each row
 // with its own token and allowed capabilities. The challenge names only
 // the worker's own ID.
 type pool struct {

@@ -10,7 +10,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// ZstdLevel is the zstd level of every NAR (WIRE.md NAR_ZSTD_LEVEL).
+// ZstdLevel is the zstd level of every NAR (docs/protocol/wire.md NAR_ZSTD_LEVEL).
 const ZstdLevel = 6
 
 // encoders are reused: a zstd encoder allocates its window tables once.

@@ -84,7 +84,7 @@ func (n *Nix) Build(ctx context.Context, drvPath string, opts BuildOptions) (map
 var (
 	// Nix names missing inputs in these messages when it cannot substitute.
 	missingInputPatterns = []string{"cannot build missing derivation", "don't know how to build these paths", "is not valid", "does not exist in the store", "required, but there is no substituter"}
-	// Infrastructure signatures (JOBS.md §10): retrying may help. "killed"
+	// Infrastructure signatures (docs/protocol/jobs.md §10): retrying may help. "killed"
 	// is the reference's OOM signature: Nix's "failed due to signal 9
 	// (Killed)" for a builder the kernel's OOM killer ended, or a shell's
 	// "Killed" for a child it ended, among the log lines Nix quotes (a log

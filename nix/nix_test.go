@@ -246,7 +246,7 @@ func TestBuildFailures(t *testing.T) {
 }
 
 // A build killed by SIGKILL, what the kernel's OOM killer sends, is
-// Transient (JOBS.md §10: the reference's signature "killed"): another
+// Transient (docs/protocol/jobs.md §10: the reference's signature "killed"): another
 // attempt, maybe on a worker with more memory, may succeed.
 func TestBuildKilledBySignalIsTransient(t *testing.T) {
 	n := newTestNix(t)
@@ -356,44 +356,5 @@ func TestSystemAndFeatures(t *testing.T) {
 	features, err := n.SystemFeatures(ctx)
 	if err != nil || !slices.Contains(features, "big-parallel") {
 		t.Errorf("features %v %v", features, err)
-	}
-}
-
-func TestParseWildcards(t *testing.T) {
-	patterns, exclusions, err := parseWildcards([]string{`packages.*.*, checks."a.b".#`, `!packages.x."y.z"`})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(patterns) != 2 || len(patterns[0].segments) != 2 || patterns[0].explicit {
-		t.Errorf("patterns %+v", patterns)
-	}
-	if s := patterns[1].segments[1]; s.Kind != "name" || s.Name != "a.b" {
-		t.Errorf("quoted segment %+v", s)
-	}
-	if !slices.Equal(exclusions, []string{`packages.x."y.z"`}) {
-		t.Errorf("exclusions %v", exclusions)
-	}
-	if p, _, _ := parseWildcards(nil); len(p) != 1 || p[0].text != DefaultWildcard {
-		t.Errorf("default %+v", p)
-	}
-	for _, bad := range []string{"foo.*", "packages..x", "!packages.*"} {
-		if _, _, err := parseWildcards([]string{bad}); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
-func TestSplitWildcards(t *testing.T) {
-	got, err := SplitWildcards([]string{` packages.*.* ,checks.x86_64-linux.*`, `!packages.x."y.z"`})
-	if err != nil || !slices.Equal(got, []string{"packages.*.*", "checks.x86_64-linux.*", `!packages.x."y.z"`}) {
-		t.Errorf("SplitWildcards = %q, %v", got, err)
-	}
-	for _, bad := range [][]string{
-		nil, {""}, {"packages.*,"}, {"packages.*, , checks.*"}, {"foo.*"}, {"packages..x"},
-		{`packages."a.b`}, {"!packages.x"}, {"!packages..x"}, {"!"},
-	} {
-		if got, err := SplitWildcards(bad); err == nil {
-			t.Errorf("SplitWildcards(%q) = %q, want an error", bad, got)
-		}
 	}
 }

@@ -651,7 +651,7 @@ func TestAdminInternalError(t *testing.T) {
 }
 
 // Registering, subscribing and granting through the API challenge live
-// sessions again, so new peers join without a reconnect (connection.txt).
+// sessions again, so new peers join without a reconnect (docs/protocol/connection.md).
 func TestAdminChangesReauthLiveWorkers(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) { testAdminChangesReauthLiveWorkers(t, db) })

@@ -26,7 +26,7 @@ func tok(pairs ...string) []wire.Pair[string, string] {
 	return out
 }
 
-// The rules of connection.txt "Authorization" and "Rejections", one case at
+// The rules of docs/protocol/connection.md "Authorization" and "Rejections", one case at
 // a time.
 func TestAuthorize(t *testing.T) {
 	hA, hB, hC, hT := hashOf(t, "token-a"), hashOf(t, "token-b"), hashOf(t, "token-c"), hashOf(t, "token-t")

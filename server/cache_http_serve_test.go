@@ -226,7 +226,7 @@ func TestNarDownloadRanges(t *testing.T) {
 	}
 }
 
-// Narinfos carry Access-Control-Allow-Origin: * (CACHE.md §9).
+// Narinfos carry Access-Control-Allow-Origin: * (docs/protocol/cache.md §9).
 func TestNarinfoAllowsAnyOrigin(t *testing.T) {
 	e := newCacheEnv(t, Config{})
 	e.putObject(t, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", []byte("nar"))

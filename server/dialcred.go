@@ -8,7 +8,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// Server-dialed workers (connection.txt, "Server-Dialed Handshake"): the
+// Server-dialed workers (docs/protocol/connection.md, "Server-Dialed Handshake"): the
 // server proves itself to a worker it dials with the tokens of the
 // registrations at that URL. Storage keeps tokens only as argon2id hashes
 // for authenticating workers, so a registration or team worker with a URL

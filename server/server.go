@@ -26,7 +26,7 @@ import (
 )
 
 // Config is the server's configuration; zero values take the defaults of
-// connection.txt.
+// docs/protocol/connection.md.
 type Config struct {
 	// HeartbeatTimeout drops a worker session silent for this long
 	// (proto.workerHeartbeatTimeoutSecs, 120 s). Negative disables it.

@@ -69,7 +69,7 @@ func (w workerCacheScope) peerCaches(ctx context.Context, ids []string) ([]stora
 	return out, nil
 }
 
-// Writable is, for a job the session holds (CACHE.md §4.1: the job scopes
+// Writable is, for a job the session holds (docs/protocol/cache.md §4.1: the job scopes
 // an upload), the caches of the job's project and what the job produces,
 // so a worker serving several projects can put neither another project's
 // outputs nor paths its job does not make into a project's caches.

@@ -103,7 +103,7 @@ func TestAgreementOverPipe(t *testing.T) {
 	}
 }
 
-// SESSION.md §10 items 9 and 10 through the session path (a Conn over a
+// docs/protocol/session.md §10 items 9 and 10 through the session path (a Conn over a
 // pipe), with the reference's ranges.
 func TestAgreementRefusalTexts(t *testing.T) {
 	a, b := Pipe()

@@ -1,6 +1,6 @@
 package session
 
-// queues are the writer's two lanes and the batching rule of SESSION.md
+// queues are the writer's two lanes and the batching rule of docs/protocol/session.md
 // §6.3, separate from the task so batches can be tested directly.
 type queues struct {
 	control chan []byte
@@ -93,7 +93,7 @@ func (q *queues) drainBulk(dst [][]byte) [][]byte {
 // system call as the control replies before them. It adds messages of at
 // most small bytes each, at most limit bytes and WriteBatch messages in
 // all; the first that does not fit is held and opens the next bulk batch,
-// so a large chunk never joins a control batch (SESSION.md §6.3, 1).
+// so a large chunk never joins a control batch (docs/protocol/session.md §6.3, 1).
 func (q *queues) appendSmallBulk(dst [][]byte, small, limit int) [][]byte {
 	size := 0
 	for range WriteBatch {

@@ -2,7 +2,7 @@ package session
 
 import "time"
 
-// Sizes and times of WIRE.md §9, named as in the reference.
+// Sizes and times of docs/protocol/wire.md §9, named as in the reference.
 const (
 	// MaxProtoMessageSize caps every WebSocket message in both directions,
 	// on dialed and accepted sockets alike.

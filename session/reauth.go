@@ -12,7 +12,7 @@ import (
 
 // DialedReauthorizer is the server's policy for reauths of a session it
 // dialed, which are answered with AuthUpdate, never a challenge
-// (SESSION.md §5).
+// (docs/protocol/session.md §5).
 type DialedReauthorizer interface {
 	// Reauthorize decides what the worker is granted now through the
 	// tokens the dial presented. redial reports a registration at the
@@ -22,7 +22,7 @@ type DialedReauthorizer interface {
 }
 
 // ServerAuth is the server's authorization state of one established
-// session, driving reauth (SESSION.md §5). Reauth only adds peers: a peer
+// session, driving reauth (docs/protocol/session.md §5). Reauth only adds peers: a peer
 // granted once stays granted for the session.
 //
 // A worker-dialed session has at most one AuthChallenge outstanding.

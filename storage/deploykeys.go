@@ -10,7 +10,7 @@ import (
 
 // DeployKey is a project's SSH deploy key: the server seals the private
 // half (package sealbox) and hands it to the worker that fetches the
-// project's repository (Credential SshKey, JOBS.md §5.2). Storage keeps
+// project's repository (Credential SshKey, docs/protocol/jobs.md §5.2). Storage keeps
 // only the sealed bytes.
 type DeployKey struct {
 	ProjectID     string

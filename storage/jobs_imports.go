@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// Import from derivation (JOBS.md §14): while an evaluation runs, the
+// Import from derivation (docs/protocol/jobs.md §14): while an evaluation runs, the
 // worker may need derivations built before it can go on. It reports them
 // (with their closures) like any derivation, then asks for them; the
 // builds it asks for and every build of the evaluation they depend on are

@@ -1,7 +1,7 @@
 package storage
 
 // What a build job needs in the worker's store before it can run: the
-// outputs of its derivation's direct input derivations (JOBS.md §3.1,
+// outputs of its derivation's direct input derivations (docs/protocol/jobs.md §3.1,
 // JobCandidate.required_paths). Workers score offers by how many of them
 // they miss, and how much it would cost to download them.
 
@@ -23,9 +23,9 @@ type RequiredPath struct {
 
 // requiredOutputsQuery lists (build ID, outputs JSON) of each direct input
 // derivation of the builds: builds of the same evaluation, and, for an
-// input the evaluation did not report (built before, JOBS.md §2
+// input the evaluation did not report (built before, docs/protocol/worker.md §6.3
 // KnownDerivations), any succeeded build of that derivation. Input
-// sources are not inputs here (JOBS.md §3.1).
+// sources are not inputs here (docs/protocol/jobs.md §3.1).
 const requiredOutputsQuery = `SELECT b.id, d.outputs FROM builds b
 	JOIN build_edges e ON e.evaluation_id = b.evaluation_id AND e.drv_path = b.drv_path
 	JOIN builds d ON d.evaluation_id = e.evaluation_id AND d.drv_path = e.dependency_drv_path

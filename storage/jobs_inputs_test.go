@@ -8,7 +8,7 @@ import (
 )
 
 // A build's offer names the outputs of its direct input derivations, with
-// their sizes when the project's cache holds them (JOBS.md §3.1).
+// their sizes when the project's cache holds them (docs/protocol/jobs.md §3.1).
 func TestPendingJobsRequiredPaths(t *testing.T) {
 	t.Parallel()
 	forEachEngine(t, func(t *testing.T, db *DB) {

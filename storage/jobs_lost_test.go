@@ -7,7 +7,7 @@ import (
 
 // A build whose workers keep getting lost fails for good at the limit,
 // failing its dependents; a report from a worker starts the count again
-// (JOBS.md §12.4).
+// (docs/protocol/jobs.md §12.4).
 func TestLostWorkersFailAJobAtTheLimit(t *testing.T) {
 	t.Parallel()
 	forEachEngine(t, func(t *testing.T, db *DB) {

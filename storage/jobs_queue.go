@@ -740,7 +740,7 @@ func (db *DB) queueBuildsByID(ctx context.Context, tx *sql.Tx, evalID string, id
 	return out, nil
 }
 
-// CompleteFetch ends a fetch-only assignment of a flake job (JOBS.md §6,
+// CompleteFetch ends a fetch-only assignment of a flake job (docs/protocol/jobs.md §6,
 // flake-job splitting): the job is pending again, in its place and without
 // counting the attempt, for a worker to evaluate the fetched source. The
 // evaluation must have its source recorded (FetchResult), else nothing

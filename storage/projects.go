@@ -19,7 +19,7 @@ type Project struct {
 	Repository string // flake repository URL
 	Branch     string
 	// Wildcards are the attribute patterns its evaluations build
-	// (WORKER.md §6.2), one pattern or exclusion per element.
+	// (docs/protocol/worker.md §6.2), one pattern or exclusion per element.
 	Wildcards []string
 	CreatedAt time.Time
 }

@@ -85,7 +85,7 @@ func TestStorePathIsNixs(t *testing.T) {
 		if err := ca.CheckPath(path, info.References); err != nil {
 			t.Errorf("%s (%s, refs %v): %v", what, info.CA, info.References, err)
 		}
-		// Base names are references too (CACHE.md: relayed NARs).
+		// Base names are references too (docs/protocol/cache.md: relayed NARs).
 		var bases []string
 		for _, r := range info.References {
 			bases = append(bases, strings.TrimPrefix(r, Dir+"/"))

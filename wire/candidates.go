@@ -1,6 +1,6 @@
 package wire
 
-// Job-offer chunking (SESSION.md §8): JobOffer and JobListChunk pages are
+// Job-offer chunking (docs/protocol/session.md §8): JobOffer and JobListChunk pages are
 // cut by count and by size, so a page of build candidates with large
 // closures never exceeds what a worker accepts in one message.
 

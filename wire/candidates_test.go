@@ -47,7 +47,7 @@ func pageSizes(pages [][]JobCandidate) (counts, bytes []int) {
 	return counts, bytes
 }
 
-// SESSION.md §8 and its test 43.
+// docs/protocol/session.md §8 and its test 43.
 func TestCandidatePages(t *testing.T) {
 	counts, _ := pageSizes(CandidatePages(tinyCandidates(2500)))
 	if !slices.Equal(counts, []int{1000, 1000, 500}) {

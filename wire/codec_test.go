@@ -22,7 +22,7 @@ func mustHex(t testing.TB, s string) []byte {
 
 func ptr[T any](v T) *T { return &v }
 
-// Golden vectors of WIRE.md §1.5 (from the reference's wire_bytes tests).
+// Golden vectors of docs/protocol/wire.md §1.5 (from the reference's wire_bytes tests).
 func TestGoldenVectors(t *testing.T) {
 	metrics := &WorkerMetrics{CPUUsagePct: 1.5, RAMFreeMB: 128, DiskSpeedMbps: ptr[float32](-2.0)}
 	cases := []struct {
@@ -78,7 +78,7 @@ func TestVersionFrameGolden(t *testing.T) {
 	}
 }
 
-// Codec primitives, as the reference tests assert them (SESSION.md §10, 1–7).
+// Codec primitives, as the reference tests assert them (docs/protocol/session.md §10, 1–7).
 func TestPrimitiveRoundTrips(t *testing.T) {
 	e := encoder{ver: 33}
 	e.uvarint(math.MaxUint64)
@@ -155,7 +155,7 @@ func decodeErr(t *testing.T, frame string, ver uint16, server bool) error {
 	return err
 }
 
-// Every decode error kind of WIRE.md §1.4, with its text.
+// Every decode error kind of docs/protocol/wire.md §1.4, with its text.
 func TestDecodeErrors(t *testing.T) {
 	cases := []struct {
 		frame  string
@@ -197,7 +197,7 @@ func TestDecodeErrors(t *testing.T) {
 }
 
 // Tags 28 (client) and 26 (server) mean different variants per version
-// (WIRE.md §7.3).
+// (docs/protocol/wire.md §7.3).
 func TestReusedTags(t *testing.T) {
 	m, err := DecodeClientMessage([]byte{28}, 30)
 	if _, ok := m.(*HandoverDone); !ok || err != nil {

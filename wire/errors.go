@@ -2,7 +2,7 @@ package wire
 
 import "fmt"
 
-// DecodeErrorKind is one of the decode failures of WIRE.md §1.4.
+// DecodeErrorKind is one of the decode failures of docs/protocol/wire.md §1.4.
 type DecodeErrorKind uint8
 
 const (

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// An independent reader of the schema text (WIRE.md §2.6): it checks that a
+// An independent reader of the schema text (docs/protocol/wire.md §2.6): it checks that a
 // frame follows the canonical shape without using any generated code, so
 // the encoder is tested against the files rather than against itself.
 

@@ -4,7 +4,7 @@ package wire
 
 import "reflect"
 
-// The supported protocol range, computed from the annotations (WIRE.md §2.5).
+// The supported protocol range, computed from the annotations (docs/protocol/wire.md §2.5).
 const (
 	OldestVersion uint16 = 30
 	NewestVersion uint16 = 33

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// backoff is the reconnect delay (WORKER.md §3): initial, doubling up to max
+// backoff is the reconnect delay (docs/protocol/worker.md §3): initial, doubling up to max
 // while attempts fail, back to initial after a session that served work.
 type backoff struct {
 	initial, max, next time.Duration

@@ -18,13 +18,13 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// The worker's side of the binary-cache protocol (CACHE.md §2, §4):
+// The worker's side of the binary-cache protocol (docs/protocol/cache.md §2, §4):
 // CacheQuery in all three modes and NAR uploads through UploadRequest.
 // The session loop feeds every ServerMessage to HandleMessage, which
 // consumes the replies of requests this client has outstanding; the
 // client sends through the narrow send function (WorkerSession.Send).
 
-// Sizes and times of WIRE.md §9 used by the cache client.
+// Sizes and times of docs/protocol/wire.md §9 used by the cache client.
 const (
 	// CacheQueryMaxPaths is the most paths one CacheQuery names.
 	CacheQueryMaxPaths = 1000
@@ -170,7 +170,7 @@ func (c *CacheClient) queryTimeout() time.Duration {
 	return CacheQueryTimeout
 }
 
-// Query asks which of paths the caches hold (CACHE.md §2). Paths are
+// Query asks which of paths the caches hold (docs/protocol/cache.md §2). Paths are
 // split into queries of at most CacheQueryMaxPaths, at most
 // CacheQueryWindow in flight; the replies' entries are concatenated in
 // the order of the queries. A CacheError fails the whole call with a
@@ -354,7 +354,7 @@ func (c *CacheClient) pack(ctx context.Context, nar io.Reader, meta UploadMeta) 
 }
 
 // Upload compresses nar, the NAR serialisation of storePath, and uploads
-// it (CACHE.md §4): Skip grants end it at once, Passthrough grants relay
+// it (docs/protocol/cache.md §4): Skip grants end it at once, Passthrough grants relay
 // the compressed bytes from the resume offset. Retry outcomes start a new
 // request, at most three in all; Rejected fails with ErrUploadRejected
 // and the server's reason. Cancelling ctx sends UploadCancel. It is
@@ -369,7 +369,7 @@ func (c *CacheClient) Upload(ctx context.Context, jobID, storePath string, nar i
 
 // AsyncUploader is a cache whose uploads can be sent without waiting for
 // the server's commit (CacheClient): a job keeps its few transfers busy
-// while many sent uploads wait for their commits (CACHE.md §4.3: a slot
+// while many sent uploads wait for their commits (docs/protocol/cache.md §4.3: a slot
 // is held until UploadFinished is sent, not through the commit).
 type AsyncUploader interface {
 	StartUpload(ctx context.Context, jobID, storePath string, nar io.Reader, meta UploadMeta) (*PendingUpload, error)

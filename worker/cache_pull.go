@@ -12,7 +12,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// NAR pulls over the session (CACHE.md §3.2): a NarRequest names a path;
+// NAR pulls over the session (docs/protocol/cache.md §3.2): a NarRequest names a path;
 // the server answers NarStreamHeader and NarPush chunks, or
 // NarUnavailable, or NarAbort (then the worker resumes with
 // NarRequestResume from the bytes it has). The chunks go into a bounded
@@ -339,7 +339,7 @@ func (s *NarStream) take(m wire.ServerMessage) *wire.NarRequestResume {
 var ErrKnownDerivationsTimeout = errors.New("known-derivations query: no reply in time")
 
 // KnownDerivations asks which of drvPaths the server already recorded
-// (JOBS.md, closure walk): the walk need not descend into them.
+// (docs/protocol/worker.md §6.3, closure walk): the walk need not descend into them.
 func (c *CacheClient) KnownDerivations(ctx context.Context, jobID string, drvPaths []string) ([]string, error) {
 	if len(drvPaths) == 0 {
 		return nil, nil

@@ -16,7 +16,7 @@ func (w *Worker) capabilities() wire.WorkerCapabilities {
 	return w.hw
 }
 
-// hostCapabilities is this machine's WorkerCapabilities message (JOBS.md
+// hostCapabilities is this machine's WorkerCapabilities message (docs/protocol/jobs.md
 // §2), fixed for the process; zone and endpoint are absent when empty.
 func (w *Worker) hostCapabilities() wire.WorkerCapabilities {
 	total, _ := memInfo()

@@ -15,7 +15,7 @@ import (
 )
 
 // Config is a worker's configuration. Zero durations take the defaults of
-// connection.txt and JOBS.md §12; tests shorten them.
+// docs/protocol/connection.md and docs/protocol/jobs.md §12; tests shorten them.
 type Config struct {
 	// ServerURL is the ws(s):// /proto URL to dial; empty for a worker that
 	// is only dialed by servers.
@@ -89,7 +89,7 @@ type Config struct {
 	BackoffMax       time.Duration // 60 s
 	StopReportWait   time.Duration // 5 s for the Canceled reports on stop
 	FlushTimeout     time.Duration // 10 s for queued messages at close
-	// DrainTimeout is the stop's budget (JOBS.md §12.3, the two-stage
+	// DrainTimeout is the stop's budget (docs/protocol/jobs.md §12.3, the two-stage
 	// stop): when Run's ctx ends, each session sends Draining, takes no
 	// more jobs and lets its running ones finish and report for up to
 	// this long; what still runs then is aborted and reported Canceled.

@@ -11,7 +11,7 @@ import (
 )
 
 // dialLoop keeps one worker-dialed session up until ctx ends, waiting with
-// backoff between attempts (WORKER.md §3).
+// backoff between attempts (docs/protocol/worker.md §3).
 func (w *Worker) dialLoop(ctx context.Context) {
 	bo := newBackoff(w.cfg.BackoffInitial, w.cfg.BackoffMax)
 	for ctx.Err() == nil {

@@ -53,7 +53,7 @@ type Executor interface {
 	Run(ctx context.Context, job Assignment, report Reporter) error
 }
 
-// JobError is a job failure of a known kind (JOBS.md §10).
+// JobError is a job failure of a known kind (docs/protocol/jobs.md §10).
 type JobError struct {
 	Kind         wire.BuildFailureKind
 	MissingPaths []string // InputsUnavailable only

@@ -16,7 +16,7 @@ import (
 // IDFileName is the worker ID's file under the base directory.
 const IDFileName = "worker-id"
 
-// LoadID returns the worker's persistent ID (WORKER.md §2.2): fixed when
+// LoadID returns the worker's persistent ID (docs/protocol/worker.md §2.2): fixed when
 // given (it must be a UUID), else the content of <baseDir>/worker-id, which
 // is created with a new UUIDv7 on first start. Invalid content is an error:
 // silently replacing it would make the worker a stranger to its peers.

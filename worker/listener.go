@@ -7,7 +7,7 @@ import (
 	"gradient.dev/gradient/session"
 )
 
-// DialedHandler serves server-dialed sessions (WORKER.md §3): the server
+// DialedHandler serves server-dialed sessions (docs/protocol/worker.md §3): the server
 // proves itself with its tokens (checked against ServerTokens; a wrong one
 // is answered with Reject 401, any other first message with 400 by the
 // handshake), then the session runs like a dialed-out one until ctx ends.

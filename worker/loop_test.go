@@ -299,7 +299,7 @@ func (e *stubbornExecutor) Run(_ context.Context, job Assignment, _ Reporter) er
 
 // After a server restart the worker sends the full session start, one
 // RequestJob per kind included, while the lost session's aborted jobs
-// still hold every slot (connection.txt, Server Restart).
+// still hold every slot (docs/protocol/connection.md, Server Restart).
 func TestReconnectRequestsEveryKindWhileOldJobsHoldSlots(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t)

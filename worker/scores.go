@@ -7,7 +7,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// Scoring (JOBS.md §4): the worker answers every JobListChunk and JobOffer
+// Scoring (docs/protocol/jobs.md §4): the worker answers every JobListChunk and JobOffer
 // with a score per candidate, so the server can prefer the worker that
 // already holds a job's inputs (and reference servers release a build
 // only once it is scored).

@@ -12,7 +12,7 @@ import (
 )
 
 // ServerTokens is the accepted-server-tokens file of a server-dialed worker
-// (WORKER.md §2.2): `peer_id:hash` lines, the hash an argon2id PHC string or
+// (docs/protocol/worker.md §2.2): `peer_id:hash` lines, the hash an argon2id PHC string or
 // the hex SHA-256 of the token, `*` matching any peer. It implements
 // session.ServerVerifier.
 type ServerTokens struct {

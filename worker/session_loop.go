@@ -27,7 +27,7 @@ func (e sessionEnd) String() string {
 	return [...]string{"failed", "lost", "drained by the server", "stopped", "rejected by the server"}[e]
 }
 
-// liveSession is one established session's job loop (JOBS.md §2, §5,
+// liveSession is one established session's job loop (docs/protocol/jobs.md §2, §5,
 // §11, §12): it requests work, answers assignments, runs jobs and reports
 // them, and ends them all when the session ends.
 type liveSession struct {
@@ -121,7 +121,7 @@ func (ls *liveSession) run(ctx context.Context) sessionEnd {
 	return endServed
 }
 
-// start sends the session-start sequence (JOBS.md §2, connection.txt
+// start sends the session-start sequence (docs/protocol/jobs.md §2, docs/protocol/connection.md
 // Server Restart): RequestJobList, then one RequestJob per kind the worker
 // can run, whether or not the kind has a free slot. After a reconnect the
 // old session's aborted jobs may still hold their slots; the server must
@@ -249,7 +249,7 @@ func (ls *liveSession) dispatch(m wire.ServerMessage) {
 	case *wire.ServerError:
 		ls.log.Warn("server reported an error", "code", m.Code, "message", m.Message)
 	case *wire.Credential:
-		// For the AssignJob that follows (JOBS.md §5.2); never logged.
+		// For the AssignJob that follows (docs/protocol/jobs.md §5.2); never logged.
 		ls.mu.Lock()
 		if m.Kind == wire.CredentialSSHKey {
 			ls.credential = bytes.Clone(m.Data)
@@ -296,7 +296,7 @@ func (ls *liveSession) markDrained() {
 	}
 }
 
-// assign answers AssignJob (JOBS.md §5.3) and starts an accepted job.
+// assign answers AssignJob (docs/protocol/jobs.md §5.3) and starts an accepted job.
 func (ls *liveSession) assign(m *wire.AssignJob) {
 	kind, known := jobKind(m.Job)
 	ls.mu.Lock()
@@ -346,7 +346,7 @@ func (ls *liveSession) assign(m *wire.AssignJob) {
 	ls.requestIfFree(kind)
 }
 
-// abort handles AbortJob (JOBS.md §11): the job's executor is cancelled
+// abort handles AbortJob (docs/protocol/jobs.md §11): the job's executor is cancelled
 // and the job reports JobFailed Aborted; an unknown job is ignored.
 func (ls *liveSession) abort(m *wire.AbortJob) {
 	ls.mu.Lock()
@@ -369,7 +369,7 @@ func (ls *liveSession) abortAll(cause error) {
 	}
 }
 
-// stop is the worker's stop sequence on this session (JOBS.md §12.3):
+// stop is the worker's stop sequence on this session (docs/protocol/jobs.md §12.3):
 // Draining; running jobs may finish within the drain budget; then cancel
 // what is left so each reports Canceled, wait a bounded time for the
 // reports, and close (letting queued messages out).

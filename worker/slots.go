@@ -7,7 +7,7 @@ import (
 )
 
 // slots counts the running jobs per kind against the configured limits
-// (JOBS.md §5.1). They are the worker's, not a session's: a job of a lost
+// (docs/protocol/jobs.md §5.1). They are the worker's, not a session's: a job of a lost
 // session holds its slot until its executor has returned.
 type slots struct {
 	mu   sync.Mutex

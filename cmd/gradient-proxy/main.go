@@ -1,4 +1,4 @@
-// Command gradient-proxy is the federation proxy (federation.txt): a
+// Command gradient-proxy is the federation proxy (docs/protocol/federation.md): a
 // worker to every tenant's Gradient server and an authority to its own
 // pool of workers, forwarding each tenant's jobs and cache traffic
 // between the tenant's server and the tenant's workers. It serves /proto

@@ -29,7 +29,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// Crash safety of the binary cache (CACHE.md §4): an upload interrupted by
+// Crash safety of the binary cache (docs/protocol/cache.md §4): an upload interrupted by
 // SIGKILL leaves no visible object, start-up removes the staging file, and
 // after the restart the same upload succeeds and is served byte-exact.
 // The server is the real binary, a child process on an SQLite data dir.

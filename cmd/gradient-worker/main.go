@@ -37,7 +37,7 @@ func main() {
 	os.Exit(servicecli.ExitCode("gradient-worker", err, os.Stderr))
 }
 
-// onSignals is the two-stage stop (JOBS.md §12.3): ctx ends at the first
+// onSignals is the two-stage stop (docs/protocol/jobs.md §12.3): ctx ends at the first
 // signal (drain), abort closes at the second (abort the drain).
 func onSignals(signals <-chan os.Signal) (ctx context.Context, abort <-chan struct{}) {
 	ctx, stop := context.WithCancel(context.Background())
@@ -149,7 +149,7 @@ func serveMetrics(addr string, reg prometheus.Gatherer, timeouts httpguard.Timeo
 }
 
 // detectSystemFeatures reads the system features the local Nix is
-// configured with (WORKER.md: the default when --system-features is not
+// configured with (docs/protocol/worker.md: the default when --system-features is not
 // given). Without a working Nix the worker advertises none, and says why.
 func detectSystemFeatures(ctx context.Context, n *nix.Nix, log *slog.Logger) []string {
 	features, err := n.SystemFeatures(ctx)

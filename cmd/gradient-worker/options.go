@@ -76,7 +76,7 @@ the flag's name (the reference's names); a flag wins over the variable. A
 boolean flag alone means true; --flag=false turns it off.`
 
 // workerVar is the variable of a flag: GRADIENT_WORKER_ plus the name
-// upper-cased (WORKER.md §2.1).
+// upper-cased (docs/protocol/worker.md §2.1).
 func workerVar(flag string) string {
 	return "GRADIENT_WORKER_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
@@ -122,9 +122,9 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		str("system-features", &raw.features, "", "comma list of Nix system features (default: the local Nix's)"),
 		&cli.Uint32Flag{Name: "system-cpu-core-score", Destination: &opts.CPUCoreScore, Sources: env.Vars(workerVar("system-cpu-core-score")),
 			Usage: "relative single-core speed; 0 measures it at start"},
-		// 32 as the reference's NixOS module (CONFIG.md build.maxConcurrent),
+		// 32 as the reference's NixOS module (docs/protocol/config.md build.maxConcurrent),
 		// whose defaults the capabilities and drain timeout follow too; its
-		// binary alone said 1 (WORKER.md §2.1).
+		// binary alone said 1 (docs/protocol/worker.md §2.1).
 		count("build-max-concurrent", &opts.MaxBuilds, 32, "build job slots, advertised to the server as max_concurrent_builds (each build gets --build-max-cores)", positive),
 		count("eval-max-concurrent", &opts.MaxEvals, 1, "flake job slots", positive),
 		&servicecli.SecondsFlag{Name: "drain-timeout-secs", Value: 60 * time.Second, Destination: &opts.DrainTimeout,

@@ -1,5 +1,5 @@
 // Package downstream is the federation proxy's downstream leg
-// (federation.txt "Downstream Leg"): the proxy is the authority of its
+// (docs/protocol/federation.md "Downstream Leg"): the proxy is the authority of its
 // own workers, authorized from proxystore's rows, tracks each tenant's
 // live workers for the tenant's upstream aggregate, and joins each
 // worker to its tenant's hub (proxy/hub), which gets the worker's job
@@ -161,7 +161,7 @@ func (l *Leg) row(ctx context.Context, workerID string) (proxystore.Worker, bool
 	return w, true, nil
 }
 
-// Challenge names only the worker's own ID (federation.txt).
+// Challenge names only the worker's own ID (docs/protocol/federation.md).
 func (l *Leg) Challenge(ctx context.Context, workerID string) ([]string, bool, error) {
 	w, ok, err := l.row(ctx, workerID)
 	if err != nil || !ok {

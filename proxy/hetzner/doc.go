@@ -1,5 +1,5 @@
 // Package hetzner boots, meters and retires Hetzner Cloud VMs dedicated
-// to one tenant of the federation proxy (federation.txt "Hetzner
+// to one tenant of the federation proxy (docs/protocol/federation.md "Hetzner
 // Workers", issue 19).
 //
 // A Reconciler runs one pass every interval: ONE server list for all

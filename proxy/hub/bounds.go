@@ -7,7 +7,7 @@ import (
 )
 
 // Limits bound what one tenant's upstream session can make its hub hold
-// (federation.txt: one tenant never touches another). The tenant's
+// (docs/protocol/federation.md: one tenant never touches another). The tenant's
 // server decides what it offers, so every offered candidate, every page
 // of a job list and every answer the hub waits for is counted against
 // its tenant's limits. Past a limit the excess is dropped (counted in

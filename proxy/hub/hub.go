@@ -1,5 +1,5 @@
 // Package hub forwards one tenant's jobs between the tenant's Gradient
-// server and the tenant's workers behind the proxy (federation.txt "Job
+// server and the tenant's workers behind the proxy (docs/protocol/federation.md "Job
 // Forwarding", "Passthrough"). A Hub holds only its tenant's workers and
 // its tenant's upstream session, so no frame crosses tenants.
 //
@@ -299,7 +299,7 @@ func (h *Hub) attach(send func(wire.ClientMessage) error) uint64 {
 
 // detach is the end of upstream session id: every job is aborted on its
 // worker, open queries and uploads fail, and the tenant's workers get
-// Draining and are closed (federation.txt "Upstream lost").
+// Draining and are closed (docs/protocol/federation.md "Upstream lost").
 func (h *Hub) detach(id uint64, reason string) {
 	h.mu.Lock()
 	if h.up == nil || h.up.id != id {
@@ -365,7 +365,7 @@ func (h *Hub) Join(d Downstream) {
 
 // Leave removes a worker session: each job it held fails upstream as
 // transient (an unanswered assignment is declined), its uploads are
-// cancelled and its queries forgotten (federation.txt "Worker lost").
+// cancelled and its queries forgotten (docs/protocol/federation.md "Worker lost").
 func (h *Hub) Leave(d Downstream, reason string) {
 	h.mu.Lock()
 	m := h.workers[d.Session()]
@@ -602,7 +602,7 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 func (h *Hub) polling() bool { return h.up != nil && !h.up.draining }
 
 // cacheFromWorker passes a cache message through to the tenant's server
-// under fresh IDs (CACHE.md): the answers come back to this worker only.
+// under fresh IDs (docs/protocol/cache.md): the answers come back to this worker only.
 func (h *Hub) cacheFromWorker(e *effects, w *member, msg wire.ClientMessage) {
 	up := h.up != nil
 	switch m := msg.(type) {

@@ -9,14 +9,14 @@ import (
 )
 
 // Flow control of the NAR pulls forwarded to a worker (issue 18). The
-// upstream reader never waits for one worker (federation.txt
+// upstream reader never waits for one worker (docs/protocol/federation.md
 // "Passthrough"), and a worker whose queue overflows is cut off. So a
 // worker that reads slower than its tenant's server sends would lose a
 // large NAR every time. Instead, once the worker's queue passes
 // narHighWater, the hub drops the rest of that pull's stream ("paused"),
 // remembering the offset the worker expects next; when the queue drained
 // below narLowWater it asks the server itself to continue there
-// (NarRequestResume with the stream's token, CACHE.md §3.2), swallows
+// (NarRequestResume with the stream's token, docs/protocol/cache.md §3.2), swallows
 // the new stream's header (the worker has one) and forwards its chunks
 // from the expected offset. The worker sees one stream, in order, each
 // byte once, whatever worker it is.
@@ -26,7 +26,7 @@ import (
 // one that overlaps it is cut to it, others are dropped. Objects are
 // immutable per token, so the same offset is the same bytes. When the
 // server answers with another token it restarted the object from 0: its
-// header goes to the worker, which must notice the restart (CACHE.md
+// header goes to the worker, which must notice the restart (docs/protocol/cache.md
 // §3.2; the Go worker starts its import again).
 const (
 	// narHighWater is the backlog above which a pull's next chunk is

@@ -18,7 +18,7 @@ import (
 )
 
 // narServer streams one object to the proxy's upstream session as fast
-// as the session takes it, honouring NarRequestResume (CACHE.md §3.2):
+// as the session takes it, honouring NarRequestResume (docs/protocol/cache.md §3.2):
 // a request or resume stops the path's earlier stream, as our server does.
 type narServer struct {
 	c     *rawConn

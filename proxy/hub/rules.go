@@ -7,7 +7,7 @@ import (
 )
 
 // The rules by which a worker sees a candidate or may run a job
-// (JOBS.md §6): the proxy hands a worker only what it can run.
+// (docs/protocol/jobs.md §6): the proxy hands a worker only what it can run.
 
 // isBuildCandidate: a build candidate names its derivation or its
 // requirement; a flake candidate neither.

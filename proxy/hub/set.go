@@ -11,7 +11,7 @@ import (
 	"gradient.dev/gradient/worker"
 )
 
-// ScoreInterval is how often changed scores go upstream (federation.txt:
+// ScoreInterval is how often changed scores go upstream (docs/protocol/federation.md:
 // once per second).
 const ScoreInterval = time.Second
 

@@ -25,7 +25,7 @@ type HetznerSystem struct {
 	Slots int `json:"slots"`
 }
 
-// HetznerConfig is a tenant's Hetzner Cloud workers (federation.txt
+// HetznerConfig is a tenant's Hetzner Cloud workers (docs/protocol/federation.md
 // "Hetzner Workers").
 type HetznerConfig struct {
 	TenantID   string `json:"tenant_id"`

@@ -2,7 +2,7 @@
 // upstream links (the tenant server's /proto URL, the proxy's worker ID
 // there and one sealed token per peer), the proxy's own authorized
 // workers (argon2id token hashes, allowed capabilities) and the metering
-// of VMs it boots (federation.txt). It runs on the server's engine layer,
+// of VMs it boots (docs/protocol/federation.md). It runs on the server's engine layer,
 // storage/sqldb: embedded SQLite by default, or PostgreSQL, with its own
 // migrations, migrations table and advisory lock.
 //

@@ -39,7 +39,7 @@ const (
 func (o VMOutcome) Open() bool { return o == VMCreating || o == VMRunning }
 
 // VMUsage meters one VM the proxy booted for a tenant, from its creation
-// to its deletion (federation.txt, Hetzner workers).
+// to its deletion (docs/protocol/federation.md, Hetzner workers).
 type VMUsage struct {
 	ID         string `json:"id"`
 	TenantID   string `json:"tenant_id"`

@@ -39,7 +39,7 @@ type Hardware struct {
 }
 
 // Aggregate combines a tenant's non-draining downstream workers into one
-// worker (federation.txt): capabilities OR'd, architectures and system
+// worker (docs/protocol/federation.md): capabilities OR'd, architectures and system
 // features unioned (sorted, so the result does not depend on the order
 // of members), build slots, CPUs and RAM summed and saturating at their
 // wire type's maximum, the fastest core score. The heartbeat's free RAM

@@ -1,4 +1,4 @@
-// Package upstream is the proxy's upstream leg (federation.txt): one
+// Package upstream is the proxy's upstream leg (docs/protocol/federation.md): one
 // ordinary worker session per tenant to the tenant's Gradient server,
 // while the tenant's link is enabled, the tenant may run and the link is
 // not failing. Each session is a worker.Worker, so the handshake, reauth,

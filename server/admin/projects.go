@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"gradient.dev/gradient/gitsource"
-	"gradient.dev/gradient/nix"
+	"gradient.dev/gradient/nix/wildcard"
 	"gradient.dev/gradient/storage"
 )
 
@@ -66,14 +66,14 @@ const (
 	MaxWildcardLength = 256
 )
 
-// ParseWildcards checks wildcards given by an operator (WORKER.md §6.2;
+// ParseWildcards checks wildcards given by an operator (docs/protocol/worker.md §6.2;
 // each element may hold several, comma-separated) and returns one trimmed
 // pattern or exclusion per element. Its errors are ErrInvalid and say
 // what is wrong.
 func ParseWildcards(in []string) ([]string, error) {
-	list, err := nix.SplitWildcards(in)
+	list, err := wildcard.Split(in)
 	if err != nil {
-		return nil, invalidf("wildcards: %s", strings.TrimPrefix(err.Error(), "nix: "))
+		return nil, invalidf("wildcards: %s", strings.TrimPrefix(err.Error(), "wildcard: "))
 	}
 	if len(list) > MaxWildcards {
 		return nil, invalidf("wildcards: %d patterns, at most %d allowed", len(list), MaxWildcards)
@@ -289,7 +289,7 @@ func (a *API) subscribe(w http.ResponseWriter, r *http.Request) {
 	if added {
 		a.cfg.Cache.SubscriptionsChanged(p.ID)
 		a.log.Info("admin: project subscribed", "project_id", p.ID, "cache", c.Name)
-		// connection.txt: a project subscribing to a cache reauths the
+		// docs/protocol/connection.md: a project subscribing to a cache reauths the
 		// project's workers, whose project failed for lack of a cache.
 		res.ReauthorizedSessions = a.reauth(ctx, "project", p.ID, a.cfg.Workers.ReauthProject)
 	}

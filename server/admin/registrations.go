@@ -32,7 +32,7 @@ func (a *API) createRegistration(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.log.Info("admin: worker registered", "peer_kind", peer.Kind, "peer_id", peer.ID, "worker", reg.WorkerID)
-	// connection.txt: a worker-dialed session is challenged again when a
+	// docs/protocol/connection.md: a worker-dialed session is challenged again when a
 	// peer registered the worker.
 	reauthorized := a.cfg.Workers.Reauth(reg.WorkerID)
 	cred, err := credential(string(peer.Kind), peer.ID, reg.WorkerID, token, reg.WorkerSettings, reauthorized)

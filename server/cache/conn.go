@@ -11,7 +11,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// Sizes of WIRE.md §9 and the per-connection bounds of CACHE.md §2-3.
+// Sizes of docs/protocol/wire.md §9 and the per-connection bounds of docs/protocol/cache.md §2-3.
 const (
 	// safeInflightMessageSize caps every answer of the cache handlers and
 	// every message of a read-only cache session.
@@ -120,7 +120,7 @@ func (c *Conn) Handle(m wire.ClientMessage) {
 	case *wire.UploadCancel:
 		c.uploads.cancel(m.RequestID)
 	case *wire.EvalCachePull:
-		// No evaluation cache is kept (CACHE.md §6: Miss is always valid).
+		// No evaluation cache is kept (docs/protocol/cache.md §6: Miss is always valid).
 		c.send(&wire.EvalCachePullResult{JobID: m.JobID, Outcome: &wire.EvalCacheMiss{}})
 	case *wire.QueryKnownDerivations:
 		c.goKnownDerivations(m)

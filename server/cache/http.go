@@ -14,7 +14,7 @@ import (
 	"gradient.dev/gradient/storage"
 )
 
-// The plain Nix binary cache (CACHE.md §9), one per cache:
+// The plain Nix binary cache (docs/protocol/cache.md §9), one per cache:
 //
 //	GET|HEAD /cache/{cache}/nix-cache-info
 //	GET|HEAD /cache/{cache}/{hash}.narinfo
@@ -25,7 +25,7 @@ import (
 // or wrong → 401; an address with too many wrong keys → 429.
 
 // binaryCachePriority is announced in nix-cache-info: the reference's
-// default 10 (CACHE.md §9), below cache.nixos.org's 40, so Nix asks the
+// default 10 (docs/protocol/cache.md §9), below cache.nixos.org's 40, so Nix asks the
 // CI's own cache first.
 const binaryCachePriority = 10
 
@@ -94,7 +94,7 @@ func (bc *Cache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	// Narinfos may be read by web pages of any origin (CACHE.md §9).
+	// Narinfos may be read by web pages of any origin (docs/protocol/cache.md §9).
 	w.Header().Set("Access-Control-Allow-Origin", "*")
 	c, ok := bc.open(w, r)
 	if !ok {

@@ -8,7 +8,7 @@ import (
 // uploadLeases make concurrent uploads of one store path end as one
 // object: the first request leads; the others wait for its outcome and
 // get Skip when it stored the path, or take over when it failed
-// (CACHE.md §4.3, "requests for the same object coalesce").
+// (docs/protocol/cache.md §4.3, "requests for the same object coalesce").
 type uploadLeases struct {
 	mu     sync.Mutex
 	byHash map[string]*uploadLease

@@ -24,7 +24,7 @@ func narURL(p storage.CachePath) string {
 	return "nar/" + p.ObjectKey + ".nar.zst"
 }
 
-// renderNarinfo writes the narinfo of CACHE.md §7, signed with key. The
+// renderNarinfo writes the narinfo of docs/protocol/cache.md §7, signed with key. The
 // fields were checked on upload; a line break in one is still refused
 // here, as the last guard against a value adding a line of its own.
 func renderNarinfo(p storage.CachePath, key storage.SigningKey) ([]byte, error) {

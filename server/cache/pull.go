@@ -12,7 +12,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// NAR downloads over the socket (CACHE.md §3.2): per path a
+// NAR downloads over the socket (docs/protocol/cache.md §3.2): per path a
 // NarStreamHeader, then NarPush chunks of the stored zstd object, or
 // NarUnavailable / NarAbort. Each path streams on its own goroutine,
 // bounded per connection.

@@ -10,7 +10,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// CacheQuery (CACHE.md §2): Normal lists the cached paths with sizes,
+// CacheQuery (docs/protocol/cache.md §2): Normal lists the cached paths with sizes,
 // Pull answers every path with what a download needs, Push says which
 // paths still need an upload. QueryKnownDerivations rides on the same
 // lookup.
@@ -77,7 +77,7 @@ func (c *Conn) answerQuery(ctx context.Context, q *wire.CacheQuery) (wire.Server
 			reply.Cached = append(reply.Cached, entry)
 		case q.Mode == wire.QueryPush && len(rows) > 0:
 			// Stored in one writable cache: record it in the others now,
-			// so the worker can skip the upload (CACHE.md §2.1).
+			// so the worker can skip the upload (docs/protocol/cache.md §2.1).
 			if err := c.s.recordInCaches(ctx, rows[0], caches); err != nil {
 				return nil, err
 			}

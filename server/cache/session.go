@@ -13,7 +13,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// The read-only cache session at GET /cache/{cache}/proto (CACHE.md §8):
+// The read-only cache session at GET /cache/{cache}/proto (docs/protocol/cache.md §8):
 // the /proto framing for one cache. Access is decided on the upgrade
 // request: a public cache needs nothing (unless anonymous access is
 // disabled), a private one a cache API key. Then version agreement,

@@ -14,7 +14,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// NAR uploads (CACHE.md §4): UploadRequest → UploadGrant (Skip when the
+// NAR uploads (docs/protocol/cache.md §4): UploadRequest → UploadGrant (Skip when the
 // path is stored, else Passthrough from 0) → UploadChunk relay written
 // straight to a narstore upload → UploadFinished → verification →
 // UploadCommitted. The worker compressed the NAR; the server stores its

@@ -3,7 +3,7 @@
 // the repository host; the private half is sealed at rest with the
 // server's secret key (the one that seals dial tokens) and sent to the
 // worker that fetches the project, in a Credential right before the
-// AssignJob (JOBS.md §5.2), and used by the branch poller.
+// AssignJob (docs/protocol/jobs.md §5.2), and used by the branch poller.
 package deploykeys
 
 import (

@@ -243,7 +243,7 @@ func TestFailuresTimeoutsAndCancel(t *testing.T) {
 
 // TestSplitFetchAndEvaluate: a worker that only fetches and one that
 // evaluates and builds but may not fetch run an evaluation together: the
-// fetched source travels through the cache (JOBS.md §16.3). Only the
+// fetched source travels through the cache (docs/protocol/jobs.md §16.3). Only the
 // fetcher can fetch, only the evaluator evaluate and build.
 func TestSplitFetchAndEvaluate(t *testing.T) {
 	w := newWorld(t, storagetest.SQLiteURL(t), 0)

@@ -8,7 +8,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// eligibility is a snapshot of what one worker may run (JOBS.md §6),
+// eligibility is a snapshot of what one worker may run (docs/protocol/jobs.md §6),
 // taken once per pick so the session's locks are not taken per job.
 type eligibility struct {
 	projects    map[string]authority.Abilities // what each authorized project allows
@@ -48,7 +48,7 @@ func (e eligibility) may(job *storage.PendingJob, kind wire.JobKind) bool {
 			return e.mayEvaluate(job.ProjectID)
 		}
 		// Fetching first; a worker that may not evaluate gets the
-		// fetch step alone (JOBS.md §6, flake-job splitting).
+		// fetch step alone (docs/protocol/jobs.md §6, flake-job splitting).
 		return e.mayFetch(job.ProjectID)
 	case storage.JobBuild:
 		if kind != wire.JobKindBuild || !e.caps.Build || !allowed.Build || !e.hasHostCaps {

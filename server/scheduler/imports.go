@@ -9,7 +9,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// Import from derivation (JOBS.md §14): an evaluating worker asks for
+// Import from derivation (docs/protocol/jobs.md §14): an evaluating worker asks for
 // derivations it reported to be built now; the scheduler queues them
 // (storage.RequestImports) and answers ImportResult once every one has
 // succeeded, or as soon as one failed. Requests live in memory: they

@@ -36,7 +36,7 @@ const limitsFlake = `{
 // The limits a real Nix evaluation finds reach the BuildSpec: a
 // derivation's own 0 disables a limit whatever the server's default, a
 // derivation without one gets the server's option, and a server option
-// of 0 disables that limit (connection.txt, Build Timeouts).
+// of 0 disables that limit (docs/protocol/connection.md, Build Timeouts).
 func TestDerivationLimitsReachTheBuildSpec(t *testing.T) {
 	for engine, dbURL := range map[string]func(testing.TB) string{"sqlite": storagetest.SQLiteURL, "postgres": storagetest.PostgresURL} {
 		t.Run(engine, func(t *testing.T) { testLimitsReachTheBuildSpec(t, dbURL(t)) })

@@ -6,7 +6,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// Offers (JOBS.md §3): new pending jobs are announced to every session
+// Offers (docs/protocol/jobs.md §3): new pending jobs are announced to every session
 // that may run them, once per session, so workers score them before they
 // ask. Idle workers do not wait for offers: they were served already.
 // A session holds at most offerWindow offered jobs at a time (the oldest

@@ -11,7 +11,7 @@ import (
 )
 
 // assignResponse handles AssignJobResponse: a declined job goes back to
-// the queue for another worker (JOBS.md §5.3).
+// the queue for another worker (docs/protocol/jobs.md §5.3).
 func (s *Scheduler) assignResponse(ctx context.Context, w *authority.LiveWorker, m *wire.AssignJobResponse) {
 	if m.Accepted {
 		return
@@ -46,7 +46,7 @@ func (s *Scheduler) untrack(a *assignment) {
 }
 
 // progressTTL is how long a BuildProgress is shown without a newer one
-// (JOBS.md §9.2).
+// (docs/protocol/jobs.md §9.2).
 var progressTTL = 15 * time.Second
 
 // keepProgress records the progress of a build the session runs.
@@ -284,7 +284,7 @@ func (s *Scheduler) fetched(ctx context.Context, a *assignment) {
 	s.dispatch(ids)
 }
 
-// failed handles JobFailed by the kind's meaning (JOBS.md §10).
+// failed handles JobFailed by the kind's meaning (docs/protocol/jobs.md §10).
 func (s *Scheduler) failed(ctx context.Context, a *assignment, m *wire.JobFailed) {
 	s.forget(a)
 	s.logs.flush(ctx, a.job.JobID)
@@ -359,7 +359,7 @@ func describeUpdate(u wire.JobUpdateKind) string {
 }
 
 // sendJobList answers RequestJobList with the pending jobs the worker may
-// run, in pages of at most 1000 candidates and 2 MiB (JOBS.md §3.2); an
+// run, in pages of at most 1000 candidates and 2 MiB (docs/protocol/jobs.md §3.2); an
 // empty list is one empty final page.
 //
 // The queue is walked under the lock, the candidates built after it: a

@@ -1,4 +1,4 @@
-// Package scheduler is the server's durable job loop (JOBS.md): it hands
+// Package scheduler is the server's durable job loop (docs/protocol/jobs.md): it hands
 // the queued fetch/evaluate and build jobs of the database to the workers
 // that ask for work and may run them, and turns the workers' reports into
 // state changes of evaluations and builds.
@@ -27,13 +27,13 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// Config tunes the job loop; zero values take the defaults of JOBS.md.
+// Config tunes the job loop; zero values take the defaults of docs/protocol/jobs.md.
 type Config struct {
 	// MaxAttempts bounds the runs of a job failing with a retryable kind
 	// (build.maxAttempts, 3).
 	MaxAttempts int
 	// MaxLostWorkers fails a job for good once this many sessions in a
-	// row ended while running it without a report (10, JOBS.md §12.4): a
+	// row ended while running it without a report (10, docs/protocol/jobs.md §12.4): a
 	// build that crashes its worker does not go round the pool for ever.
 	MaxLostWorkers int
 	// DefaultTimeoutSecs and DefaultMaxSilentSecs apply to derivations
@@ -88,7 +88,7 @@ func (c *Config) defaults() {
 }
 
 // claimTries is how many candidates one request tries when claims lose
-// races (JOBS.md §5.2).
+// races (docs/protocol/jobs.md §5.2).
 const claimTries = 3
 
 // Scheduler implements authority.JobLoop over the database's job queue.
@@ -131,7 +131,7 @@ type Scheduler struct {
 	admitted func(jobIDs []string)
 	imports  []*importRequest // import-from-derivation requests waiting
 	// progress is the latest BuildProgress of each running build, by
-	// build ID (JOBS.md §9.2: kept 15 s, shown while building).
+	// build ID (docs/protocol/jobs.md §9.2: kept 15 s, shown while building).
 	progress map[string]buildProgress
 	// unreleased are the assignments whose release the database refused,
 	// by assignment ID: their jobs are assigned in the database and held
@@ -149,10 +149,10 @@ type buildProgress struct {
 type workerState struct {
 	w *authority.LiveWorker
 	// idle: the worker asked for a job of the kind and got none yet. The
-	// server keeps no queue of requests, only this flag (JOBS.md §5.2).
+	// server keeps no queue of requests, only this flag (docs/protocol/jobs.md §5.2).
 	idle  [2]bool
 	ended bool
-	// scores are the worker's latest CandidateScores by job (JOBS.md §4;
+	// scores are the worker's latest CandidateScores by job (docs/protocol/jobs.md §4;
 	// not persisted: rebuilt from RequestJobList after a reconnect).
 	scores map[string]wire.CandidateScore
 	// offered are the pending jobs already offered to this session.
@@ -503,7 +503,7 @@ func (s *Scheduler) setIdle(w *authority.LiveWorker, kind wire.JobKind, idle boo
 // owned returns the assignment of jobID if this session holds it under
 // assignmentID: a report carrying an assignment ID counts only with the
 // one this session handed out, so an empty one never does. Reports for
-// anything else are dropped (connection.txt Server Restart, JOBS.md
+// anything else are dropped (docs/protocol/connection.md Server Restart, docs/protocol/jobs.md
 // §17.6).
 func (s *Scheduler) owned(w *authority.LiveWorker, jobID, assignmentID string) *assignment {
 	return s.held(w, jobID, func(a *assignment) bool { return a.id == assignmentID })
@@ -645,7 +645,7 @@ func (s *Scheduler) take(w *authority.LiveWorker, kind wire.JobKind) (job *stora
 }
 
 // splitFetch reports whether a fetching worker gets only the fetch step
-// of a flake job (JOBS.md §6, flake-job splitting): when it may not
+// of a flake job (docs/protocol/jobs.md §6, flake-job splitting): when it may not
 // evaluate the project, or when an idle worker that may evaluate but not
 // fetch is waiting for work, which then evaluates the fetched source.
 // Otherwise one job carries fetch and evaluation. Called with s.mu held.
@@ -779,7 +779,7 @@ const (
 )
 
 // limit is a derivation's own limit, else the default. A resulting 0 is
-// no limit and goes out as none (JOBS.md §8.2: the reference sends None),
+// no limit and goes out as none (docs/protocol/jobs.md §8.2: the reference sends None),
 // which every worker reads as unlimited.
 func limit(own *uint64, def uint64) *uint64 {
 	v := def
@@ -793,7 +793,7 @@ func limit(own *uint64, def uint64) *uint64 {
 }
 
 // credential is the project's deploy key for an AssignJob with a fetch
-// step (JOBS.md §5.2), or nil: no fetch, no key, or the key does not open
+// step (docs/protocol/jobs.md §5.2), or nil: no fetch, no key, or the key does not open
 // (then the fetch of a private repository fails on the worker, and the
 // log here says why).
 func (s *Scheduler) credential(ctx context.Context, job *storage.PendingJob, m *wire.AssignJob) *wire.Credential {

@@ -621,7 +621,7 @@ func TestConcurrentCompletionsOnPostgres(t *testing.T) {
 }
 
 // A build's candidate names the outputs of its input derivations, with
-// their sizes once the project's cache holds them (JOBS.md §3.1), so
+// their sizes once the project's cache holds them (docs/protocol/jobs.md §3.1), so
 // workers score by what they would have to download.
 func TestCandidatesNameRequiredPaths(t *testing.T) {
 	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
@@ -690,7 +690,7 @@ func TestCandidatesNameRequiredPaths(t *testing.T) {
 	}
 }
 
-// Flake-job splitting (JOBS.md §6): while a worker that may evaluate but
+// Flake-job splitting (docs/protocol/jobs.md §6): while a worker that may evaluate but
 // not fetch waits, a fetching worker gets the fetch step alone; the job
 // then returns, under the same ID, for the evaluator, with the fetched
 // source from the cache as its one required path.
@@ -791,7 +791,7 @@ func TestFetchOnlyWorker(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// A draining worker is handed nothing and offered nothing (JOBS.md §6):
+// A draining worker is handed nothing and offered nothing (docs/protocol/jobs.md §6):
 // its RequestJob stays unanswered while another worker gets the job.
 func TestDrainingWorkerGetsNoJobs(t *testing.T) {
 	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
@@ -817,7 +817,7 @@ func TestDrainingWorkerGetsNoJobs(t *testing.T) {
 }
 
 // A project's deploy key reaches the worker that fetches it, in a
-// Credential right before the AssignJob (JOBS.md §5.2), and no other.
+// Credential right before the AssignJob (docs/protocol/jobs.md §5.2), and no other.
 func TestDeployKeyGoesWithTheFetch(t *testing.T) {
 	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
 	srv := server.New(e.db, server.Config{DialKey: e.secrets, Logger: slog.New(slog.DiscardHandler)})

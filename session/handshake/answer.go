@@ -3,7 +3,7 @@ package handshake
 import "gradient.dev/gradient/wire"
 
 // WildcardPeer in a worker's peers file answers every challenged peer that
-// has no explicit entry (WORKER.md: the peers file).
+// has no explicit entry (docs/protocol/worker.md: the peers file).
 const WildcardPeer = "*"
 
 // AnswerChallenge picks the tokens of an AuthResponse: for each challenged

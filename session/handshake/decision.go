@@ -29,7 +29,7 @@ func Reject(code uint16, reason string) Decision {
 	return Decision{Reject: &Rejection{Code: code, Reason: reason}}
 }
 
-// Fixed policy rejections of SESSION.md §4.2 and WIRE.md §9.3.
+// Fixed policy rejections of docs/protocol/session.md §4.2 and docs/protocol/wire.md §9.3.
 var (
 	NoValidTokens      = Rejection{401, "no valid peer tokens provided"}
 	UnknownWorker      = Rejection{403, "unknown worker"}

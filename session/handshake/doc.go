@@ -1,5 +1,5 @@
 // Package handshake is the pure handshake state machine of the worker
-// protocol (SESSION.md §4): no I/O, no clocks, no policy. A driver feeds it
+// protocol (docs/protocol/session.md §4): no I/O, no clocks, no policy. A driver feeds it
 // what arrived (Received, Lost) and what policy answered (Challenged,
 // Decided, Verified); every call returns the next Step: a message to send,
 // then what to do next (read, ask policy, done, fail).

@@ -104,7 +104,7 @@ func NewAuthority(server wire.GradientCapabilities) *Machine {
 }
 
 // CacheSessionCapabilities are what a cache session grants: serving the
-// cache, whatever the client offers (CACHE.md §8: "cache only").
+// cache, whatever the client offers (docs/protocol/cache.md §8: "cache only").
 var CacheSessionCapabilities = wire.GradientCapabilities{Cache: true}
 
 // NewCache is the server side of a cache session (/cache/{cache}/proto):

@@ -25,7 +25,7 @@ func (j *job) runBuilds(ctx context.Context, spec *wire.BuildJob) error {
 	return nil
 }
 
-// build runs one BuildSpec (WORKER.md §7.1).
+// build runs one BuildSpec (docs/protocol/worker.md §7.1).
 func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -110,7 +110,7 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	return err
 }
 
-// substitute runs a Substitute spec (WORKER.md §7.5): the outputs the
+// substitute runs a Substitute spec (docs/protocol/worker.md §7.5): the outputs the
 // cache lacks come from the substituters the local Nix is configured with
 // (never built, no inputs fetched), then go to the cache.
 func (j *job) substitute(ctx context.Context, spec wire.BuildSpec) error {
@@ -141,7 +141,7 @@ func (j *job) substitute(ctx context.Context, spec wire.BuildSpec) error {
 	return j.uploadOutputs(ctx, spec.BuildID, paths)
 }
 
-// prefetch makes the build's inputs valid locally (WORKER.md §7.3): the
+// prefetch makes the build's inputs valid locally (docs/protocol/worker.md §7.3): the
 // .drv's input sources and the outputs it uses of each input derivation.
 // What it pulled is reported as the build's Prefetch progress.
 func (j *job) prefetch(ctx context.Context, buildID string, drv *nix.Derivation) error {
@@ -234,7 +234,7 @@ func sortedValues(m map[string]string) []string {
 }
 
 // logForwarder sends a build's log as LogChunks of whole lines; the last
-// partial line goes out on Flush. Two token buckets (WORKER.md §7.2)
+// partial line goes out on Flush. Two token buckets (docs/protocol/worker.md §7.2)
 // bound what one build may send: a burst per minute and a sustained
 // amount per hour. When either runs dry the server gets one line saying
 // so and nothing more of this build's log; the build goes on.

@@ -1,6 +1,6 @@
 // Package nixexec runs Gradient jobs with Nix: the worker.Executor that
 // fetches flakes, evaluates them into derivations and builds those, moving
-// every path through the server's binary cache (WORKER.md §6, §7).
+// every path through the server's binary cache (docs/protocol/worker.md §6, §7).
 //
 // Nix sits behind the Store interface and the cache behind worker.Cache,
 // so the protocol logic is unit-tested without either; the integration
@@ -55,7 +55,7 @@ type Executor struct {
 	// worker read repositories on its disk.
 	AllowLocalRepositories bool
 	// GCRootsDir holds the GC root links pinning what running jobs need
-	// (WORKER.md: /nix/var/nix/gcroots/gradient); "" pins nothing.
+	// (docs/protocol/worker.md: /nix/var/nix/gcroots/gradient); "" pins nothing.
 	GCRootsDir string
 	// LogBurstPerMinute and LogSustainedPerHour bound the bytes of one
 	// build's log sent to the server (0: 8 MiB and 64 MiB; negative: no

@@ -17,12 +17,12 @@ import (
 const (
 	// evalBatch is how many derivations one EvalResult carries; each
 	// batch's .drv files and sources are uploaded before it is sent
-	// (WORKER.md §6.3).
+	// (docs/protocol/worker.md §6.3).
 	evalBatch = 50
 	// walkWave is how many .drv files are parsed per Nix call.
 	walkWave = 256
 	// evalBatchesAhead is how many batches may be uploading while an
-	// earlier one waits for its uploads to be reported (WORKER.md §6.3:
+	// earlier one waits for its uploads to be reported (docs/protocol/worker.md §6.3:
 	// walk and uploads run concurrently, EvalResults stay in walk order).
 	evalBatchesAhead = 8
 )
@@ -81,7 +81,7 @@ func (j *job) checkSource(src wire.FlakeSource) error {
 	return nil
 }
 
-// fetch is the FetchFlake step (WORKER.md §6.1): the source and its locked
+// fetch is the FetchFlake step (docs/protocol/worker.md §6.1): the source and its locked
 // inputs into the store, uploaded, then FetchResult.
 func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
 	if err := j.r.Update(&wire.JobUpdateFetching{}); err != nil {
@@ -137,7 +137,7 @@ func (j *job) localSource(ctx context.Context, src wire.FlakeSource) (string, er
 }
 
 // pullInputs brings a cached source's locked inputs from the cache, where
-// the job that fetched it put them (JOBS.md §8.1 FetchFlake): a worker
+// the job that fetched it put them (docs/protocol/jobs.md §8.1 FetchFlake): a worker
 // that may not fetch has no credentials for private inputs. Inputs the
 // cache lacks are left to Nix, which fetches them itself if it can.
 func (j *job) pullInputs(ctx context.Context, source string) {
@@ -158,7 +158,7 @@ func (j *job) pullInputs(ctx context.Context, source string) {
 	j.log.Info("flake inputs ready", "inputs", len(inputs), "pulled", pulled)
 }
 
-// evaluate is the EvaluateDerivations step (WORKER.md §6.2, §6.3).
+// evaluate is the EvaluateDerivations step (docs/protocol/worker.md §6.2, §6.3).
 func (j *job) evaluate(ctx context.Context, source string, wildcards []string) error {
 	if err := j.r.Update(&wire.JobUpdateEvaluatingDerivations{}); err != nil {
 		return err
@@ -354,7 +354,7 @@ func (w *walk) flush(final bool) error {
 }
 
 // discovered describes a parsed derivation as the server wants it
-// (WORKER.md §6.3).
+// (docs/protocol/worker.md §6.3).
 func discovered(attr string, d *nix.Derivation) wire.DiscoveredDerivation {
 	outputs := []wire.DerivationOutput{}
 	for name, path := range d.OutputPaths() {

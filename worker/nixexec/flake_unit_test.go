@@ -425,7 +425,7 @@ func TestUnitEvaluatePullsCachedSource(t *testing.T) {
 	}
 }
 
-// The DiscoveredDerivation fields come from the .drv (WORKER.md §6.3).
+// The DiscoveredDerivation fields come from the .drv (docs/protocol/worker.md §6.3).
 func TestUnitDiscoveredDerivationFields(t *testing.T) {
 	h := newHarness(t)
 	source := sp("flake-source")

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 )
 
-// GC roots (WORKER.md §7.7): while a job needs store paths it pulled,
+// GC roots (docs/protocol/worker.md §7.7): while a job needs store paths it pulled,
 // instantiated or built — until they are built with or uploaded — a
 // garbage collection on the build machine must not delete them. Each is
 // pinned by a symlink <GCRootsDir>/<job>-<name> (the GC treats every

@@ -7,7 +7,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// buildProgress reports one phase of a build's transfers (JOBS.md §9.2):
+// buildProgress reports one phase of a build's transfers (docs/protocol/jobs.md §9.2):
 // at most one BuildProgress a second while the counts change, and the
 // final counts at the end of the phase.
 type buildProgress struct {

@@ -21,14 +21,14 @@ import (
 
 const (
 	// uploadParallel is how many paths of one job upload at once
-	// (WORKER.md §5): from the request until UploadFinished is sent.
+	// (docs/protocol/worker.md §5): from the request until UploadFinished is sent.
 	uploadParallel = 4
 	// uploadPending is how many uploads of one job may be sent and wait
-	// for the server's commit (CACHE.md §4.3: the small-upload window),
+	// for the server's commit (docs/protocol/cache.md §4.3: the small-upload window),
 	// so the server commits many at once (their fsyncs share journal
 	// commits) instead of one per round trip.
 	uploadPending = 128
-	// pullRounds caps closure expansion (WORKER.md §7.3).
+	// pullRounds caps closure expansion (docs/protocol/worker.md §7.3).
 	pullRounds = 1024
 	storeDir   = "/nix/store/"
 )
@@ -51,7 +51,7 @@ func (j *job) uploadReporting(ctx context.Context, paths []string, progress *bui
 	start := time.Now()
 	missing := paths
 	if status, qerr := j.cache.Query(ctx, j.id, paths, wire.QueryPush); qerr == nil {
-		// On a failed query every path counts as uncached (WORKER.md §5).
+		// On a failed query every path counts as uncached (docs/protocol/worker.md §5).
 		cached := map[string]bool{}
 		for _, c := range status {
 			if c.Cached {
@@ -191,7 +191,7 @@ func (j *job) startUpload(ctx context.Context, info nix.PathInfo) (*worker.Pendi
 }
 
 // ensure makes paths and their runtime closures valid in the local store,
-// pulling what is missing from the server's cache (WORKER.md §7.3). The
+// pulling what is missing from the server's cache (docs/protocol/worker.md §7.3). The
 // closure is found first: each round asks the cache (a Pull query) for
 // the missing paths' metadata and adds their references that are missing
 // too. Then every path's NAR streams from the session into the daemon
@@ -286,7 +286,7 @@ func (j *job) ensureCounting(ctx context.Context, paths []string) (pulled int, c
 }
 
 // importParallel is how many pulled paths stream into the store at once
-// (CACHE.md §3.1: at most 8); each holds a daemon connection meanwhile.
+// (docs/protocol/cache.md §3.1: at most 8); each holds a daemon connection meanwhile.
 const importParallel = 4
 
 // pullRestarts is how often one path's import starts again after the

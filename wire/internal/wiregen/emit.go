@@ -25,7 +25,7 @@ func emit(m *Model) ([]byte, error) {
 	g.p("")
 	g.p(`import "reflect"`)
 	g.p("")
-	g.p("// The supported protocol range, computed from the annotations (WIRE.md §2.5).")
+	g.p("// The supported protocol range, computed from the annotations (docs/protocol/wire.md §2.5).")
 	g.p("const (")
 	g.p("\tOldestVersion uint16 = %d", oldest)
 	g.p("\tNewestVersion uint16 = %d", newest)

@@ -389,7 +389,7 @@ func (m *Model) typeOf(e ast.Expr) (*Type, error) {
 	return nil, fmt.Errorf("unsupported wire type %T", e)
 }
 
-// ---- OLDEST / NEWEST (WIRE.md §2.5) ----
+// ---- OLDEST / NEWEST (docs/protocol/wire.md §2.5) ----
 
 func floorAt(n, p int) int {
 	if n > p {

@@ -28,7 +28,7 @@ func source(enumOpts, extraVariants, types string) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// The range rules of WIRE.md §2.5, one annotation at a time.
+// The range rules of docs/protocol/wire.md §2.5, one annotation at a time.
 func TestProtoVersions(t *testing.T) {
 	cases := []struct {
 		name           string
