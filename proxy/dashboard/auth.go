@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"gradient.dev/gradient/internal/webui"
 	"net/http"
 	"net/url"
 	"strings"
@@ -113,47 +114,20 @@ func (d *Dashboard) member(page pageFunc) http.HandlerFunc {
 	}
 }
 
-// sameOrigin refuses a browser's cross-site POST: Origin (or Referer)
-// must name this host when present.
-func sameOrigin(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" || origin == "null" {
-		origin = r.Header.Get("Referer")
-	}
-	if origin == "" {
-		return true // not a browser, or one that sends neither
-	}
-	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
-}
-
-// safeNext keeps a redirect after login on this site.
-func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\t\r\n") {
-		return "/"
-	}
-	for _, c := range next {
-		if c < 0x20 || c == 0x7f {
-			return "/"
-		}
-	}
-	return next
-}
-
 type loginData struct {
 	Next  string
 	Error string
 }
 
 func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
-	d.render(w, http.StatusOK, "login", d.viewerOf(r), loginData{Next: safeNext(r.URL.Query().Get("next"))})
+	d.render(w, http.StatusOK, "login", d.viewerOf(r), loginData{Next: webui.SafeNext(r.URL.Query().Get("next"))})
 }
 
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	next := safeNext(r.PostFormValue("next"))
+	next := webui.SafeNext(r.PostFormValue("next"))
 	token := strings.TrimSpace(r.PostFormValue("token"))
-	if !sameOrigin(r) {
+	if !webui.SameOrigin(r) {
 		d.fail(w, r, viewer{}, http.StatusForbidden, "Log in from the dashboard's own page.")
 		return
 	}
@@ -184,7 +158,7 @@ func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	v := d.viewerOf(r)
 	if v.LoggedIn {
-		if !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(v.CSRF)) != 1 {
+		if !webui.SameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(v.CSRF)) != 1 {
 			d.fail(w, r, v, http.StatusForbidden, "This form expired: reload the page and try again.")
 			return
 		}

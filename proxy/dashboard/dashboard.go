@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/internal/authgate"
+	"gradient.dev/gradient/internal/webui"
 	"gradient.dev/gradient/proxy/admin"
 )
 
@@ -100,12 +101,5 @@ func (d *Dashboard) Handler() http.Handler {
 // scripts at all (an injected <script> would not run even if escaping
 // failed), no framing, no sniffing.
 func securityHeaders(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "same-origin")
-		next.ServeHTTP(w, r)
-	})
+	return webui.SecurityHeaders("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'", next)
 }
