@@ -3,7 +3,6 @@ package dashboard_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,38 +12,10 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"gradient.dev/gradient/internal/waitfor"
+	"gradient.dev/gradient/internal/webui/webuitest"
 	"gradient.dev/gradient/proxy/admin/admintest"
 	"gradient.dev/gradient/proxy/proxystore"
 )
-
-// chromium finds the browser: skipped without it, except in CI, where
-// .ci/run installs it and its absence fails the test.
-func chromium(t *testing.T) string {
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed: .ci/run must install it")
-	}
-	t.Skip("chromium is not installed (.ci/run installs Debian's chromium)")
-	return ""
-}
-
-// artifacts is where screenshots go: $GRADIENT_TEST_ARTIFACTS, else a
-// temporary directory.
-func artifacts(t *testing.T) string {
-	dir := os.Getenv("GRADIENT_TEST_ARTIFACTS")
-	if dir == "" {
-		return t.TempDir()
-	}
-	dir = filepath.Join(dir, t.Name())
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 type proxyBrowser struct {
 	t     *testing.T
@@ -58,25 +29,15 @@ type proxyBrowser struct {
 // token shows failing with the server's reason, and ok once set right; a
 // booted VM appears on the VM page with the chart.
 func TestProxyDashboardInBrowser(t *testing.T) {
-	browser := chromium(t)
+	browser := webuitest.Chromium(t)
 	dir := t.TempDir()
 	p := admintest.Start(t, dir, admintest.Options{})
 	ten := admintest.TenantServer(t, dir)
 	peer, token, _ := strings.Cut(ten.Peers, ":")
-
-	alloc, cancel := chromedp.NewExecAllocator(t.Context(),
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
-	defer cancel()
-	browserCtx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	if err := chromedp.Do(browserCtx); err != nil { // starts the browser
-		t.Fatal(err)
-	}
+	browserCtx := webuitest.Start(t, browser, 1280, 900)
 	ctx, cancel := context.WithTimeout(browserCtx, 4*time.Minute)
 	defer cancel()
-	w := &proxyBrowser{t: t, ctx: ctx, base: p.URL, shots: artifacts(t)}
+	w := &proxyBrowser{t: t, ctx: ctx, base: p.URL, shots: webuitest.Artifacts(t)}
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
 	go func() {
 		for ev, err := range dialogs {
