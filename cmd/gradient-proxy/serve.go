@@ -17,6 +17,7 @@ import (
 	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/proxy/admin"
+	"gradient.dev/gradient/proxy/dashboard"
 	"gradient.dev/gradient/proxy/downstream"
 	"gradient.dev/gradient/proxy/hetzner"
 	"gradient.dev/gradient/proxy/hub"
@@ -134,9 +135,13 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	if opts.AuthFailures > 0 {
 		gate = authgate.New(limit.NewFailures(opts.AuthFailures, time.Minute, nil), log)
 	}
-	admin.New(admin.Config{Store: store, AdminTokenHash: adminHash, Gate: gate, ObserveTokenCheck: tokenChecks.Checked,
+	api := admin.New(admin.Config{Store: store, AdminTokenHash: adminHash, Gate: gate, ObserveTokenCheck: tokenChecks.Checked,
 		Downstream: leg, Upstream: sup, AllowLinkLocalLinks: opts.AllowLinkLocalLinks,
-		TenantDeleted: hubs.Remove, Logger: log}).Mount(mux)
+		TenantDeleted: hubs.Remove, Logger: log})
+	api.Mount(mux)
+	// The dashboard at /: the admin API's views, behind a login with the
+	// admin token counted by the same gate.
+	mux.Handle("/", dashboard.New(dashboard.Config{API: api, Gate: gate, Logger: log}).Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{registry, sup}, promhttp.HandlerOpts{}))
 	// Header, body and keep-alive timeouts (/proto sessions keep their own
 	// heartbeat), and room made near the open-file limit so /healthz and
@@ -170,7 +175,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		"upstream_capabilities", capabilityList(opts.UpstreamCapabilities),
 		"hetzner", reconciler != nil, "hetzner_endpoint", opts.Hetzner.Endpoint,
 		"http_header_timeout", opts.HTTP.Header.String(), "http_body_timeout", opts.HTTP.Body.String(), "http_idle_timeout", opts.HTTP.Idle.String(),
-		"serves", "/proto /api/v1 /healthz /metrics", "forwards", "jobs and cache traffic per tenant")
+		"serves", "/proto /api/v1 /healthz /metrics, the dashboard at /", "forwards", "jobs and cache traffic per tenant")
 	if ready != nil {
 		ready(ln.Addr())
 	}

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -192,6 +194,27 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	}
 	if status, body := adminGet("/api/v1/tenants/secret-customer/link", adminToken); status != http.StatusOK || strings.Contains(body, token) {
 		t.Fatalf("/api/v1/tenants/secret-customer/link: %d, or it holds the token: %s", status, body)
+	}
+	// The dashboard at /: a login with the admin token, then the
+	// tenant's link ok and its worker live, never the upstream token.
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	dresp, err := browser.PostForm(base+"/login", url.Values{"token": {adminToken}, "next": {"/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(dresp.Body)
+	dresp.Body.Close()
+	if dresp.StatusCode != http.StatusOK || !strings.Contains(string(page), `data-tenant="secret-customer" data-state="ok"`) || strings.Contains(string(page), token) {
+		t.Fatalf("dashboard's tenants page: %d\n%s", dresp.StatusCode, page)
+	}
+	if dresp, err = browser.Get(base + "/workers"); err != nil {
+		t.Fatal(err)
+	}
+	page, _ = io.ReadAll(dresp.Body)
+	dresp.Body.Close()
+	if !strings.Contains(string(page), `data-worker="`+downstreamWorker.ID+`" data-live="true"`) {
+		t.Fatalf("dashboard's workers page:\n%s", page)
 	}
 	if m := metrics(); m["go_goroutines"] == nil || m["process_cpu_seconds_total"] == nil {
 		t.Fatal("/metrics lacks the runtime and process series")

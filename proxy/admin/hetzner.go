@@ -122,42 +122,10 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	ref := r.PathValue("tenant")
-	vms, err := a.store.VMUsagesBetween(r.Context(), ref, from, to)
+	out, err := a.Usage(r.Context(), r.PathValue("tenant"), from, to)
 	if err != nil {
 		a.fail(w, r, err)
 		return
-	}
-	name := ref
-	if t, err := a.store.Tenant(r.Context(), ref); err == nil {
-		name = t.Name
-	} else if !errors.Is(err, sqldb.ErrNotFound) {
-		a.fail(w, r, err)
-		return
-	} else if len(vms) == 0 {
-		a.fail(w, r, err) // neither a tenant nor a bill
-		return
-	}
-	out := usageView{Tenant: name, From: from, To: to, VMs: vms}
-	now := time.Now()
-	for _, v := range vms {
-		out.BilledUnits += v.BilledUnits
-		start, end := v.CreatedAt, now
-		if v.DeletedAt != nil {
-			end = *v.DeletedAt
-		}
-		if !from.IsZero() && start.Before(from) {
-			start = from
-		}
-		if !to.IsZero() && end.After(to) {
-			end = to
-		}
-		if end.After(start) {
-			out.UptimeSeconds += int64(end.Sub(start) / time.Second)
-		}
-	}
-	if out.VMs == nil {
-		out.VMs = []proxystore.VMUsage{}
 	}
 	jsonapi.Write(w, http.StatusOK, out)
 }

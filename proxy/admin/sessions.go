@@ -17,30 +17,10 @@ type sessionsView struct {
 }
 
 func (a *API) sessions(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	out := sessionsView{Upstream: a.cfg.Upstream.Statuses(), Downstream: []downstreamSession{}}
-	for i := range out.Upstream {
-		if out.Upstream[i].Peers == nil {
-			out.Upstream[i].Peers = []string{}
-		}
-	}
-	tenants, err := a.store.Tenants(ctx)
+	out, err := a.Sessions(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
 		return
-	}
-	for _, t := range tenants {
-		workers, err := a.store.Workers(ctx, t.ID)
-		if err != nil {
-			a.fail(w, r, err)
-			return
-		}
-		for _, wk := range workers {
-			if st := a.cfg.Downstream.WorkerStatus(wk.ID); st.Live {
-				out.Downstream = append(out.Downstream, downstreamSession{WorkerID: wk.ID, Name: wk.Name, Tenant: t.Name,
-					ConnectedAt: st.ConnectedAt, Capabilities: st.Capabilities, Draining: st.Draining})
-			}
-		}
 	}
 	jsonapi.Write(w, http.StatusOK, out)
 }

@@ -37,6 +37,8 @@ type workerView struct {
 	Draining      bool      `json:"draining"`
 	OfflineReason string    `json:"offline_reason,omitempty"`
 	OfflineSince  time.Time `json:"offline_since,omitzero"`
+	// HoldsJob: the live worker holds a job the proxy forwarded to it.
+	HoldsJob bool `json:"holds_job"`
 }
 
 // downstreamSession is one live session of the proxy's own workers.
@@ -131,19 +133,10 @@ func (a *API) listWorkers(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := []workerView{}
-	for _, t := range tenants {
-		workers, err := a.store.Workers(ctx, t.ID)
-		if err != nil {
-			a.fail(w, r, err)
-			return
-		}
-		for _, wk := range workers {
-			st := a.cfg.Downstream.WorkerStatus(wk.ID)
-			out = append(out, workerView{ID: wk.ID, Name: wk.Name, Tenant: t.Name, TenantID: t.ID,
-				Capabilities: capabilityNames(wk.Allowed), CreatedAt: wk.CreatedAt, Live: st.Live, ConnectedAt: st.ConnectedAt,
-				Negotiated: st.Capabilities, Draining: st.Draining, OfflineReason: st.OfflineReason, OfflineSince: st.OfflineSince})
-		}
+	out, err := a.Workers(ctx, tenants)
+	if err != nil {
+		a.fail(w, r, err)
+		return
 	}
 	jsonapi.Write(w, http.StatusOK, out)
 }

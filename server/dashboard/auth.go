@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 
+	"gradient.dev/gradient/internal/webui"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 )
@@ -87,7 +88,7 @@ func (d *Dashboard) action(do pageFunc) http.HandlerFunc {
 			d.fail(w, r, v, http.StatusUnauthorized, "Log in to do this.")
 			return
 		}
-		if !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(v.CSRF)) != 1 {
+		if !webui.SameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(v.CSRF)) != 1 {
 			d.fail(w, r, v, http.StatusForbidden, "This form expired or came from another site: reload the page and try again.")
 			return
 		}
@@ -99,27 +100,13 @@ func (d *Dashboard) action(do pageFunc) http.HandlerFunc {
 	}
 }
 
-// sameOrigin refuses a browser's cross-site POST: Origin (or Referer)
-// must name this host when present.
-func sameOrigin(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" || origin == "null" {
-		origin = r.Header.Get("Referer")
-	}
-	if origin == "" {
-		return true // not a browser, or one that sends neither
-	}
-	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
-}
-
 func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
 	v, err := d.viewerOf(r)
 	if err != nil {
 		d.internalError(w, r, v, err)
 		return
 	}
-	d.render(w, r, http.StatusOK, "login", v, loginData{Next: safeNext(r.URL.Query().Get("next"))})
+	d.render(w, r, http.StatusOK, "login", v, loginData{Next: webui.SafeNext(r.URL.Query().Get("next"))})
 }
 
 type loginData struct {
@@ -127,24 +114,11 @@ type loginData struct {
 	Error string
 }
 
-// safeNext keeps a redirect after login on this site.
-func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\t\r\n") {
-		return "/"
-	}
-	for _, c := range next {
-		if c < 0x20 || c == 0x7f {
-			return "/"
-		}
-	}
-	return next
-}
-
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	next := safeNext(r.PostFormValue("next"))
+	next := webui.SafeNext(r.PostFormValue("next"))
 	token := strings.TrimSpace(r.PostFormValue("token"))
-	if !sameOrigin(r) {
+	if !webui.SameOrigin(r) {
 		d.fail(w, r, viewer{}, http.StatusForbidden, "Log in from the dashboard's own page.")
 		return
 	}
@@ -188,7 +162,7 @@ func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v.LoggedIn {
-		if !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(v.CSRF)) != 1 {
+		if !webui.SameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(v.CSRF)) != 1 {
 			d.fail(w, r, v, http.StatusForbidden, "This form expired: reload the page and try again.")
 			return
 		}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/internal/waitfor"
+	"gradient.dev/gradient/internal/webui/webuitest"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/server"
@@ -52,35 +52,6 @@ const browserFlake = `{
 
 const adminToken = "dashboard-browser-test-admin-token-0123"
 
-// chromium finds the browser: skipped without it, except in CI, where
-// .ci/run installs it and its absence fails the test.
-func chromium(t *testing.T) string {
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed: .ci/run must install it")
-	}
-	t.Skip("chromium is not installed (.ci/run installs Debian's chromium)")
-	return ""
-}
-
-// artifacts is where screenshots go: $GRADIENT_TEST_ARTIFACTS, else a
-// temporary directory.
-func artifacts(t *testing.T) string {
-	dir := os.Getenv("GRADIENT_TEST_ARTIFACTS")
-	if dir == "" {
-		return t.TempDir()
-	}
-	dir = filepath.Join(dir, t.Name())
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 type browserWorld struct {
 	t        *testing.T
 	db       *storage.DB
@@ -97,9 +68,9 @@ type browserWorld struct {
 }
 
 func TestDashboardInBrowser(t *testing.T) {
-	browser := chromium(t)
+	browser := webuitest.Chromium(t)
 	nixtest.Require(t, "nix", "nix-store", "git")
-	w := &browserWorld{t: t, marker: t.TempDir(), shots: artifacts(t)}
+	w := &browserWorld{t: t, marker: t.TempDir(), shots: webuitest.Artifacts(t)}
 	w.db = testworld.Open(t, t.TempDir())
 	reg := metrics.NewRegistry()
 	sched := scheduler.New(w.db, scheduler.Config{Metrics: reg, Logger: slog.New(slog.DiscardHandler), Tick: 200 * time.Millisecond})
@@ -122,16 +93,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	alloc, cancel := chromedp.NewExecAllocator(t.Context(),
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1000))
-	defer cancel()
-	browserCtx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	if err := chromedp.Do(browserCtx); err != nil { // starts the browser
-		t.Fatal(err)
-	}
+	browserCtx := webuitest.Start(t, browser, 1280, 1000)
 	ctx, cancel := context.WithTimeout(browserCtx, 8*time.Minute)
 	defer cancel()
 	w.ctx = ctx

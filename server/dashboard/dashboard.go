@@ -18,6 +18,7 @@ import (
 
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/authgate"
+	"gradient.dev/gradient/internal/webui"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 )
@@ -121,12 +122,5 @@ func (d *Dashboard) Handler() http.Handler {
 // injected <script> would not run even if escaping failed), no framing,
 // no sniffing.
 func securityHeaders(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "same-origin")
-		next.ServeHTTP(w, r)
-	})
+	return webui.SecurityHeaders("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'", next)
 }

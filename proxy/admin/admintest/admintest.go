@@ -1,6 +1,6 @@
 // Package admintest runs, for tests, a federation proxy on loopback the
-// way gradient-proxy wires it: a real store, both legs and the admin API
-// on one HTTP server (/api/v1, /proto), and a tenant's real Gradient
+// way gradient-proxy wires it: a real store, both legs, the admin API and
+// the dashboard on one HTTP server (/api/v1, /proto, /), and a tenant's real Gradient
 // server that registered a worker ID for the proxy.
 package admintest
 
@@ -18,6 +18,7 @@ import (
 	"gradient.dev/gradient/internal/authgate"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/proxy/admin"
+	"gradient.dev/gradient/proxy/dashboard"
 	"gradient.dev/gradient/proxy/downstream"
 	"gradient.dev/gradient/proxy/proxystore"
 	"gradient.dev/gradient/proxy/upstream"
@@ -92,7 +93,9 @@ func Start(tb testing.TB, dbURL string, opts Options) *Proxy {
 		gate = authgate.New(limit.NewFailures(opts.AuthFailuresPerMinute, time.Minute, nil), log)
 	}
 	mux := http.NewServeMux()
-	admin.New(admin.Config{Store: p.Store, AdminTokenHash: hash, Gate: gate, Downstream: p.Leg, Upstream: sup, Logger: log}).Mount(mux)
+	api := admin.New(admin.Config{Store: p.Store, AdminTokenHash: hash, Gate: gate, Downstream: p.Leg, Upstream: sup, Logger: log})
+	api.Mount(mux)
+	mux.Handle("/", dashboard.New(dashboard.Config{API: api, Gate: gate, Logger: log}).Handler())
 	mux.Handle("GET /proto", p.Leg.Authority().ProtoHandler())
 	hs := httptest.NewServer(mux)
 	p.URL = hs.URL
