@@ -56,7 +56,7 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
-	"ref": evaluatedRef,
+	"ref":  evaluatedRef,
 	"join": strings.Join,
 	"deref32": func(p *float32) string {
 		if p == nil {
