@@ -13,6 +13,7 @@ import (
 
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/gitsource"
+	"gradient.dev/gradient/internal/termsafe"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 )
@@ -479,11 +480,11 @@ func (d *Dashboard) build(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "build", v, data)
 }
 
-// sanitizeLog is TerminalSafe line by line.
+// sanitizeLog is termsafe.Strip line by line.
 func sanitizeLog(log []byte) string {
 	lines := strings.Split(string(log), "\n")
 	for i, l := range lines {
-		lines[i] = TerminalSafe(l)
+		lines[i] = termsafe.Strip(l)
 	}
 	return strings.Join(lines, "\n")
 }
