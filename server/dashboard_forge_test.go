@@ -54,6 +54,12 @@ func TestDashboardPullRequestApproval(t *testing.T) {
 	if _, err := db.CreateEvaluation(ctx, in); err != nil {
 		t.Fatal(err)
 	}
+	// A forge's branch name reaches the page without its bidirectional overrides.
+	in = p.EvaluationAt(strings.Repeat("d", 40))
+	in.Source, in.PRNumber, in.TargetBranch = storage.SourcePR, 13, "rel\u202eease"
+	if _, err := db.CreateEvaluation(ctx, in); err != nil {
+		t.Fatal(err)
+	}
 	evalPage, approve := "/evaluations/"+pr.ID, "/evaluations/"+pr.ID+"/approve"
 	approveForm := `action="` + approve + `"`
 
@@ -68,6 +74,7 @@ func TestDashboardPullRequestApproval(t *testing.T) {
 	for _, want := range []string{
 		`<td class="ref">PR #12 → main</td><td class="source">PR</td>`,
 		`<td class="ref">trunk</td><td class="source">push</td>`,
+		`<td class="ref">PR #13 → release</td>`,
 		`>waiting for approval</span>`,
 	} {
 		if !strings.Contains(body, want) {

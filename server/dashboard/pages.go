@@ -74,11 +74,13 @@ var funcs = template.FuncMap{
 }
 
 // evaluatedRef is what an evaluation evaluated: "PR #12 → main" for a
-// pull request, else the project's branch.
+// pull request (the target branch came from a forge's webhook: its
+// control and bidirectional characters are removed), else the project's
+// branch.
 func evaluatedRef(e admin.EvaluationView, branch string) string {
 	switch {
 	case e.PRNumber > 0 && e.TargetBranch != "":
-		return fmt.Sprintf("PR #%d → %s", e.PRNumber, e.TargetBranch)
+		return fmt.Sprintf("PR #%d → %s", e.PRNumber, termsafe.Strip(e.TargetBranch))
 	case e.PRNumber > 0:
 		return fmt.Sprintf("PR #%d", e.PRNumber)
 	}
