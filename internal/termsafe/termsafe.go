@@ -16,6 +16,10 @@
 //   - Bytes that are not UTF-8 (among them 8-bit C1 such as 0x9b, which
 //     some terminals read as CSI): `\xNN`.
 //   - ESC [ digits/;/: m (SGR, colour and weight) is kept as is.
+//
+// Strip is the other mode, for text shown outside a terminal (the web
+// dashboard's pages): every escape sequence and control character is
+// removed instead, SGR included.
 package termsafe
 
 import (

@@ -85,6 +85,16 @@ func (d *Dashboard) restartFailed(w http.ResponseWriter, r *http.Request, v view
 	http.Redirect(w, r, "/evaluations/"+url.PathEscape(id), http.StatusSeeOther)
 }
 
+func (d *Dashboard) approveEvaluation(w http.ResponseWriter, r *http.Request, v viewer) {
+	id := r.PathValue("id")
+	status, msg := d.callAPI(r, "POST", "/api/v1/evaluations/"+url.PathEscape(id)+"/approve", nil, nil)
+	if msg != "" {
+		d.fail(w, r, v, status, "The evaluation was not approved: "+msg)
+		return
+	}
+	http.Redirect(w, r, "/evaluations/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
 // recorder keeps an in-process answer of the admin API.
 type recorder struct {
 	header http.Header

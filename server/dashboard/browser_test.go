@@ -189,6 +189,32 @@ func TestDashboardInBrowser(t *testing.T) {
 	w.reloadUntil(`document.getElementById('evaluation-status').textContent === 'succeeded'`, "the restarted evaluation succeeds")
 	w.shot("evaluation-restarted")
 
+	// A pull request's evaluation waits until approved on its page.
+	in := w.project.EvaluationAt(w.commit)
+	in.Wildcards = []string{"packages.x86_64-linux.flaky"}
+	in.Source, in.PRNumber, in.TargetBranch, in.AwaitApproval = storage.SourcePR, 3, "master", true
+	pr, err := w.db.CreateEvaluation(t.Context(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.do(chromedp.Navigate(w.base + "/evaluations/" + pr.ID))
+	w.waitText("#evaluation-status", "waiting for approval")
+	w.waitText("#evaluation-ref", "PR #3 → master")
+	w.shot("evaluation-waiting")
+	w.do(chromedp.Click(chromedp.CSS("#approve-evaluation")))
+	w.until("the approved evaluation's page", func() bool {
+		if msg := w.eval(`document.getElementById('error-message') ? 1 : 0`); msg != 0 {
+			t.Fatalf("approving failed: %s", w.text("#error-message"))
+		}
+		s := w.text("#evaluation-status")
+		if s == "" || s == "waiting for approval" {
+			time.Sleep(100 * time.Millisecond)
+			return false
+		}
+		return true
+	})
+	w.reloadUntil(`document.getElementById('evaluation-status').textContent === 'succeeded'`, "the approved evaluation succeeds")
+
 	// Cancel a running evaluation.
 	w.setWildcards("packages.x86_64-linux.forever")
 	evalURL = w.startEvaluation()

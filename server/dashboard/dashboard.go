@@ -111,6 +111,7 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("POST /projects/{project}/evaluations", d.action(d.startEvaluation))
 	mux.HandleFunc("POST /evaluations/{id}/cancel", d.action(d.cancelEvaluation))
 	mux.HandleFunc("POST /evaluations/{id}/restart-failed", d.action(d.restartFailed))
+	mux.HandleFunc("POST /evaluations/{id}/approve", d.action(d.approveEvaluation))
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, viewer{}, http.StatusNotFound, "No such page.")

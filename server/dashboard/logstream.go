@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"gradient.dev/gradient/internal/termsafe"
 	"gradient.dev/gradient/storage"
 )
 
@@ -209,7 +210,7 @@ func (h *logHub) serveStream(w http.ResponseWriter, r *http.Request, buildID str
 				offset += int64(len(data))
 				data = nil
 			}
-			ev = appendEvent(ev, offset, TerminalSafe(string(line)))
+			ev = appendEvent(ev, offset, termsafe.Strip(string(line)))
 		}
 		offset = to
 		if over {

@@ -13,6 +13,7 @@ import (
 
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/gitsource"
+	"gradient.dev/gradient/internal/termsafe"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 )
@@ -48,6 +49,15 @@ var funcs = template.FuncMap{
 	"statusClass": func(s string) string {
 		return "st-" + strings.ReplaceAll(s, " ", "-")
 	},
+	// statusText shows a status in words ("waiting for approval").
+	"statusText": func(s string) string { return strings.ReplaceAll(s, "_", " ") },
+	"sourceText": func(s string) string {
+		if s == string(storage.SourcePR) {
+			return "PR"
+		}
+		return s
+	},
+	"ref":  evaluatedRef,
 	"join": strings.Join,
 	"deref32": func(p *float32) string {
 		if p == nil {
@@ -61,6 +71,20 @@ var funcs = template.FuncMap{
 		}
 		return humanBytes(int64(*p) << 20)
 	},
+}
+
+// evaluatedRef is what an evaluation evaluated: "PR #12 → main" for a
+// pull request (the target branch came from a forge's webhook: its
+// control and bidirectional characters are removed), else the project's
+// branch.
+func evaluatedRef(e admin.EvaluationView, branch string) string {
+	switch {
+	case e.PRNumber > 0 && e.TargetBranch != "":
+		return fmt.Sprintf("PR #%d → %s", e.PRNumber, termsafe.Strip(e.TargetBranch))
+	case e.PRNumber > 0:
+		return fmt.Sprintf("PR #%d", e.PRNumber)
+	}
+	return branch
 }
 
 func humanBytes(n int64) string {
@@ -299,6 +323,7 @@ type statusCount struct {
 
 type evaluationData struct {
 	admin.EvaluationView
+	Branch      string // the project's, shown for a branch's evaluation
 	Counts      []statusCount
 	Total       int
 	Failed      int
@@ -307,6 +332,7 @@ type evaluationData struct {
 	Next        string // query of the next page, "" on the last
 	First       bool
 	Cancellable bool
+	Waiting     bool // for approval
 }
 
 func (d *Dashboard) evaluation(w http.ResponseWriter, r *http.Request) {
@@ -349,15 +375,15 @@ func (d *Dashboard) evaluation(w http.ResponseWriter, r *http.Request) {
 		d.internalError(w, r, v, err)
 		return
 	}
-	project := ""
+	project, branch := "", ""
 	if p, err := d.db.Project(ctx, e.ProjectID); err == nil {
-		project = p.Name
+		project, branch = p.Name, p.Branch
 		if t, err := d.db.Team(ctx, p.TeamID); err == nil {
 			project = t.Name + "/" + p.Name
 		}
 	}
-	data := evaluationData{EvaluationView: admin.EvaluationOf(e, project), Filter: filter, First: cursor.IsZero(),
-		Failed: counts[storage.BuildFailed], Cancellable: !e.Status.Terminal()}
+	data := evaluationData{EvaluationView: admin.EvaluationOf(e, project), Branch: branch, Filter: filter, First: cursor.IsZero(),
+		Failed: counts[storage.BuildFailed], Cancellable: !e.Status.Terminal(), Waiting: e.Status == storage.EvaluationWaiting}
 	for _, s := range storage.BuildPageOrder {
 		data.Total += counts[s]
 		if counts[s] > 0 {
@@ -456,11 +482,11 @@ func (d *Dashboard) build(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "build", v, data)
 }
 
-// sanitizeLog is TerminalSafe line by line.
+// sanitizeLog is termsafe.Strip line by line.
 func sanitizeLog(log []byte) string {
 	lines := strings.Split(string(log), "\n")
 	for i, l := range lines {
-		lines[i] = TerminalSafe(l)
+		lines[i] = termsafe.Strip(l)
 	}
 	return strings.Join(lines, "\n")
 }

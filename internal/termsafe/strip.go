@@ -1,19 +1,19 @@
-package dashboard
+package termsafe
 
 import (
 	"strings"
 	"unicode/utf8"
 )
 
-// TerminalSafe makes a log line safe to show: build logs come from
-// whatever the build ran and may carry terminal escape sequences (colour,
-// cursor movement, window titles, OSC 8 links, OSC 52 clipboard writes)
-// and other control characters. Every escape sequence is removed whole
-// (ESC with its CSI parameters, OSC/DCS/APC/PM/SOS strings up to their
-// terminator, the 8-bit C1 forms too), as are control characters other
-// than tab; invalid UTF-8 becomes U+FFFD. HTML is left to html/template
-// and to textContent in the browser.
-func TerminalSafe(s string) string {
+// Strip is the strip mode, for a line shown somewhere other than a
+// terminal (the dashboard's HTML): where String shows a sequence
+// visibly, Strip removes it whole (ESC with its CSI parameters, SGR
+// colour included; OSC/DCS/APC/PM/SOS strings up to their terminator;
+// the 8-bit C1 forms too), as well as every other control character but
+// tab, the bidirectional controls and the line separators U+2028 and
+// U+2029; invalid UTF-8 becomes U+FFFD. HTML is left to the caller's
+// escaping (html/template, textContent).
+func Strip(s string) string {
 	if isPlain(s) {
 		return s
 	}
@@ -36,8 +36,8 @@ func TerminalSafe(s string) string {
 			i += size
 		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
 			i += size // other C0 and C1 controls, DEL
-		case r == 0x2028 || r == 0x2029 || r == 0x202e || r == 0x2066 || r == 0x2067 || r == 0x2068 || r == 0x202a || r == 0x202b || r == 0x202c || r == 0x202d || r == 0x2069:
-			i += size // line separators and bidirectional overrides
+		case isHiddenControl(r) || r == 0x2028 || r == 0x2029:
+			i += size // bidirectional controls and line separators
 		default:
 			b.WriteString(s[i : i+size])
 			i += size

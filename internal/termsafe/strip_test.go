@@ -1,4 +1,4 @@
-package dashboard
+package termsafe
 
 import (
 	"strings"
@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 )
 
-func TestTerminalSafe(t *testing.T) {
+func TestStrip(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"plain line", "plain line"},
 		{"\x1b[31mred\x1b[0m text", "red text"},
@@ -18,22 +18,23 @@ func TestTerminalSafe(t *testing.T) {
 		{"bell\x07 back\bspace\r", "bell backspace"},
 		{"\u009b31mc1\u009dtitle\u009cdone", "c1done"},
 		{"bidi \u202eevil", "bidi evil"},
+		{"\u2066isolated\u2069 line\u2028sep", "isolated linesep"},
 		{"<script>alert(1)</script>", "<script>alert(1)</script>"}, // HTML is the template's
 		{"bad \xff utf8", "bad \uFFFD utf8"},
 		{"trailing escape \x1b", "trailing escape "},
 		{"\x1bPdevice control\x1b\\x", "x"},
 		{"\x1b(Bcharset", "charset"},
 	} {
-		if got := TerminalSafe(c.in); got != c.want {
-			t.Errorf("TerminalSafe(%q) = %q, want %q", c.in, got, c.want)
+		if got := Strip(c.in); got != c.want {
+			t.Errorf("Strip(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }
 
-func FuzzTerminalSafe(f *testing.F) {
+func FuzzStrip(f *testing.F) {
 	f.Add("\x1b[31mred\x1b]0;t\x07\u009b1m")
 	f.Fuzz(func(t *testing.T, s string) {
-		got := TerminalSafe(s)
+		got := Strip(s)
 		if !utf8.ValidString(got) {
 			t.Fatalf("invalid UTF-8 out of %q", s)
 		}
