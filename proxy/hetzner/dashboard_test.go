@@ -1,15 +1,23 @@
 package hetzner
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/chromedp/chromedp"
+
+	"gradient.dev/gradient/internal/waitfor"
+	"gradient.dev/gradient/internal/webui/webuitest"
 	"gradient.dev/gradient/proxy/admin"
 	"gradient.dev/gradient/proxy/dashboard"
 	"gradient.dev/gradient/proxy/upstream"
@@ -19,7 +27,7 @@ import (
 
 // A VM the reconciler boots through the Hetzner fake shows on the proxy
 // dashboard's VM page, running, with the server the cloud named, once its
-// worker connected.
+// worker connected; in a real browser too.
 func TestDashboardShowsBootedVM(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, sqldbtest.SQLiteURL(t))
@@ -69,5 +77,39 @@ func TestDashboardShowsBootedVM(t *testing.T) {
 	}
 	if connected := rows[0].ConnectedAt.UTC().Format("2006-01-02 15:04:05"); !strings.Contains(body, connected) {
 		t.Fatalf("the VM page lacks its connection time %s:\n%s", connected, body)
+	}
+
+	// The same VM in a real browser, after logging in through the form.
+	ctx, cancel := context.WithTimeout(webuitest.Start(t, webuitest.Chromium(t), 1280, 900), 2*time.Minute)
+	defer cancel()
+	row := `tr.vm-row[data-server="` + s.Name + `"][data-outcome="running"]`
+	present := func(sel string) bool {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('`+sel+`') !== null`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(hs.URL+"/login?next="+url.QueryEscape("/vms?from=2026-11-30&to=2026-12-02"))); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Within(t, time.Minute, "the login form", func() bool { return present("#token") })
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#login-submit"))); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Within(t, time.Minute, "the booted VM's row in the browser", func() bool { return present(row) })
+	text, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(row)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "#"+strconv.FormatInt(s.ID, 10)) || !strings.Contains(text, "fsn1") {
+		t.Fatalf("the browser's VM row reads %q, want the server #%d in fsn1", text, s.ID)
+	}
+	if err := os.WriteFile(filepath.Join(webuitest.Artifacts(t), "vms.png"), png, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
