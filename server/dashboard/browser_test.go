@@ -19,7 +19,6 @@ import (
 
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/internal/testworld"
-	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/internal/webui/webuitest"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/nix"
@@ -53,15 +52,15 @@ const browserFlake = `{
 const adminToken = "dashboard-browser-test-admin-token-0123"
 
 type browserWorld struct {
-	t        *testing.T
-	db       *storage.DB
-	base     string
-	wsURL    string
-	project  storage.Project
-	private  storage.Project
-	commit   string
-	marker   string
-	ctx      context.Context
+	t       *testing.T
+	db      *storage.DB
+	base    string
+	wsURL   string
+	project storage.Project
+	private storage.Project
+	commit  string
+	marker  string
+	*webuitest.Page
 	shots    string
 	alerts   atomic.Int32
 	workerID string
@@ -96,7 +95,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	browserCtx := webuitest.Start(t, browser, 1280, 1000)
 	ctx, cancel := context.WithTimeout(browserCtx, 8*time.Minute)
 	defer cancel()
-	w.ctx = ctx
+	w.Page = &webuitest.Page{T: t, Ctx: ctx, Shots: w.shots, Wait: 3 * time.Minute}
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
 	go func() {
 		for ev, err := range dialogs {
@@ -110,31 +109,31 @@ func TestDashboardInBrowser(t *testing.T) {
 	}()
 
 	// Log in with the admin token.
-	w.do(chromedp.Navigate(w.base + "/"))
-	w.waitText("#login-submit", "Log in")
-	w.do(chromedp.SendKeys(chromedp.CSS("#token"), adminToken), chromedp.Click(chromedp.CSS("#login-submit")))
-	w.waitText("h1", "Overview")
-	w.shot("overview")
+	w.Do(chromedp.Navigate(w.base + "/"))
+	w.WaitText("#login-submit", "Log in")
+	w.Do(chromedp.SendKeys(chromedp.CSS("#token"), adminToken), chromedp.Click(chromedp.CSS("#login-submit")))
+	w.WaitText("h1", "Overview")
+	w.Shot("overview")
 
 	// A worker comes live on the workers page.
 	w.startWorker()
-	w.do(chromedp.Navigate(w.base + "/workers"))
-	w.reloadUntil(`document.querySelector('tr.worker-row[data-live="true"]') !== null`, "the worker shows live")
-	w.shot("workers")
+	w.Do(chromedp.Navigate(w.base + "/workers"))
+	w.ReloadUntil(`document.querySelector('tr.worker-row[data-live="true"]') !== null`, "the worker shows live")
+	w.Shot("workers")
 
 	// Start an evaluation of the slow build; its log lines appear while it runs.
 	w.setWildcards("packages.x86_64-linux.slow", "packages.x86_64-linux.xss")
 	evalURL := w.startEvaluation()
 	slow := w.buildID(evalURL, "packages.x86_64-linux.slow", storage.BuildBuilding)
-	w.do(chromedp.Navigate(w.base + "/builds/" + slow))
+	w.Do(chromedp.Navigate(w.base + "/builds/" + slow))
 	// A stream that stays silent for 5 s while lines are due every second
 	// is logged and the page loaded again: the test asks that lines
 	// stream in while the build runs, on a fresh page if need be (a
 	// silent stream was seen once under heavy load; its cause is open).
 	first, progress := -1, time.Now()
-	w.until("a line streamed while the build runs", func() bool {
-		n := w.eval(`(document.getElementById('log').textContent.match(/tick \d+/g) || []).length`)
-		switch status := w.text("#build-status"); status {
+	w.Until("a line streamed while the build runs", func() bool {
+		n := w.Eval(`(document.getElementById('log').textContent.match(/tick \d+/g) || []).length`)
+		switch status := w.Text("#build-status"); status {
 		case "building", "queued", "": // queued: a retry after a transient failure
 		default:
 			t.Fatalf("the build ended (%s) before the page saw its lines stream", status)
@@ -149,57 +148,57 @@ func TestDashboardInBrowser(t *testing.T) {
 			b, err := w.db.Build(t.Context(), slow)
 			stored, _ := w.db.BuildLog(t.Context(), slow)
 			t.Logf("no line streamed for 5 s (page shows %d ticks; stored: status %v, %d bytes, error %v): loading the page again", n, b.Status, len(stored), err)
-			w.do(chromedp.Navigate(w.base + "/builds/" + slow))
+			w.Do(chromedp.Navigate(w.base + "/builds/" + slow))
 			first, progress = -1, time.Now()
 			return false
 		}
 		time.Sleep(200 * time.Millisecond)
 		return false
 	})
-	w.shot("build-live")
+	w.Shot("build-live")
 	// Streamed to the end: the page holds the stored log, each line once.
-	w.waitText("#log-live", "The build ended: succeeded")
+	w.WaitText("#log-live", "The build ended: succeeded")
 	stored, err := w.db.BuildLog(t.Context(), slow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := w.text("#log"); strings.TrimRight(got, "\n") != strings.TrimRight(string(stored), "\n") {
+	if got := w.Text("#log"); strings.TrimRight(got, "\n") != strings.TrimRight(string(stored), "\n") {
 		t.Fatalf("streamed log differs from the stored one:\n%q\nstored:\n%q", got, stored)
 	}
-	w.do(chromedp.Navigate(w.base + "/builds/" + slow)) // what #reload does, waiting for the load
-	w.waitText("#build-status", "succeeded")
-	log := w.text("#log")
+	w.Do(chromedp.Navigate(w.base + "/builds/" + slow)) // what #reload does, waiting for the load
+	w.WaitText("#build-status", "succeeded")
+	log := w.Text("#log")
 	for i := 1; i <= 20; i++ {
 		if !strings.Contains(log, fmt.Sprintf("tick %d\n", i)) {
 			t.Fatalf("line %d missing from the final log:\n%s", i, log)
 		}
 	}
-	w.shot("build-done")
+	w.Shot("build-done")
 
 	// The log with HTML and escape sequences is shown as inert text.
 	xss := w.buildID(evalURL, "packages.x86_64-linux.xss", storage.BuildSucceeded)
-	w.do(chromedp.Navigate(w.base + "/builds/" + xss))
-	w.waitText("#log", "<script>alert(1)</script>")
-	log = w.text("#log")
+	w.Do(chromedp.Navigate(w.base + "/builds/" + xss))
+	w.WaitText("#log", "<script>alert(1)</script>")
+	log = w.Text("#log")
 	if strings.ContainsRune(log, 0x1b) || !strings.Contains(log, "plain red end") {
 		t.Fatalf("escape sequences not neutralised: %q", log)
 	}
-	if n := w.eval(`document.querySelectorAll('#log *').length`); n != 0 || w.alerts.Load() != 0 {
+	if n := w.Eval(`document.querySelectorAll('#log *').length`); n != 0 || w.alerts.Load() != 0 {
 		t.Fatalf("the log made elements (%d) or dialogs (%d)", n, w.alerts.Load())
 	}
-	w.shot("build-xss")
+	w.Shot("build-xss")
 
 	// A failed build restarted from the evaluation page succeeds.
 	w.setWildcards("packages.x86_64-linux.flaky")
 	w.startEvaluation()
-	w.reloadUntil(`document.getElementById('evaluation-status').textContent === 'failed'`, "the flaky evaluation fails")
-	w.shot("evaluation-failed")
+	w.ReloadUntil(`document.getElementById('evaluation-status').textContent === 'failed'`, "the flaky evaluation fails")
+	w.Shot("evaluation-failed")
 	if err := os.WriteFile(filepath.Join(w.marker, "ok"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w.do(chromedp.Click(chromedp.CSS("#restart-failed")))
-	w.reloadUntil(`document.getElementById('evaluation-status').textContent === 'succeeded'`, "the restarted evaluation succeeds")
-	w.shot("evaluation-restarted")
+	w.Do(chromedp.Click(chromedp.CSS("#restart-failed")))
+	w.ReloadUntil(`document.getElementById('evaluation-status').textContent === 'succeeded'`, "the restarted evaluation succeeds")
+	w.Shot("evaluation-restarted")
 
 	// A pull request's evaluation waits until approved on its page.
 	in := w.project.EvaluationAt(w.commit)
@@ -209,132 +208,45 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.do(chromedp.Navigate(w.base + "/evaluations/" + pr.ID))
-	w.waitText("#evaluation-status", "waiting for approval")
-	w.waitText("#evaluation-ref", "PR #3 → master")
-	w.shot("evaluation-waiting")
-	w.do(chromedp.Click(chromedp.CSS("#approve-evaluation")))
-	w.until("the approved evaluation's page", func() bool {
-		if msg := w.eval(`document.getElementById('error-message') ? 1 : 0`); msg != 0 {
-			t.Fatalf("approving failed: %s", w.text("#error-message"))
+	w.Do(chromedp.Navigate(w.base + "/evaluations/" + pr.ID))
+	w.WaitText("#evaluation-status", "waiting for approval")
+	w.WaitText("#evaluation-ref", "PR #3 → master")
+	w.Shot("evaluation-waiting")
+	w.Do(chromedp.Click(chromedp.CSS("#approve-evaluation")))
+	w.Until("the approved evaluation's page", func() bool {
+		if msg := w.Eval(`document.getElementById('error-message') ? 1 : 0`); msg != 0 {
+			t.Fatalf("approving failed: %s", w.Text("#error-message"))
 		}
-		s := w.text("#evaluation-status")
+		s := w.Text("#evaluation-status")
 		if s == "" || s == "waiting for approval" {
 			time.Sleep(100 * time.Millisecond)
 			return false
 		}
 		return true
 	})
-	w.reloadUntil(`document.getElementById('evaluation-status').textContent === 'succeeded'`, "the approved evaluation succeeds")
+	w.ReloadUntil(`document.getElementById('evaluation-status').textContent === 'succeeded'`, "the approved evaluation succeeds")
 
 	// Cancel a running evaluation.
 	w.setWildcards("packages.x86_64-linux.forever")
 	evalURL = w.startEvaluation()
 	w.buildID(evalURL, "packages.x86_64-linux.forever", storage.BuildBuilding)
-	w.do(chromedp.Navigate(evalURL), chromedp.Click(chromedp.CSS("#cancel-evaluation")))
-	w.waitText("#evaluation-status", "cancelled")
-	w.shot("evaluation-cancelled")
+	w.Do(chromedp.Navigate(evalURL), chromedp.Click(chromedp.CSS("#cancel-evaluation")))
+	w.WaitText("#evaluation-status", "cancelled")
+	w.Shot("evaluation-cancelled")
 
 	// Logged out: the public project's pages are readable, the private one's not.
 	w.api("PUT", "/api/v1/projects/"+w.project.ID+"/public")
-	w.do(chromedp.Navigate(w.base+"/"), chromedp.Click(chromedp.CSS("#logout")))
-	w.waitText("h1", "Log in")
-	w.do(chromedp.Navigate(evalURL))
-	w.waitText("#evaluation-status", "cancelled")
-	w.do(chromedp.Navigate(w.base + "/builds/" + xss))
-	w.waitText("#log", "<script>alert(1)</script>")
-	w.shot("public-logged-out")
-	w.do(chromedp.Navigate(w.base + "/projects/" + w.private.ID))
-	w.waitText("#error-message", "Not found")
-	w.do(chromedp.Navigate(w.base + "/workers"))
-	w.waitText("h1", "Log in")
-}
-
-func (w *browserWorld) do(actions ...chromedp.Action[chromedp.Void]) {
-	w.t.Helper()
-	if err := chromedp.Do(w.ctx, actions...); err != nil {
-		w.t.Fatal(err)
-	}
-}
-
-// text is the element's text; "" while the page is being replaced (a
-// reload, the log page's own reload at the build's end) and the node
-// went away under the query.
-func (w *browserWorld) text(sel string) string {
-	w.t.Helper()
-	s, err := chromedp.Run(w.ctx, chromedp.TextContent(chromedp.CSS(sel)))
-	if err != nil {
-		if w.ctx.Err() != nil {
-			w.t.Fatal(err)
-		}
-		w.t.Logf("reading %s: %v (retried)", sel, err)
-		return ""
-	}
-	return s
-}
-
-func (w *browserWorld) eval(expr string) int {
-	w.t.Helper()
-	n, err := chromedp.Run(w.ctx, chromedp.Evaluate[int](expr))
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return n
-}
-
-// until polls cond (which drives the browser) without a timed assertion.
-func (w *browserWorld) until(what string, cond func() bool) {
-	w.t.Helper()
-	waitfor.Within(w.t, 3*time.Minute, what, cond)
-}
-
-// waitText waits for the element's text to contain want.
-func (w *browserWorld) waitText(sel, want string) {
-	w.t.Helper()
-	w.until(sel+" shows "+want, func() bool {
-		if strings.Contains(w.text(sel), want) {
-			return true
-		}
-		time.Sleep(100 * time.Millisecond)
-		return false
-	})
-}
-
-// reloadUntil reloads the page until the expression is true.
-func (w *browserWorld) reloadUntil(expr, what string) {
-	w.t.Helper()
-	w.until(what, func() bool {
-		ok, err := chromedp.Run(w.ctx, chromedp.Evaluate[bool](expr))
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		if !ok {
-			time.Sleep(300 * time.Millisecond)
-			w.do(chromedp.Reload())
-		}
-		return ok
-	})
-}
-
-func (w *browserWorld) shot(name string) {
-	w.t.Helper()
-	var img []byte
-	// A page still being laid out has no size yet: try again.
-	w.until("a screenshot of "+name, func() bool {
-		var err error
-		img, err = chromedp.Run(w.ctx, chromedp.FullScreenshot(80))
-		if err != nil {
-			if w.ctx.Err() != nil {
-				w.t.Fatal(err)
-			}
-			time.Sleep(100 * time.Millisecond)
-			return false
-		}
-		return true
-	})
-	if err := os.WriteFile(filepath.Join(w.shots, name+".jpg"), img, 0o644); err != nil {
-		w.t.Fatal(err)
-	}
+	w.Do(chromedp.Navigate(w.base+"/"), chromedp.Click(chromedp.CSS("#logout")))
+	w.WaitText("h1", "Log in")
+	w.Do(chromedp.Navigate(evalURL))
+	w.WaitText("#evaluation-status", "cancelled")
+	w.Do(chromedp.Navigate(w.base + "/builds/" + xss))
+	w.WaitText("#log", "<script>alert(1)</script>")
+	w.Shot("public-logged-out")
+	w.Do(chromedp.Navigate(w.base + "/projects/" + w.private.ID))
+	w.WaitText("#error-message", "Not found")
+	w.Do(chromedp.Navigate(w.base + "/workers"))
+	w.WaitText("h1", "Log in")
 }
 
 func (w *browserWorld) startWorker() {
@@ -367,11 +279,11 @@ func (w *browserWorld) setWildcards(patterns ...string) {
 // evaluation page's URL.
 func (w *browserWorld) startEvaluation() string {
 	w.t.Helper()
-	w.do(chromedp.Navigate(w.base+"/projects/"+w.project.ID),
+	w.Do(chromedp.Navigate(w.base+"/projects/"+w.project.ID),
 		chromedp.SendKeys(chromedp.CSS(`input[name="commit"]`), w.commit),
 		chromedp.Click(chromedp.CSS("#start-evaluation")))
-	w.waitText("h1", "Evaluation")
-	url, err := chromedp.Run(w.ctx, chromedp.Location())
+	w.WaitText("h1", "Evaluation")
+	url, err := chromedp.Run(w.Ctx, chromedp.Location())
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -384,7 +296,7 @@ func (w *browserWorld) buildID(evalURL, attr string, status storage.BuildStatus)
 	w.t.Helper()
 	evalID := evalURL[strings.LastIndex(evalURL, "/")+1:]
 	var id string
-	w.until(attr+" "+string(status), func() bool {
+	w.Until(attr+" "+string(status), func() bool {
 		builds, err := w.db.EvaluationBuilds(w.t.Context(), evalID)
 		if err != nil {
 			w.t.Fatal(err)
