@@ -3,6 +3,7 @@ package forgehook_test
 import (
 	"net/http"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -119,5 +120,63 @@ func TestStatusesRetriedAfterForgeErrors(t *testing.T) {
 	}
 	if v := w.metricValue("gradient_server_forge_status_failures_total", "reason", "retryable"); v != 2 {
 		t.Fatalf("retryable failures %v, want 2", v)
+	}
+}
+
+// A pull request's new head cancels the evaluation of the old one while
+// its build runs on a real worker, and closing the pull request cancels
+// the new head's: both builds end cancelled, not built, and the forge
+// shows the old head's status as ended.
+func TestPullRequestNewHeadCancelsARunningEvaluation(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, forge.GitHub, worldOptions{trust: "all"})
+	w.startWorker()
+	slowFlake := func(seconds int) string {
+		return `{
+  outputs = { self }: {
+    packages.x86_64-linux.slow = builtins.derivation {
+      name = "slow"; system = "x86_64-linux"; builder = "/bin/sh";
+      args = [ "-c" "echo started; /bin/sleep ` + strconv.Itoa(seconds) + `; echo > $out" ];
+    };
+  };
+}
+`
+	}
+	building := func(evalID string) func() bool {
+		return func() bool {
+			builds, err := w.db.EvaluationBuilds(t.Context(), evalID)
+			return err == nil && len(builds) == 1 && builds[0].Status == storage.BuildBuilding
+		}
+	}
+	a := w.pullRequestHead(9, "flake.nix", slowFlake(300))
+	w.deliver(forgetest.PRDelivery(forge.GitHub, w.secret, w.forge.Repository, 9, forge.PROpened, a, "master", true))
+	first := w.evaluations()
+	if len(first) != 1 {
+		t.Fatalf("evaluations %+v", first)
+	}
+	waitfor.Within(t, 3*time.Minute, "the first head's build runs on the worker", building(first[0].ID))
+
+	b := w.pullRequestHead(9, "flake.nix", slowFlake(301))
+	w.deliver(forgetest.PRDelivery(forge.GitHub, w.secret, w.forge.Repository, 9, forge.PRSynchronized, b, "master", true))
+	evals := w.evaluations()
+	if len(evals) != 2 || evals[0].Commit != a || evals[0].Status != storage.EvaluationCancelled || evals[1].Commit != b {
+		t.Fatalf("evaluations %+v: want the first head's cancelled and the new head's", evals)
+	}
+	builds, err := w.db.EvaluationBuilds(t.Context(), evals[0].ID)
+	if err != nil || len(builds) != 1 || builds[0].Status != storage.BuildCancelled {
+		t.Fatalf("the first head's builds %+v (%v): want its running build cancelled", builds, err)
+	}
+	if got := w.finalState(a); got[len(got)-1].State == "success" {
+		t.Fatalf("the first head's statuses %v", statesOf(got))
+	}
+
+	waitfor.Within(t, 3*time.Minute, "the new head's build runs on the worker", building(evals[1].ID))
+	w.deliver(forgetest.PRDelivery(forge.GitHub, w.secret, w.forge.Repository, 9, forge.PRClosed, b, "master", true))
+	if e := w.evaluations()[1]; e.Status != storage.EvaluationCancelled {
+		t.Fatalf("after the pull request closed: %+v", e)
+	}
+	builds, err = w.db.EvaluationBuilds(t.Context(), evals[1].ID)
+	if err != nil || len(builds) != 1 || builds[0].Status != storage.BuildCancelled {
+		t.Fatalf("the new head's builds %+v (%v): want its running build cancelled", builds, err)
 	}
 }
