@@ -65,34 +65,20 @@ func (d *Dashboard) startEvaluation(w http.ResponseWriter, r *http.Request, v vi
 	http.Redirect(w, r, "/evaluations/"+ev.ID, http.StatusSeeOther)
 }
 
-func (d *Dashboard) cancelEvaluation(w http.ResponseWriter, r *http.Request, v viewer) {
-	id := r.PathValue("id")
-	status, msg := d.callAPI(r, "POST", "/api/v1/evaluations/"+url.PathEscape(id)+"/cancel", nil, nil)
-	if msg != "" {
-		d.fail(w, r, v, status, "The evaluation was not cancelled: "+msg)
-		return
+// evaluationAction is an action on an evaluation that the admin API
+// does at POST /api/v1/evaluations/{id}/<verb>; the page of the
+// evaluation follows, or failed (e.g. "was not cancelled") with the
+// API's reason.
+func (d *Dashboard) evaluationAction(verb, failed string) func(http.ResponseWriter, *http.Request, viewer) {
+	return func(w http.ResponseWriter, r *http.Request, v viewer) {
+		id := r.PathValue("id")
+		status, msg := d.callAPI(r, "POST", "/api/v1/evaluations/"+url.PathEscape(id)+"/"+verb, nil, nil)
+		if msg != "" {
+			d.fail(w, r, v, status, failed+": "+msg)
+			return
+		}
+		http.Redirect(w, r, "/evaluations/"+url.PathEscape(id), http.StatusSeeOther)
 	}
-	http.Redirect(w, r, "/evaluations/"+url.PathEscape(id), http.StatusSeeOther)
-}
-
-func (d *Dashboard) restartFailed(w http.ResponseWriter, r *http.Request, v viewer) {
-	id := r.PathValue("id")
-	status, msg := d.callAPI(r, "POST", "/api/v1/evaluations/"+url.PathEscape(id)+"/restart-failed", nil, nil)
-	if msg != "" {
-		d.fail(w, r, v, status, "The failed builds were not restarted: "+msg)
-		return
-	}
-	http.Redirect(w, r, "/evaluations/"+url.PathEscape(id), http.StatusSeeOther)
-}
-
-func (d *Dashboard) approveEvaluation(w http.ResponseWriter, r *http.Request, v viewer) {
-	id := r.PathValue("id")
-	status, msg := d.callAPI(r, "POST", "/api/v1/evaluations/"+url.PathEscape(id)+"/approve", nil, nil)
-	if msg != "" {
-		d.fail(w, r, v, status, "The evaluation was not approved: "+msg)
-		return
-	}
-	http.Redirect(w, r, "/evaluations/"+url.PathEscape(id), http.StatusSeeOther)
 }
 
 // recorder keeps an in-process answer of the admin API.

@@ -109,9 +109,9 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /builds/{id}/log/stream", d.buildLogStream)
 
 	mux.HandleFunc("POST /projects/{project}/evaluations", d.action(d.startEvaluation))
-	mux.HandleFunc("POST /evaluations/{id}/cancel", d.action(d.cancelEvaluation))
-	mux.HandleFunc("POST /evaluations/{id}/restart-failed", d.action(d.restartFailed))
-	mux.HandleFunc("POST /evaluations/{id}/approve", d.action(d.approveEvaluation))
+	mux.HandleFunc("POST /evaluations/{id}/cancel", d.action(d.evaluationAction("cancel", "The evaluation was not cancelled")))
+	mux.HandleFunc("POST /evaluations/{id}/restart-failed", d.action(d.evaluationAction("restart-failed", "The failed builds were not restarted")))
+	mux.HandleFunc("POST /evaluations/{id}/approve", d.action(d.evaluationAction("approve", "The evaluation was not approved")))
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, viewer{}, http.StatusNotFound, "No such page.")
