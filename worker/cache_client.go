@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -96,6 +98,27 @@ type CacheClient struct {
 	// (its reader fell behind; the rest is asked for again). It must not
 	// block.
 	Overflowed func()
+
+	// HTTPClient makes presigned transfers (nil: a client that refuses
+	// link-local and metadata addresses and bounds redirects; a
+	// replacement should do the same).
+	HTTPClient *http.Client
+	// PresignedIdleTimeout retries a presigned request whose bytes
+	// stopped moving for this long (0 means PresignedIdleTimeout).
+	PresignedIdleTimeout time.Duration
+	// PresignedRetryDelay is the first wait before a presigned request
+	// is tried again, doubling up to 8 s (0 means 250 ms).
+	PresignedRetryDelay time.Duration
+	// Presigned, when set, is told of each presigned request's end: op
+	// "put" or "get", outcome "ok", "retry", "resume" or "failed". It
+	// must not block.
+	Presigned func(op, outcome string)
+	// PresignedMoved, when set, counts the NAR bytes of presigned
+	// transfers as they pass (Moved counts only the session's). It must
+	// not block.
+	PresignedMoved func(download bool, n int)
+	// Log gets the presigned transfers' retries and fallbacks (nil: none).
+	Log *slog.Logger
 
 	queryPrefix string
 	querySeq    atomic.Uint64
@@ -526,6 +549,27 @@ func (c *CacheClient) sendAttempt(ctx context.Context, jobID, storePath string, 
 		return nil, "", nil
 	case *wire.GrantPassthrough:
 		from = t.ResumeOffset
+	case *wire.GrantPut, *wire.PresignedMultipart:
+		meta, done, err := c.presignedUpload(ctx, t, p, a.ch)
+		switch {
+		case done != nil:
+			return outcome(done)
+		case err != nil && ctx.Err() != nil:
+			return nil, "", ctx.Err()
+		case err != nil:
+			// docs/protocol/cache.md §4.4: give the grant back and ask again;
+			// the server may grant another URL or the session stream.
+			c.log().Warn("presigned upload failed; cancelling it and asking again", "path", storePath, "error", err)
+			open = false
+			if err := c.send(&wire.UploadCancel{RequestID: id}); err != nil {
+				return nil, "", err
+			}
+			return nil, err.Error(), nil
+		}
+		if err := c.send(&wire.UploadFinished{RequestID: id, Metadata: meta}); err != nil {
+			return nil, "", err
+		}
+		return a, "", nil
 	default:
 		return nil, "", fmt.Errorf("unsupported upload grant %T", grant.Target)
 	}

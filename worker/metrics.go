@@ -20,6 +20,8 @@ type workerMetrics struct {
 	narSeconds      *prometheus.HistogramVec
 	narSizes        *prometheus.HistogramVec
 	pullOverflows   prometheus.Counter
+	presigned       *prometheus.CounterVec // by op and outcome
+	presignedBytes  *prometheus.CounterVec // by direction
 }
 
 // jobBuckets span an evaluation answered from Nix's cache (a fraction of
@@ -74,6 +76,14 @@ func newWorkerMetrics(r prometheus.Registerer, w *Worker) (*workerMetrics, error
 			Name: "gradient_worker_nar_pull_overflows_total",
 			Help: "Times a NAR pull's buffer overflowed because the import into the store fell behind; each asks the server for the rest of the object again.",
 		}),
+		presigned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_worker_presigned_requests_total",
+			Help: "Presigned transfers' HTTP requests to the object store by op (put, get) and outcome (ok, retry, resume, failed; a failed one falls back to the session).",
+		}, []string{"op", "outcome"}),
+		presignedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_worker_presigned_bytes_total",
+			Help: "Compressed NAR bytes moved straight between the worker and the object store over presigned URLs.",
+		}, []string{"direction"}),
 	}
 	connected := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gradient_worker_connected", Help: "Sessions with a server established now.",
@@ -83,7 +93,7 @@ func newWorkerMetrics(r prometheus.Registerer, w *Worker) (*workerMetrics, error
 		return float64(len(w.live))
 	})
 	collectors := []prometheus.Collector{m.sessions, m.connectFailures, m.jobsRunning, m.jobsFinished, m.jobSeconds, m.jobDuration,
-		m.narBytes, m.narSeconds, m.narSizes, m.pullOverflows, connected}
+		m.narBytes, m.narSeconds, m.narSizes, m.pullOverflows, m.presigned, m.presignedBytes, connected}
 	for i, c := range collectors {
 		if err := r.Register(c); err != nil {
 			for _, registered := range collectors[:i] {
@@ -115,6 +125,16 @@ func (m *workerMetrics) narTransferred(download bool, bytes uint64, elapsed time
 
 // narPullOverflowed is the cache client's Overflowed hook.
 func (m *workerMetrics) narPullOverflowed() { m.pullOverflows.Inc() }
+
+// presignedRequest is the cache client's Presigned hook.
+func (m *workerMetrics) presignedRequest(op, outcome string) {
+	m.presigned.WithLabelValues(op, outcome).Inc()
+}
+
+// presignedMoved is the cache client's PresignedMoved hook.
+func (m *workerMetrics) presignedMoved(download bool, n int) {
+	m.presignedBytes.WithLabelValues(direction(download)).Add(float64(n))
+}
 
 func direction(download bool) string {
 	if download {

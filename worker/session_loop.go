@@ -61,6 +61,7 @@ func newLiveSession(w *Worker, sess *session.WorkerSession, auth *session.Worker
 	cache.Moved = w.m.narMoved
 	cache.Transferred = w.m.narTransferred
 	cache.Overflowed = w.m.narPullOverflowed
+	cache.Presigned, cache.PresignedMoved, cache.Log = w.m.presignedRequest, w.m.presignedMoved, w.log
 	return &liveSession{w: w, sess: sess, auth: auth, jobs: map[string]*runningJob{}, cache: cache, scoring: make(chan scoreTask, 256),
 		log: w.log.With("session_version", sess.Version())}
 }

@@ -243,6 +243,9 @@ func (j *job) ensureCounting(ctx context.Context, paths []string) (pulled int, c
 		for _, p := range want {
 			e := byPath[p]
 			item := pullItem{NarImport: nix.NarImport{StorePath: p, NarHash: *e.NarHash}, fileHash: e.FileHash, fileSize: e.FileSize}
+			if e.URL != nil && *e.URL != "" {
+				item.url = *e.URL
+			}
 			if e.NarSize != nil {
 				item.NarSize = int64(*e.NarSize)
 			}
@@ -299,6 +302,7 @@ type pullItem struct {
 	nix.NarImport
 	fileHash *string
 	fileSize *uint64
+	url      string // presigned GET of the object, "" for none
 }
 
 // pullAll streams items into the store, each after the items it
@@ -365,22 +369,50 @@ func (j *job) pullAll(ctx context.Context, items []pullItem) error {
 }
 
 // pullOne streams one path from the cache into the store, unless it
-// became valid meanwhile (another job of this worker pulled it).
+// became valid meanwhile (another job of this worker pulled it). A path
+// the cache answered with a presigned url is downloaded from there
+// first; when that fails in any way (the URL refused or expired, the
+// store unreachable after its retries, bytes that do not match), the
+// import starts again over the session (docs/protocol/cache.md §3.4), which
+// has the last word on whether the object is good.
 func (j *job) pullOne(ctx context.Context, it pullItem) error {
-	for attempt := 0; ; attempt++ {
+	opener, _ := j.cache.(worker.URLOpener)
+	viaURL := it.url != "" && opener != nil
+	for attempt := 0; ; {
 		if valid, err := j.e.Nix.ValidPaths(ctx, it.StorePath); err != nil {
 			return worker.Fail(wire.FailureTransient, fmt.Errorf("checking the local store: %w", err))
 		} else if len(valid) == 1 {
 			return nil
 		}
-		nar, err := j.cache.OpenNar(ctx, j.id, it.StorePath)
-		if err != nil {
-			return classifyPull(ctx, it.StorePath, err)
+		var (
+			nar io.ReadCloser
+			err error
+		)
+		if viaURL {
+			if nar, err = opener.OpenURL(ctx, it.url, it.fileSize); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				j.log.Warn("presigned download failed; pulling over the session", "path", it.StorePath, "error", err)
+				viaURL = false
+			}
+		}
+		if nar == nil {
+			if nar, err = j.cache.OpenNar(ctx, j.id, it.StorePath); err != nil {
+				return classifyPull(ctx, it.StorePath, err)
+			}
 		}
 		obj := &objectCheck{r: nar, path: it.StorePath, h: sha256.New(), want: it.fileHash, size: it.fileSize}
 		err = j.e.Nix.ImportNAR(ctx, it.NarImport, obj)
 		nar.Close()
-		if errors.Is(err, worker.ErrPullRestarted) && attempt < pullRestarts {
+		var untrusted *nix.UntrustedPathError
+		if viaURL && err != nil && ctx.Err() == nil && !errors.As(err, &untrusted) {
+			j.log.Warn("presigned download failed; pulling over the session", "path", it.StorePath, "error", err)
+			viaURL = false
+			continue
+		}
+		attempt++
+		if errors.Is(err, worker.ErrPullRestarted) && attempt <= pullRestarts {
 			j.log.Info("the cache restarted a NAR stream; importing again", "path", it.StorePath)
 			continue
 		}
