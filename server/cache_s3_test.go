@@ -295,3 +295,44 @@ func TestS3PresignedUploadFailures(t *testing.T) {
 		notRecorded(path)
 	})
 }
+
+// Nix follows the HTTP cache's redirect to the S3 store and checks the
+// signatures: a real `nix copy` of a closure pushed into an S3-backed cache.
+func TestNixCopiesFromS3ThroughRedirect(t *testing.T) {
+	srv := s3test.Start(t)
+	nars, err := s3store.Open(t.Context(), s3store.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Region: srv.Region,
+		PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, StagingDir: t.TempDir()}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newCacheEnv(t, Config{NarStore: nars})
+	src := newNixStore(t)
+	hello, greet := buildAndPush(t, e, src, "main")
+	cacheURL := e.url + "/cache/main"
+	dst := newNixStore(t, "require-sigs = true", "trusted-public-keys = "+e.cache.PublicKey())
+	dst.must("nix", "copy", "--from", cacheURL, "--to", dst.root, greet.Path)
+	if got := dst.contents(hello.Path); got != "hello\n" {
+		t.Fatalf("copied hello holds %q", got)
+	}
+	// The bytes came from the store, not through the server.
+	hash, _ := storage.StorePathHash(hello.Path)
+	_, narinfo := httpGet(t, cacheURL+"/"+hash+".narinfo")
+	var narURL string
+	for line := range strings.Lines(string(narinfo)) {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(line), "URL: "); ok {
+			narURL = u
+		}
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(cacheURL + "/" + narURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusFound || !strings.HasPrefix(loc, srv.Endpoint) {
+		t.Fatalf("NAR request answered %d, Location %q", resp.StatusCode, loc)
+	}
+	if keys, _ := nars.Keys(t.Context()); len(keys) != 2 {
+		t.Fatalf("the store holds %d objects, want hello's and greet's", len(keys))
+	}
+}
