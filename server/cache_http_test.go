@@ -44,7 +44,7 @@ func newCacheEnv(t testing.TB, cfg Config) *cacheEnv {
 // newCacheEnvOn is newCacheEnv on a given database, which it closes.
 func newCacheEnvOn(t testing.TB, db *storage.DB, cfg Config) *cacheEnv {
 	t.Helper()
-	tt, _ := t.(*testing.T) // nil in benchmarks, which never use it
+	tt, _ := t.(*testing.T)  // nil in benchmarks, which never use it
 	if cfg.NarStore == nil { // a test may bring its own (S3)
 		store, err := narstore.OpenLocal(t.TempDir(), nil)
 		if err != nil {
