@@ -44,15 +44,17 @@ func newCacheEnv(t testing.TB, cfg Config) *cacheEnv {
 // newCacheEnvOn is newCacheEnv on a given database, which it closes.
 func newCacheEnvOn(t testing.TB, db *storage.DB, cfg Config) *cacheEnv {
 	t.Helper()
-	tt, _ := t.(*testing.T) // nil in benchmarks, which never use it
-	store, err := narstore.OpenLocal(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
+	tt, _ := t.(*testing.T)  // nil in benchmarks, which never use it
+	if cfg.NarStore == nil { // a test may bring its own (S3)
+		store, err := narstore.OpenLocal(t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.NarStore = store
 	}
 	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.AdminTokenHash = sha256Hex(testAdminToken)
-	cfg.NarStore = store
 	srv := New(db, cfg)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {

@@ -32,11 +32,15 @@ type cacheProtoEnv struct {
 
 func newCacheProtoEnv(t testing.TB, db *storage.DB, cfg Config) *cacheProtoEnv {
 	t.Helper()
-	store, err := narstore.OpenLocal(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
+	// A test that brings its own store (S3) gets a nil store field.
+	var store *narstore.Local
+	if cfg.NarStore == nil {
+		var err error
+		if store, err = narstore.OpenLocal(t.TempDir(), nil); err != nil {
+			t.Fatal(err)
+		}
+		cfg.NarStore = store
 	}
-	cfg.NarStore = store
 	jobs := &testJobs{jobs: map[string]testJob{}}
 	if cfg.Jobs == nil {
 		cfg.Jobs = jobs

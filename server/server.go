@@ -83,6 +83,9 @@ type Config struct {
 	// NarStore holds the caches' compressed NARs. Nil serves narinfos
 	// but answers 503 for NAR downloads and uploads.
 	NarStore narstore.Store
+	// NarPresign tunes presigned transfers when NarStore presigns (an S3
+	// store): redirect or stream, multipart threshold, Pull URLs.
+	NarPresign cache.PresignOptions
 	// DisableAnonymousCache requires a cache API key on every read-only
 	// cache session, public caches included
 	// (proto.anonymousCache.enable = false).
@@ -232,6 +235,7 @@ func New(db *storage.DB, cfg Config) *Server {
 		AnonymousCacheSessionsPerIP: cfg.AnonymousCacheSessionsPerIP,
 		CacheSessionIdleTimeout:     cfg.CacheSessionIdleTimeout,
 		NarinfoHook:                 cfg.narinfoHook,
+		Presign:                     cfg.NarPresign,
 	})
 	s.deployKeys = deploykeys.New(db, cfg.DialKey)
 	s.startForges()

@@ -15,6 +15,7 @@ import (
 
 	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
+	"gradient.dev/gradient/narstore/s3store"
 	"gradient.dev/gradient/server/scheduler"
 )
 
@@ -23,14 +24,22 @@ var errUsage = servicecli.ErrUsage
 
 // options is the server's configuration after flags and environment.
 type options struct {
-	Listen           string
-	Database         string
-	AdminToken       string // plaintext; hashed at start-up and then dropped
-	DialKeyFile      string
-	NarDir           string // empty: the SQLite data directory, or ./gradient-data
-	HeartbeatTimeout time.Duration
-	PollInterval     time.Duration // 0: no branch polling
-	ExternalURL      string        // the server's address for forges and users
+	Listen      string
+	Database    string
+	AdminToken  string // plaintext; hashed at start-up and then dropped
+	DialKeyFile string
+	NarDir      string // empty: the SQLite data directory, or ./gradient-data
+	// NarStore is "local", "s3" or an s3:// URL; S3 its settings (the
+	// credentials resolved at parse time, never logged).
+	NarStore           string
+	S3                 s3store.Config
+	S3CredentialsFile  string
+	NarHTTP            string // redirect | stream
+	NarPresignUploads  bool
+	MultipartThreshold int64
+	HeartbeatTimeout   time.Duration
+	PollInterval       time.Duration // 0: no branch polling
+	ExternalURL        string        // the server's address for forges and users
 	// AllowLocalRepositories lets projects name file:// URLs and local
 	// paths (the API, the branch poll and eval start).
 	AllowLocalRepositories bool
@@ -87,6 +96,36 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 			Usage: "32-byte key (raw or base64) sealing the server's secrets at rest: tokens of workers it dials, projects' deploy keys and caches' signing keys; without it, registrations with a URL and deploy keys are refused and signing keys are stored in the clear"},
 		&cli.StringFlag{Name: "nar-dir", Destination: &opts.NarDir, Sources: env.Vars("GRADIENT_NAR_DIR"), TakesFile: true,
 			Usage: "directory of the binary caches' NAR store (NARs go under nars/); default: the SQLite data directory, or ./gradient-data"},
+		&cli.StringFlag{Name: "nar-store", Value: "local", Destination: &opts.NarStore, Sources: env.Vars("GRADIENT_NAR_STORE"),
+			Validator: validNarStore,
+			Usage:     "where NARs are kept: local (--nar-dir), s3 (the --s3-* flags), or s3://BUCKET/PREFIX?endpoint=URL&region=R&path-style=true"},
+		&cli.StringFlag{Name: "s3-endpoint", Destination: &opts.S3.Endpoint, Sources: env.Vars("GRADIENT_S3_ENDPOINT"),
+			Usage: "S3-compatible store's base URL as the server reaches it (https://s3.example.com); empty: AWS for the region"},
+		&cli.StringFlag{Name: "s3-presign-endpoint", Destination: &opts.S3.PresignEndpoint, Sources: env.Vars("GRADIENT_S3_PRESIGN_ENDPOINT"),
+			Usage: "base URL put into presigned URLs when workers and Nix clients reach the store under another name than the server; default: --s3-endpoint"},
+		&cli.StringFlag{Name: "s3-bucket", Destination: &opts.S3.Bucket, Sources: env.Vars("GRADIENT_S3_BUCKET"),
+			Usage: "bucket of the NARs (not versioned; see the README for its policy and lifecycle)"},
+		&cli.StringFlag{Name: "s3-region", Value: "us-east-1", Destination: &opts.S3.Region, Sources: env.Vars("GRADIENT_S3_REGION"),
+			Usage: "region the requests are signed for"},
+		&cli.StringFlag{Name: "s3-prefix", Destination: &opts.S3.Prefix, Sources: env.Vars("GRADIENT_S3_PREFIX"),
+			Usage: "key prefix of every object (gradient/ keeps them under gradient/)"},
+		&cli.BoolFlag{Name: "s3-path-style", Destination: &opts.S3.PathStyle, Sources: env.Vars("GRADIENT_S3_PATH_STYLE"),
+			Usage: "address the bucket as ENDPOINT/BUCKET/KEY (MinIO, versitygw, Garage) instead of BUCKET.ENDPOINT/KEY"},
+		&cli.StringFlag{Name: "s3-credentials-file", Destination: &opts.S3CredentialsFile, Sources: env.Vars("GRADIENT_S3_CREDENTIALS_FILE"), TakesFile: true,
+			Usage: "AWS-style credentials file ([default] aws_access_key_id, aws_secret_access_key); without it AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN are read"},
+		&cli.StringFlag{Name: "nar-http", Value: "redirect", Destination: &opts.NarHTTP, Sources: env.Vars("GRADIENT_NAR_HTTP"),
+			Validator: func(v string) error {
+				if v != "redirect" && v != "stream" {
+					return errors.New("want redirect or stream")
+				}
+				return nil
+			},
+			Usage: "with an S3 store, answer the HTTP cache's NAR requests with a redirect to a presigned GET (redirect) or send the bytes through the server (stream)"},
+		&cli.BoolFlag{Name: "nar-presigned-uploads", Value: true, Destination: &opts.NarPresignUploads, Sources: env.Vars("GRADIENT_NAR_PRESIGNED_UPLOADS"),
+			Usage: "with an S3 store, grant workers presigned PUT and multipart URLs; =false relays every upload through the server"},
+		&cli.Int64Flag{Name: "nar-multipart-threshold", Value: 1 << 30, Destination: &opts.MultipartThreshold, Sources: env.Vars("GRADIENT_NAR_MULTIPART_THRESHOLD"),
+			Validator: servicecli.Positive[int64],
+			Usage:     "NAR size in bytes above which a presigned upload is multipart (parts of at least 64 MiB) instead of one PUT"},
 		&servicecli.SecondsFlag{Name: "heartbeat-timeout", Value: 120 * time.Second,
 			Destination: &opts.HeartbeatTimeout, Sources: env.Vars("GRADIENT_HEARTBEAT_TIMEOUT", "GRADIENT_PROTO_WORKER_HEARTBEAT_TIMEOUT_SECS"),
 			Usage: "drop a worker silent this long (120s, 2m or plain seconds); 0 disables"},
@@ -161,12 +200,42 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		if opts.Listen == "" || opts.Database == "" {
 			return errors.New("--listen and --database may not be empty")
 		}
-		return nil
+		return resolveS3(&opts, getenv)
 	})
 	if err != nil {
 		return options{}, err
 	}
 	return opts, nil
+}
+
+func validNarStore(v string) error {
+	if v == "local" || v == "s3" || strings.HasPrefix(v, "s3://") {
+		return nil
+	}
+	return errors.New("want local, s3 or an s3:// URL")
+}
+
+// resolveS3 reads the URL form and the credentials of an S3 store.
+func resolveS3(opts *options, getenv func(string) string) error {
+	if opts.NarStore == "local" {
+		return nil
+	}
+	if strings.HasPrefix(opts.NarStore, "s3://") {
+		if err := opts.S3.ParseURL(opts.NarStore); err != nil {
+			return err
+		}
+	}
+	if opts.S3.Bucket == "" {
+		return errors.New("--nar-store=s3 needs --s3-bucket (or an s3://BUCKET URL)")
+	}
+	if opts.S3CredentialsFile != "" {
+		return opts.S3.LoadCredentialsFile(opts.S3CredentialsFile)
+	}
+	opts.S3.CredentialsFromEnv(getenv)
+	if opts.S3.AccessKey == "" || opts.S3.SecretKey == "" {
+		return errors.New("the S3 store needs --s3-credentials-file, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+	}
+	return nil
 }
 
 // adminTokenFlags are --admin-token and --admin-token-file.

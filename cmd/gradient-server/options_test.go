@@ -16,6 +16,7 @@ import (
 	"gradient.dev/gradient/internal/clitest"
 	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
+	"gradient.dev/gradient/narstore/s3store"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -29,7 +30,8 @@ func TestDefaults(t *testing.T) {
 	}
 	want := options{HTTP: defaultHTTP, Listen: "127.0.0.1:3000", Database: mustAbs(t, "gradient-data"), HeartbeatTimeout: 120 * time.Second,
 		PollInterval: time.Minute, MaxConnections: 256, BuildDefaultTimeoutSecs: 14400, BuildDefaultMaxSilentSecs: 3600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second,
-		AuthFailures: 30, HandshakesPerIP: 32, AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		AuthFailures: 30, HandshakesPerIP: 32, AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelInfo, LogFormat: "text",
+		NarStore: "local", S3: s3store.Config{Region: "us-east-1"}, NarHTTP: "redirect", NarPresignUploads: true, MultipartThreshold: 1 << 30}
 	if opts != want {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -240,3 +242,52 @@ func mustAbs(t *testing.T, path string) string {
 
 // defaultHTTP are the listener timeouts without flags or variables.
 var defaultHTTP = httpguard.Timeouts{Header: httpguard.DefaultHeaderTimeout, Body: httpguard.DefaultBodyTimeout, Idle: httpguard.DefaultIdleTimeout}
+
+// The S3 store from its URL form or its flags, credentials from a file or
+// the AWS variables; a missing bucket or missing credentials is refused.
+func TestS3StoreOptions(t *testing.T) {
+	opts, err := parseOptions([]string{"--nar-store", "s3://nars/ci?endpoint=http://10.0.0.5:7070&path-style=true&region=eu-1"},
+		envOf(map[string]string{"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := s3store.Config{Endpoint: "http://10.0.0.5:7070", Bucket: "nars", Prefix: "ci", Region: "eu-1", PathStyle: true, AccessKey: "AK", SecretKey: "SK"}
+	if opts.S3 != want {
+		t.Fatalf("URL form: %+v, want %+v", opts.S3, want)
+	}
+	creds := filepath.Join(t.TempDir(), "credentials")
+	os.WriteFile(creds, []byte("[other]\naws_access_key_id = no\n[default]\naws_access_key_id = FK\naws_secret_access_key = FS\n"), 0o600)
+	opts, err = parseOptions(nil, envOf(map[string]string{"GRADIENT_NAR_STORE": "s3", "GRADIENT_S3_BUCKET": "b", "GRADIENT_S3_CREDENTIALS_FILE": creds,
+		"GRADIENT_NAR_HTTP": "stream", "GRADIENT_NAR_MULTIPART_THRESHOLD": "1000", "AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.S3.Bucket != "b" || opts.S3.AccessKey != "FK" || opts.S3.SecretKey != "FS" || opts.NarHTTP != "stream" || opts.MultipartThreshold != 1000 {
+		t.Fatalf("flags: %+v", opts)
+	}
+	for _, bad := range [][]string{
+		{"--nar-store", "s3"},                     // no bucket
+		{"--nar-store", "s3", "--s3-bucket", "b"}, // no credentials
+		{"--nar-store", "s3://user:pw@b"},         // credentials in the URL
+		{"--nar-store", "ftp://x"},                // unknown store
+		{"--nar-http", "proxy"},                   // unknown mode
+	} {
+		if _, err := parseOptions(bad, envOf(nil), io.Discard); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// Presigned URLs naming a loopback address only work for workers on the
+// server's host: the operator is told.
+func TestS3LocalOnlyWarning(t *testing.T) {
+	for ep, local := range map[string]bool{"http://127.0.0.1:7070": true, "http://localhost:9000": true, "http://[::1]:1": true,
+		"http://169.254.1.1": true, "https://s3.example.com": false, "http://10.0.0.5:7070": false} {
+		if got := (s3store.Config{Endpoint: ep}).LocalOnlyWarning() != ""; got != local {
+			t.Errorf("%s: warning %v, want %v", ep, got, local)
+		}
+	}
+	if (s3store.Config{Endpoint: "http://127.0.0.1:7070", PresignEndpoint: "https://s3.example.com"}).LocalOnlyWarning() != "" {
+		t.Error("a reachable presign endpoint still warns")
+	}
+}

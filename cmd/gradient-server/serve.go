@@ -17,9 +17,11 @@ import (
 	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/narstore/s3store"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/cache"
 	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
@@ -67,7 +69,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	if heartbeat == 0 {
 		heartbeat = -1 // server.Config: negative disables, zero means the default
 	}
-	nars, err := narstore.OpenLocal(narDir(opts), log)
+	nars, narWhere, err := openNarStore(ctx, opts, log)
 	if err != nil {
 		return err
 	}
@@ -84,9 +86,11 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	}
 	defer sched.Close()
 	srv := server.New(db, server.Config{
-		Jobs:             sched,
-		Metrics:          registry,
-		NarStore:         nars,
+		Jobs:     sched,
+		Metrics:  registry,
+		NarStore: nars,
+		NarPresign: cache.PresignOptions{StreamNars: opts.NarHTTP == "stream", StreamUploads: !opts.NarPresignUploads,
+			MultipartThreshold: opts.MultipartThreshold},
 		HeartbeatTimeout: heartbeat,
 		MaxConnections:   opts.MaxConnections,
 		HandshakesPerIP:  opts.HandshakesPerIP,
@@ -129,7 +133,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// One line with what the server runs with; never a secret (the
 	// database location is logged redacted by storage.Open).
 	log.Info("gradient-server listening", "address", ln.Addr().String(),
-		"database_engine", db.Engine(), "nar_dir", narDir(opts), "dial_key", dialKey != nil, "admin_api", adminHash != "",
+		"database_engine", db.Engine(), "nar_store", narWhere, "dial_key", dialKey != nil, "admin_api", adminHash != "",
 		"heartbeat_timeout", opts.HeartbeatTimeout.String(), "max_connections", opts.MaxConnections,
 		"http_header_timeout", opts.HTTP.Header.String(), "http_body_timeout", opts.HTTP.Body.String(), "http_idle_timeout", opts.HTTP.Idle.String(),
 		"max_handshakes_per_ip", opts.HandshakesPerIP, "anonymous_cache", opts.AnonymousCache,
@@ -165,6 +169,28 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 
 // narDir is where the NAR store lives: --nar-dir, else next to an
 // embedded SQLite database, else ./gradient-data.
+// openNarStore opens the configured NAR store and says where it is (for
+// the start-up line: never the credentials). An S3 store also gets its
+// sweep of abandoned uploads, running until ctx ends.
+func openNarStore(ctx context.Context, opts options, log *slog.Logger) (narstore.Store, string, error) {
+	if opts.NarStore == "local" || opts.NarStore == "" {
+		nars, err := narstore.OpenLocal(narDir(opts), log)
+		return nars, narDir(opts), err
+	}
+	cfg := opts.S3
+	if opts.MultipartThreshold > 0 && opts.MultipartThreshold < s3store.DefaultPartSize {
+		log.Warn("nar store: --nar-multipart-threshold is below the 64 MiB part size; parts stay 64 MiB")
+	}
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nars, err := s3store.Open(openCtx, cfg, nil, log)
+	if err != nil {
+		return nil, "", err
+	}
+	go nars.RunSweeper(ctx, 15*time.Minute, 0)
+	return nars, cfg.String(), nil
+}
+
 func narDir(opts options) string {
 	switch {
 	case opts.NarDir != "":

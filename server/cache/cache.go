@@ -63,6 +63,9 @@ type Config struct {
 	// CacheSessionIdleTimeout closes a cache session that had no NAR
 	// transfer for this long (120 s).
 	CacheSessionIdleTimeout time.Duration
+	// Presign tunes presigned transfers, used when NarStore is a
+	// narstore.Presigner.
+	Presign PresignOptions
 	// NarinfoHook, if set, rewrites every signed narinfo (tests only:
 	// they tamper with it to check that Nix refuses a bad signature).
 	NarinfoHook func([]byte) []byte
@@ -78,12 +81,33 @@ func (c *Config) defaults() {
 	if c.CacheSessionIdleTimeout <= 0 {
 		c.CacheSessionIdleTimeout = 120 * time.Second
 	}
+	if c.Presign.MultipartThreshold <= 0 {
+		c.Presign.MultipartThreshold = 1 << 30
+	}
+	if c.Presign.PullURLMinBytes == 0 {
+		c.Presign.PullURLMinBytes = 1 << 20
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	if c.Metrics == nil {
 		c.Metrics = prometheus.NewRegistry()
 	}
+}
+
+// PresignOptions tune presigned transfers (docs/protocol/cache.md §4.5).
+type PresignOptions struct {
+	// StreamNars serves the HTTP cache's NARs through the server instead
+	// of redirecting to a presigned GET.
+	StreamNars bool
+	// StreamUploads grants Passthrough instead of presigned URLs.
+	StreamUploads bool
+	// MultipartThreshold: uploads of NARs larger than this get a
+	// Multipart grant, smaller ones a single Put (1 GiB).
+	MultipartThreshold int64
+	// PullURLMinBytes: Pull answers carry a presigned GET url for
+	// objects larger than this (1 MiB); negative: for every object.
+	PullURLMinBytes int64
 }
 
 // Cache is the binary cache of one server.
@@ -103,6 +127,8 @@ type Cache struct {
 	// subscriptions keeps projects' subscribed caches; the admin API
 	// reports every change.
 	subscriptions *subscriptionMemo
+	// presigner is NarStore when it presigns, else nil.
+	presigner narstore.Presigner
 }
 
 // New builds the cache; it registers its series on cfg.Metrics.
@@ -120,6 +146,7 @@ func New(cfg Config) *Cache {
 		cacheMemo:      newCacheMemo(),
 		subscriptions:  newSubscriptionMemo(),
 	}
+	c.presigner, _ = cfg.NarStore.(narstore.Presigner)
 	for _, m := range c.metrics.collectors() {
 		cfg.Metrics.MustRegister(m)
 	}

@@ -154,6 +154,19 @@ func (bc *Cache) serveNar(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this server has no NAR store", http.StatusServiceUnavailable)
 		return
 	}
+	if ps := bc.presigner; ps != nil && !bc.cfg.Presign.StreamNars {
+		// The bytes go from the store to the client; Nix follows the
+		// redirect. The URL names the object only, valid 1 h.
+		url, err := ps.PresignGet(r.Context(), key)
+		if err != nil {
+			bc.internal(w, r, err)
+			return
+		}
+		bc.metrics.narRedirects.WithLabelValues(cacheLabel(c)).Inc()
+		w.Header().Set("Cache-Control", "no-store") // the URL expires
+		http.Redirect(w, r, url, http.StatusFound)
+		return
+	}
 	obj, size, err := store.Open(r.Context(), key)
 	if errors.Is(err, narstore.ErrNotFound) {
 		bc.log.Warn("binary cache: object of a recorded path is missing", "cache", c.Name, "path", p.StorePath, "object", key)

@@ -14,6 +14,11 @@ type binaryCacheMetrics struct {
 	narSizes     *prometheus.HistogramVec
 	narinfos     *prometheus.CounterVec
 	narUploads   *prometheus.CounterVec
+	// Presigned transfers (S3-backed store).
+	narRedirects     *prometheus.CounterVec
+	presignedGrants  *prometheus.CounterVec
+	presignedCommits *prometheus.CounterVec
+	verifySeconds    prometheus.Histogram
 }
 
 // narSecondsBuckets span a small NAR over loopback to a large one over a
@@ -45,11 +50,25 @@ func newBinaryCacheMetrics() *binaryCacheMetrics {
 		narUploads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gradient_cache_nar_uploads_total", Help: "NAR uploads through the admin API by outcome.",
 		}, []string{"outcome"}),
+		narRedirects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_cache_nar_redirects_total", Help: "NAR requests of the HTTP binary cache answered with a redirect to a presigned GET.",
+		}, []string{"cache"}),
+		presignedGrants: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_cache_presigned_grants_total", Help: "Upload grants with presigned URLs by kind (put, multipart).",
+		}, []string{"kind"}),
+		presignedCommits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_cache_presigned_commits_total", Help: "Presigned uploads finished by outcome (ok, rejected, retry).",
+		}, []string{"outcome"}),
+		verifySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gradient_cache_presigned_verify_duration_seconds", Help: "Time to read back, verify and place one presigned upload.",
+			Buckets: narSecondsBuckets,
+		}),
 	}
 }
 
 func (m *binaryCacheMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.narBytes, m.narDownloads, m.narSeconds, m.narSizes, m.narinfos, m.narUploads}
+	return []prometheus.Collector{m.narBytes, m.narDownloads, m.narSeconds, m.narSizes, m.narinfos, m.narUploads,
+		m.narRedirects, m.presignedGrants, m.presignedCommits, m.verifySeconds}
 }
 
 // privateCacheLabel stands for every private cache in the cache label:

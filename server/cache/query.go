@@ -158,6 +158,15 @@ func (c *Conn) pullEntry(ctx context.Context, path string, rows []storage.CacheP
 	if p.CA != "" {
 		e.CA = &p.CA
 	}
+	// Large objects of a presigning store are fetched straight from it
+	// (docs/protocol/cache.md §2.1); presigning is local signing, no I/O.
+	if ps := c.s.presigner; ps != nil && p.FileSize > c.s.cfg.Presign.PullURLMinBytes {
+		if url, err := ps.PresignGet(ctx, p.ObjectKey); err == nil {
+			e.URL = &url
+		} else {
+			c.log.Warn("pull: cannot presign, the worker streams instead", "path", path, "error", err)
+		}
+	}
 	return e, nil
 }
 

@@ -53,8 +53,24 @@ type upload struct {
 	// dispatch goroutine writes, until the commit goroutine takes over.
 	lease *uploadLease
 	w     narstore.Upload
-	final bool
-	meta  *wire.NarUploadMetadata
+	// p is a presigned upload's (the worker sends the bytes to the store
+	// itself, no chunks); expiry fails it with Retry once its URLs lapse.
+	p      narstore.PresignedUpload
+	expiry *time.Timer
+	size   uint64 // the declared NAR size
+	final  bool
+	meta   *wire.NarUploadMetadata
+}
+
+// abort drops what the upload staged. A presigned upload's abort talks to
+// the store, so it runs off the caller's goroutine.
+func (u *upload) abort() {
+	if u.w != nil {
+		u.w.Abort()
+	}
+	if u.p != nil {
+		go u.p.Abort()
+	}
 }
 
 func newUploads(c *Conn) *uploads {
@@ -83,7 +99,7 @@ func (us *uploads) request(m *wire.UploadRequest) {
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	u := &upload{id: m.RequestID, jobID: m.JobID, storePath: nar.StorePath, hash: hash, ctx: ctx, cancel: cancel, started: time.Now(),
-		limit: int64(m.Size + m.Size/128 + 1<<20)}
+		limit: int64(m.Size + m.Size/128 + 1<<20), size: m.Size}
 	us.mu.Lock()
 	if _, dup := us.open[m.RequestID]; dup {
 		us.mu.Unlock()
@@ -141,6 +157,11 @@ func (us *uploads) grant(u *upload) {
 		us.fail(u, &wire.UploadRetry{Reason: "cache lookup failed"})
 		return
 	}
+	if ps := c.s.presigner; ps != nil && !c.s.cfg.Presign.StreamUploads {
+		if us.grantPresigned(u, ps) {
+			return
+		}
+	}
 	w, err := c.s.cfg.NarStore.Create(u.ctx)
 	if err != nil {
 		c.log.Warn("upload: cannot stage", "path", u.storePath, "error", err)
@@ -159,18 +180,62 @@ func (us *uploads) grant(u *upload) {
 	c.send(&wire.UploadGrant{RequestID: u.id, Target: &wire.GrantPassthrough{ResumeOffset: 0}})
 }
 
+// grantPresigned grants Put or Multipart (docs/protocol/cache.md §4.5);
+// false when the store could not presign, so the caller relays instead.
+func (us *uploads) grantPresigned(u *upload, ps narstore.Presigner) bool {
+	c := us.c
+	multipart := int64(u.size) > c.s.cfg.Presign.MultipartThreshold
+	p, err := ps.PresignUpload(u.ctx, u.limit, multipart)
+	if err != nil {
+		if u.ctx.Err() == nil {
+			c.log.Warn("upload: cannot presign, relaying instead", "path", u.storePath, "error", err)
+		}
+		return false
+	}
+	us.mu.Lock()
+	if us.open[u.id] != u {
+		us.mu.Unlock()
+		go p.Abort()
+		return true
+	}
+	u.p = p
+	// The lease lasts as long as the URLs: a worker that never finishes
+	// does not hold the path forever.
+	u.expiry = time.AfterFunc(time.Until(p.Expires()), func() {
+		us.fail(u, &wire.UploadRetry{Reason: "the presigned URLs expired before UploadFinished"})
+	})
+	us.mu.Unlock()
+	var target wire.GrantTarget
+	kind := "put"
+	if multipart {
+		kind = "multipart"
+		target = &wire.PresignedMultipart{UploadID: p.UploadID(), PartSize: uint64(p.PartSize()), PartURLs: p.URLs()}
+	} else {
+		target = &wire.GrantPut{URL: p.URLs()[0]}
+	}
+	c.s.metrics.presignedGrants.WithLabelValues(kind).Inc()
+	c.log.Debug("upload granted presigned", "path", u.storePath, "request", u.id, "kind", kind, "parts", len(p.URLs()))
+	c.send(&wire.UploadGrant{RequestID: u.id, Target: target})
+	return true
+}
+
 // chunk writes a relayed chunk synchronously, so the caller can release
 // the frame afterwards.
 func (us *uploads) chunk(m *wire.UploadChunk) {
 	us.mu.Lock()
 	u := us.open[m.RequestID]
 	var w narstore.Upload
+	var presigned bool
 	if u != nil {
-		w = u.w
+		w, presigned = u.w, u.p != nil
 	}
 	us.mu.Unlock()
 	if u == nil || u.final {
 		return // answered already (Rejected, cancelled): late frames are dropped
+	}
+	if presigned {
+		us.fail(u, &wire.UploadRejected{Reason: "UploadChunk for a presigned grant"})
+		return
 	}
 	if w == nil {
 		us.fail(u, &wire.UploadRejected{Reason: "UploadChunk before the grant"})
@@ -208,12 +273,23 @@ func (us *uploads) finished(m *wire.UploadFinished) {
 		return
 	}
 	us.mu.Lock()
-	granted := u.w != nil
+	granted := u.w != nil || u.p != nil
+	presigned := u.p
 	us.mu.Unlock()
 	meta, ok := m.Metadata.(*wire.NarUploadMetadata)
 	if !ok || !granted || u.meta != nil {
 		us.fail(u, &wire.UploadRejected{Reason: "UploadFinished does not match the request"})
 		return
+	}
+	if presigned != nil {
+		// The bytes are in the store already: no chunks to wait for. A
+		// Multipart grant needs its ETags, a Put none.
+		mp := meta.Multipart
+		if (presigned.UploadID() != "") != (mp != nil) || (mp != nil && mp.UploadID != presigned.UploadID()) {
+			us.fail(u, &wire.UploadRejected{Reason: "multipart metadata does not match the grant"})
+			return
+		}
+		u.final = true
 	}
 	u.meta = meta
 	// Chunks ride the bulk lane and may arrive after UploadFinished.
@@ -244,7 +320,7 @@ func (us *uploads) commit(u *upload) {
 func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	c, meta := us.c, u.meta
 	reject := func(reason string) (wire.UploadOutcome, bool) {
-		u.w.Abort()
+		u.abort()
 		c.log.Warn("upload rejected", "path", u.storePath, "reason", reason)
 		return &wire.UploadRejected{Reason: reason}, false
 	}
@@ -263,7 +339,7 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	// The scope again: the job may have ended, or the grant changed.
 	scope, err := c.scope.Writable(u.ctx, u.jobID)
 	if err != nil {
-		u.w.Abort()
+		u.abort()
 		return &wire.UploadRetry{Reason: "cache lookup failed"}, false
 	}
 	if reason := scope.refusal(u.storePath); reason != "" {
@@ -281,10 +357,12 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 	if err != nil {
 		return reject("nar_hash: " + err.Error())
 	}
-	if got := u.w.Written(); uint64(got) != meta.FileSize {
-		return reject(fmt.Sprintf("received %d bytes, file_size says %d", got, meta.FileSize))
+	if u.p == nil {
+		if got := u.w.Written(); uint64(got) != meta.FileSize {
+			return reject(fmt.Sprintf("received %d bytes, file_size says %d", got, meta.FileSize))
+		}
 	}
-	obj, err := u.w.Commit(u.ctx, check.inspect(), func(o narstore.Object) error {
+	verify := func(o narstore.Object) error {
 		switch {
 		case o.FileHash != fileHash:
 			return fmt.Errorf("%w: file hash is %s, metadata says %s", errUploadMismatch, o.FileHashText(), meta.FileHash)
@@ -294,9 +372,30 @@ func (us *uploads) store(u *upload) (wire.UploadOutcome, bool) {
 			return fmt.Errorf("%w: NAR hash is %s, metadata says %s", errUploadMismatch, o.NarHashText(), meta.NarHash)
 		}
 		return check.verify(o)
-	})
+	}
+	var obj narstore.Object
+	if u.p != nil {
+		// Read back once from the store (docs/protocol/cache.md §4.5).
+		var etags []string
+		if meta.Multipart != nil {
+			etags = meta.Multipart.ETags
+		}
+		started := time.Now()
+		obj, err = u.p.Commit(u.ctx, etags, int64(min(meta.FileSize, 1<<62)), check.inspect(), verify)
+		c.s.metrics.verifySeconds.Observe(time.Since(started).Seconds())
+		outcome := "ok"
+		switch {
+		case errors.Is(err, errUploadMismatch) || errors.Is(err, narstore.ErrCorrupt) || errors.Is(err, narstore.ErrMismatch):
+			outcome = "rejected"
+		case err != nil:
+			outcome = "retry"
+		}
+		c.s.metrics.presignedCommits.WithLabelValues(outcome).Inc()
+	} else {
+		obj, err = u.w.Commit(u.ctx, check.inspect(), verify)
+	}
 	switch {
-	case errors.Is(err, errUploadMismatch) || errors.Is(err, narstore.ErrCorrupt):
+	case errors.Is(err, errUploadMismatch) || errors.Is(err, narstore.ErrCorrupt) || errors.Is(err, narstore.ErrMismatch):
 		return reject(err.Error())
 	case err != nil:
 		c.log.Warn("upload: commit failed", "path", u.storePath, "error", err)
@@ -358,11 +457,12 @@ func (us *uploads) cancel(id uint64) {
 func (us *uploads) drop(u *upload) {
 	u.cancel()
 	us.mu.Lock()
-	w, lease := u.w, u.lease
-	us.mu.Unlock()
-	if w != nil {
-		w.Abort()
+	lease := u.lease
+	if u.expiry != nil {
+		u.expiry.Stop()
 	}
+	u.abort()
+	us.mu.Unlock()
 	us.c.s.uploadLeases.release(lease, false)
 }
 
