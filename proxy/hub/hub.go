@@ -494,6 +494,7 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 	case *wire.NarStreamHeader:
 		h.narHeader(e, m)
 	case *wire.NarPush:
+		h.m.narPassed(h.tenant, "download", len(m.Data))
 		h.narPush(e, m)
 	case *wire.NarUnavailable:
 		h.narEnded(e, m.JobID, m.StorePath, m, true)
@@ -678,6 +679,7 @@ func (h *Hub) cacheFromWorker(e *effects, w *member, msg wire.ClientMessage) {
 		h.toUpstream(e, &c)
 	case *wire.UploadChunk:
 		if id, ok := w.uploads[m.RequestID]; ok {
+			h.m.narPassed(h.tenant, "upload", len(m.Data))
 			c := *m
 			c.RequestID = id
 			h.toUpstream(e, &c)

@@ -21,6 +21,7 @@ type Metrics struct {
 	narPauses    *prometheus.CounterVec
 	narResumes   *prometheus.CounterVec
 	narGiveUps   *prometheus.CounterVec
+	narBytes     *prometheus.CounterVec
 	bounded      *prometheus.CounterVec
 	bookSize     *prometheus.GaugeVec
 	bookBytes    *prometheus.GaugeVec
@@ -53,6 +54,7 @@ func (m *Metrics) forget(tenant string) {
 	m.narPauses.DeletePartialMatch(match)
 	m.narResumes.DeletePartialMatch(match)
 	m.narGiveUps.DeletePartialMatch(match)
+	m.narBytes.DeletePartialMatch(match)
 	m.bounded.DeletePartialMatch(match)
 	m.bookSize.DeletePartialMatch(match)
 	m.bookBytes.DeletePartialMatch(match)
@@ -84,6 +86,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gradient_proxy_hub_queue_seconds",
 			Help:    "Time a message for a worker behind the proxy waited in its outgoing queue.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}, []string{"tenant"}),
+		narBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_proxy_hub_nar_bytes_total",
+			Help: "Compressed NAR bytes that passed through the hub: NarPush data from the tenant's server (download) and UploadChunk data to it (upload). Presigned transfers never pass."}, []string{"tenant", "direction"}),
 		narPauses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_proxy_hub_nar_pauses_total",
 			Help: "NAR pulls paused because the worker's outgoing queue passed its high-water mark (the rest of the stream is dropped until it drains)."}, []string{"tenant"}),
 		narResumes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_proxy_hub_nar_resumes_total",
@@ -98,7 +102,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Memory the tenant's mirrored offer book holds, as the proxy estimates it for its limit."}, []string{"tenant"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.assignments, m.dropped, m.slow, m.upstreamLost, m.queueWait, m.narPauses, m.narResumes, m.narGiveUps,
+		for _, c := range []prometheus.Collector{m.assignments, m.dropped, m.slow, m.upstreamLost, m.queueWait, m.narPauses, m.narResumes, m.narGiveUps, m.narBytes,
 			m.bounded, m.bookSize, m.bookBytes} {
 			if err := reg.Register(c); err != nil {
 				return nil, errors.Join(errors.New("hub metrics"), err)
@@ -135,6 +139,12 @@ func (m *Metrics) lost(tenant string) {
 func (m *Metrics) waited(tenant string, d time.Duration) {
 	if m.on(tenant) {
 		m.queueWait.WithLabelValues(tenant).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) narPassed(tenant, direction string, n int) {
+	if n > 0 && m.on(tenant) {
+		m.narBytes.WithLabelValues(tenant, direction).Add(float64(n))
 	}
 }
 
