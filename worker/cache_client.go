@@ -110,7 +110,7 @@ type CacheClient struct {
 	// is tried again, doubling up to 8 s (0 means 250 ms).
 	PresignedRetryDelay time.Duration
 	// Presigned, when set, is told of each presigned request's end: op
-	// "put" or "get", outcome "ok", "retry", "resume" or "failed". It
+	// "put", "part" (of a multipart upload) or "get", outcome "ok", "retry", "resume" or "failed". It
 	// must not block.
 	Presigned func(op, outcome string)
 	// PresignedMoved, when set, counts the NAR bytes of presigned

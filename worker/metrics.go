@@ -78,7 +78,7 @@ func newWorkerMetrics(r prometheus.Registerer, w *Worker) (*workerMetrics, error
 		}),
 		presigned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gradient_worker_presigned_requests_total",
-			Help: "Presigned transfers' HTTP requests to the object store by op (put, get) and outcome (ok, retry, resume, failed; a failed one falls back to the session).",
+			Help: "Presigned transfers' HTTP requests to the object store by op (put, part of a multipart upload, get) and outcome (ok, retry, resume, failed; a failed one falls back to the session).",
 		}, []string{"op", "outcome"}),
 		presignedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gradient_worker_presigned_bytes_total",

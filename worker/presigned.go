@@ -265,6 +265,10 @@ func (b *sendBody) Read(p []byte) (int, error) {
 // putSection PUTs n bytes of data from off to the presigned URL u, tried
 // presignedTries times; the ETag of the stored object or part.
 func (c *CacheClient) putSection(ctx context.Context, op string, u *url.URL, data io.ReaderAt, off, n int64, sent *atomic.Uint64) (string, error) {
+	metric := "put"
+	if op != "PUT" {
+		metric = "part"
+	}
 	var last error
 	status := 0
 	for try := 1; try <= presignedTries; try++ {
@@ -275,7 +279,7 @@ func (c *CacheClient) putSection(ctx context.Context, op string, u *url.URL, dat
 		}
 		etag, code, err := c.putOnce(ctx, u, data, off, n, sent)
 		if err == nil {
-			c.presignedEvent("put", "ok")
+			c.presignedEvent(metric, "ok")
 			return etag, nil
 		}
 		if ctx.Err() != nil {
@@ -285,10 +289,10 @@ func (c *CacheClient) putSection(ctx context.Context, op string, u *url.URL, dat
 		if code != 0 && !retryableStatus(code) {
 			break
 		}
-		c.presignedEvent("put", "retry")
+		c.presignedEvent(metric, "retry")
 		c.log().Info("presigned upload failed; trying again", "op", op, "url", redactURL(u), "try", try, "error", err)
 	}
-	c.presignedEvent("put", "failed")
+	c.presignedEvent(metric, "failed")
 	return "", &PresignedError{Op: op, URL: redactURL(u), Status: status, Err: last}
 }
 
@@ -305,6 +309,9 @@ func (c *CacheClient) putOnce(ctx context.Context, u *url.URL, data io.ReaderAt,
 		return "", 0, errors.New("cannot build the request")
 	}
 	req.ContentLength = n
+	// What the HTTP cache serves it as (docs/protocol/cache.md §4.2); not
+	// signed, and a part's is ignored.
+	req.Header.Set("Content-Type", "application/x-nix-nar")
 	req.Body = io.NopCloser(newBody())
 	if n == 0 {
 		req.Body = http.NoBody
