@@ -42,7 +42,7 @@ func sha256Nix(b []byte) string {
 // real server (it may upload without a job) and feeds its session's
 // messages to a new CacheClient. chunks counts the UploadChunk frames it
 // sent.
-func dialCacheWorker(t *testing.T, r *realServer) (*CacheClient, *atomic.Int64) {
+func dialCacheWorker(t testing.TB, r *realServer) (*CacheClient, *atomic.Int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()

@@ -187,7 +187,7 @@ func buildJob(id, assignment string) *wire.AssignJob {
 // realServer is the server package on loopback over a real database, with
 // one team, a project subscribed to a cache, and a second such project.
 type realServer struct {
-	t       *testing.T
+	t       testing.TB
 	db      *storage.DB
 	cfg     server.Config
 	srv     *server.Server
@@ -200,7 +200,7 @@ type realServer struct {
 	cache   storage.Cache // both projects'
 }
 
-func newRealServer(t *testing.T, db *storage.DB, cfg server.Config) *realServer {
+func newRealServer(t testing.TB, db *storage.DB, cfg server.Config) *realServer {
 	t.Helper()
 	ctx := t.Context()
 	r := &realServer{t: t, db: db, cfg: cfg}
@@ -275,7 +275,7 @@ func flakeJob(id, assignment string) *wire.AssignJob {
 }
 
 // openSQLite is a fresh SQLite database, for tests that need one engine.
-func openSQLite(t *testing.T) *storage.DB {
+func openSQLite(t testing.TB) *storage.DB {
 	t.Helper()
 	db, err := storage.Open(t.Context(), storagetest.SQLiteURL(t))
 	if err != nil {

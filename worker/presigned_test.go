@@ -30,7 +30,7 @@ import (
 // with the S3 store the server uses and commits what UploadFinished
 // declares, so what is checked is what lands in the bucket.
 
-func openS3(t *testing.T, opts ...func(*s3store.Config)) (*s3store.Store, *s3test.Server) {
+func openS3(t testing.TB, opts ...func(*s3store.Config)) (*s3store.Store, *s3test.Server) {
 	t.Helper()
 	srv := s3test.Start(t)
 	cfg := s3store.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Region: srv.Region, PathStyle: true,
