@@ -378,7 +378,8 @@ func (c *CacheClient) pack(ctx context.Context, nar io.Reader, meta UploadMeta) 
 
 // Upload compresses nar, the NAR serialisation of storePath, and uploads
 // it (docs/protocol/cache.md §4): Skip grants end it at once, Passthrough grants relay
-// the compressed bytes from the resume offset. Retry outcomes start a new
+// the compressed bytes from the resume offset, Put and Multipart grants
+// send them to the object store (presigned.go, §4.6). Retry outcomes start a new
 // request, at most three in all; Rejected fails with ErrUploadRejected
 // and the server's reason. Cancelling ctx sends UploadCancel. It is
 // StartUpload and Wait.
@@ -557,7 +558,7 @@ func (c *CacheClient) sendAttempt(ctx context.Context, jobID, storePath string, 
 		case err != nil && ctx.Err() != nil:
 			return nil, "", ctx.Err()
 		case err != nil:
-			// docs/protocol/cache.md §4.4: give the grant back and ask again;
+			// docs/protocol/cache.md §4.6: give the grant back and ask again;
 			// the server may grant another URL or the session stream.
 			c.log().Warn("presigned upload failed; cancelling it and asking again", "path", storePath, "error", err)
 			open = false

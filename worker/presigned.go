@@ -20,7 +20,7 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// Presigned transfers (docs/protocol/cache.md §3.4, §4.4): the worker moves a
+// Presigned transfers (docs/protocol/cache.md §4.6): the worker moves a
 // NAR's bytes straight between its disk and the object store over plain
 // HTTP, the server (and a proxy between them) only hands out the URLs.
 // Every URL comes from another party: only http and https, no
@@ -423,7 +423,7 @@ func acquireSlot(ctx context.Context, sem chan struct{}) bool {
 }
 
 // OpenURL GETs the compressed object at rawURL (a Pull answer's url,
-// docs/protocol/cache.md §3.4). The first answer is awaited here, so an
+// docs/protocol/cache.md §4.6). The first answer is awaited here, so an
 // expired or refused URL fails at once and the caller falls back to the
 // streamed pull; a connection that breaks later is resumed with Range
 // from the bytes read. Checking the bytes against the cache's hashes is

@@ -21,7 +21,7 @@ import (
 	"gradient.dev/gradient/worker"
 )
 
-// Pulls whose Pull answers carry presigned URLs (docs/protocol/cache.md §3.4):
+// Pulls whose Pull answers carry presigned URLs (docs/protocol/cache.md §4.6):
 // the objects sit in a real versitygw, the GETs are the real cache
 // client's, the session side is the fake cache.
 

@@ -373,7 +373,7 @@ func (j *job) pullAll(ctx context.Context, items []pullItem) error {
 // the cache answered with a presigned url is downloaded from there
 // first; when that fails in any way (the URL refused or expired, the
 // store unreachable after its retries, bytes that do not match), the
-// import starts again over the session (docs/protocol/cache.md §3.4), which
+// import starts again over the session (docs/protocol/cache.md §4.6), which
 // has the last word on whether the object is good.
 func (j *job) pullOne(ctx context.Context, it pullItem) error {
 	opener, _ := j.cache.(worker.URLOpener)
