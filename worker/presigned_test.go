@@ -426,3 +426,60 @@ func TestOpenURLExpired(t *testing.T) {
 		t.Fatalf("expired URL: %v, want a 403 *PresignedError", err)
 	}
 }
+
+// The object store down when a transfer starts: each request is tried
+// again (the hook brings the store back after the first failure), and
+// the transfer completes without a new grant or a fallback.
+func TestPresignedRetriesWhileTheStoreIsDown(t *testing.T) {
+	t.Parallel()
+	store, srv := openS3(t)
+	store.MinPartSizeForTests(5 << 20)
+	p := newS3Peer(t, store, true)
+	var (
+		retries atomic.Int32
+		back    *sync.Once
+	)
+	// Every request's first failure waits until the store is back.
+	p.c.Presigned = func(op, outcome string) {
+		if outcome == "retry" {
+			retries.Add(1)
+			back.Do(func() { srv.Restart(t) })
+		}
+	}
+	// Down right after the grant (starting the multipart upload needs it).
+	back = new(sync.Once)
+	p.target = func(n int, g wire.GrantTarget) wire.GrantTarget {
+		srv.Stop()
+		return g
+	}
+	nar := make([]byte, 11<<20)
+	rand.Read(nar)
+	if err := p.c.Upload(context.Background(), "job", randomStorePath("down"), bytes.NewReader(nar), UploadMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	if retries.Load() == 0 || p.requests != 1 || p.cancels != 0 || len(p.committed) != 1 {
+		t.Fatalf("%d retries, %d requests, %d cancels, %d committed; want some, 1, 0, 1", retries.Load(), p.requests, p.cancels, len(p.committed))
+	}
+	if !bytes.Equal(storetest.ReadNAR(t, store, p.committed[0].Key), nar) {
+		t.Fatal("the committed object is not the NAR")
+	}
+
+	obj := p.committed[0]
+	u, err := store.PresignGet(context.Background(), obj.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retries.Store(0)
+	back = new(sync.Once)
+	srv.Stop()
+	size := uint64(obj.FileSize)
+	r, err := p.c.OpenURL(context.Background(), u, &size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || !bytes.Equal(got, readObject(t, store, obj.Key)) || retries.Load() == 0 {
+		t.Fatalf("read %d bytes (%v) after %d retries", len(got), err, retries.Load())
+	}
+}
