@@ -11,6 +11,7 @@ import (
 
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/cache"
+	"gradient.dev/gradient/wire"
 )
 
 // BenchmarkUploadLarge uploads one large output (GRADIENT_BENCH_UPLOAD_MIB
@@ -60,6 +61,53 @@ func BenchmarkUploadLarge(b *testing.B) {
 			}
 			if presigned := mode.presign.MultipartThreshold > 0; presigned != (parts > 0) || presigned == (chunks.Load() > 0) {
 				b.Fatalf("%s: %d parts, %d chunks sent", mode.name, parts, chunks.Load())
+			}
+		})
+	}
+}
+
+// BenchmarkPresignedUploadClient is the worker's side alone of a
+// presigned upload of a 64 MiB incompressible NAR to a real versitygw
+// (a separate process): compression into the spool and the PUTs, single
+// or multipart (5 MiB parts), no commit. B/op is the client's memory for
+// the object: bounded, far below its size.
+//
+//	go test -run '^$' -bench PresignedUploadClient -count 5 ./worker/
+func BenchmarkPresignedUploadClient(b *testing.B) {
+	nar := make([]byte, 64<<20)
+	rand.Read(nar)
+	for _, multipart := range []bool{false, true} {
+		name := "mode=put"
+		if multipart {
+			name = "mode=multipart"
+		}
+		b.Run(name, func(b *testing.B) {
+			store, _ := openS3(b)
+			store.MinPartSizeForTests(5 << 20)
+			c := NewCacheClient(nil)
+			c.TempDir = b.TempDir()
+			b.SetBytes(int64(len(nar)))
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := c.pack(context.Background(), bytes.NewReader(nar), UploadMeta{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				up, err := store.PresignUpload(context.Background(), int64(len(nar))+1<<20, multipart)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if multipart {
+					_, err = c.uploadMultipart(context.Background(), &wire.PresignedMultipart{UploadID: up.UploadID(),
+						PartSize: uint64(up.PartSize()), PartURLs: up.URLs()}, p)
+				} else {
+					err = c.uploadPut(context.Background(), up.URLs()[0], p)
+				}
+				p.close()
+				up.Abort()
+				if err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
