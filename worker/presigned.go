@@ -530,13 +530,21 @@ func (g *urlGet) openOnce() (int, error) {
 		return fail(resp.StatusCode, err)
 	}
 	if skip > 0 {
-		if _, err := io.CopyN(io.Discard, resp.Body, skip); err != nil {
+		if _, err := io.CopyN(kickWriter{wd}, resp.Body, skip); err != nil {
 			resp.Body.Close()
 			return fail(0, wd.explain(scrubError(err)))
 		}
 	}
 	g.body, g.cancel, g.wd = resp.Body, cancel, wd
 	return resp.StatusCode, nil
+}
+
+// kickWriter discards what it is given, kicking a watchdog.
+type kickWriter struct{ wd *watchdog }
+
+func (k kickWriter) Write(p []byte) (int, error) {
+	k.wd.kick()
+	return len(p), nil
 }
 
 // contentRange reads "bytes start-end/total" (total -1 when "*").
