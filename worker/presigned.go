@@ -189,6 +189,16 @@ func retryableStatus(code int) bool {
 	return code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500
 }
 
+// retryable: a request that failed with this status (0: none) and error
+// may succeed when tried again. Refused addresses and redirect loops
+// will not.
+func retryable(code int, err error) bool {
+	if code != 0 {
+		return retryableStatus(code)
+	}
+	return !errors.Is(err, dialguard.ErrRefused) && !errors.Is(err, errTooManyRedirects)
+}
+
 // statusError reads the S3 error code of an answer (bounded; the rest of
 // the body, which may repeat the request, is never kept).
 func statusError(resp *http.Response) error {
@@ -286,7 +296,7 @@ func (c *CacheClient) putSection(ctx context.Context, op string, u *url.URL, dat
 			return "", ctx.Err()
 		}
 		last, status = err, code
-		if code != 0 && !retryableStatus(code) {
+		if !retryable(code, err) {
 			break
 		}
 		c.presignedEvent(metric, "retry")
@@ -480,7 +490,7 @@ func (g *urlGet) open() error {
 			return g.ctx.Err()
 		}
 		last, status = err, code
-		if code != 0 && !retryableStatus(code) {
+		if !retryable(code, err) {
 			break
 		}
 		g.c.presignedEvent("get", "retry")

@@ -9,12 +9,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/internal/dialguard"
 	"gradient.dev/gradient/internal/halfopen"
 	"gradient.dev/gradient/internal/s3test"
 	"gradient.dev/gradient/internal/testlog"
@@ -481,5 +483,49 @@ func TestPresignedRetriesWhileTheStoreIsDown(t *testing.T) {
 	r.Close()
 	if err != nil || !bytes.Equal(got, readObject(t, store, obj.Key)) || retries.Load() == 0 {
 		t.Fatalf("read %d bytes (%v) after %d retries", len(got), err, retries.Load())
+	}
+}
+
+// A hostile URL (not an object store) that redirects: to a metadata
+// address, refused before any dial; round and round, refused after 3.
+func TestOpenURLRedirectsAreBoundedAndChecked(t *testing.T) {
+	t.Parallel()
+	var hops atomic.Int32
+	hostile := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metadata" {
+			http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+			return
+		}
+		hops.Add(1)
+		http.Redirect(w, r, "/loop?X-Amz-Signature=secret", http.StatusTemporaryRedirect)
+	}))
+	defer hostile.Close()
+	c := NewCacheClient(func(wire.ClientMessage) error { return nil })
+	c.PresignedRetryDelay = time.Millisecond
+	_, err := c.OpenURL(context.Background(), hostile.URL+"/metadata", nil)
+	if !errors.Is(err, dialguard.ErrRefused) {
+		t.Fatalf("redirect to the metadata address: %v, want it refused", err)
+	}
+	_, err = c.OpenURL(context.Background(), hostile.URL+"/loop", nil)
+	if !errors.Is(err, errTooManyRedirects) || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("redirect loop: %v, want too many redirects without the query", err)
+	}
+	if n := hops.Load(); n != presignedRedirects+1 {
+		t.Fatalf("%d requests, want %d and no retry", n, presignedRedirects+1)
+	}
+}
+
+func TestContentRange(t *testing.T) {
+	for h, want := range map[string][3]int64{
+		"bytes 100-199/200": {100, 200, 1},
+		"bytes 0-0/*":       {0, -1, 1},
+		"bytes */200":       {0, 0, 0},
+		"items 1-2/3":       {0, 0, 0},
+		"bytes x-1/2":       {0, 0, 0},
+	} {
+		start, total, ok := contentRange(h)
+		if got := [3]int64{start, total, map[bool]int64{true: 1}[ok]}; ok && got != want || !ok && want[2] != 0 {
+			t.Errorf("contentRange(%q) = %d, %d, %v; want %v", h, start, total, ok, want)
+		}
 	}
 }
