@@ -335,4 +335,16 @@ func TestNixCopiesFromS3ThroughRedirect(t *testing.T) {
 	if keys, _ := nars.Keys(t.Context()); len(keys) != 2 {
 		t.Fatalf("the store holds %d objects, want hello's and greet's", len(keys))
 	}
+	// The store's URLs name 127.0.0.1: `gradient server status` says so.
+	req, _ := http.NewRequest(http.MethodGet, e.url+"/api/v1/server", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(status), "loopback or link-local") {
+		t.Fatalf("server status lacks the loopback warning: %s", status)
+	}
 }

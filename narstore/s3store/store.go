@@ -103,6 +103,15 @@ func (s *Store) MinPartSizeForTests(size int64) {
 	s.cfg.PartSize = s.minPart
 }
 
+// Warnings are configuration problems for the operator (gradient server
+// status): presigned URLs that name a loopback or link-local address.
+func (s *Store) Warnings() []string {
+	if w := s.cfg.LocalOnlyWarning(); w != "" {
+		return []string{"NAR store: " + w}
+	}
+	return nil
+}
+
 // Config is the store's configuration (credentials included: do not log).
 func (s *Store) Config() Config { return s.cfg }
 
