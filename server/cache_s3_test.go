@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gradient.dev/gradient/internal/s3test"
 	"gradient.dev/gradient/internal/waitfor"
@@ -29,10 +30,15 @@ type s3Env struct {
 }
 
 func newS3Env(t *testing.T, db *storage.DB, presign cache.PresignOptions) *s3Env {
+	return newS3EnvTTL(t, db, presign, 0)
+}
+
+// newS3EnvTTL is newS3Env with presigned URLs valid for ttl (0: 1 h).
+func newS3EnvTTL(t *testing.T, db *storage.DB, presign cache.PresignOptions, ttl time.Duration) *s3Env {
 	t.Helper()
 	srv := s3test.Start(t)
 	nars, err := s3store.Open(t.Context(), s3store.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Region: srv.Region,
-		PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, StagingDir: t.TempDir()}, nil, nil)
+		PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, StagingDir: t.TempDir(), PresignTTL: ttl}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,4 +353,28 @@ func TestNixCopiesFromS3ThroughRedirect(t *testing.T) {
 	if !strings.Contains(string(status), "loopback or link-local") {
 		t.Fatalf("server status lacks the loopback warning: %s", status)
 	}
+}
+
+// A grant whose URLs expire before UploadFinished is answered Retry and
+// frees the path: the next request gets a fresh grant and succeeds.
+func TestS3ExpiredGrantRetried(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newS3EnvTTL(t, db, cache.PresignOptions{}, 2*time.Second)
+		path := testStorePath("slow")
+		c := compressNar(t, randomNar(100<<10))
+		e.produce(path)
+		w := e.projectWorker()
+		send(t, w.sess, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: path}, Size: c.meta.NarSize})
+		g, _ := awaitGrant(t, w.sess, 1)
+		if _, put := g.(*wire.GrantPut); !put {
+			t.Fatalf("granted %T", g)
+		}
+		if out := recvAs[*wire.UploadCommitted](t, w.sess).Outcome; func() bool { _, ok := out.(*wire.UploadRetry); return !ok }() {
+			t.Fatalf("expired grant: %+v, want Retry", out)
+		}
+		if grant, out := presignedUpload(t, w.sess, 2, path, c, c.zst); !isOk(out) {
+			t.Fatalf("retry after expiry: %T %+v", grant, out)
+		}
+	})
 }
