@@ -356,7 +356,7 @@ func TestNixCopiesFromS3ThroughRedirect(t *testing.T) {
 }
 
 // A grant whose URLs expire before UploadFinished is answered Retry and
-// frees the path: the next request gets a fresh grant and succeeds.
+// frees the path: the next request is relayed and commits.
 func TestS3ExpiredGrantRetried(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
@@ -373,8 +373,41 @@ func TestS3ExpiredGrantRetried(t *testing.T) {
 		if out := recvAs[*wire.UploadCommitted](t, w.sess).Outcome; func() bool { _, ok := out.(*wire.UploadRetry); return !ok }() {
 			t.Fatalf("expired grant: %+v, want Retry", out)
 		}
-		if grant, out := presignedUpload(t, w.sess, 2, path, c, c.zst); !isOk(out) {
+		// The worker could not finish in time: its retry is relayed.
+		if grant, out := uploadNar(t, w.sess, 2, path, c); !isOk(out) {
 			t.Fatalf("retry after expiry: %T %+v", grant, out)
+		} else if _, pass := grant.(*wire.GrantPassthrough); !pass {
+			t.Fatalf("retry after expiry granted %T, want Passthrough", grant)
+		}
+	})
+}
+
+// A worker that cannot use its presigned URLs cancels; its next request for
+// the path is relayed through the server (Passthrough) and commits.
+func TestS3CancelledGrantFallsBackToPassthrough(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newS3Env(t, db, cache.PresignOptions{})
+		path := testStorePath("unreachable")
+		c := compressNar(t, randomNar(300<<10))
+		e.produce(path)
+		w := e.projectWorker()
+		send(t, w.sess, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: path}, Size: c.meta.NarSize})
+		if g, _ := awaitGrant(t, w.sess, 1); func() bool { _, ok := g.(*wire.GrantPut); return !ok }() {
+			t.Fatalf("first grant %T, want Put", g)
+		}
+		send(t, w.sess, &wire.UploadCancel{RequestID: 1})
+		grant, out := uploadNar(t, w.sess, 2, path, c)
+		if _, pass := grant.(*wire.GrantPassthrough); !pass || !isOk(out) {
+			t.Fatalf("after a cancelled presigned grant: %T, %+v; want Passthrough and Ok", grant, out)
+		}
+		waitfor.True(t, "only the object in the bucket", func() bool { return len(e.stagingLeft(t)) == 0 })
+		// Another path still gets a presigned grant.
+		other := testStorePath("other")
+		e.produce(other)
+		oc := compressNar(t, randomNar(1000))
+		if grant, out := presignedUpload(t, w.sess, 3, other, oc, oc.zst); !isOk(out) {
+			t.Fatalf("other path: %T %+v", grant, out)
 		}
 	})
 }
