@@ -225,19 +225,27 @@ func (s *Store) Open(ctx context.Context, key string) (io.ReadCloser, int64, err
 	return &objectReader{s: s, ctx: ctx, key: key, size: size, body: out.Body}, size, nil
 }
 
-// objectReader reads an object and seeks with ranged GETs.
+// objectReader reads an object and seeks with ranged GETs. A seek only
+// moves the offset: the open body is replaced on the next read, and only
+// when it is elsewhere (http.ServeContent seeks to the end and back before
+// reading, which must not cost a second request).
 type objectReader struct {
-	s    *Store
-	ctx  context.Context
-	key  string
-	size int64
-	off  int64
-	body io.ReadCloser // nil after a seek until the next read
+	s      *Store
+	ctx    context.Context
+	key    string
+	size   int64
+	off    int64
+	body   io.ReadCloser
+	bodyAt int64 // where body's next byte is
 }
 
 func (r *objectReader) Read(p []byte) (int, error) {
 	if r.off >= r.size {
 		return 0, io.EOF
+	}
+	if r.body != nil && r.bodyAt != r.off {
+		r.body.Close()
+		r.body = nil
 	}
 	if r.body == nil {
 		out, err := r.s.client.GetObject(r.ctx, &s3.GetObjectInput{Bucket: aws.String(r.s.cfg.Bucket),
@@ -245,10 +253,11 @@ func (r *objectReader) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("s3 store: get %s at %d: %w", r.key, r.off, err)
 		}
-		r.body = out.Body
+		r.body, r.bodyAt = out.Body, r.off
 	}
 	n, err := r.body.Read(p)
 	r.off += int64(n)
+	r.bodyAt += int64(n)
 	if err == io.EOF && r.off < r.size {
 		err = io.ErrUnexpectedEOF
 	}
@@ -264,10 +273,6 @@ func (r *objectReader) Seek(offset int64, whence int) (int64, error) {
 	}
 	if offset < 0 {
 		return 0, errors.New("s3 store: seek before the start")
-	}
-	if offset != r.off && r.body != nil {
-		r.body.Close()
-		r.body = nil
 	}
 	r.off = offset
 	return offset, nil
