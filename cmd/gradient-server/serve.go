@@ -76,6 +76,9 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// The job loop recovers what a previous run left open before the
 	// first worker session can report anything.
 	registry := metrics.NewRegistry() // with the Go runtime and process series
+	if s3nars, ok := nars.(*s3store.Store); ok {
+		registry.MustRegister(s3nars.Collectors()...)
+	}
 	schedCfg := jobLoopConfig(opts, log, registry)
 	if dialKey != nil {
 		schedCfg.DeployKeys = deploykeys.New(db, dialKey)

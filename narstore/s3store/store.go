@@ -30,6 +30,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"gradient.dev/gradient/narstore"
 )
@@ -42,6 +43,15 @@ type Store struct {
 	log     *slog.Logger
 	// minPart lets tests use parts below the protocol's 64 MiB.
 	minPart int64
+	// swept counts what sweeps removed (kind multipart or incoming),
+	// sweepFailures the sweeps that failed.
+	swept         *prometheus.CounterVec
+	sweepFailures prometheus.Counter
+}
+
+// Collectors are the store's metrics, for the binary's registry.
+func (s *Store) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.swept, s.sweepFailures}
 }
 
 var (
@@ -81,7 +91,14 @@ func Open(ctx context.Context, cfg Config, httpClient *http.Client, log *slog.Lo
 		}
 		return o
 	}
-	s := &Store{cfg: cfg, client: s3.New(opts(cfg.Endpoint)), log: log, minPart: DefaultPartSize}
+	s := &Store{cfg: cfg, client: s3.New(opts(cfg.Endpoint)), log: log, minPart: DefaultPartSize,
+		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_nar_store_swept_total", Help: "Abandoned uploads the S3 NAR store's sweep removed, by kind (multipart, incoming).",
+		}, []string{"kind"}),
+		sweepFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gradient_nar_store_sweep_failures_total", Help: "Sweeps of the S3 NAR store that failed (the next one tries again).",
+		}),
+	}
 	presignFrom := s.client
 	if cfg.PresignEndpoint != "" {
 		presignFrom = s3.New(opts(cfg.PresignEndpoint))
