@@ -495,8 +495,9 @@ func (us *uploads) drop(u *upload) {
 	if u.expiry != nil {
 		u.expiry.Stop()
 	}
-	u.abort()
 	us.mu.Unlock()
+	// Taken out of the open set, u gets no new w or p: no lock needed.
+	u.abort()
 	us.c.s.uploadLeases.release(lease, false)
 }
 
