@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gradient.dev/gradient/internal/s3test"
 	"gradient.dev/gradient/internal/waitfor"
@@ -29,10 +30,15 @@ type s3Env struct {
 }
 
 func newS3Env(t *testing.T, db *storage.DB, presign cache.PresignOptions) *s3Env {
+	return newS3EnvTTL(t, db, presign, 0)
+}
+
+// newS3EnvTTL is newS3Env with presigned URLs valid for ttl (0: 1 h).
+func newS3EnvTTL(t *testing.T, db *storage.DB, presign cache.PresignOptions, ttl time.Duration) *s3Env {
 	t.Helper()
 	srv := s3test.Start(t)
 	nars, err := s3store.Open(t.Context(), s3store.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Region: srv.Region,
-		PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, StagingDir: t.TempDir()}, nil, nil)
+		PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, StagingDir: t.TempDir(), PresignTTL: ttl}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,4 +341,73 @@ func TestNixCopiesFromS3ThroughRedirect(t *testing.T) {
 	if keys, _ := nars.Keys(t.Context()); len(keys) != 2 {
 		t.Fatalf("the store holds %d objects, want hello's and greet's", len(keys))
 	}
+	// The store's URLs name 127.0.0.1: `gradient server status` says so.
+	req, _ := http.NewRequest(http.MethodGet, e.url+"/api/v1/server", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(status), "loopback or link-local") {
+		t.Fatalf("server status lacks the loopback warning: %s", status)
+	}
+}
+
+// A grant whose URLs expire before UploadFinished is answered Retry and
+// frees the path: the next request is relayed and commits.
+func TestS3ExpiredGrantRetried(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newS3EnvTTL(t, db, cache.PresignOptions{}, 2*time.Second)
+		path := testStorePath("slow")
+		c := compressNar(t, randomNar(100<<10))
+		e.produce(path)
+		w := e.projectWorker()
+		send(t, w.sess, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: path}, Size: c.meta.NarSize})
+		g, _ := awaitGrant(t, w.sess, 1)
+		if _, put := g.(*wire.GrantPut); !put {
+			t.Fatalf("granted %T", g)
+		}
+		if out := recvAs[*wire.UploadCommitted](t, w.sess).Outcome; func() bool { _, ok := out.(*wire.UploadRetry); return !ok }() {
+			t.Fatalf("expired grant: %+v, want Retry", out)
+		}
+		// The worker could not finish in time: its retry is relayed.
+		if grant, out := uploadNar(t, w.sess, 2, path, c); !isOk(out) {
+			t.Fatalf("retry after expiry: %T %+v", grant, out)
+		} else if _, pass := grant.(*wire.GrantPassthrough); !pass {
+			t.Fatalf("retry after expiry granted %T, want Passthrough", grant)
+		}
+	})
+}
+
+// A worker that cannot use its presigned URLs cancels; its next request for
+// the path is relayed through the server (Passthrough) and commits.
+func TestS3CancelledGrantFallsBackToPassthrough(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		e := newS3Env(t, db, cache.PresignOptions{})
+		path := testStorePath("unreachable")
+		c := compressNar(t, randomNar(300<<10))
+		e.produce(path)
+		w := e.projectWorker()
+		send(t, w.sess, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: path}, Size: c.meta.NarSize})
+		if g, _ := awaitGrant(t, w.sess, 1); func() bool { _, ok := g.(*wire.GrantPut); return !ok }() {
+			t.Fatalf("first grant %T, want Put", g)
+		}
+		send(t, w.sess, &wire.UploadCancel{RequestID: 1})
+		grant, out := uploadNar(t, w.sess, 2, path, c)
+		if _, pass := grant.(*wire.GrantPassthrough); !pass || !isOk(out) {
+			t.Fatalf("after a cancelled presigned grant: %T, %+v; want Passthrough and Ok", grant, out)
+		}
+		waitfor.True(t, "only the object in the bucket", func() bool { return len(e.stagingLeft(t)) == 0 })
+		// Another path still gets a presigned grant.
+		other := testStorePath("other")
+		e.produce(other)
+		oc := compressNar(t, randomNar(1000))
+		if grant, out := presignedUpload(t, w.sess, 3, other, oc, oc.zst); !isOk(out) {
+			t.Fatalf("other path: %T %+v", grant, out)
+		}
+	})
 }

@@ -295,6 +295,17 @@ func (s *Server) SetAccepting(on bool) { s.auth.SetAccepting(on) }
 // Accepting reports whether new worker sessions are accepted.
 func (s *Server) Accepting() bool { return s.auth.Accepting() }
 
+// ConfigWarnings are configuration problems the operator should see in
+// `gradient server status`, e.g. an S3 store whose presigned URLs name a
+// loopback address that workers on other machines cannot reach.
+func (s *Server) ConfigWarnings() []string {
+	var out []string
+	if w, ok := s.cfg.NarStore.(interface{ Warnings() []string }); ok {
+		out = append(out, w.Warnings()...)
+	}
+	return out
+}
+
 // GenerateDeployKey makes a new deploy key for the project, replacing any
 // earlier one, and returns its public half (deploykeys.Keys.Generate).
 func (s *Server) GenerateDeployKey(ctx context.Context, p storage.Project, comment string) (string, error) {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"gradient.dev/gradient/internal/s3test"
+	"gradient.dev/gradient/narstore/s3store"
 	"gradient.dev/gradient/nixbase32"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
@@ -487,5 +490,114 @@ func (a adminClient) must(want int, method, path string, body, out any) {
 		if err := json.Unmarshal(raw, out); err != nil {
 			a.t.Fatalf("%s %s: %v in %s", method, path, err, raw)
 		}
+	}
+}
+
+// With an S3 store: the server killed between a presigned grant and the
+// worker's UploadFinished commits nothing; after the restart the old
+// request is unknown (Rejected, so the worker retries), a new request
+// commits, and the sweep removes the dead grant's staging object.
+func TestPresignedUploadSurvivesServerKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the server binary")
+	}
+	s3 := s3test.Start(t)
+	const adminToken = "crash-test-admin-token"
+	tmp := t.TempDir()
+	bin := buildServer(t)
+	tokenFile, credsFile := filepath.Join(tmp, "admin.token"), filepath.Join(tmp, "s3-credentials")
+	os.WriteFile(tokenFile, []byte(adminToken+"\n"), 0o600)
+	os.WriteFile(credsFile, []byte("[default]\naws_access_key_id = "+s3.AccessKey+"\naws_secret_access_key = "+s3.SecretKey+"\n"), 0o600)
+	start := func() *childServer {
+		return startChild(t, bin, "--listen", "127.0.0.1:0", "--database", filepath.Join(tmp, "data"), "--admin-token-file", tokenFile,
+			"--nar-store", "s3://"+s3.Bucket+"?endpoint="+s3.Endpoint+"&path-style=true", "--s3-credentials-file", credsFile,
+			"--log-format", "json", "--log-level", "debug")
+	}
+	srv := start()
+	if strings.Contains(srv.log.String(), s3.SecretKey) {
+		t.Fatal("the server logged the S3 secret")
+	}
+	admin := adminClient{t: t, token: adminToken, base: srv.base}
+	admin.must(201, "POST", "/api/v1/caches", map[string]any{"name": "main", "public": true}, nil)
+	var cred struct {
+		WorkerID string `json:"worker_id"`
+		PeerID   string `json:"peer_id"`
+		Token    string `json:"token"`
+	}
+	admin.must(201, "POST", "/api/v1/registrations", map[string]any{"peer_kind": "cache", "peer": "main"}, &cred)
+	tokens := map[string]string{cred.PeerID: cred.Token}
+	nar := make([]byte, 1<<20+77)
+	rand.Read(nar)
+	up := compressForUpload(t, nar)
+	var pathHash [20]byte
+	rand.Read(pathHash[:])
+	path := storage.StoreDir + "/" + nixbase32.Encode(pathHash[:]) + "-crash"
+	hash, _ := storage.StorePathHash(path)
+	key := strings.TrimPrefix(up.meta.FileHash, "sha256:")
+	put := func(url string) {
+		req, _ := http.NewRequest(http.MethodPut, url, bytes.NewReader(up.zst))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("presigned PUT: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+
+	w := dialWorker(t, srv.ws, cred.WorkerID, tokens)
+	sendMsg(t, w, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: path}, Size: up.meta.NarSize})
+	grant, ok := awaitGrantOf(t, w, 1).(*wire.GrantPut)
+	if !ok {
+		t.Fatalf("granted %T, want Put", grant)
+	}
+	put(grant.URL)
+	srv.kill()
+	w.Close(session.CloseNormal, "server killed")
+
+	srv = start()
+	admin.base = srv.base
+	if code, _ := httpGet(t, srv.base+"/cache/main/"+hash+".narinfo"); code != http.StatusNotFound {
+		t.Fatalf("narinfo after the kill: %d, want 404", code)
+	}
+	for _, k := range s3.Keys(t) {
+		if strings.HasPrefix(k, "nars/") {
+			t.Fatalf("an object was placed before its commit: %s", k)
+		}
+	}
+	w = dialWorker(t, srv.ws, cred.WorkerID, tokens)
+	meta := up.meta
+	sendMsg(t, w, &wire.UploadFinished{RequestID: 1, Metadata: &meta})
+	if c := recvMsg[*wire.UploadCommitted](t, w); c.RequestID != 1 {
+		t.Fatalf("answer for request %d", c.RequestID)
+	} else if _, rejected := c.Outcome.(*wire.UploadRejected); !rejected {
+		t.Fatalf("finish of a grant the old server gave: %#v, want Rejected", c.Outcome)
+	}
+	sendMsg(t, w, &wire.UploadRequest{JobID: "job", RequestID: 2, Object: &wire.UploadNar{StorePath: path}, Size: up.meta.NarSize})
+	grant, ok = awaitGrantOf(t, w, 2).(*wire.GrantPut)
+	if !ok {
+		t.Fatalf("second grant %T, want Put", grant)
+	}
+	put(grant.URL)
+	meta = up.meta
+	sendMsg(t, w, &wire.UploadFinished{RequestID: 2, Metadata: &meta})
+	if c := recvMsg[*wire.UploadCommitted](t, w); c.RequestID != 2 {
+		t.Fatalf("answer for request %d", c.RequestID)
+	} else if _, ok := c.Outcome.(*wire.UploadOk); !ok {
+		t.Fatalf("second upload: %#v", c.Outcome)
+	}
+	code, body := httpGet(t, srv.base+"/cache/main/nar/"+key+".nar.zst") // follows the redirect
+	if code != http.StatusOK || !bytes.Equal(body, up.zst) {
+		t.Fatalf("NAR: %d, %d bytes", code, len(body))
+	}
+	// The first grant's staging object is still there; the sweep takes it.
+	nars, err := s3store.Open(t.Context(), s3store.Config{Endpoint: s3.Endpoint, Bucket: s3.Bucket, PathStyle: true,
+		AccessKey: s3.AccessKey, SecretKey: s3.SecretKey}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := nars.Sweep(t.Context(), time.Nanosecond); err != nil || res.DeletedIncoming != 1 {
+		t.Fatalf("sweep: %+v, %v; want the dead grant's object deleted", res, err)
+	}
+	if keys := s3.Keys(t); !slices.Equal(keys, []string{"nars/" + key + ".nar.zst"}) {
+		t.Fatalf("bucket holds %q", keys)
 	}
 }

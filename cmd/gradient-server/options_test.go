@@ -37,6 +37,12 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// withNarDefaults sets the NAR store options to their defaults.
+func withNarDefaults(o options) options {
+	o.NarStore, o.S3, o.NarHTTP, o.NarPresignUploads, o.MultipartThreshold = "local", s3store.Config{Region: "us-east-1"}, "redirect", true, 1<<30
+	return o
+}
+
 func TestFlagWinsOverEnvironment(t *testing.T) {
 	env := envOf(map[string]string{
 		"GRADIENT_LISTEN": "0.0.0.0:4000", "GRADIENT_DATABASE": "postgres://db/gradient",
@@ -53,6 +59,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, AllowLocalRepositories: true, MaxConnections: 10,
 		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, Federate: true, AuthFailures: 5, HandshakesPerIP: 32,
 		AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelDebug, LogFormat: "json"}
+	want = withNarDefaults(want)
 	if opts != want {
 		t.Errorf("environment: got %+v, want %+v", opts, want)
 	}
@@ -66,6 +73,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	want = options{HTTP: defaultHTTP, Listen: "127.0.0.1:5000", Database: "/data", AdminToken: "from-flag",
 		HeartbeatTimeout: 0, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, HandshakesPerIP: 32,
 		AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelWarn, LogFormat: "text"}
+	want = withNarDefaults(want)
 	if opts != want {
 		t.Errorf("flags: got %+v, want %+v", opts, want)
 	}

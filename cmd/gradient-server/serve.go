@@ -76,6 +76,9 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// The job loop recovers what a previous run left open before the
 	// first worker session can report anything.
 	registry := metrics.NewRegistry() // with the Go runtime and process series
+	if s3nars, ok := nars.(*s3store.Store); ok {
+		registry.MustRegister(s3nars.Collectors()...)
+	}
 	schedCfg := jobLoopConfig(opts, log, registry)
 	if dialKey != nil {
 		schedCfg.DeployKeys = deploykeys.New(db, dialKey)
@@ -133,7 +136,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// One line with what the server runs with; never a secret (the
 	// database location is logged redacted by storage.Open).
 	log.Info("gradient-server listening", "address", ln.Addr().String(),
-		"database_engine", db.Engine(), "nar_store", narWhere, "dial_key", dialKey != nil, "admin_api", adminHash != "",
+		"database_engine", db.Engine(), "nar_store", narWhere, "nar_dir", localNarDir(opts), "dial_key", dialKey != nil, "admin_api", adminHash != "",
 		"heartbeat_timeout", opts.HeartbeatTimeout.String(), "max_connections", opts.MaxConnections,
 		"http_header_timeout", opts.HTTP.Header.String(), "http_body_timeout", opts.HTTP.Body.String(), "http_idle_timeout", opts.HTTP.Idle.String(),
 		"max_handshakes_per_ip", opts.HandshakesPerIP, "anonymous_cache", opts.AnonymousCache,
@@ -175,7 +178,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 func openNarStore(ctx context.Context, opts options, log *slog.Logger) (narstore.Store, string, error) {
 	if opts.NarStore == "local" || opts.NarStore == "" {
 		nars, err := narstore.OpenLocal(narDir(opts), log)
-		return nars, narDir(opts), err
+		return nars, "local", err
 	}
 	cfg := opts.S3
 	if opts.MultipartThreshold > 0 && opts.MultipartThreshold < s3store.DefaultPartSize {
@@ -189,6 +192,14 @@ func openNarStore(ctx context.Context, opts options, log *slog.Logger) (narstore
 	}
 	go nars.RunSweeper(ctx, 15*time.Minute, 0)
 	return nars, cfg.String(), nil
+}
+
+// localNarDir is the NAR directory of a local store, "" for S3.
+func localNarDir(opts options) string {
+	if opts.NarStore != "local" && opts.NarStore != "" {
+		return ""
+	}
+	return narDir(opts)
 }
 
 func narDir(opts options) string {

@@ -30,5 +30,8 @@ func serverCall(c *adminCmd, method, path string) int {
 		accepting = "no (new worker connections are refused with 403)"
 	}
 	fields(c.stdout, "accepting", accepting, "connected workers", fmt.Sprint(s.ConnectedWorkers))
+	for _, w := range s.Warnings {
+		fields(c.stdout, "warning", w)
+	}
 	return exitOK
 }

@@ -172,6 +172,7 @@ type activationInfo struct {
 }
 
 type serverInfo struct {
-	Accepting        bool `json:"accepting"`
-	ConnectedWorkers int  `json:"connected_workers"`
+	Accepting        bool     `json:"accepting"`
+	ConnectedWorkers int      `json:"connected_workers"`
+	Warnings         []string `json:"warnings"`
 }

@@ -38,9 +38,10 @@ type Server struct {
 	SecretKey string
 	Dir       string // the POSIX backend's root; the bucket is a directory in it
 
-	bin  string
-	addr string
-	t    testing.TB
+	bin           string
+	addr          string
+	virtualDomain string
+	t             testing.TB
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -100,6 +101,28 @@ func Require(t testing.TB) string {
 // test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, "")
+}
+
+// StartVirtualHost is Start with virtual-host addressing under domain
+// (BUCKET.domain); path-style requests keep working. Clients must resolve
+// BUCKET.domain to the server (see DialAnyHost).
+func StartVirtualHost(t testing.TB, domain string) *Server {
+	t.Helper()
+	return start(t, domain)
+}
+
+// DialAnyHost is an http.Client that connects every request to the
+// server, whatever host the URL names (virtual-host buckets need no DNS).
+func (s *Server) DialAnyHost() *http.Client {
+	var d net.Dialer
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, s.addr)
+	}}}
+}
+
+func start(t testing.TB, virtualDomain string) *Server {
+	t.Helper()
 	bin := Require(t)
 	s := &Server{
 		Bucket:    "gradient-test",
@@ -109,6 +132,8 @@ func Start(t testing.TB) *Server {
 		Dir:       t.TempDir(),
 		bin:       bin,
 		t:         t,
+
+		virtualDomain: virtualDomain,
 	}
 	t.Cleanup(s.Stop)
 	// A free port can be taken by another process between our probe and
@@ -152,13 +177,11 @@ func (s *Server) start() error {
 	if s.cmd != nil {
 		return errors.New("already running")
 	}
-	cmd := exec.Command(s.bin,
-		"--port", s.addr,
-		"--access", s.AccessKey,
-		"--secret", s.SecretKey,
-		"--region", s.Region,
-		"--quiet",
-		"posix", s.Dir)
+	args := []string{"--port", s.addr, "--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region, "--quiet"}
+	if s.virtualDomain != "" {
+		args = append(args, "--virtual-domain", s.virtualDomain)
+	}
+	cmd := exec.Command(s.bin, append(args, "posix", s.Dir)...)
 	// Keep the variables that would change its behaviour out of its way.
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + s.Dir}
 	out := &tailBuffer{max: 64 << 10}

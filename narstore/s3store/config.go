@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -59,6 +60,12 @@ func (c Config) String() string {
 	}
 	return fmt.Sprintf("s3 %s bucket %s prefix %q region %s", ep, c.Bucket, c.Prefix, c.Region)
 }
+
+// GoString keeps %#v from printing the credentials too.
+func (c Config) GoString() string { return c.String() }
+
+// LogValue keeps slog from logging the credentials.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 func (c *Config) normalise() error {
 	if c.Bucket == "" {

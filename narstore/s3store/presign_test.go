@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"gradient.dev/gradient/internal/s3test"
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/narstore"
@@ -269,4 +272,19 @@ func TestSweepRemovesAbandonedUploads(t *testing.T) {
 	if keys, _ := s.Keys(ctx); !slices.Equal(keys, []string{kept.Key}) {
 		t.Fatalf("sweep touched objects: %q", keys)
 	}
+}
+
+// The server's periodic sweep removes an abandoned upload and counts it.
+func TestRunSweeperCounts(t *testing.T) {
+	s, srv, _ := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	defer func() { cancel(); <-done }()
+	up, _ := s.PresignUpload(ctx, 1<<20, false)
+	put(t, up.URLs()[0], storetest.Compressed(t, storetest.Payload(1, 1000)))
+	go func() { s.RunSweeper(ctx, 20*time.Millisecond, time.Millisecond); close(done) }()
+	swept := s.Collectors()[0].(*prometheus.CounterVec)
+	waitfor.True(t, "the sweeper to remove the upload", func() bool {
+		return testutil.ToFloat64(swept.WithLabelValues("incoming")) == 1 && len(srv.Keys(t)) == 0
+	})
 }

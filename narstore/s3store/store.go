@@ -30,6 +30,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"gradient.dev/gradient/narstore"
 )
@@ -42,6 +43,15 @@ type Store struct {
 	log     *slog.Logger
 	// minPart lets tests use parts below the protocol's 64 MiB.
 	minPart int64
+	// swept counts what sweeps removed (kind multipart or incoming),
+	// sweepFailures the sweeps that failed.
+	swept         *prometheus.CounterVec
+	sweepFailures prometheus.Counter
+}
+
+// Collectors are the store's metrics, for the binary's registry.
+func (s *Store) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.swept, s.sweepFailures}
 }
 
 var (
@@ -81,7 +91,14 @@ func Open(ctx context.Context, cfg Config, httpClient *http.Client, log *slog.Lo
 		}
 		return o
 	}
-	s := &Store{cfg: cfg, client: s3.New(opts(cfg.Endpoint)), log: log, minPart: DefaultPartSize}
+	s := &Store{cfg: cfg, client: s3.New(opts(cfg.Endpoint)), log: log, minPart: DefaultPartSize,
+		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_nar_store_swept_total", Help: "Abandoned uploads the S3 NAR store's sweep removed, by kind (multipart, incoming).",
+		}, []string{"kind"}),
+		sweepFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gradient_nar_store_sweep_failures_total", Help: "Sweeps of the S3 NAR store that failed (the next one tries again).",
+		}),
+	}
 	presignFrom := s.client
 	if cfg.PresignEndpoint != "" {
 		presignFrom = s3.New(opts(cfg.PresignEndpoint))
@@ -101,6 +118,15 @@ func Open(ctx context.Context, cfg Config, httpClient *http.Client, log *slog.Lo
 func (s *Store) MinPartSizeForTests(size int64) {
 	s.minPart = max(size, s3MinPart)
 	s.cfg.PartSize = s.minPart
+}
+
+// Warnings are configuration problems for the operator (gradient server
+// status): presigned URLs that name a loopback or link-local address.
+func (s *Store) Warnings() []string {
+	if w := s.cfg.LocalOnlyWarning(); w != "" {
+		return []string{"NAR store: " + w}
+	}
+	return nil
 }
 
 // Config is the store's configuration (credentials included: do not log).
@@ -216,19 +242,27 @@ func (s *Store) Open(ctx context.Context, key string) (io.ReadCloser, int64, err
 	return &objectReader{s: s, ctx: ctx, key: key, size: size, body: out.Body}, size, nil
 }
 
-// objectReader reads an object and seeks with ranged GETs.
+// objectReader reads an object and seeks with ranged GETs. A seek only
+// moves the offset: the open body is replaced on the next read, and only
+// when it is elsewhere (http.ServeContent seeks to the end and back before
+// reading, which must not cost a second request).
 type objectReader struct {
-	s    *Store
-	ctx  context.Context
-	key  string
-	size int64
-	off  int64
-	body io.ReadCloser // nil after a seek until the next read
+	s      *Store
+	ctx    context.Context
+	key    string
+	size   int64
+	off    int64
+	body   io.ReadCloser
+	bodyAt int64 // where body's next byte is
 }
 
 func (r *objectReader) Read(p []byte) (int, error) {
 	if r.off >= r.size {
 		return 0, io.EOF
+	}
+	if r.body != nil && r.bodyAt != r.off {
+		r.body.Close()
+		r.body = nil
 	}
 	if r.body == nil {
 		out, err := r.s.client.GetObject(r.ctx, &s3.GetObjectInput{Bucket: aws.String(r.s.cfg.Bucket),
@@ -236,10 +270,11 @@ func (r *objectReader) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("s3 store: get %s at %d: %w", r.key, r.off, err)
 		}
-		r.body = out.Body
+		r.body, r.bodyAt = out.Body, r.off
 	}
 	n, err := r.body.Read(p)
 	r.off += int64(n)
+	r.bodyAt += int64(n)
 	if err == io.EOF && r.off < r.size {
 		err = io.ErrUnexpectedEOF
 	}
@@ -255,10 +290,6 @@ func (r *objectReader) Seek(offset int64, whence int) (int64, error) {
 	}
 	if offset < 0 {
 		return 0, errors.New("s3 store: seek before the start")
-	}
-	if offset != r.off && r.body != nil {
-		r.body.Close()
-		r.body = nil
 	}
 	r.off = offset
 	return offset, nil

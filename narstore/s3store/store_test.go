@@ -1,7 +1,9 @@
 package s3store_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -53,4 +55,41 @@ func TestContract(t *testing.T) {
 			},
 		}
 	})
+}
+
+// Virtual-host addressing (BUCKET.ENDPOINT/KEY), as AWS uses: the store and
+// its presigned URLs name the bucket in the host.
+func TestVirtualHostAddressing(t *testing.T) {
+	srv := s3test.StartVirtualHost(t, "s3.test")
+	client := srv.DialAnyHost()
+	port := srv.Endpoint[strings.LastIndex(srv.Endpoint, ":"):]
+	s, err := s3store.Open(context.Background(), s3store.Config{Endpoint: "http://s3.test" + port, Bucket: srv.Bucket, Region: srv.Region,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, StagingDir: t.TempDir()}, client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nar := storetest.Payload(1, 50<<10)
+	obj, err := s.Put(context.Background(), bytes.NewReader(nar), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := storetest.ReadNAR(t, s, obj.Key); !bytes.Equal(got, nar) {
+		t.Fatal("read back another NAR")
+	}
+	url, err := s.PresignGet(context.Background(), obj.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(url, "http://"+srv.Bucket+".s3.test"+port+"/") {
+		t.Fatalf("presigned URL %s does not name the bucket in the host", url)
+	}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(body, storetest.Compressed(t, nar)) {
+		t.Fatalf("presigned GET: %d, %d bytes", resp.StatusCode, len(body))
+	}
 }

@@ -83,8 +83,11 @@ func (s *Store) RunSweeper(ctx context.Context, interval, lifetime time.Duration
 	defer t.Stop()
 	for {
 		res, err := s.Sweep(ctx, lifetime)
+		s.swept.WithLabelValues("multipart").Add(float64(res.AbortedMultipart))
+		s.swept.WithLabelValues("incoming").Add(float64(res.DeletedIncoming))
 		switch {
 		case err != nil && ctx.Err() == nil:
+			s.sweepFailures.Inc()
 			s.log.Warn("s3 store: sweep failed", "error", err)
 		case res.AbortedMultipart+res.DeletedIncoming > 0:
 			s.log.Info("s3 store: removed abandoned uploads", "multipart", res.AbortedMultipart, "incoming", res.DeletedIncoming)

@@ -143,6 +143,16 @@ func Run(t *testing.T, open func(t *testing.T) Fixture) {
 		if !bytes.Equal(head, zst[:10]) || !bytes.Equal(rest, zst[off:]) {
 			t.Fatal("seeking read the wrong bytes")
 		}
+		// As http.ServeContent does: the size from the end, then back.
+		if end, err := rs.Seek(0, io.SeekEnd); err != nil || end != int64(len(zst)) {
+			t.Fatalf("Seek(0, End) = %d, %v", end, err)
+		}
+		if _, err := rs.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		if all, err := io.ReadAll(rs); err != nil || !bytes.Equal(all, zst) {
+			t.Fatalf("reading from the start again: %d bytes, %v", len(all), err)
+		}
 	})
 
 	t.Run("VerifyRefusalLeavesNothing", func(t *testing.T) {

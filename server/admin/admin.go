@@ -89,6 +89,9 @@ type Workers interface {
 	ConnectedWorkers() int
 	Accepting() bool
 	SetAccepting(on bool)
+	// ConfigWarnings are configuration problems `gradient server status`
+	// shows.
+	ConfigWarnings() []string
 	// Reauth, ReauthProject and ReauthTeam reauthorize live sessions
 	// after a change widened their access; they report how many.
 	Reauth(workerID string) bool

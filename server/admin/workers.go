@@ -79,10 +79,14 @@ func (a *API) setDeactivated(w http.ResponseWriter, r *http.Request, deactivate 
 type ServerView struct {
 	Accepting        bool `json:"accepting"`
 	ConnectedWorkers int  `json:"connected_workers"` // sessions up or handshaking
+	// Warnings are configuration problems the operator should fix (a NAR
+	// store whose presigned URLs name a loopback address, …).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 func (a *API) serverState(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, ServerView{Accepting: a.cfg.Workers.Accepting(), ConnectedWorkers: a.cfg.Workers.ConnectedWorkers()})
+	writeJSON(w, http.StatusOK, ServerView{Accepting: a.cfg.Workers.Accepting(), ConnectedWorkers: a.cfg.Workers.ConnectedWorkers(),
+		Warnings: a.cfg.Workers.ConfigWarnings()})
 }
 
 func (a *API) stopAccepting(w http.ResponseWriter, r *http.Request) {

@@ -37,6 +37,24 @@ type uploads struct {
 	// answered: requests that already got their UploadCommitted, so late
 	// chunks and a late UploadFinished are dropped silently.
 	answered map[uint64]bool
+	// unreachable: store hashes whose presigned grant this connection
+	// cancelled or let expire; their next request is relayed instead, so
+	// a worker that cannot reach the store still uploads (bounded).
+	unreachable map[string]bool
+}
+
+// maxUnreachable bounds uploads.unreachable; past it the set starts over.
+const maxUnreachable = 4096
+
+// presignFailed remembers that the worker could not use a presigned grant
+// for hash.
+func (us *uploads) presignFailed(hash string) {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	if len(us.unreachable) >= maxUnreachable {
+		clear(us.unreachable)
+	}
+	us.unreachable[hash] = true
 }
 
 type upload struct {
@@ -74,7 +92,7 @@ func (u *upload) abort() {
 }
 
 func newUploads(c *Conn) *uploads {
-	return &uploads{c: c, open: map[uint64]*upload{}, answered: map[uint64]bool{}}
+	return &uploads{c: c, open: map[uint64]*upload{}, answered: map[uint64]bool{}, unreachable: map[string]bool{}}
 }
 
 func (us *uploads) answer(id uint64, outcome wire.UploadOutcome) {
@@ -157,7 +175,11 @@ func (us *uploads) grant(u *upload) {
 		us.fail(u, &wire.UploadRetry{Reason: "cache lookup failed"})
 		return
 	}
-	if ps := c.s.presigner; ps != nil && !c.s.cfg.Presign.StreamUploads {
+	us.mu.Lock()
+	relay := us.unreachable[u.hash]
+	delete(us.unreachable, u.hash)
+	us.mu.Unlock()
+	if ps := c.s.presigner; ps != nil && !c.s.cfg.Presign.StreamUploads && !relay {
 		if us.grantPresigned(u, ps) {
 			return
 		}
@@ -202,7 +224,9 @@ func (us *uploads) grantPresigned(u *upload, ps narstore.Presigner) bool {
 	// The lease lasts as long as the URLs: a worker that never finishes
 	// does not hold the path forever.
 	u.expiry = time.AfterFunc(time.Until(p.Expires()), func() {
-		us.fail(u, &wire.UploadRetry{Reason: "the presigned URLs expired before UploadFinished"})
+		if us.fail(u, &wire.UploadRetry{Reason: "the presigned URLs expired before UploadFinished"}) {
+			us.presignFailed(u.hash)
+		}
 	})
 	us.mu.Unlock()
 	var target wire.GrantTarget
@@ -429,16 +453,18 @@ func (us *uploads) take(u *upload) bool {
 	return true
 }
 
-// fail answers an open request with outcome and frees what it holds.
-func (us *uploads) fail(u *upload, outcome wire.UploadOutcome) {
+// fail answers an open request with outcome and frees what it holds;
+// false if the request was answered already.
+func (us *uploads) fail(u *upload, outcome wire.UploadOutcome) bool {
 	if !us.take(u) {
-		return
+		return false
 	}
 	us.mu.Lock()
 	us.answered[u.id] = true
 	us.mu.Unlock()
 	us.drop(u)
 	us.answer(u.id, outcome)
+	return true
 }
 
 // cancel is UploadCancel: free everything, answer nothing.
@@ -448,6 +474,14 @@ func (us *uploads) cancel(id uint64) {
 	delete(us.answered, id)
 	us.mu.Unlock()
 	if u != nil && us.take(u) {
+		us.mu.Lock()
+		presigned := u.p != nil
+		us.mu.Unlock()
+		if presigned {
+			// The worker gave up on the URLs (docs/protocol/cache.md
+			// §4.5): its next request for the path is relayed.
+			us.presignFailed(u.hash)
+		}
 		us.drop(u)
 		us.c.log.Debug("upload cancelled", "path", u.storePath, "request", id)
 	}
@@ -461,8 +495,9 @@ func (us *uploads) drop(u *upload) {
 	if u.expiry != nil {
 		u.expiry.Stop()
 	}
-	u.abort()
 	us.mu.Unlock()
+	// Taken out of the open set, u gets no new w or p: no lock needed.
+	u.abort()
 	us.c.s.uploadLeases.release(lease, false)
 }
 
