@@ -40,7 +40,9 @@ func BenchmarkUploadLarge(b *testing.B) {
 	} {
 		b.Run("mode="+mode.name, func(b *testing.B) {
 			store, _ := openS3(b)
-			r := newRealServer(b, openSQLite(b), server.Config{NarStore: store, NarPresign: mode.presign})
+			// The bare session sends no heartbeats: a slow upload must not
+			// be dropped as a silent worker.
+			r := newRealServer(b, openSQLite(b), server.Config{NarStore: store, NarPresign: mode.presign, HeartbeatTimeout: -1})
 			client, chunks := dialCacheWorker(b, r)
 			client.TempDir = b.TempDir()
 			var parts int
