@@ -24,6 +24,7 @@ import (
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/narstore/s3store"
 	"gradient.dev/gradient/narstore/storetest"
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/wire"
 )
 
@@ -527,5 +528,42 @@ func TestContentRange(t *testing.T) {
 		if got := [3]int64{start, total, map[bool]int64{true: 1}[ok]}; ok && got != want || !ok && want[2] != 0 {
 			t.Errorf("contentRange(%q) = %d, %d, %v; want %v", h, start, total, ok, want)
 		}
+	}
+}
+
+// A worker that cannot reach the object store at all (its network says
+// no) against a real server on S3: the presigned grant fails, is
+// cancelled, and the server relays the next request; the object lands.
+func TestPresignedUnreachableStoreFallsBackToRelay(t *testing.T) {
+	t.Parallel()
+	store, _ := openS3(t)
+	r := newRealServer(t, openSQLite(t), server.Config{NarStore: store})
+	client, chunks := dialCacheWorker(t, r)
+	client.TempDir = t.TempDir()
+	client.PresignedRetryDelay = time.Millisecond
+	client.HTTPClient = &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("no route to the store (test)")
+	}}}
+	var failed atomic.Int32
+	client.Presigned = func(op, outcome string) {
+		if outcome == "failed" {
+			failed.Add(1)
+		}
+	}
+	nar := storetest.Payload(17, 3<<20)
+	path := randomStorePath("relayed")
+	if err := client.Upload(t.Context(), "", path, bytes.NewReader(nar), UploadMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	if failed.Load() != 1 || chunks.Load() == 0 {
+		t.Fatalf("%d presigned failures, %d chunks relayed; want 1 and the object over the session", failed.Load(), chunks.Load())
+	}
+	got, err := client.Query(t.Context(), "", []string{path}, wire.QueryPull)
+	if err != nil || len(got) != 1 || !got[0].Cached || got[0].URL == nil {
+		t.Fatalf("pull answer %+v (%v), want the path cached with a presigned url", got, err)
+	}
+	key := strings.TrimPrefix(*got[0].FileHash, "sha256:")
+	if !bytes.Equal(storetest.ReadNAR(t, store, key), nar) {
+		t.Fatal("the relayed object is not the NAR")
 	}
 }
