@@ -44,7 +44,7 @@ func sha256Nix(b []byte) string {
 // sent.
 func dialCacheWorker(t testing.TB, r *realServer) (*CacheClient, *atomic.Int64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // generous: a loaded machine; never waited for when the dial works
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
 	workerID := storage.NewID()
