@@ -128,6 +128,11 @@ func TestPresignedTransfersBypassTheProxy(t *testing.T) {
 			t.Errorf("a worker relayed %v upload bytes over its session", n)
 		}
 	}
+	for _, w := range []*proxyworld.Worker{bigWorker, useWorker} {
+		if lines := w.Lines("X-Amz-Signature"); len(lines) > 0 {
+			t.Errorf("%s logged a presigned URL's signature: %q", w.Name, lines[0])
+		}
+	}
 	// The proxy carried no upload and none of the large objects: only
 	// the small .drv files, which stream over the session.
 	pm := proxy.Metrics(t)
