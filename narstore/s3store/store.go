@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -104,6 +105,13 @@ func Open(ctx context.Context, cfg Config, httpClient *http.Client, log *slog.Lo
 		presignFrom = s3.New(opts(cfg.PresignEndpoint))
 	}
 	s.presign = s3.NewPresignClient(presignFrom, s3.WithPresignExpires(cfg.PresignTTL))
+	// Staging files a crashed server left behind: nothing else uses them.
+	for _, pattern := range []string{".s3put-*.tmp", ".s3relay-*.tmp"} {
+		leftovers, _ := filepath.Glob(filepath.Join(cfg.StagingDir, pattern))
+		for _, name := range leftovers {
+			os.Remove(name)
+		}
+	}
 	if _, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(cfg.Bucket)}); err != nil {
 		return nil, fmt.Errorf("s3 store: bucket %s: %w", cfg.Bucket, err)
 	}

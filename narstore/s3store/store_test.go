@@ -122,3 +122,20 @@ func TestPresignEndpoint(t *testing.T) {
 		t.Fatalf("GET through the presign endpoint: %d", resp.StatusCode)
 	}
 }
+
+// Staging files a crashed server left are removed when the store opens.
+func TestOpenRemovesStagingLeftovers(t *testing.T) {
+	srv := s3test.Start(t)
+	staging := t.TempDir()
+	for _, name := range []string{".s3put-1.tmp", ".s3relay-2.tmp", "keep.me"} {
+		os.WriteFile(staging+"/"+name, []byte("x"), 0o600)
+	}
+	if _, err := s3store.Open(context.Background(), s3store.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, PathStyle: true,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, StagingDir: staging}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(staging)
+	if len(entries) != 1 || entries[0].Name() != "keep.me" {
+		t.Fatalf("staging dir holds %v, want only keep.me", entries)
+	}
+}
