@@ -208,6 +208,7 @@ type gate struct {
 	mu         sync.Mutex
 	holders    int
 	collecting bool
+	waiters    int // holds waiting for a collection's end (for tests)
 	// changed is closed (and replaced) whenever holders reaches 0 or a
 	// collection ends.
 	changed chan struct{}
@@ -224,13 +225,18 @@ func (g *gate) hold(ctx context.Context) (func(), error) {
 	g.mu.Lock()
 	for g.collecting {
 		ch := g.changed
+		g.waiters++
 		g.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			g.mu.Lock()
+			g.waiters--
+			g.mu.Unlock()
 			return nil, ctx.Err()
 		}
 		g.mu.Lock()
+		g.waiters--
 	}
 	g.holders++
 	g.mu.Unlock()
