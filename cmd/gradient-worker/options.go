@@ -62,6 +62,10 @@ type options struct {
 	RequireSigs bool
 	LogLevel    slog.Level
 	LogFormat   string
+	// Store GC (storegc.go): collect below GCMinFree free bytes (0: off)
+	// until GCMaxFree are free (0: every dead path).
+	GCMinFree, GCMaxFree uint64
+	GCCheckInterval      time.Duration
 }
 
 const description = `Runs a Gradient worker: it dials the server (or is dialed by it with
@@ -152,6 +156,10 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		bytes("log-burst-bytes-per-min", &opts.LogBurstPerMin, 8<<20, "build log bytes one build may send per minute before its log is cut; 0 is unlimited"),
 		bytes("log-sustained-bytes-per-hour", &opts.LogSustainedPerHour, 64<<20, "build log bytes one build may send per hour before its log is cut; 0 is unlimited"),
 		str("metrics-addr", &opts.MetricsAddr, "", "host:port serving Prometheus metrics at /metrics; empty disables"),
+		str("gc-min-free", &raw.gcMinFree, "0", "collect the Nix store's garbage when its file system has less than this free (bytes; K, M, G, T suffixes); 0 never collects"),
+		str("gc-max-free", &raw.gcMaxFree, "0", "a collection frees until this much is free; 0 (or not above --gc-min-free) deletes every dead path"),
+		&servicecli.SecondsFlag{Name: "gc-check-interval-secs", Value: time.Minute, Destination: &opts.GCCheckInterval,
+			Sources: env.Vars(workerVar("gc-check-interval-secs")), Usage: "how often the free space is checked with --gc-min-free (besides after each job)"},
 	}
 	flags = append(flags, servicecli.HTTPTimeoutFlags(&opts.HTTP, func(name string) cli.ValueSourceChain { return env.Vars(workerVar(name)) })...)
 	flags = append(flags, logging.Flags(env, "GRADIENT_WORKER_")...)
@@ -164,6 +172,7 @@ type rawOptions struct {
 	trustedKeys             string
 	listenHost              string
 	port                    int
+	gcMinFree, gcMaxFree    string
 }
 
 // parseOptions reads flags, then the environment for every flag not given.
@@ -206,6 +215,16 @@ func checkOptions(opts *options, raw rawOptions) error {
 	}
 	if keys.Len() > 0 {
 		opts.TrustedKeys = keys
+	}
+	var gcErr error
+	if opts.GCMinFree, gcErr = parseSize(raw.gcMinFree); gcErr != nil {
+		errs = append(errs, fmt.Errorf("--gc-min-free %w", gcErr))
+	}
+	if opts.GCMaxFree, gcErr = parseSize(raw.gcMaxFree); gcErr != nil {
+		errs = append(errs, fmt.Errorf("--gc-max-free %w", gcErr))
+	}
+	if opts.GCCheckInterval <= 0 {
+		errs = append(errs, errors.New("--gc-check-interval-secs must be positive"))
 	}
 	if opts.ServerURL != "" && !strings.HasPrefix(opts.ServerURL, "ws://") && !strings.HasPrefix(opts.ServerURL, "wss://") {
 		errs = append(errs, fmt.Errorf("--server-url %q: want a ws:// or wss:// URL", gitsource.Redact(opts.ServerURL)))

@@ -63,6 +63,10 @@ type Executor struct {
 	LogBurstPerMinute   int64
 	LogSustainedPerHour int64
 	Logger              *slog.Logger
+	// GC, when set, collects the store's garbage when its disk runs
+	// short (storegc.go): no job starts while it collects, and each
+	// job's end asks it to check the free space.
+	GC *StoreGC
 }
 
 var (
@@ -98,10 +102,16 @@ func (e *Executor) logger() *slog.Logger {
 
 // Run runs one job until it ends or ctx is cancelled.
 func (e *Executor) Run(ctx context.Context, a worker.Assignment, r worker.Reporter) error {
+	// No job starts while the store's garbage is collected.
+	release, err := e.GC.hold(ctx)
+	if err != nil {
+		return err
+	}
+	release()
 	j := &job{e: e, id: a.JobID, r: r, cache: r.Cache(), log: e.logger().With("job", a.JobID), sshKey: a.SSHKey,
 		roots: &roots{dir: e.GCRootsDir, prefix: gcRootPrefix(a.JobID)}}
+	defer e.GC.jobEnded() // after the links below are gone
 	defer j.roots.release()
-	var err error
 	switch spec := a.Job.(type) {
 	case *wire.FlakeJob:
 		err = j.runFlake(ctx, spec)
@@ -129,6 +139,11 @@ type job struct {
 	log       *slog.Logger
 	slotsOnce sync.Once
 	slots     *uploadSlots
+	// holdMu guards holds and unhold: the job's one hold on the
+	// collector's gate, shared by its goroutines (see job.hold).
+	holdMu sync.Mutex
+	holds  int
+	unhold func()
 	// drvs are the derivations this job has read: a .drv is immutable,
 	// and several builds of a job share inputs.
 	drvs map[string]*nix.Derivation

@@ -92,13 +92,12 @@ func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
 	switch src := spec.Source.(type) {
 	case *wire.FlakeSourceRepository:
 		j.log.Info("fetching flake", "repository", gitsource.Redact(src.URL), "commit", src.Commit)
-		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
+		fetched, err := j.fetchPinned(ctx, src)
 		if err != nil {
-			return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
+			return "", err
 		}
 		source = fetched.SourcePath
 		paths = append([]string{source}, fetched.InputPaths...)
-		j.pin(ctx, paths...)
 	case *wire.FlakeSourceCached:
 		if _, err := j.ensure(ctx, []string{src.StorePath}); err != nil {
 			return "", err
@@ -127,13 +126,29 @@ func (j *job) localSource(ctx context.Context, src wire.FlakeSource) (string, er
 		j.pullInputs(ctx, src.StorePath)
 		return src.StorePath, nil
 	case *wire.FlakeSourceRepository:
-		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
+		fetched, err := j.fetchPinned(ctx, src)
 		if err != nil {
-			return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
+			return "", err
 		}
 		return fetched.SourcePath, nil
 	}
 	return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown flake source %T", src))
+}
+
+// fetchPinned fetches a flake and pins its source and inputs; no
+// collection runs in between (the CLI's temporary roots end with it).
+func (j *job) fetchPinned(ctx context.Context, src *wire.FlakeSourceRepository) (*nix.FetchedFlake, error) {
+	release, err := j.hold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
+	if err != nil {
+		return nil, worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
+	}
+	j.pin(ctx, append([]string{fetched.SourcePath}, fetched.InputPaths...)...)
+	return fetched, nil
 }
 
 // pullInputs brings a cached source's locked inputs from the cache, where
@@ -149,12 +164,11 @@ func (j *job) pullInputs(ctx context.Context, source string) {
 	if len(inputs) == 0 {
 		return
 	}
-	pulled, err := j.ensure(ctx, inputs)
+	pulled, err := j.ensure(ctx, inputs) // pins them
 	if err != nil {
 		j.log.Warn("flake inputs not pulled from the cache; nix fetches them itself", "inputs", len(inputs), "error", err)
 		return
 	}
-	j.pin(ctx, inputs...)
 	j.log.Info("flake inputs ready", "inputs", len(inputs), "pulled", pulled)
 }
 
@@ -165,6 +179,13 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 	}
 	flakeRef := "path:" + source
 	j.log.Info("evaluating flake", "flake", flakeRef, "wildcards", wildcards)
+	// The .drv files the evaluation writes have no root but the CLI's
+	// temporary ones until pinned below: no collection in between.
+	release, err := j.hold(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ev, err := j.e.Nix.Attributes(ctx, flakeRef, wildcards)
 	if err != nil {
 		return worker.Fail(wire.FailurePermanent, fmt.Errorf("evaluating %s: %w", flakeRef, err))
@@ -183,6 +204,7 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 		drvPaths[i] = d.DrvPath
 	}
 	j.pin(ctx, drvPaths...)
+	release()
 	w := &walk{j: j, visited: map[string]bool{}, uploaded: map[string]bool{}}
 	if err := w.run(ctx, ev.Derivations); err != nil {
 		return err
