@@ -407,20 +407,21 @@ func (db *DB) GCSelectUnreachable(ctx context.Context, cutoff time.Time) error {
 // CacheSize is a cache's bytes and paths.
 type CacheSize struct {
 	CacheID, Name string
+	Public        bool
 	MaxBytes      *int64
 	Bytes, Paths  int64
 }
 
 // CacheSizes returns every cache's size (the sum of its rows' file sizes).
 func (db *DB) CacheSizes(ctx context.Context) ([]CacheSize, error) {
-	rows, err := db.sql.QueryContext(ctx, `SELECT c.id, c.name, c.max_bytes,
+	rows, err := db.sql.QueryContext(ctx, `SELECT c.id, c.name, c.public, c.max_bytes,
 		COALESCE((SELECT SUM(file_size) FROM cache_paths cp WHERE cp.cache_id = c.id), 0),
 		(SELECT COUNT(*) FROM cache_paths cp WHERE cp.cache_id = c.id)
 		FROM caches c ORDER BY c.name`)
 	return collect(rows, err, func(r *sql.Rows) (CacheSize, error) {
 		var s CacheSize
 		var max sql.NullInt64
-		err := r.Scan(&s.CacheID, &s.Name, &max, &s.Bytes, &s.Paths)
+		err := r.Scan(&s.CacheID, &s.Name, &s.Public, &max, &s.Bytes, &s.Paths)
 		if max.Valid {
 			s.MaxBytes = &max.Int64
 		}
