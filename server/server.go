@@ -2,8 +2,8 @@ package server
 
 import (
 	"context"
-	"errors"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -199,7 +199,7 @@ type Server struct {
 	cache *cache.Cache
 	// collector collects the cache's garbage (server/retention).
 	collector *retention.Collector
-	admin *admin.API
+	admin     *admin.API
 	// forges: forge links, webhooks, the commit-status poster (forges.go).
 	forges *forges
 	// dashboard is the web dashboard at /.
