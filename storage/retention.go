@@ -712,15 +712,14 @@ func (db *DB) PruneEvaluationLogs(ctx context.Context, evalID string) (int64, er
 	return freed, err
 }
 
-// RecentlyChangedEvaluations returns the evaluations created, started or
-// finished at or after since, and those still running: what a run marks
-// again before it deletes, so an evaluation that began meanwhile keeps
-// what it uses.
+// RecentlyChangedEvaluations returns the evaluations created at or after
+// since and those still running: what a run marks again before it
+// deletes, so an evaluation that began (or found more builds) meanwhile
+// keeps what it uses.
 func (db *DB) RecentlyChangedEvaluations(ctx context.Context, since time.Time) ([]string, error) {
 	ms := since.UnixMilli()
 	rows, err := db.sql.QueryContext(ctx, `SELECT id FROM evaluations WHERE created_at >= $1
-		UNION SELECT id FROM evaluations WHERE status IN ('queued', 'fetching', 'evaluating', 'building')
-		UNION SELECT id FROM evaluations WHERE finished_at >= $1`, ms)
+		UNION SELECT id FROM evaluations WHERE status IN ('queued', 'fetching', 'evaluating', 'building')`, ms)
 	return collect(rows, err, func(r *sql.Rows) (string, error) {
 		var id string
 		return id, r.Scan(&id)

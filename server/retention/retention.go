@@ -248,7 +248,7 @@ func (c *Collector) Run(ctx context.Context, dry bool) (rep Report, err error) {
 	// Evaluations that began or ended while this run marked keep what
 	// they use: mark them before anything goes.
 	remarked := markStart
-	if gen, err = c.remark(ctx, gen, remarked.Add(-time.Minute)); err != nil {
+	if gen, err = c.remark(ctx, gen, remarked); err != nil {
 		return rep, err
 	}
 	if rep.Protected, err = db.GCProtected(ctx); err != nil {
@@ -261,7 +261,7 @@ func (c *Collector) Run(ctx context.Context, dry bool) (rep Report, err error) {
 	for {
 		if time.Since(remarked) > 10*time.Second {
 			next := time.Now()
-			if gen, err = c.remark(ctx, gen, remarked.Add(-time.Minute)); err != nil {
+			if gen, err = c.remark(ctx, gen, remarked); err != nil {
 				return rep, err
 			}
 			remarked = next
