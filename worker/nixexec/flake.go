@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/nix"
@@ -216,6 +217,10 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 	return j.r.Update(&wire.JobUpdateEvalResult{Derivations: w.batch, Warnings: []string{}, Errors: errs})
 }
 
+// idleFlush is how long a begun batch waits for more derivations while
+// Nix evaluates before it is reported as it is.
+const idleFlush = 100 * time.Millisecond
+
 // rootsBuffered is how many found derivations may wait for the walk
 // before Nix is made to wait.
 const rootsBuffered = 4096
@@ -326,13 +331,24 @@ func (w *walk) walk(ctx context.Context, roots <-chan nix.FoundDerivation) error
 			if !open {
 				break
 			}
-			select { // wait for Nix to find the next one
+			// Wait for Nix to find the next one; a batch begun goes out
+			// if none comes soon, so its builds need not wait for 50.
+			var idle <-chan time.Time
+			if len(w.batch) > 0 {
+				idle = time.After(idleFlush)
+			}
+			select {
 			case r, ok := <-roots:
 				if !ok {
 					open = false
 					continue
 				}
 				addRoot(r)
+			case <-idle:
+				if err := w.flush(false); err != nil {
+					return err
+				}
+				continue
 			case <-ctx.Done():
 				return ctx.Err()
 			}
