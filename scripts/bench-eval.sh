@@ -113,7 +113,7 @@ EOF
   queued=$(at 'msg="evaluation queued"')
   evaluating=$(at 'msg="nix: evaluating"')
   evaluated=$(at 'msg="nix: evaluated"')
-  completed=$(at 'msg="job completed" component=scheduler')
+  completed=$(at 'msg="job completed" component=scheduler job=[^ ]* what=[^ ]*@')
   nix_s=$(echo "$t1 - $t0" | bc -l)
   up_s=$(echo "$completed - $queued" | bc -l)
   ev_s=$(echo "$evaluated - $evaluating" | bc -l)
