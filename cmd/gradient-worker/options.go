@@ -36,6 +36,7 @@ type options struct {
 	// Build log limits; 0 is unlimited.
 	LogBurstPerMin, LogSustainedPerHour int64
 	BuildCores                          int
+	EvalShards, EvalMaxMemoryMiB        int
 	ID                                  string
 	Zone, Endpoint                      string
 	Fetch, Eval                         bool
@@ -153,6 +154,8 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		boolean("require-sigs", &opts.RequireSigs, true, "import a pulled input-addressed path only when a trusted key signed it (off only for a store no one else uses: any server could then plant any path in it)"),
 		file("gcroots-dir", &opts.GCRootsDir, "/nix/var/nix/gcroots/gradient", "GC root links pinning what running jobs need; empty disables"),
 		count("build-max-cores", &opts.BuildCores, 0, "cores per build passed to Nix (--cores); 0 uses Nix's setting", notNegative),
+		count("eval-shards", &opts.EvalShards, 0, "Nix processes evaluating one flake, each over a shard of its attributes; 0 uses the CPU count (at most 4)", notNegative),
+		count("eval-max-memory-mib", &opts.EvalMaxMemoryMiB, 0, "resident memory (MiB) past which an evaluating Nix process is replaced, the walk resuming where it was; 0 is unbounded", notNegative),
 		bytes("log-burst-bytes-per-min", &opts.LogBurstPerMin, 8<<20, "build log bytes one build may send per minute before its log is cut; 0 is unlimited"),
 		bytes("log-sustained-bytes-per-hour", &opts.LogSustainedPerHour, 64<<20, "build log bytes one build may send per hour before its log is cut; 0 is unlimited"),
 		str("metrics-addr", &opts.MetricsAddr, "", "host:port serving Prometheus metrics at /metrics; empty disables"),
