@@ -107,6 +107,10 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		DialKey:                     dialKey,
 		Logger:                      log,
 		PollInterval:                opts.PollInterval,
+		GCInterval:                  opts.GCInterval,
+		GCGrace:                     opts.GCGrace,
+		KeepEvaluations:             opts.KeepEvaluations,
+		GCPauseFile:                 os.Getenv("GRADIENT_TEST_GC_PAUSE_FILE"), // tests' hook: pause mid-sweep
 		ExternalURL:                 strings.TrimRight(opts.ExternalURL, "/"),
 
 		AllowLocalRepositories: opts.AllowLocalRepositories,
