@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -106,6 +107,10 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		DialKey:                     dialKey,
 		Logger:                      log,
 		PollInterval:                opts.PollInterval,
+		GCInterval:                  opts.GCInterval,
+		GCGrace:                     opts.GCGrace,
+		KeepEvaluations:             opts.KeepEvaluations,
+		GCPauseFile:                 os.Getenv("GRADIENT_TEST_GC_PAUSE_FILE"), // tests' hook: pause mid-sweep
 		ExternalURL:                 strings.TrimRight(opts.ExternalURL, "/"),
 
 		AllowLocalRepositories: opts.AllowLocalRepositories,
@@ -181,6 +186,12 @@ func openNarStore(ctx context.Context, opts options, log *slog.Logger) (narstore
 		return nars, "local", err
 	}
 	cfg := opts.S3
+	// Server-side puts and relayed uploads are staged on the data disk,
+	// not in a possibly small /tmp.
+	cfg.StagingDir = filepath.Join(narDir(opts), "s3-staging")
+	if err := os.MkdirAll(cfg.StagingDir, 0o750); err != nil {
+		return nil, "", fmt.Errorf("nar store: %w", err)
+	}
 	if opts.MultipartThreshold > 0 && opts.MultipartThreshold < s3store.DefaultPartSize {
 		log.Warn("nar store: --nar-multipart-threshold is below the 64 MiB part size; parts stay 64 MiB")
 	}

@@ -42,7 +42,9 @@ type Config struct {
 	// PresignTTL is how long presigned URLs are valid (default 1 h).
 	PresignTTL time.Duration
 	// StagingDir keeps objects a server-side Put or a relayed upload
-	// stages before they go to the bucket (default os.TempDir()).
+	// stages before they go to the bucket (default os.TempDir();
+	// gradient-server uses <nar dir>/s3-staging). Open removes what a
+	// crash left there.
 	StagingDir string
 }
 

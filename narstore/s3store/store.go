@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -104,6 +105,13 @@ func Open(ctx context.Context, cfg Config, httpClient *http.Client, log *slog.Lo
 		presignFrom = s3.New(opts(cfg.PresignEndpoint))
 	}
 	s.presign = s3.NewPresignClient(presignFrom, s3.WithPresignExpires(cfg.PresignTTL))
+	// Staging files a crashed server left behind: nothing else uses them.
+	for _, pattern := range []string{".s3put-*.tmp", ".s3relay-*.tmp"} {
+		leftovers, _ := filepath.Glob(filepath.Join(cfg.StagingDir, pattern))
+		for _, name := range leftovers {
+			os.Remove(name)
+		}
+	}
 	if _, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(cfg.Bucket)}); err != nil {
 		return nil, fmt.Errorf("s3 store: bucket %s: %w", cfg.Bucket, err)
 	}
@@ -316,6 +324,46 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: k}); err != nil {
 		return fmt.Errorf("s3 store: delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// Stat implements narstore.Store. ModTime is the object's LastModified:
+// when it was first placed (an equal object uploaded again is not copied
+// over it).
+func (s *Store) Stat(ctx context.Context, key string) (narstore.ObjectInfo, error) {
+	if !narstore.ValidKey(key) {
+		return narstore.ObjectInfo{}, narstore.ErrNotFound
+	}
+	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(s.objectKey(key))})
+	if notFound(err) {
+		return narstore.ObjectInfo{}, narstore.ErrNotFound
+	}
+	if err != nil {
+		return narstore.ObjectInfo{}, fmt.Errorf("s3 store: stat %s: %w", key, err)
+	}
+	return narstore.ObjectInfo{Key: key, Size: aws.ToInt64(head.ContentLength), ModTime: aws.ToTime(head.LastModified)}, nil
+}
+
+// Walk implements narstore.Store: one listing page (up to 1000 objects)
+// in memory at a time; incoming uploads are not objects.
+func (s *Store) Walk(ctx context.Context, fn func(narstore.ObjectInfo) error) error {
+	prefix := s.cfg.Prefix + "nars/"
+	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(prefix)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("s3 store: list: %w", err)
+		}
+		for _, o := range page.Contents {
+			k, ok := strings.CutSuffix(strings.TrimPrefix(aws.ToString(o.Key), prefix), ".nar.zst")
+			if !ok || !narstore.ValidKey(k) {
+				continue
+			}
+			if err := fn(narstore.ObjectInfo{Key: k, Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified)}); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -91,5 +92,50 @@ func TestVirtualHostAddressing(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !bytes.Equal(body, storetest.Compressed(t, nar)) {
 		t.Fatalf("presigned GET: %d, %d bytes", resp.StatusCode, len(body))
+	}
+}
+
+// With a presign endpoint, URLs name the store as workers reach it (here
+// "localhost" where the server uses 127.0.0.1), and work there.
+func TestPresignEndpoint(t *testing.T) {
+	srv := s3test.Start(t)
+	public := strings.Replace(srv.Endpoint, "127.0.0.1", "localhost", 1)
+	s, err := s3store.Open(context.Background(), s3store.Config{Endpoint: srv.Endpoint, PresignEndpoint: public, Bucket: srv.Bucket,
+		Region: srv.Region, PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, StagingDir: t.TempDir()}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := s.Put(context.Background(), bytes.NewReader(storetest.Payload(1, 1000)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, _ := s.PresignGet(context.Background(), obj.Key)
+	if !strings.HasPrefix(url, public+"/") {
+		t.Fatalf("presigned URL %s does not use the presign endpoint %s", url, public)
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET through the presign endpoint: %d", resp.StatusCode)
+	}
+}
+
+// Staging files a crashed server left are removed when the store opens.
+func TestOpenRemovesStagingLeftovers(t *testing.T) {
+	srv := s3test.Start(t)
+	staging := t.TempDir()
+	for _, name := range []string{".s3put-1.tmp", ".s3relay-2.tmp", "keep.me"} {
+		os.WriteFile(staging+"/"+name, []byte("x"), 0o600)
+	}
+	if _, err := s3store.Open(context.Background(), s3store.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, PathStyle: true,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, StagingDir: staging}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(staging)
+	if len(entries) != 1 || entries[0].Name() != "keep.me" {
+		t.Fatalf("staging dir holds %v, want only keep.me", entries)
 	}
 }

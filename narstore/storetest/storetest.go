@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -248,6 +249,52 @@ func Run(t *testing.T, open func(t *testing.T) Fixture) {
 			}
 		}
 		assertOnly(t, f)
+	})
+
+	t.Run("StatAndWalk", func(t *testing.T) {
+		f := open(t)
+		before := time.Now().Add(-time.Minute) // store clocks may differ a little
+		var objs []narstore.Object
+		for i := range 3 {
+			obj, err := f.Store.Put(ctx, bytes.NewReader(Payload(uint64(200+i), 20<<10)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs = append(objs, obj)
+		}
+		// A staged upload is not an object.
+		w, _ := f.Store.Create(ctx)
+		w.Write(Compressed(t, Payload(300, 1000)))
+		defer w.Abort()
+		for _, obj := range objs {
+			info, err := f.Store.Stat(ctx, obj.Key)
+			if err != nil || info.Key != obj.Key || info.Size != obj.FileSize || info.ModTime.Before(before) || info.ModTime.After(time.Now().Add(time.Minute)) {
+				t.Fatalf("Stat(%s) = %+v, %v; want size %d, modified now", obj.Key, info, err, obj.FileSize)
+			}
+		}
+		if _, err := f.Store.Stat(ctx, narstore.KeyOf([32]byte{1})); !errors.Is(err, narstore.ErrNotFound) {
+			t.Fatalf("Stat of a missing key = %v", err)
+		}
+		if _, err := f.Store.Stat(ctx, "../x"); !errors.Is(err, narstore.ErrNotFound) {
+			t.Fatalf("Stat of a malformed key = %v", err)
+		}
+		walked := map[string]int64{}
+		if err := f.Store.Walk(ctx, func(o narstore.ObjectInfo) error { walked[o.Key] = o.Size; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if len(walked) != len(objs) {
+			t.Fatalf("Walk saw %v, want the %d objects", walked, len(objs))
+		}
+		for _, obj := range objs {
+			if walked[obj.Key] != obj.FileSize {
+				t.Fatalf("Walk saw %s as %d bytes, want %d", obj.Key, walked[obj.Key], obj.FileSize)
+			}
+		}
+		stop := errors.New("stop")
+		n := 0
+		if err := f.Store.Walk(ctx, func(narstore.ObjectInfo) error { n++; return stop }); !errors.Is(err, stop) || n != 1 {
+			t.Fatalf("Walk after fn's error = %v after %d calls, want that error after 1", err, n)
+		}
 	})
 
 	t.Run("Concurrent", func(t *testing.T) {

@@ -88,6 +88,10 @@ func (a *API) putCachePath(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	if in.ExpiresAt, err = pushTTL(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	p, created, err := a.cfg.Cache.PushPath(ctx, c, in, narHash, r.Body)
 	if err != nil {
 		a.fail(w, r, err)

@@ -129,6 +129,8 @@ type Cache struct {
 	subscriptions *subscriptionMemo
 	// presigner is NarStore when it presigns, else nil.
 	presigner narstore.Presigner
+	// served notes when narinfos were served (FlushServed).
+	served servedBatch
 }
 
 // New builds the cache; it registers its series on cfg.Metrics.

@@ -202,10 +202,16 @@ func (us *uploads) grant(u *upload) {
 	c.send(&wire.UploadGrant{RequestID: u.id, Target: &wire.GrantPassthrough{ResumeOffset: 0}})
 }
 
+// maxS3Object is S3's largest object (5 TiB).
+const maxS3Object = 5 << 40
+
 // grantPresigned grants Put or Multipart (docs/protocol/cache.md §4.5);
 // false when the store could not presign, so the caller relays instead.
 func (us *uploads) grantPresigned(u *upload, ps narstore.Presigner) bool {
 	c := us.c
+	if u.limit <= 0 || u.limit > maxS3Object {
+		return false // a size S3 cannot hold (or an overflow): relay, where the bytes decide
+	}
 	multipart := int64(u.size) > c.s.cfg.Presign.MultipartThreshold
 	p, err := ps.PresignUpload(u.ctx, u.limit, multipart)
 	if err != nil {
