@@ -8,7 +8,6 @@ import (
 
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/wire"
-	"gradient.dev/gradient/worker"
 )
 
 // ScoreInterval is how often changed scores go upstream (docs/protocol/federation.md:
@@ -152,16 +151,39 @@ func (h *Hub) outbox(workerID string, s sink, cutOff func(reason string)) *Outbo
 	return o
 }
 
-// Forward makes s the tenant's upstream session (worker.Forwarder): the
-// upstream worker.Worker of the tenant hands the hub its job side.
-func (h *Hub) Forward(s worker.ForwardedSession) worker.ForwardHandler {
-	return &upSession{h: h, id: h.attach(s.Send)}
+// Upstream is the tenant's upstream session as the hub serves it, a
+// workersession.SessionHandler: proxy/upstream attaches one per session
+// its shell establishes and hands it the session's messages.
+type Upstream struct {
+	h       *Hub
+	id      uint64
+	release func()
 }
 
-type upSession struct {
-	h  *Hub
-	id uint64
+// Attach makes send the tenant's upstream session; release, when set,
+// hands a relayed NarPush's or EvalCacheChunk's frame back to the
+// session's reader (workersession.Session.Release) once the hub is done
+// with it.
+func (h *Hub) Attach(send func(wire.ClientMessage) error, release func()) *Upstream {
+	return &Upstream{h: h, id: h.attach(send), release: release}
 }
 
-func (u *upSession) Handle(m wire.ServerMessage) { u.h.fromUpstream(u.id, m) }
-func (u *upSession) Ended(reason string)         { u.h.detach(u.id, reason) }
+func (u *Upstream) Start() {} // the hub polls (attach)
+func (u *Upstream) Tick()  {} // the hub polls for its waiting workers
+func (u *Upstream) Stop()  {} // the jobs run behind the proxy: detach aborts them
+
+// Handle takes one message of the upstream session, in order.
+func (u *Upstream) Handle(m wire.ServerMessage) {
+	u.h.fromUpstream(u.id, m)
+	switch m.(type) {
+	case *wire.NarPush, *wire.EvalCacheChunk:
+		// The hub is done with the chunk: its frame takes the next.
+		if u.release != nil {
+			u.release()
+		}
+	}
+}
+
+// Ended: the upstream session is gone; its jobs behind the proxy are
+// aborted and the tenant's workers closed (detach).
+func (u *Upstream) Ended(reason string) { u.h.detach(u.id, reason) }
