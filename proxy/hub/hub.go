@@ -14,8 +14,8 @@
 // reads slower than the server sends are paused and resumed per pull
 // (narflow.go) rather than the worker cut off.
 //
-// The hub does no I/O: the upstream session is a send function (a
-// worker.Worker's session, through Forward), each downstream worker a
+// The hub does no I/O: the upstream session is a send function (the
+// tenant's workersession.Shell's session, through Attach), each downstream worker a
 // Downstream whose Send must not block (an Outbox). State changes under
 // one mutex; the sends run after it is released, in order.
 package hub
