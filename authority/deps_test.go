@@ -31,6 +31,9 @@ func TestDependencies(t *testing.T) {
 		// The server binary carries no Nix execution code: it checks
 		// wildcards with the leaf nix/wildcard, never through nix.
 		"cmd/gradient-server": {"nix", "nix/daemon", "worker", "worker/..."},
+		// The proxy binary carries neither the build runner nor the NAR
+		// store: its upstream sessions are session shells.
+		"cmd/gradient-proxy": {"narstore", "worker", "worker/...", "nix", "nix/daemon"},
 		// ... and a build machine no database drivers.
 		"cmd/gradient-worker": {"storage", "storage/...", "server", "server/..."},
 	} {
