@@ -7,14 +7,8 @@ import (
 	"gradient.dev/gradient/wire"
 )
 
-// capabilities is the WorkerCapabilities message to send now: the
-// configured source's, else this machine's.
-func (w *Worker) capabilities() wire.WorkerCapabilities {
-	if w.cfg.HostCapabilities != nil {
-		return w.cfg.HostCapabilities()
-	}
-	return w.hw
-}
+// Host is this machine's WorkerCapabilities (workersession.Handler).
+func (w *Worker) Host() wire.WorkerCapabilities { return w.hw }
 
 // hostCapabilities is this machine's WorkerCapabilities message (docs/protocol/jobs.md
 // §2), fixed for the process; zone and endpoint are absent when empty.
@@ -41,12 +35,9 @@ func (w *Worker) hostCapabilities() wire.WorkerCapabilities {
 	return c
 }
 
-// metrics is the heartbeat's WorkerMetrics: the transfer speeds stay
-// absent until transfers are measured.
-func (w *Worker) metrics() *wire.WorkerMetrics {
-	if w.cfg.HostMetrics != nil {
-		return w.cfg.HostMetrics()
-	}
+// Load is the heartbeat's WorkerMetrics (workersession.Handler): the
+// transfer speeds stay absent until transfers are measured.
+func (w *Worker) Load() *wire.WorkerMetrics {
 	_, free := memInfo()
 	return &wire.WorkerMetrics{CPUUsagePct: w.cpu.usagePct(), RAMFreeMB: free}
 }

@@ -12,6 +12,7 @@ import (
 	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/workersession"
 )
 
 // Config is a worker's configuration. Zero durations take the defaults of
@@ -37,28 +38,13 @@ type Config struct {
 	SystemFeatures []string
 	CPUCoreScore   uint32 // 0: measured at start
 	Zone, Endpoint string
-	// HostCapabilities, when set, is the WorkerCapabilities the worker
-	// reports instead of this machine's (the fields above then go unused),
-	// and HostMetrics the heartbeat's WorkerMetrics: a federation proxy
-	// reports its pool. Call Worker.HostChanged when what they return
-	// changes.
-	HostCapabilities func() wire.WorkerCapabilities
-	HostMetrics      func() *wire.WorkerMetrics
-
-	// OnEstablished, when set, is called after each session's handshake.
+	// OnEstablished and OnRejected are the session shell's
+	// (workersession.Config).
 	OnEstablished func()
-	// OnRejected, when set, is called when the server rejects the session
-	// (in the handshake or later) with its code and reason; returning
-	// true stops dialing for the rest of Run. Without it, or when it
-	// returns false, the worker backs off and dials again.
-	OnRejected func(code uint16, reason string) (stopDialing bool)
+	OnRejected    func(code uint16, reason string) (stopDialing bool)
 
 	// Executor runs accepted jobs. Nil declines every assignment.
 	Executor Executor
-	// Forwarder, when set, takes over the job side of each established
-	// session (a federation proxy): see Forwarder. Executor then goes
-	// unused.
-	Forwarder Forwarder
 	// TempDir holds large compressed uploads while they are spooled
 	// ("" means os.TempDir()); pulls stream without files.
 	TempDir string
@@ -140,4 +126,21 @@ func (c *Config) setDefaults() {
 		c.Logger = slog.Default()
 	}
 	c.Capabilities.Core, c.Capabilities.Cache = false, false
+}
+
+// Session is the configuration of the worker's session shell: the
+// connection half of c.
+func (c *Config) Session() workersession.Config {
+	return workersession.Config{
+		ServerURL: c.ServerURL, WorkerID: c.WorkerID,
+		PeersFile: c.PeersFile, Peers: c.Peers, PeersPollInterval: c.PeersPollInterval,
+		Capabilities:  c.Capabilities,
+		OnEstablished: c.OnEstablished, OnRejected: c.OnRejected,
+		ListenAddr: c.ListenAddr, Listener: c.Listener, TLSCertFile: c.TLSCertFile, TLSKeyFile: c.TLSKeyFile,
+		InsecureListen: c.InsecureListen, ServerTokens: c.ServerTokens, ListenTimeouts: c.ListenTimeouts,
+		DialTLS: c.DialTLS, DialControl: c.DialControl,
+		ConnectTimeout: c.ConnectTimeout, HandshakeTimeout: c.HandshakeTimeout, AckTimeout: c.AckTimeout,
+		PingInterval: c.PingInterval, Heartbeat: c.Heartbeat, BackoffInitial: c.BackoffInitial, BackoffMax: c.BackoffMax,
+		FlushTimeout: c.FlushTimeout, Logger: c.Logger, Metrics: c.Metrics,
+	}
 }

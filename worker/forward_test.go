@@ -2,33 +2,76 @@ package worker
 
 import (
 	"bytes"
+	"context"
 	"sync"
 	"testing"
 	"time"
 
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/workersession"
 )
 
-// recordingForwarder records what each forwarded session received.
-type recordingForwarder struct {
-	mu       sync.Mutex
-	sessions []*ForwardedSession
-	msgs     []wire.ServerMessage
-	ended    []string
+// startShell runs a session shell with cfg's connection half and h as its
+// handler until the test ends.
+func startShell(t *testing.T, cfg Config, h workersession.Handler) *workersession.Shell {
+	t.Helper()
+	cfg.setDefaults()
+	sh, err := workersession.New(cfg.Session(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sh.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := recvChan(t, "Run to return", done); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return sh
 }
 
-func (f *recordingForwarder) Forward(s ForwardedSession) ForwardHandler {
+// recordingHandler is a workersession.Handler other than the worker (as
+// the proxy's hub is): it records what each session received and reports
+// the host its fields say.
+type recordingHandler struct {
+	mu       sync.Mutex
+	sessions []*workersession.Session
+	msgs     []wire.ServerMessage
+	ended    []string
+	host     wire.WorkerCapabilities
+	free     uint64
+}
+
+func (f *recordingHandler) Host() wire.WorkerCapabilities {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sessions = append(f.sessions, &s)
+	return f.host
+}
+
+func (f *recordingHandler) Load() *wire.WorkerMetrics {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &wire.WorkerMetrics{RAMFreeMB: f.free}
+}
+
+func (f *recordingHandler) Open(s *workersession.Session) workersession.SessionHandler {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sessions = append(f.sessions, s)
 	return f
 }
 
-func (f *recordingForwarder) Handle(m wire.ServerMessage) {
+func (f *recordingHandler) Start() {}
+func (f *recordingHandler) Tick()  {}
+func (f *recordingHandler) Stop()  {}
+
+func (f *recordingHandler) Handle(m wire.ServerMessage) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if p, ok := m.(*wire.NarPush); ok { // its frame is reused after Handle
+	if p, ok := m.(*wire.NarPush); ok { // kept past Handle: copied
 		c := *p
 		c.Data = bytes.Clone(p.Data)
 		m = &c
@@ -36,36 +79,35 @@ func (f *recordingForwarder) Handle(m wire.ServerMessage) {
 	f.msgs = append(f.msgs, m)
 }
 
-func (f *recordingForwarder) Ended(reason string) {
+func (f *recordingHandler) Ended(reason string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ended = append(f.ended, reason)
 }
 
-func (f *recordingForwarder) received() []wire.ServerMessage {
+func (f *recordingHandler) received() []wire.ServerMessage {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]wire.ServerMessage(nil), f.msgs...)
 }
 
-func (f *recordingForwarder) endings() int {
+func (f *recordingHandler) endings() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.ended)
 }
 
-// With a Forwarder the worker keeps the session (capabilities, metrics)
-// but neither polls nor answers: every job, offer and cache frame goes
-// to the forwarder, whose sends reach the server, and the forwarder
-// learns when the session ends.
-func TestForwarderTakesTheJobSide(t *testing.T) {
+// With another Handler than the worker (the proxy's hub) the session
+// shell keeps the session (capabilities, metrics) but neither polls nor
+// answers: every job, offer and cache frame goes to the handler, whose
+// sends reach the server, and the handler learns when the session ends.
+func TestAnotherHandlerTakesTheJobSide(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t)
 	cfg := testConfig(t, f.url, newBlockingExecutor())
 	cfg.Heartbeat = 20 * time.Millisecond
-	fwd := &recordingForwarder{}
-	cfg.Forwarder = fwd
-	startWorker(t, cfg)
+	fwd := &recordingHandler{}
+	startShell(t, cfg, fwd)
 	c := f.accept()
 	if _, ok := c.next(t).(*wire.WorkerCapabilities); !ok {
 		t.Fatal("first message is not WorkerCapabilities")
@@ -106,7 +148,7 @@ func TestForwarderTakesTheJobSide(t *testing.T) {
 	fwd.mu.Lock()
 	s := fwd.sessions[0]
 	fwd.mu.Unlock()
-	if !s.Capabilities.Build || len(s.AuthorizedPeers) != 1 || s.Version == 0 {
+	if !s.Capabilities().Build || len(s.AuthorizedPeers()) != 1 || s.Version() == 0 {
 		t.Fatalf("forwarded session %+v", s)
 	}
 	if err := s.Send(&wire.RequestJob{Kind: wire.JobKindBuild}); err != nil {

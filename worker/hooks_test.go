@@ -105,37 +105,28 @@ func TestOnRejectedMidSession(t *testing.T) {
 	}
 }
 
-// HostCapabilities and HostMetrics replace the machine's description;
-// HostChanged re-sends both on the live session.
+// A handler's Host and Load are what the shell reports; HostChanged
+// re-sends both on the live session.
 func TestHostSourceAndHostChanged(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t)
 	cfg := testConfig(t, f.url, nil)
-	var mu sync.Mutex
-	host := wire.WorkerCapabilities{Architectures: []string{"riscv64-linux"}, SystemFeatures: []string{}, MaxConcurrentBuilds: 3, CPUCount: 12, RAMTotalMB: 4096, CPUCoreScore: 7}
-	free := uint64(100)
-	cfg.HostCapabilities = func() wire.WorkerCapabilities {
-		mu.Lock()
-		defer mu.Unlock()
-		return host
-	}
-	cfg.HostMetrics = func() *wire.WorkerMetrics {
-		mu.Lock()
-		defer mu.Unlock()
-		return &wire.WorkerMetrics{RAMFreeMB: free}
+	h := &recordingHandler{
+		host: wire.WorkerCapabilities{Architectures: []string{"riscv64-linux"}, SystemFeatures: []string{}, MaxConcurrentBuilds: 3, CPUCount: 12, RAMTotalMB: 4096, CPUCoreScore: 7},
+		free: 100,
 	}
 	established := make(chan struct{}, 1)
 	cfg.OnEstablished = func() { established <- struct{}{} }
-	w, _ := startWorker(t, cfg)
+	sh := startShell(t, cfg, h)
 	c := f.accept()
 	recvChan(t, "OnEstablished", established)
 	if got := expect[*wire.WorkerCapabilities](t, c); got.MaxConcurrentBuilds != 3 || !slices.Equal(got.Architectures, []string{"riscv64-linux"}) {
 		t.Fatalf("first WorkerCapabilities %+v, want the source's", got)
 	}
-	mu.Lock()
-	host.MaxConcurrentBuilds, host.Architectures, free = 5, []string{"aarch64-linux", "riscv64-linux"}, 200
-	mu.Unlock()
-	w.HostChanged()
+	h.mu.Lock()
+	h.host.MaxConcurrentBuilds, h.host.Architectures, h.free = 5, []string{"aarch64-linux", "riscv64-linux"}, 200
+	h.mu.Unlock()
+	sh.HostChanged()
 	if got := expect[*wire.WorkerCapabilities](t, c); got.MaxConcurrentBuilds != 5 || len(got.Architectures) != 2 {
 		t.Fatalf("re-sent WorkerCapabilities %+v, want the changed source's", got)
 	}

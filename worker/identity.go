@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"gradient.dev/gradient/workersession"
 )
 
 // IDFileName is the worker ID's file under the base directory.
@@ -23,7 +25,7 @@ const IDFileName = "worker-id"
 func LoadID(baseDir, fixed string) (string, error) {
 	if fixed != "" {
 		id := strings.TrimSpace(fixed)
-		if !ValidUUID(id) {
+		if !workersession.ValidUUID(id) {
 			return "", fmt.Errorf("worker id %q is not a UUID", fixed)
 		}
 		return strings.ToLower(id), nil
@@ -33,7 +35,7 @@ func LoadID(baseDir, fixed string) (string, error) {
 	switch {
 	case err == nil:
 		id := strings.TrimSpace(string(b))
-		if !ValidUUID(id) {
+		if !workersession.ValidUUID(id) {
 			return "", fmt.Errorf("%s holds %q, not a UUID: fix or delete it (deleting makes this a new worker)", path, truncate(id, 40))
 		}
 		return strings.ToLower(id), nil
@@ -96,26 +98,6 @@ func NewUUIDv7() (string, error) {
 func formatUUID(u [16]byte) string {
 	h := hex.EncodeToString(u[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
-
-// ValidUUID reports whether s is a UUID in its canonical 8-4-4-4-12 form.
-func ValidUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, c := range s {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func truncate(s string, n int) string {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gradient.dev/gradient/workersession"
 )
 
 func TestLoadIDCreatesThenReuses(t *testing.T) {
@@ -14,7 +16,7 @@ func TestLoadIDCreatesThenReuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ValidUUID(id) || id[14] != '7' {
+	if !workersession.ValidUUID(id) || id[14] != '7' {
 		t.Fatalf("created id %q: want a UUIDv7", id)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, IDFileName))

@@ -83,7 +83,7 @@ func (ls *liveSession) runJob(j *runningJob) {
 			MissingPaths: nonNil(missing), Spans: []wire.JobPhaseSpan{}, ElapsedMS: elapsed})
 	}
 	if idleAfterDrain {
-		ls.sess.Close(session.CloseNormal, "server draining")
+		ls.s.Close(session.CloseNormal, "server draining")
 		return
 	}
 	ls.requestIfFree(a.Kind)
@@ -103,22 +103,22 @@ type jobReporter struct {
 }
 
 func (r *jobReporter) Update(u wire.JobUpdateKind) error {
-	return r.ls.sess.Send(&wire.JobUpdate{JobID: r.job.assignment.JobID, AssignmentID: r.job.currentAssignmentID(), Update: u})
+	return r.ls.s.Send(&wire.JobUpdate{JobID: r.job.assignment.JobID, AssignmentID: r.job.currentAssignmentID(), Update: u})
 }
 
 func (r *jobReporter) Log(taskIndex uint32, data []byte) error {
-	return r.ls.sess.Send(&wire.LogChunk{JobID: r.job.assignment.JobID, TaskIndex: taskIndex, Data: data})
+	return r.ls.s.Send(&wire.LogChunk{JobID: r.job.assignment.JobID, TaskIndex: taskIndex, Data: data})
 }
 
 func (r *jobReporter) BuildProgress(p wire.BuildProgress) error {
 	p.JobID, p.AssignmentID = r.job.assignment.JobID, r.job.currentAssignmentID()
-	return r.ls.sess.Send(&p)
+	return r.ls.s.Send(&p)
 }
 
 func (r *jobReporter) EvalProgress(p wire.EvalProgressState) error {
-	return r.ls.sess.Send(&wire.EvalProgress{JobID: r.job.assignment.JobID, AssignmentID: r.job.currentAssignmentID(), Progress: p})
+	return r.ls.s.Send(&wire.EvalProgress{JobID: r.job.assignment.JobID, AssignmentID: r.job.currentAssignmentID(), Progress: p})
 }
 
-func (r *jobReporter) Send(m wire.ClientMessage) error { return r.ls.sess.Send(m) }
+func (r *jobReporter) Send(m wire.ClientMessage) error { return r.ls.s.Send(m) }
 
 func (r *jobReporter) Cache() Cache { return r.ls.cache }

@@ -10,18 +10,16 @@ import (
 // workerMetrics are the worker's Prometheus series, in Config.Metrics
 // (gradient-worker serves them on --metrics-addr).
 type workerMetrics struct {
-	sessions        prometheus.Counter     // established sessions
-	connectFailures prometheus.Counter     // dials or handshakes that failed
-	jobsRunning     *prometheus.GaugeVec   // by kind
-	jobsFinished    *prometheus.CounterVec // by kind and outcome
-	jobSeconds      *prometheus.CounterVec // by kind
-	jobDuration     *prometheus.HistogramVec
-	narBytes        *prometheus.CounterVec // by direction
-	narSeconds      *prometheus.HistogramVec
-	narSizes        *prometheus.HistogramVec
-	pullOverflows   prometheus.Counter
-	presigned       *prometheus.CounterVec // by op and outcome
-	presignedBytes  *prometheus.CounterVec // by direction
+	jobsRunning    *prometheus.GaugeVec   // by kind
+	jobsFinished   *prometheus.CounterVec // by kind and outcome
+	jobSeconds     *prometheus.CounterVec // by kind
+	jobDuration    *prometheus.HistogramVec
+	narBytes       *prometheus.CounterVec // by direction
+	narSeconds     *prometheus.HistogramVec
+	narSizes       *prometheus.HistogramVec
+	pullOverflows  prometheus.Counter
+	presigned      *prometheus.CounterVec // by op and outcome
+	presignedBytes *prometheus.CounterVec // by direction
 }
 
 // jobBuckets span an evaluation answered from Nix's cache (a fraction of
@@ -35,17 +33,12 @@ var narSecondsBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60
 // narSizeBuckets span 1 KiB to 4 GiB in steps of four.
 var narSizeBuckets = prometheus.ExponentialBuckets(1<<10, 4, 12)
 
-// newWorkerMetrics registers the worker's series in r. Two workers in one
-// registry collide; each wraps it with its own constant label
+// newWorkerMetrics registers the build runner's series in r, beside
+// the session shell's (workersession). Two workers in one registry
+// collide; each wraps it with its own constant label
 // (prometheus.WrapRegistererWith), as gradient up does.
-func newWorkerMetrics(r prometheus.Registerer, w *Worker) (*workerMetrics, error) {
+func newWorkerMetrics(r prometheus.Registerer) (*workerMetrics, error) {
 	m := &workerMetrics{
-		sessions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gradient_worker_sessions_total", Help: "Sessions established with a server.",
-		}),
-		connectFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gradient_worker_connect_failures_total", Help: "Dials or handshakes that failed.",
-		}),
 		jobsRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gradient_worker_jobs_running", Help: "Jobs running now.",
 		}, []string{"kind"}),
@@ -85,15 +78,8 @@ func newWorkerMetrics(r prometheus.Registerer, w *Worker) (*workerMetrics, error
 			Help: "Compressed NAR bytes moved straight between the worker and the object store over presigned URLs.",
 		}, []string{"direction"}),
 	}
-	connected := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "gradient_worker_connected", Help: "Sessions with a server established now.",
-	}, func() float64 {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return float64(len(w.live))
-	})
-	collectors := []prometheus.Collector{m.sessions, m.connectFailures, m.jobsRunning, m.jobsFinished, m.jobSeconds, m.jobDuration,
-		m.narBytes, m.narSeconds, m.narSizes, m.pullOverflows, m.presigned, m.presignedBytes, connected}
+	collectors := []prometheus.Collector{m.jobsRunning, m.jobsFinished, m.jobSeconds, m.jobDuration,
+		m.narBytes, m.narSeconds, m.narSizes, m.pullOverflows, m.presigned, m.presignedBytes}
 	for i, c := range collectors {
 		if err := r.Register(c); err != nil {
 			for _, registered := range collectors[:i] {

@@ -18,6 +18,7 @@ import (
 
 	"gradient.dev/gradient/internal/dialguard"
 	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/workersession"
 )
 
 // Presigned transfers (docs/protocol/cache.md §4.6): the worker moves a
@@ -174,7 +175,7 @@ func (c *CacheClient) retryWait(ctx context.Context, try int) error {
 	for i := 2; i < try && d < presignedRetryMax; i++ {
 		d *= 2
 	}
-	t := time.NewTimer(jitter(min(d, presignedRetryMax)))
+	t := time.NewTimer(workersession.Jitter(min(d, presignedRetryMax)))
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -77,7 +77,7 @@ type scoreTask struct {
 func (ls *liveSession) scorer() {
 	for {
 		select {
-		case <-ls.sess.Done():
+		case <-ls.s.Done():
 			return
 		case t := <-ls.scoring:
 			ls.answerCandidates(t.candidates, t.final, t.offer)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"gradient.dev/gradient/secret"
+	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/wire"
 )
 
@@ -77,7 +78,7 @@ func (st *ServerTokens) accepts(peer, token string) bool {
 			return true
 		}
 	}
-	for _, h := range st.hashes[WildcardPeer] {
+	for _, h := range st.hashes[handshake.WildcardPeer] {
 		if secret.Verify(h, token) {
 			return true
 		}

@@ -27,7 +27,7 @@ import (
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/wire"
-	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 const (
@@ -96,7 +96,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	}
 	sup, err = upstream.New(upstream.Config{
 		Store: store, Capabilities: opts.UpstreamCapabilities, Logger: log, Pool: leg, Hubs: hubs,
-		Bootable: bootable, Worker: upstreamWorker(opts),
+		Bootable: bootable, Session: upstreamSession(opts),
 	})
 	if err != nil {
 		return err
@@ -219,12 +219,12 @@ func capabilityList(c wire.GradientCapabilities) []string {
 	return out
 }
 
-// upstreamWorker is the template of every upstream session's worker:
+// upstreamSession is the template of every upstream session's shell:
 // unless the operator allows them, its dials refuse link-local and cloud
 // metadata addresses, also when a link's host name resolves to one.
-func upstreamWorker(opts options) worker.Config {
+func upstreamSession(opts options) workersession.Config {
 	if opts.AllowLinkLocalLinks {
-		return worker.Config{}
+		return workersession.Config{}
 	}
-	return worker.Config{DialControl: dialguard.Control}
+	return workersession.Config{DialControl: dialguard.Control}
 }

@@ -17,6 +17,7 @@ import (
 	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/nix/narsig"
+	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/worker"
 )
 
@@ -178,7 +179,7 @@ func workerCommand() *cli.Command {
 // The start-up line shows where secrets come from, never the secrets: the
 // server URL's password and the inline peers' tokens stay out.
 func TestStartupLineHidesSecrets(t *testing.T) {
-	token := strings.Repeat("9", worker.PeerTokenLength)
+	token := strings.Repeat("9", handshake.PeerTokenLength)
 	opts, err := parseOptions([]string{"--server-url", "wss://ci:url-password@ci.example/proto", "--peers", "team:" + token,
 		"--discoverable", "--insecure-listen", "--port", "4200"}, envOf(nil), io.Discard)
 	if err != nil {

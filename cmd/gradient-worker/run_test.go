@@ -20,7 +20,6 @@ import (
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/wire"
-	"gradient.dev/gradient/worker"
 )
 
 type openAuthority struct{}
@@ -197,7 +196,7 @@ func (a peerAuthority) Authorize(_ context.Context, _ string, tokens []wire.Pair
 // NixOS module does) answers the challenge from GRADIENT_WORKER_PEERS_FILE
 // and offers what GRADIENT_WORKER_CAPABILITIES_* say.
 func TestReferenceVariablesReachTheHandshake(t *testing.T) {
-	token := strings.Repeat("7", worker.PeerTokenLength)
+	token := strings.Repeat("7", handshake.PeerTokenLength)
 	peersFile := filepath.Join(t.TempDir(), "peers")
 	if err := os.WriteFile(peersFile, []byte("team-a:"+token+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 func TestMain(m *testing.M) {
@@ -91,8 +92,8 @@ func newProxyWorld(t *testing.T, dbURL string) *proxyWorld {
 	}
 	sup, err = upstream.New(upstream.Config{
 		Store: pw.store, Capabilities: upstream.DefaultCapabilities, Pool: pw.leg, PollInterval: 20 * time.Millisecond,
-		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour},
-		Logger: quiet,
+		Session: workersession.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour},
+		Logger:  quiet,
 	})
 	if err != nil {
 		t.Fatal(err)

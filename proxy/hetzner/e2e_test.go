@@ -31,6 +31,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 // e2eFlake: greeting ← shout, built with nothing but /bin/sh (offline).
@@ -163,7 +164,7 @@ func TestEndToEndFromZeroVMs(t *testing.T) {
 	protoURL := "ws" + strings.TrimPrefix(hs.URL, "http")
 	sup, err = upstream.New(upstream.Config{Store: store, Capabilities: upstream.DefaultCapabilities, Pool: leg, Hubs: hubs,
 		Bootable: func(id string) []string { return rec.Bootable(id) }, PollInterval: 50 * time.Millisecond, Logger: quiet,
-		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Heartbeat: time.Second, TempDir: t.TempDir()}})
+		Session: workersession.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Heartbeat: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -185,7 +185,7 @@ func BenchmarkOfferPageIntoAFullBook(b *testing.B) {
 	h := New("tenant-a", slog.New(slog.DiscardHandler), nil)
 	h.limits = Limits{BookCandidates: 1000}.withDefaults()
 	u := &fakeUpstream{}
-	u.h = h.Forward(fwdSession(u))
+	u.h = h.Attach(u.send, nil)
 	u.h.Handle(&wire.JobOffer{Candidates: candPage("held", 0, 1000)})
 	page := &wire.JobOffer{Candidates: candPage("flood", 0, 1000)}
 	b.ReportAllocs()

@@ -26,7 +26,7 @@ import (
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
-	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 // A hostile tenant's server floods the proxy with offers and job-list
@@ -235,7 +235,7 @@ func runBoundedProxy(t *testing.T, store *proxystore.Store, reg *prometheus.Regi
 	}
 	p.sup, err = upstream.New(upstream.Config{Store: store, Capabilities: upstream.DefaultCapabilities, Pool: leg, Hubs: hubs,
 		PollInterval: 50 * time.Millisecond, Logger: log,
-		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Heartbeat: time.Second, TempDir: t.TempDir()}})
+		Session: workersession.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Heartbeat: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

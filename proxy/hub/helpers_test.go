@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"gradient.dev/gradient/wire"
-	"gradient.dev/gradient/worker"
 )
 
 var sessionSeq uint64
@@ -112,7 +111,7 @@ func flakeWorker(id string, fetch bool) *fakeWorker {
 type fakeUpstream struct {
 	mu   sync.Mutex
 	sent []wire.ClientMessage
-	h    worker.ForwardHandler
+	h    *Upstream
 }
 
 func (u *fakeUpstream) send(m wire.ClientMessage) error {
@@ -134,7 +133,7 @@ func (u *fakeUpstream) take() []wire.ClientMessage {
 func attach(t *testing.T, h *Hub) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{}
-	u.h = h.Forward(worker.ForwardedSession{Send: u.send, Version: wire.NewestVersion, Log: slog.Default()})
+	u.h = h.Attach(u.send, nil)
 	u.take()
 	return u
 }
@@ -180,8 +179,4 @@ func ids(cands []wire.JobCandidate) []string {
 		out = append(out, c.JobID)
 	}
 	return out
-}
-
-func fwdSession(u *fakeUpstream) worker.ForwardedSession {
-	return worker.ForwardedSession{Send: u.send, Version: wire.NewestVersion, Log: slog.Default()}
 }

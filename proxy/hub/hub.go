@@ -14,18 +14,15 @@
 // reads slower than the server sends are paused and resumed per pull
 // (narflow.go) rather than the worker cut off.
 //
-// The hub does no I/O: the upstream session is a send function (a
-// worker.Worker's session, through Forward), each downstream worker a
+// The hub does no I/O: the upstream session is a send function (the
+// tenant's workersession.Shell's session, through Attach), each downstream worker a
 // Downstream whose Send must not block (an Outbox). State changes under
 // one mutex; the sends run after it is released, in order.
 package hub
 
 import (
 	"cmp"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 
@@ -171,34 +168,6 @@ func New(tenant string, log *slog.Logger, m *Metrics) *Hub {
 		workers: map[uint64]*member{}, book: map[string]wire.JobCandidate{}, jobs: map[string]*job{},
 		queries: map[string]queryRoute{}, uploads: map[uint64]uploadRoute{},
 		sentScores: map[string]wire.CandidateScore{}, dirty: map[string]bool{}}
-}
-
-// setWaiting records whether w's RequestJob of kind is unanswered, in
-// the member and in the hub's index of waiters. Called with h.mu held.
-func (h *Hub) setWaiting(w *member, kind wire.JobKind, on bool) {
-	if w.waiting[kind] == on {
-		return
-	}
-	w.waiting[kind] = on
-	ws := h.waiters[kind]
-	if on {
-		w.waitAt[kind] = len(ws)
-		h.waiters[kind] = append(ws, w)
-		return
-	}
-	// The last waiter takes w's place.
-	i, last := w.waitAt[kind], len(ws)-1
-	ws[i] = ws[last]
-	ws[i].waitAt[kind] = i
-	ws[last] = nil
-	h.waiters[kind] = ws[:last]
-}
-
-// notWaiting clears every kind w waits for. Called with h.mu held.
-func (h *Hub) notWaiting(w *member) {
-	for _, kind := range []wire.JobKind{wire.JobKindFlake, wire.JobKindBuild} {
-		h.setWaiting(w, kind, false)
-	}
 }
 
 // effects are the sends and closes one call decided, run in order once
@@ -414,7 +383,8 @@ func (h *Hub) Leave(d Downstream, reason string) {
 	h.run(&e)
 }
 
-// FromUpstream takes one message of the upstream session id.
+// fromUpstream takes one message of the upstream session id
+// (Upstream.Handle).
 func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 	h.mu.Lock()
 	if h.up == nil || h.up.id != id {
@@ -460,37 +430,10 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 				h.release(j)
 			}
 		}
-	case *wire.CacheStatus:
-		if q, ok := h.takeQuery(m.QueryID); ok {
-			c := *m
-			c.QueryID = q.id
-			e.toWorker(h.workers[q.worker].d, &c)
-		}
-	case *wire.KnownDerivations:
-		if q, ok := h.takeQuery(m.QueryID); ok {
-			c := *m
-			c.QueryID = q.id
-			e.toWorker(h.workers[q.worker].d, &c)
-		}
-	case *wire.CacheError:
-		if q, ok := h.takeQuery(m.QueryID); ok {
-			c := *m
-			c.QueryID = q.id
-			e.toWorker(h.workers[q.worker].d, &c)
-		}
-	case *wire.UploadGrant:
-		_, skip := m.Target.(*wire.GrantSkip)
-		if u, ok := h.uploadRoute(m.RequestID, skip); ok {
-			c := *m
-			c.RequestID = u.id
-			e.toWorker(h.workers[u.worker].d, &c)
-		}
-	case *wire.UploadCommitted:
-		if u, ok := h.uploadRoute(m.RequestID, true); ok {
-			c := *m
-			c.RequestID = u.id
-			e.toWorker(h.workers[u.worker].d, &c)
-		}
+	case *wire.CacheStatus, *wire.KnownDerivations, *wire.CacheError:
+		h.answerQuery(e, m)
+	case *wire.UploadGrant, *wire.UploadCommitted:
+		h.answerUpload(e, m)
 	case *wire.NarStreamHeader:
 		h.narHeader(e, m)
 	case *wire.NarPush:
@@ -602,153 +545,6 @@ func (h *Hub) FromWorker(d Downstream, msg wire.ClientMessage) {
 // polling: an upstream session is up and not draining.
 func (h *Hub) polling() bool { return h.up != nil && !h.up.draining }
 
-// cacheFromWorker passes a cache message through to the tenant's server
-// under fresh IDs (docs/protocol/cache.md): the answers come back to this worker only.
-func (h *Hub) cacheFromWorker(e *effects, w *member, msg wire.ClientMessage) {
-	up := h.up != nil
-	switch m := msg.(type) {
-	case *wire.CacheQuery:
-		if !up || !h.jobOK(w, m.JobID, true) {
-			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: h.refusal(up)})
-			return
-		}
-		if !h.roomForQuery() {
-			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: reasonTooManyQueries})
-			return
-		}
-		c := *m
-		c.QueryID = h.newQuery(w, m.QueryID)
-		h.toUpstream(e, &c)
-	case *wire.QueryKnownDerivations:
-		if !up || !h.jobOK(w, m.JobID, true) {
-			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: h.refusal(up)})
-			return
-		}
-		if !h.roomForQuery() {
-			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: reasonTooManyQueries})
-			return
-		}
-		c := *m
-		c.QueryID = h.newQuery(w, m.QueryID)
-		h.toUpstream(e, &c)
-	case *wire.NarRequest:
-		if !up || !h.jobOK(w, m.JobID, false) {
-			for _, p := range m.Paths {
-				e.toWorker(w.d, &wire.NarAbort{JobID: m.JobID, StorePath: p, Reason: h.refusal(up)})
-			}
-			return
-		}
-		j := h.jobs[m.JobID]
-		for _, p := range m.Paths {
-			j.pullOf(p).requested(0, true)
-		}
-		h.toUpstream(e, m)
-	case *wire.NarRequestResume:
-		if !up || !h.jobOK(w, m.JobID, false) {
-			e.toWorker(w.d, &wire.NarAbort{JobID: m.JobID, StorePath: m.StorePath, Reason: h.refusal(up)})
-			return
-		}
-		h.jobs[m.JobID].pullOf(m.StorePath).requested(m.ReceivedBytes, false)
-		h.toUpstream(e, m)
-	case *wire.EvalCachePull:
-		if !up || !h.jobOK(w, m.JobID, false) {
-			e.toWorker(w.d, &wire.EvalCachePullResult{JobID: m.JobID, Outcome: &wire.EvalCacheMiss{}})
-			return
-		}
-		h.toUpstream(e, m)
-	case *wire.UploadRequest:
-		if !up || !h.jobOK(w, m.JobID, true) {
-			e.toWorker(w.d, &wire.UploadCommitted{RequestID: m.RequestID, Outcome: &wire.UploadRetry{Reason: h.refusal(up)}})
-			return
-		}
-		if old, ok := w.uploads[m.RequestID]; ok {
-			delete(h.uploads, old) // the worker reused its ID
-			delete(w.uploads, m.RequestID)
-		}
-		if len(h.uploads) >= h.limits.PendingUploads {
-			h.bounded.drop(boundUploads, 1)
-			e.toWorker(w.d, &wire.UploadCommitted{RequestID: m.RequestID, Outcome: &wire.UploadRetry{Reason: reasonTooManyUploads}})
-			return
-		}
-		h.nextUpload++
-		id := h.nextUpload
-		h.uploads[id] = uploadRoute{worker: w.d.Session(), id: m.RequestID}
-		w.uploads[m.RequestID] = id
-		c := *m
-		c.RequestID = id
-		h.toUpstream(e, &c)
-	case *wire.UploadChunk:
-		if id, ok := w.uploads[m.RequestID]; ok {
-			h.m.narPassed(h.tenant, "upload", len(m.Data))
-			c := *m
-			c.RequestID = id
-			h.toUpstream(e, &c)
-		}
-	case *wire.UploadFinished:
-		if id, ok := w.uploads[m.RequestID]; ok {
-			c := *m
-			c.RequestID = id
-			h.toUpstream(e, &c)
-		}
-	case *wire.UploadCancel:
-		if id, ok := w.uploads[m.RequestID]; ok {
-			delete(w.uploads, m.RequestID)
-			delete(h.uploads, id)
-			h.toUpstream(e, &wire.UploadCancel{RequestID: id})
-		}
-	default:
-		h.log.Debug("ignoring worker message", "message", msg.WireName())
-	}
-}
-
-func (h *Hub) refusal(up bool) string {
-	if !up {
-		return "no upstream session to the tenant's server"
-	}
-	return reasonNotHeld
-}
-
-// jobOK: the worker holds jobID (or, where allowed, names no job).
-func (h *Hub) jobOK(w *member, jobID string, noneOK bool) bool {
-	if jobID == "" {
-		return noneOK
-	}
-	j := h.jobs[jobID]
-	return j != nil && j.owner == w.d.Session()
-}
-
-func (h *Hub) newQuery(w *member, id string) string {
-	var b [16]byte
-	rand.Read(b[:])
-	q := hex.EncodeToString(b[:])
-	h.queries[q] = queryRoute{worker: w.d.Session(), id: id}
-	return q
-}
-
-func (h *Hub) takeQuery(id string) (queryRoute, bool) {
-	q, ok := h.queries[id]
-	if ok {
-		delete(h.queries, id)
-	}
-	return q, ok && h.workers[q.worker] != nil
-}
-
-// uploadRoute maps an upstream request ID back; done forgets it.
-func (h *Hub) uploadRoute(id uint64, done bool) (uploadRoute, bool) {
-	u, ok := h.uploads[id]
-	if !ok {
-		return u, false
-	}
-	w := h.workers[u.worker]
-	if done {
-		delete(h.uploads, id)
-		if w != nil {
-			delete(w.uploads, u.id)
-		}
-	}
-	return u, w != nil
-}
-
 // report forwards a worker's report of a job it owns; end releases it.
 // A report may overtake the worker's AssignJobResponse (it rides the
 // other lane): the owner runs the job either way.
@@ -791,231 +587,6 @@ func (h *Hub) toJobOwner(e *effects, jobID string, m wire.ServerMessage) {
 	}
 }
 
-// assign hands an upstream AssignJob to the best capable waiting worker,
-// or declines it; it returns the outcome to count ("" for a re-sent job).
-func (h *Hub) assign(e *effects, m *wire.AssignJob) string {
-	cred := h.credential
-	h.credential = nil
-	if j := h.jobs[m.JobID]; j != nil {
-		// Re-sent by the server: the owner re-adopts it.
-		j.assignment = m.AssignmentID
-		h.toOwner(e, j, m)
-		return ""
-	}
-	kind, known := jobKind(m.Job)
-	var best *member
-	if known && h.polling() {
-		best = h.pick(kind, m)
-	}
-	if best == nil {
-		r := ReasonNoWorker
-		h.toUpstream(e, &wire.AssignJobResponse{JobID: m.JobID, Accepted: false, Reason: &r})
-		return "declined"
-	}
-	h.removeFromBook(m.JobID)
-	h.jobs[m.JobID] = &job{id: m.JobID, assignment: m.AssignmentID, owner: best.d.Session(), kind: kind, cluster: m.Cluster}
-	best.jobs++
-	h.setWaiting(best, kind, false)
-	if cred != nil && needsFetch(m.Job) && best.d.Capabilities().Fetch {
-		e.toWorker(best.d, cred)
-	}
-	e.toWorker(best.d, m)
-	return "forwarded"
-}
-
-// ranksBefore is pick's order on the hub's own state: a worker waiting
-// for the kind, then one with a score for the job, the better score,
-// fewer jobs, the older session. It is total, so pick may test it before
-// asking a worker's session whether it may take the job.
-func ranksBefore(kind wire.JobKind, job string, a, b *member) bool {
-	if a.waiting[kind] != b.waiting[kind] {
-		return a.waiting[kind]
-	}
-	sa, oka := a.scores[job]
-	sb, okb := b.scores[job]
-	if oka != okb {
-		return oka
-	}
-	if oka {
-		if c := compareScores(sa, sb); c != 0 {
-			return c < 0
-		}
-	}
-	if a.jobs != b.jobs {
-		return a.jobs < b.jobs
-	}
-	return a.d.Session() < b.d.Session()
-}
-
-// pick is the best capable worker for m: waiting for its kind (a
-// cluster member may also go to a worker that is not), not draining, by
-// its score for the job, then fewer jobs, then the older session.
-// Called with h.mu held; takes each candidate's session lock
-// (Downstream.Draining, and Capabilities and Host through canRun).
-func (h *Hub) pick(kind wire.JobKind, m *wire.AssignJob) *member {
-	var best *member
-	// Only a cluster member may go to a worker that is not waiting: for
-	// any other job the waiters of its kind are all the candidates.
-	candidates := h.waiters[kind]
-	if m.Cluster != nil {
-		candidates = slices.Collect(maps.Values(h.workers))
-	}
-	for _, w := range candidates {
-		// The order is the hub's own state; whether the worker may take
-		// the job asks its session (and the jobs, for a cluster): the
-		// cheap test first, so most workers are passed over by it.
-		if best != nil && !ranksBefore(kind, m.JobID, w, best) {
-			continue
-		}
-		if m.Cluster == nil && !w.waiting[kind] {
-			continue
-		}
-		if w.d.Draining() || !canRun(w.d, m.Job) {
-			continue
-		}
-		if m.Cluster != nil && h.holdsAttempt(w, m.Cluster.Attempt) {
-			continue
-		}
-		best = w
-	}
-	return best
-}
-
-// assignResponse forwards the worker's answer to a job it was handed.
-func (h *Hub) assignResponse(e *effects, w *member, m *wire.AssignJobResponse) {
-	j := h.jobs[m.JobID]
-	if j == nil || j.owner != w.d.Session() {
-		h.dropped(w.d, m, reasonNotHeld)
-		return
-	}
-	h.toUpstream(e, m)
-	if m.Accepted && !j.ended {
-		j.accepted = true
-		return
-	}
-	h.release(j)
-}
-
-// holdsAttempt: w owns a member of the cluster attempt.
-func (h *Hub) holdsAttempt(w *member, attempt string) bool {
-	for _, j := range h.jobs {
-		if j.owner == w.d.Session() && j.cluster != nil && j.cluster.Attempt == attempt {
-			return true
-		}
-	}
-	return false
-}
-
-// attemptWorkers are the workers holding a member of the attempt.
-func (h *Hub) attemptWorkers(attempt string) []*member {
-	seen := map[uint64]bool{}
-	var out []*member
-	for _, j := range sortedJobs(h.jobs) {
-		if j.cluster == nil || j.cluster.Attempt != attempt || seen[j.owner] {
-			continue
-		}
-		if w := h.workers[j.owner]; w != nil {
-			seen[j.owner] = true
-			out = append(out, w)
-		}
-	}
-	return out
-}
-
-// startCluster sends StartCluster to every worker holding a member, the
-// roster naming the workers behind the proxy with their zone and
-// endpoint instead of the proxy.
-func (h *Hub) startCluster(e *effects, m *wire.StartCluster) {
-	holders := map[wire.ClusterAddress]*member{}
-	for _, j := range h.jobs {
-		if j.cluster != nil && j.cluster.Attempt == m.Attempt {
-			j.started = true
-			if w := h.workers[j.owner]; w != nil {
-				holders[wire.ClusterAddress{Role: j.cluster.Role, Index: j.cluster.Index}] = w
-			}
-		}
-	}
-	if len(holders) == 0 {
-		return
-	}
-	c := *m
-	c.Roster = slices.Clone(m.Roster)
-	for i, p := range c.Roster {
-		w := holders[wire.ClusterAddress{Role: p.Role, Index: p.Index}]
-		if w == nil {
-			continue
-		}
-		p.Worker = w.d.WorkerID()
-		p.Zone, p.Endpoint = nil, nil
-		if host := w.d.Host(); host != nil {
-			p.Zone, p.Endpoint = host.Zone, host.Endpoint
-		}
-		c.Roster[i] = p
-	}
-	for _, w := range h.attemptWorkers(m.Attempt) {
-		e.toWorker(w.d, &c)
-	}
-}
-
-// addToBook mirrors a JobOffer and offers each worker what it can run.
-// A candidate the book has no room for is dropped (an update of one it
-// holds that does not fit leaves the one held).
-func (h *Hub) addToBook(e *effects, cands []wire.JobCandidate) {
-	var fresh []wire.JobCandidate
-	for i := range cands {
-		c := &cands[i]
-		n := candidateBytes(c)
-		room := h.inBook
-		old, held := h.book[c.JobID]
-		if held {
-			room.remove(candidateBytes(&old))
-		}
-		if ok, b := room.fits(h.limits, n); !ok {
-			h.bounded.drop(b, 1)
-			continue
-		}
-		room.add(n)
-		h.inBook = room
-		if !held {
-			h.bookOrder = append(h.bookOrder, c.JobID)
-		}
-		h.book[c.JobID] = *c
-		fresh = append(fresh, *c)
-	}
-	h.offer(e, fresh)
-}
-
-// addToListing collects a JobListChunk's candidates, those the listing
-// has room for.
-func (h *Hub) addToListing(cands []wire.JobCandidate) {
-	for i := range cands {
-		n := candidateBytes(&cands[i])
-		if ok, b := h.inListing.fits(h.limits, n); !ok {
-			h.bounded.drop(b, 1)
-			continue
-		}
-		h.inListing.add(n)
-		h.listing = append(h.listing, cands[i])
-	}
-}
-
-// startListing: a full list was asked for; its pages start anew.
-func (h *Hub) startListing() {
-	h.listAsked = true
-	h.listing = nil
-	h.inListing = candidateSet{}
-}
-
-// roomForQuery reports whether one more query may wait for the tenant's
-// server, counting a refusal.
-func (h *Hub) roomForQuery() bool {
-	if len(h.queries) < h.limits.PendingQueries {
-		return true
-	}
-	h.bounded.drop(boundQueries, 1)
-	return false
-}
-
 // reportBounded counts one call's drops and logs the drops since the
 // last line when one is due. Called without the lock (with the limits
 // read under it).
@@ -1035,159 +606,6 @@ func (h *Hub) reportBounded(l Limits, dropped, logged drops, due bool) {
 		}
 	}
 	h.log.Warn("the tenant's server passes the proxy's bounds: dropping the excess (logged at most every "+boundLogEvery.String()+")", args...)
-}
-
-// replaceBook takes a full list: candidates gone are dropped, new ones
-// offered.
-func (h *Hub) replaceBook(e *effects, cands []wire.JobCandidate) {
-	old := h.book
-	h.book = make(map[string]wire.JobCandidate, len(cands))
-	h.bookOrder = h.bookOrder[:0]
-	// The listing was within the limits, so is its first of each ID.
-	h.inBook = candidateSet{}
-	var fresh []wire.JobCandidate
-	for _, c := range cands {
-		if _, dup := h.book[c.JobID]; dup {
-			continue
-		}
-		h.inBook.add(candidateBytes(&c))
-		h.book[c.JobID] = c
-		h.bookOrder = append(h.bookOrder, c.JobID)
-		if _, ok := old[c.JobID]; !ok {
-			fresh = append(fresh, c)
-		}
-	}
-	for id := range old {
-		if _, ok := h.book[id]; !ok {
-			h.forgetCandidate(id)
-		}
-	}
-	h.offer(e, fresh)
-}
-
-func (h *Hub) removeFromBook(id string) {
-	c, ok := h.book[id]
-	if !ok {
-		return
-	}
-	h.inBook.remove(candidateBytes(&c))
-	delete(h.book, id)
-	h.bookOrder = slices.DeleteFunc(h.bookOrder, func(s string) bool { return s == id })
-	h.forgetCandidate(id)
-}
-
-func (h *Hub) forgetCandidate(id string) {
-	for _, w := range h.workers {
-		delete(w.scores, id)
-	}
-	delete(h.sentScores, id)
-	delete(h.dirty, id)
-}
-
-// offer sends each worker the candidates it can run, as JobOffer pages.
-func (h *Hub) offer(e *effects, cands []wire.JobCandidate) {
-	if len(cands) == 0 {
-		return
-	}
-	for _, w := range h.sortedMembers() {
-		if w.d.Draining() {
-			continue
-		}
-		var mine []wire.JobCandidate
-		for _, c := range cands {
-			if canSee(w.d, c) {
-				mine = append(mine, c)
-			}
-		}
-		for _, page := range wire.CandidatePages(mine) {
-			e.toWorker(w.d, &wire.JobOffer{Candidates: page})
-		}
-	}
-}
-
-// sendList answers a worker's RequestJobList from the mirrored book.
-func (h *Hub) sendList(e *effects, w *member) {
-	var mine []wire.JobCandidate
-	for _, id := range h.bookOrder {
-		if c := h.book[id]; canSee(w.d, c) {
-			mine = append(mine, c)
-		}
-	}
-	pages := wire.CandidatePages(mine)
-	if len(pages) == 0 {
-		e.toWorker(w.d, &wire.JobListChunk{IsFinal: true})
-		return
-	}
-	for i, p := range pages {
-		e.toWorker(w.d, &wire.JobListChunk{Candidates: p, IsFinal: i == len(pages)-1})
-	}
-}
-
-// FlushScores sends upstream the best score per candidate where it
-// changed since the last flush (the proxy's wiring calls it once per
-// second), then polls once more for every kind a worker waits for, as a
-// worker does after scoring an offer.
-func (h *Hub) FlushScores() {
-	h.mu.Lock()
-	if !h.polling() || len(h.dirty) == 0 {
-		h.dirty = map[string]bool{}
-		h.mu.Unlock()
-		return
-	}
-	var scores []wire.CandidateScore
-	for _, id := range slices.Sorted(maps.Keys(h.dirty)) {
-		best, ok := h.bestScore(id)
-		if !ok {
-			continue
-		}
-		if prev, sent := h.sentScores[id]; sent && prev == best {
-			continue
-		}
-		h.sentScores[id] = best
-		scores = append(scores, best)
-	}
-	h.dirty = map[string]bool{}
-	var e effects
-	for len(scores) > 0 {
-		n := min(len(scores), wire.MaxCandidatesPerPage)
-		h.toUpstream(&e, &wire.RequestJobChunk{Scores: scores[:n:n], IsFinal: n == len(scores)})
-		scores = scores[n:]
-	}
-	if len(e.list) > 0 {
-		for _, kind := range []wire.JobKind{wire.JobKindFlake, wire.JobKindBuild} {
-			for _, w := range h.sortedMembers() {
-				if w.waiting[kind] && !w.d.Draining() {
-					h.toUpstream(&e, &wire.RequestJob{Kind: kind})
-				}
-			}
-		}
-	}
-	h.mu.Unlock()
-	h.run(&e)
-}
-
-func (h *Hub) bestScore(id string) (wire.CandidateScore, bool) {
-	var best wire.CandidateScore
-	found := false
-	for _, w := range h.workers {
-		s, ok := w.scores[id]
-		if ok && (!found || compareScores(s, best) < 0) {
-			best, found = s, true
-		}
-	}
-	return best, found
-}
-
-// compareScores orders scores best first: outputs present, then less to
-// download, then fewer missing paths.
-func compareScores(a, b wire.CandidateScore) int {
-	if a.OutputsPresent != b.OutputsPresent {
-		if a.OutputsPresent {
-			return -1
-		}
-		return 1
-	}
-	return cmp.Or(cmp.Compare(a.MissingNarSize, b.MissingNarSize), cmp.Compare(a.MissingCount, b.MissingCount))
 }
 
 func (h *Hub) sortedMembers() []*member {
@@ -1228,33 +646,4 @@ func (h *Hub) Holds(workerID string) bool {
 		}
 	}
 	return false
-}
-
-// Pending counts the build candidates of the mirrored offer book per
-// Nix system: jobs the tenant's server would hand the proxy's workers.
-// Flake candidates and builtin jobs name no system and are not counted.
-func (h *Hub) Pending() map[string]int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := map[string]int{}
-	for _, c := range h.book {
-		if c.Requirement != nil && c.Requirement.Architecture != "builtin" && c.Requirement.Architecture != "" {
-			out[c.Requirement.Architecture]++
-		}
-	}
-	return out
-}
-
-// RefreshBook asks the upstream for its full offer list, unless one is
-// outstanding: candidates another worker of the server took leave the
-// book only with a full list.
-func (h *Hub) RefreshBook() {
-	h.mu.Lock()
-	var e effects
-	if h.polling() && !h.listAsked {
-		h.startListing()
-		h.toUpstream(&e, &wire.RequestJobList{})
-	}
-	h.mu.Unlock()
-	h.run(&e)
 }

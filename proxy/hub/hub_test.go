@@ -387,7 +387,7 @@ func TestUpstreamLostAbortsAndClosesTheWorkers(t *testing.T) {
 	}
 	// A new session asks for the book and for the waiting worker's job.
 	u2 := &fakeUpstream{}
-	u2.h = h.Forward(fwdSession(u2))
+	u2.h = h.Attach(u2.send, nil)
 	got := u2.take()
 	if len(upOf[*wire.RequestJobList](got)) != 1 || len(upOf[*wire.RequestJob](got)) != 1 {
 		t.Fatalf("a new upstream session got %v", got)

@@ -32,6 +32,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 func TestMain(m *testing.M) {
@@ -172,7 +173,7 @@ func runProxyIn(t testing.TB, store *proxystore.Store, heartbeatTimeout time.Dur
 	}
 	sup, err = upstream.New(upstream.Config{Store: store, Capabilities: upstream.DefaultCapabilities, Pool: leg, Hubs: hubs,
 		PollInterval: 50 * time.Millisecond, Logger: log,
-		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Heartbeat: time.Second, TempDir: tempDir}})
+		Session: workersession.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Heartbeat: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ const (
 // Outbox over a session writer (NewWriterOutbox) encodes the message at
 // once, one over a send function copies NarPush and EvalCacheChunk data.
 // So the frame a forwarded bulk chunk was decoded from can be reused for
-// the next one (worker.ForwardHandler).
+// the next one (Upstream.Handle releases it).
 type Outbox struct {
 	sink   sink
 	onSlow func(reason string)

@@ -16,7 +16,7 @@ import (
 func BenchmarkHubAssign50(b *testing.B) {
 	h := newHub()
 	u := &fakeUpstream{}
-	u.h = h.Forward(fwdSession(u))
+	u.h = h.Attach(u.send, nil)
 	byID := map[uint64]*fakeWorker{}
 	for i := range 50 {
 		arch := "x86_64-linux"

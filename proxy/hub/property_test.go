@@ -56,7 +56,7 @@ func newModel(t testing.TB, seed uint64) *model {
 		// Small limits, so the steps reach them (checkBounds).
 		tm.h.limits = modelLimits
 		tm.up = &fakeUpstream{}
-		tm.up.h = tm.h.Forward(fwdSession(tm.up))
+		tm.up.h = tm.h.Attach(tm.up.send, nil)
 		for i := range 3 {
 			tm.join(fmt.Sprintf("%s-w%d", name, i))
 		}
@@ -167,7 +167,7 @@ func (m *model) step() {
 		if m.rng.IntN(4) == 0 {
 			tm.up.h.Ended("lost")
 			tm.up = &fakeUpstream{}
-			tm.up.h = tm.h.Forward(fwdSession(tm.up))
+			tm.up.h = tm.h.Attach(tm.up.send, nil)
 		}
 	case 12:
 		tm.h.FlushScores()

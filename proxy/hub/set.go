@@ -8,7 +8,6 @@ import (
 
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/wire"
-	"gradient.dev/gradient/worker"
 )
 
 // ScoreInterval is how often changed scores go upstream (docs/protocol/federation.md:
@@ -151,17 +150,3 @@ func (h *Hub) outbox(workerID string, s sink, cutOff func(reason string)) *Outbo
 	}
 	return o
 }
-
-// Forward makes s the tenant's upstream session (worker.Forwarder): the
-// upstream worker.Worker of the tenant hands the hub its job side.
-func (h *Hub) Forward(s worker.ForwardedSession) worker.ForwardHandler {
-	return &upSession{h: h, id: h.attach(s.Send)}
-}
-
-type upSession struct {
-	h  *Hub
-	id uint64
-}
-
-func (u *upSession) Handle(m wire.ServerMessage) { u.h.fromUpstream(u.id, m) }
-func (u *upSession) Ended(reason string)         { u.h.detach(u.id, reason) }

@@ -61,6 +61,6 @@ func (ts *tenantSession) status(s *Supervisor) Status {
 	}
 	s.mu.Unlock()
 	slices.Sort(st.Peers)
-	st.Live = ts.w.Connected()
+	st.Live = ts.shell.Connected()
 	return st
 }

@@ -1,18 +1,19 @@
 // Package upstream is the proxy's upstream leg (docs/protocol/federation.md): one
 // ordinary worker session per tenant to the tenant's Gradient server,
 // while the tenant's link is enabled, the tenant may run and the link is
-// not failing. Each session is a worker.Worker, so the handshake, reauth,
-// heartbeat and reconnect backoff are exactly a worker's; the proxy
-// supplies the tokens (the link's sealed peer tokens), the fixed
-// capabilities and the hardware (Aggregate over the tenant's pool).
+// not failing. Each session runs in a workersession.Shell, so the
+// handshake, reauth, heartbeat and reconnect backoff are exactly a
+// worker's; the proxy supplies the tokens (the link's sealed peer
+// tokens), the fixed capabilities and the hardware (Aggregate over the
+// tenant's pool).
 //
 // A 401 or 403 Reject from the tenant's server marks the link failing
 // with the server's reason and ends that tenant's dialing until the
 // operator sets the link again; any other failure reconnects with the
-// worker's backoff. With Config.Hubs each session's job side is the
-// tenant's hub (worker.Config.Forwarder): the server's offers, jobs and
-// cache answers go to the tenant's workers behind the proxy; without
-// hubs the sessions have no executor and every AssignJob is declined.
+// shell's backoff. With Config.Hubs each session's handler is the
+// tenant's hub: the server's offers, jobs and cache answers go to the
+// tenant's workers behind the proxy; without hubs the sessions poll for
+// nothing and every AssignJob is declined.
 package upstream
 
 import (
@@ -35,7 +36,7 @@ import (
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/storage/sqldb"
 	"gradient.dev/gradient/wire"
-	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 // DefaultCapabilities is GRADIENT_PROXY_UPSTREAM_CAPABILITIES' default.
@@ -50,7 +51,7 @@ type Config struct {
 	// session reports; nil means empty pools.
 	Pool Pool
 	// Hubs, when set, take each tenant's session's job side (the
-	// tenant's hub is its worker.Config.Forwarder).
+	// tenant's hub is its session handler).
 	Hubs *hub.Set
 	// Bootable, when set, names the Nix systems the tenant's Hetzner
 	// workers can boot (proxy/hetzner's Reconciler.Bootable): they join
@@ -61,17 +62,17 @@ type Config struct {
 	// PollInterval is how often the links are read again (5 s); Changed
 	// reads them at once.
 	PollInterval time.Duration
-	// Worker is the template of every tenant's worker configuration:
-	// timeouts, backoff, heartbeat, TLS. The supervisor sets the server
-	// URL, worker ID, tokens, capabilities, host, hooks, metrics, logger
-	// and the forwarder (the tenant's hub), and leaves no executor.
-	Worker worker.Config
-	Logger *slog.Logger
+	// Session is the template of every tenant's session shell:
+	// timeouts, backoff, heartbeat, TLS, dial control. The supervisor
+	// sets the server URL, worker ID, tokens, capabilities, hooks,
+	// metrics and logger; the handler is the tenant's hub.
+	Session workersession.Config
+	Logger  *slog.Logger
 }
 
 // Supervisor starts and stops the tenants' upstream sessions as their
-// links change. It is a prometheus.Gatherer of the sessions' worker
-// series, each labelled tenant=<name>.
+// links change. It is a prometheus.Gatherer of the sessions' series,
+// each labelled tenant=<ID>.
 type Supervisor struct {
 	cfg     Config
 	log     *slog.Logger
@@ -84,14 +85,15 @@ type Supervisor struct {
 	refused map[string]time.Time
 }
 
-// tenantSession is one tenant's running worker and the link it runs.
+// tenantSession is one tenant's running session shell and the link it
+// runs.
 type tenantSession struct {
 	tenantID, tenant string
 	url, workerID    string
 	tokens           map[string]string
 	since            time.Time // the link's StateSince: SetLink changes it
 	connectedAt      time.Time // the last session's establishment (under Supervisor.mu)
-	w                *worker.Worker
+	shell            *workersession.Shell
 	registry         *prometheus.Registry
 	cancel           context.CancelFunc
 	done             chan struct{}
@@ -147,7 +149,7 @@ func (s *Supervisor) PoolChanged(tenantID string) {
 	ts := s.sessions[tenantID]
 	s.mu.Unlock()
 	if ts != nil {
-		ts.w.HostChanged()
+		ts.shell.HostChanged()
 	}
 }
 
@@ -220,7 +222,7 @@ func (s *Supervisor) reconcile(ctx context.Context) {
 				ts.tokens = tokens
 				s.mu.Unlock()
 				s.log.Info("upstream peers added: reauthorizing", "tenant", l.TenantName, "peers", l.Peers)
-				ts.w.SetPeers(tokens)
+				ts.shell.SetPeers(tokens)
 				continue
 			default:
 				// A reauth only adds: a changed or removed token would
@@ -267,37 +269,32 @@ func (s *Supervisor) tokens(ctx context.Context, l proxystore.Link) (map[string]
 	return tokens, nil
 }
 
-// start runs a worker for the tenant's link.
+// start runs a session shell for the tenant's link.
 func (s *Supervisor) start(ctx context.Context, l proxystore.Link, tokens map[string]string) {
 	ts := &tenantSession{tenantID: l.TenantID, tenant: l.TenantName, url: l.URL, workerID: l.WorkerID, tokens: tokens,
 		since: l.StateSince, registry: prometheus.NewRegistry(), done: make(chan struct{})}
 	log := s.log.With("tenant", l.TenantName)
-	cfg := s.cfg.Worker
+	cfg := s.cfg.Session
 	cfg.ServerURL, cfg.WorkerID = l.URL, l.WorkerID
 	cfg.PeersFile, cfg.Peers = "", peersText(tokens)
 	cfg.Capabilities = s.cfg.Capabilities
-	cfg.Executor, cfg.Forwarder = nil, nil
-	if s.cfg.Hubs != nil {
-		cfg.Forwarder = s.cfg.Hubs.Tenant(l.TenantID)
-	}
 	cfg.ListenAddr, cfg.Listener = "", nil
-	cfg.HostCapabilities = func() wire.WorkerCapabilities { return s.Hardware(l.TenantID).Host }
-	cfg.HostMetrics = func() *wire.WorkerMetrics {
-		m := s.Hardware(l.TenantID).Metrics
-		return &m
-	}
 	cfg.OnEstablished = func() { s.established(ts) }
 	cfg.OnRejected = func(code uint16, reason string) bool { return s.rejected(ts, code, reason) }
 	// By ID: /metrics answers without a token, and a tenant's name may be
 	// a customer's.
 	cfg.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"tenant": l.TenantID}, ts.registry)
 	cfg.Logger = log
-	w, err := worker.New(cfg)
+	h := &tenantHandler{s: s, tenantID: l.TenantID}
+	if s.cfg.Hubs != nil {
+		h.hub = s.cfg.Hubs.Tenant(l.TenantID)
+	}
+	sh, err := workersession.New(cfg, h)
 	if err != nil {
 		log.Error("cannot start the upstream session", "error", err)
 		return
 	}
-	ts.w = w
+	ts.shell = sh
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ts.cancel = cancel
 	s.mu.Lock()
@@ -306,15 +303,15 @@ func (s *Supervisor) start(ctx context.Context, l proxystore.Link, tokens map[st
 	log.Info("starting the upstream session", "server", gitsource.Redact(l.URL), "worker_id", l.WorkerID, "peers", l.Peers)
 	go func() {
 		defer close(ts.done)
-		if err := w.Run(runCtx); err != nil {
+		if err := sh.Run(runCtx); err != nil {
 			log.Error("upstream session stopped", "error", err)
 		}
 	}()
 }
 
-// stop ends a tenant's worker and waits for it (no jobs run on it, so
-// its stop sequence is Draining and a close; the hub then aborts the
-// tenant's jobs behind the proxy).
+// stop ends a tenant's session shell and waits for it (no jobs run on
+// it, so its stop sequence is Draining and a close; the hub then aborts
+// the tenant's jobs behind the proxy).
 func (s *Supervisor) stop(ts *tenantSession) {
 	s.log.Info("stopping the upstream session", "tenant", ts.tenant)
 	ts.cancel()
@@ -358,7 +355,7 @@ func (s *Supervisor) established(ts *tenantSession) {
 	}
 }
 
-// rejected answers the worker's OnRejected: a 401 or 403 fails the link
+// rejected answers the shell's OnRejected: a 401 or 403 fails the link
 // with the server's reason and stops the dialing; anything else backs
 // off and dials again.
 func (s *Supervisor) rejected(ts *tenantSession, code uint16, reason string) bool {
@@ -397,7 +394,7 @@ func (s *Supervisor) markFailing(tenantID, tenant, reason string) {
 	}
 }
 
-// Gather collects the sessions' worker series (prometheus.Gatherer).
+// Gather collects the sessions' series (prometheus.Gatherer).
 func (s *Supervisor) Gather() ([]*dto.MetricFamily, error) {
 	s.mu.Lock()
 	gatherers := make(prometheus.Gatherers, 0, len(s.sessions))
@@ -418,7 +415,7 @@ func onlyAdded(prev, next map[string]string) bool {
 	return true
 }
 
-// peersText is tokens as peers-file lines, the worker's inline peers.
+// peersText is tokens as peers-file lines, the shell's inline peers.
 func peersText(tokens map[string]string) string {
 	var b strings.Builder
 	for _, id := range slices.Sorted(maps.Keys(tokens)) {

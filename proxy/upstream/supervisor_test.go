@@ -27,7 +27,7 @@ import (
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 	"gradient.dev/gradient/wire"
-	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 func TestMain(m *testing.M) {
@@ -153,8 +153,8 @@ func (w *world) runProxy(t *testing.T) {
 	log, w.logs = testlog.New(t, "proxy")
 	sup, err := New(Config{
 		Store: w.store, Capabilities: DefaultCapabilities, Pool: w.pool, PollInterval: 20 * time.Millisecond,
-		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour},
-		Logger: log,
+		Session: workersession.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour},
+		Logger:  log,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ import (
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/session/limit"
-	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 // Proxy is a running proxy.
@@ -72,8 +72,8 @@ func Start(tb testing.TB, dbURL string, opts Options) *Proxy {
 	}
 	sup, err = upstream.New(upstream.Config{
 		Store: p.Store, Capabilities: upstream.DefaultCapabilities, Pool: p.Leg, PollInterval: 20 * time.Millisecond,
-		Worker: worker.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour},
-		Logger: log,
+		Session: workersession.Config{BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour},
+		Logger:  log,
 	})
 	if err != nil {
 		tb.Fatal(err)

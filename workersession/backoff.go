@@ -1,4 +1,4 @@
-package worker
+package workersession
 
 import (
 	"math/rand/v2"
@@ -24,9 +24,9 @@ func (b *backoff) delay() time.Duration {
 
 func (b *backoff) reset() { b.next = b.initial }
 
-// jitter shortens d by up to a fifth at random, so workers that lost the
+// Jitter shortens d by up to a fifth at random, so workers that lost the
 // same server reconnect spread out instead of arriving together on every
 // doubling.
-func jitter(d time.Duration) time.Duration {
+func Jitter(d time.Duration) time.Duration {
 	return d - time.Duration(rand.Int64N(int64(d)/5+1))
 }

@@ -1,4 +1,4 @@
-package worker
+package workersession
 
 import (
 	"testing"
@@ -28,9 +28,9 @@ func TestJitterStaysWithinAFifthBelow(t *testing.T) {
 	t.Parallel()
 	seen := map[time.Duration]bool{}
 	for range 200 {
-		d := jitter(10 * time.Second)
+		d := Jitter(10 * time.Second)
 		if d < 8*time.Second || d > 10*time.Second {
-			t.Fatalf("jitter(10s) = %v, want within [8s, 10s]", d)
+			t.Fatalf("Jitter(10s) = %v, want within [8s, 10s]", d)
 		}
 		seen[d] = true
 	}

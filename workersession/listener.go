@@ -1,4 +1,4 @@
-package worker
+package workersession
 
 import (
 	"context"
@@ -11,22 +11,22 @@ import (
 // proves itself with its tokens (checked against ServerTokens; a wrong one
 // is answered with Reject 401, any other first message with 400 by the
 // handshake), then the session runs like a dialed-out one until ctx ends.
-func (w *Worker) DialedHandler(ctx context.Context) http.Handler {
+func (sh *Shell) DialedHandler(ctx context.Context) http.Handler {
 	return session.Handler(func(r *http.Request, t session.Transport) {
-		if !w.trackSession() {
+		if !sh.trackSession() {
 			return // the worker is stopping
 		}
-		defer w.sessions.Done()
-		log := w.log.With("remote", r.RemoteAddr)
+		defer sh.sessions.Done()
+		log := sh.log.With("remote", r.RemoteAddr)
 		c := session.NewConn(t, session.ConnOptions{Logger: log})
 		est, err := session.RunDialed(r.Context(), c, session.DialedConfig{
-			WorkerID: w.cfg.WorkerID, Capabilities: w.cfg.Capabilities, Verifier: w.cfg.ServerTokens, Timeout: w.cfg.HandshakeTimeout,
+			WorkerID: sh.cfg.WorkerID, Capabilities: sh.cfg.Capabilities, Verifier: sh.cfg.ServerTokens, Timeout: sh.cfg.HandshakeTimeout,
 		})
 		if err != nil {
 			log.Warn("server-dialed handshake failed", "error", err)
 			return
 		}
 		log.Info("server dialed in", "authorized", est.AuthorizedPeers)
-		w.serve(ctx, c, est, w.currentTokens())
+		sh.serve(ctx, c, est, sh.currentTokens())
 	})
 }
