@@ -92,7 +92,7 @@ func (w *Worker) Connected() bool {
 // start) end it early.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker starting", "server", gitsource.Redact(w.cfg.ServerURL), "peers", len(w.currentTokens()),
-		"capabilities", capabilityNames(w.cfg.Capabilities), "architectures", w.capabilities().Architectures)
+		"capabilities", w.cfg.Capabilities.Names(), "architectures", w.capabilities().Architectures)
 	defer w.waitSessions()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -223,15 +223,5 @@ func (w *Worker) removeLive(ls *liveSession) {
 	delete(w.live, ls)
 }
 
-func capabilityNames(c wire.GradientCapabilities) []string {
-	var out []string
-	for _, f := range []struct {
-		on   bool
-		name string
-	}{{c.Fetch, "fetch"}, {c.Eval, "eval"}, {c.Build, "build"}, {c.Federate, "federate"}} {
-		if f.on {
-			out = append(out, f.name)
-		}
-	}
-	return out
-}
+// capabilityNames is session_loop.go's name for GradientCapabilities.Names.
+func capabilityNames(c wire.GradientCapabilities) []string { return c.Names() }
