@@ -168,7 +168,8 @@ func (a *Authority) dispatch(ctx context.Context, log *slog.Logger, conn *worker
 		if handled {
 			continue
 		}
-		if IsCacheMessage(m) {
+		class := wire.ClientMessageClass(m)
+		if class == wire.ClassCache {
 			cache.Handle(m)
 			if _, ok := m.(*wire.UploadChunk); ok {
 				sess.Reader.Release() // the chunk is on disk: reuse its frame
@@ -197,11 +198,11 @@ func (a *Authority) dispatch(ctx context.Context, log *slog.Logger, conn *worker
 			conn.workerLoad = m
 			conn.mu.Unlock()
 		default:
-			if !isJobMessage(m) {
+			if class != wire.ClassJob {
 				log.Debug("ignoring message", "message", m.WireName())
 			}
 		}
-		if isJobMessage(m) {
+		if class == wire.ClassJob {
 			a.cfg.Jobs.HandleJobMessage(live, m)
 		}
 	}
