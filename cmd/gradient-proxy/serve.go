@@ -14,6 +14,7 @@ import (
 
 	"gradient.dev/gradient/internal/authgate"
 	"gradient.dev/gradient/internal/dialguard"
+	"gradient.dev/gradient/internal/healthz"
 	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/proxy/admin"
@@ -121,14 +122,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := store.Ping(r.Context()); err != nil {
-			http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
-	})
+	mux.HandleFunc("GET /healthz", healthz.Handler(store.Ping))
 	mux.Handle("GET /proto", leg.Authority().ProtoHandler())
 	var gate *authgate.Gate // nil: --auth-failures-per-minute 0
 	if opts.AuthFailures > 0 {

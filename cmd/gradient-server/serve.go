@@ -75,8 +75,9 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// first worker session can report anything.
 	registry := metrics.NewRegistry() // with the Go runtime and process series
 	schedCfg := jobLoopConfig(opts, log, registry)
+	keys := deploykeys.New(db, dialKey) // the scheduler's and the server's
 	if dialKey != nil {
-		schedCfg.DeployKeys = deploykeys.New(db, dialKey)
+		schedCfg.DeployKeys = keys
 	}
 	sched := scheduler.New(db, schedCfg)
 	if err := sched.Start(ctx); err != nil {
@@ -97,6 +98,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		DisableDialing:              !opts.Discoverable,
 		AdminTokenHash:              adminHash,
 		DialKey:                     dialKey,
+		DeployKeys:                  keys,
 		Logger:                      log,
 		PollInterval:                opts.PollInterval,
 		ExternalURL:                 strings.TrimRight(opts.ExternalURL, "/"),
