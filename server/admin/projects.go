@@ -209,13 +209,6 @@ func (a *API) showProject(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-// DeployKeyView answers generateDeployKey: the line to add to the
-// repository host as a (read-only) deploy key.
-type DeployKeyView struct {
-	Project   string `json:"project"`
-	PublicKey string `json:"public_key"`
-}
-
 func (a *API) generateDeployKey(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
@@ -259,13 +252,6 @@ func (a *API) deleteProject(w http.ResponseWriter, r *http.Request) {
 	a.log.Info("admin: project deleted", "project_id", p.ID, "name", p.Name)
 	a.cfg.Dialer.RefreshDials() // its registrations went with it
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// LinkResult answers subscribe and grant: whether the link is new, and
-// how many live sessions were challenged again because of it.
-type LinkResult struct {
-	Added                bool `json:"added"`
-	ReauthorizedSessions int  `json:"reauthorized_sessions"`
 }
 
 func (a *API) subscribe(w http.ResponseWriter, r *http.Request) {

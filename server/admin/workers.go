@@ -1,18 +1,6 @@
 package admin
 
-import (
-	"net/http"
-
-	"gradient.dev/gradient/authority"
-)
-
-// WorkerView is one worker's live state with what the database knows.
-type WorkerView struct {
-	authority.WorkerStatus
-	Deactivated   bool               `json:"deactivated"`
-	Registrations []RegistrationView `json:"registrations,omitempty"`
-	TeamWorker    *TeamWorkerView    `json:"team_worker,omitempty"`
-}
+import "net/http"
 
 func (a *API) showWorker(w http.ResponseWriter, r *http.Request) {
 	worker, err := parseWorkerID(r.PathValue("worker"))
@@ -38,15 +26,6 @@ func (a *API) showWorker(w http.ResponseWriter, r *http.Request) {
 		v.TeamWorker = &view
 	}
 	writeJSON(w, http.StatusOK, v)
-}
-
-// Activation is the answer of deactivate and activate.
-type Activation struct {
-	WorkerID    string `json:"worker_id"`
-	Deactivated bool   `json:"deactivated"`
-	// Live: the worker still has a session; deactivation refuses its
-	// next connect, and does not end the current session.
-	Live bool `json:"live"`
 }
 
 func (a *API) deactivateWorker(w http.ResponseWriter, r *http.Request) {
@@ -75,12 +54,6 @@ func (a *API) setDeactivated(w http.ResponseWriter, r *http.Request, deactivate 
 	writeJSON(w, http.StatusOK, Activation{WorkerID: worker, Deactivated: deactivate, Live: a.cfg.Workers.WorkerStatus(worker).Live})
 }
 
-// ServerView is the server's connection state.
-type ServerView struct {
-	Accepting        bool `json:"accepting"`
-	ConnectedWorkers int  `json:"connected_workers"` // sessions up or handshaking
-}
-
 func (a *API) serverState(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ServerView{Accepting: a.cfg.Workers.Accepting(), ConnectedWorkers: a.cfg.Workers.ConnectedWorkers()})
 }
@@ -93,11 +66,4 @@ func (a *API) stopAccepting(w http.ResponseWriter, r *http.Request) {
 func (a *API) resumeAccepting(w http.ResponseWriter, r *http.Request) {
 	a.cfg.Workers.SetAccepting(true)
 	a.serverState(w, r)
-}
-
-// ProjectWorker is one worker of a project's worker list.
-type ProjectWorker struct {
-	authority.WorkerStatus
-	TeamID      string `json:"team_id,omitempty"` // set for team workers granted to the project
-	Deactivated bool   `json:"deactivated,omitempty"`
 }
