@@ -2,21 +2,18 @@ package admin
 
 import "net/http"
 
-func (a *API) showWorker(w http.ResponseWriter, r *http.Request) {
+func (a *API) showWorker(w http.ResponseWriter, r *http.Request) error {
 	worker, err := parseWorkerID(r.PathValue("worker"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	access, err := a.db.WorkerAccess(r.Context(), worker)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	v := WorkerView{WorkerStatus: a.cfg.Workers.WorkerStatus(worker), Deactivated: access.Deactivated}
 	if !access.Known() && !v.Live && v.OfflineReason == "" {
-		a.fail(w, r, notFoundf("worker %s has no registration or team worker", worker))
-		return
+		return notFoundf("worker %s has no registration or team worker", worker)
 	}
 	for _, reg := range access.Registrations {
 		v.Registrations = append(v.Registrations, viewRegistration(reg))
@@ -26,14 +23,17 @@ func (a *API) showWorker(w http.ResponseWriter, r *http.Request) {
 		v.TeamWorker = &view
 	}
 	writeJSON(w, http.StatusOK, v)
+	return nil
 }
 
-func (a *API) deactivateWorker(w http.ResponseWriter, r *http.Request) {
+func (a *API) deactivateWorker(w http.ResponseWriter, r *http.Request) error {
 	a.setDeactivated(w, r, true)
+	return nil
 }
 
-func (a *API) activateWorker(w http.ResponseWriter, r *http.Request) {
+func (a *API) activateWorker(w http.ResponseWriter, r *http.Request) error {
 	a.setDeactivated(w, r, false)
+	return nil
 }
 
 func (a *API) setDeactivated(w http.ResponseWriter, r *http.Request, deactivate bool) {
@@ -54,16 +54,17 @@ func (a *API) setDeactivated(w http.ResponseWriter, r *http.Request, deactivate 
 	writeJSON(w, http.StatusOK, Activation{WorkerID: worker, Deactivated: deactivate, Live: a.cfg.Workers.WorkerStatus(worker).Live})
 }
 
-func (a *API) serverState(w http.ResponseWriter, r *http.Request) {
+func (a *API) serverState(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, ServerView{Accepting: a.cfg.Workers.Accepting(), ConnectedWorkers: a.cfg.Workers.ConnectedWorkers()})
+	return nil
 }
 
-func (a *API) stopAccepting(w http.ResponseWriter, r *http.Request) {
+func (a *API) stopAccepting(w http.ResponseWriter, r *http.Request) error {
 	a.cfg.Workers.SetAccepting(false)
-	a.serverState(w, r)
+	return a.serverState(w, r)
 }
 
-func (a *API) resumeAccepting(w http.ResponseWriter, r *http.Request) {
+func (a *API) resumeAccepting(w http.ResponseWriter, r *http.Request) error {
 	a.cfg.Workers.SetAccepting(true)
-	a.serverState(w, r)
+	return a.serverState(w, r)
 }
