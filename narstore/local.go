@@ -176,6 +176,50 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 	return err
 }
 
+// Stat implements Store.
+func (l *Local) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+	if !validKey(key) {
+		return ObjectInfo{}, ErrNotFound
+	}
+	st, err := os.Stat(l.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return ObjectInfo{}, ErrNotFound
+	}
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("nar store: %w", err)
+	}
+	return ObjectInfo{Key: key, Size: st.Size(), ModTime: st.ModTime()}, nil
+}
+
+// Walk implements Store. Files that are not objects (staged uploads
+// under other names) are skipped.
+func (l *Local) Walk(ctx context.Context, fn func(ObjectInfo) error) error {
+	return filepath.WalkDir(l.nars, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // deleted while walking
+			}
+			return err
+		}
+		if d.IsDir() {
+			return ctx.Err()
+		}
+		rest, ok := strings.CutSuffix(d.Name(), ".nar.zst")
+		key := filepath.Base(filepath.Dir(p)) + rest
+		if !ok || !validKey(key) {
+			return nil
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fn(ObjectInfo{Key: key, Size: info.Size(), ModTime: info.ModTime()})
+	})
+}
+
 // Keys lists the stored objects' keys (for tests and consistency checks).
 func (l *Local) Keys() ([]string, error) {
 	var keys []string

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"gradient.dev/gradient/nixbase32"
 )
@@ -30,6 +31,19 @@ type Store interface {
 	Open(ctx context.Context, key string) (io.ReadCloser, int64, error)
 	// Delete removes an object. Readers that opened it may finish.
 	Delete(ctx context.Context, key string) error
+	// Stat describes a stored object, or returns ErrNotFound.
+	Stat(ctx context.Context, key string) (ObjectInfo, error)
+	// Walk calls fn for every stored object, in no particular order,
+	// without holding them all in memory; fn's error ends the walk.
+	Walk(ctx context.Context, fn func(ObjectInfo) error) error
+}
+
+// ObjectInfo is what Stat and Walk tell of a stored object. ModTime is
+// when it was last written (garbage collection spares recent objects).
+type ObjectInfo struct {
+	Key     string
+	Size    int64
+	ModTime time.Time
 }
 
 // Object describes a stored NAR. Hashes are SHA-256 digests.

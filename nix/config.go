@@ -31,7 +31,8 @@ type Nix struct {
 	Store string
 	// Config lines are joined into NIX_CONFIG for every call.
 	Config []string
-	// Env is added to the process environment (KEY=VALUE), after os.Environ.
+	// Env is added to the process environment (KEY=VALUE), after os.Environ
+	// without the worker's own settings (see environ).
 	Env []string
 	// BinDir holds nix, nix-store and git; empty looks them up in PATH.
 	BinDir string
@@ -101,12 +102,29 @@ func (n *Nix) command(ctx context.Context, name string, args ...string) *exec.Cm
 	return cmd
 }
 
+// environ is the environment of every Nix tool the worker runs: its own
+// minus the GRADIENT_ variables, which carry the worker's settings and
+// secrets (GRADIENT_WORKER_PEERS holds its tokens on Hetzner VMs).
+// Evaluations run with --impure, so builtins.getEnv in a tenant's flake
+// would read them otherwise.
 func (n *Nix) environ() []string {
-	env := append(os.Environ(), n.Env...)
+	env := withoutWorkerSettings(os.Environ())
+	env = append(env, n.Env...)
 	if len(n.Config) > 0 {
 		env = append(env, "NIX_CONFIG="+strings.Join(n.Config, "\n"))
 	}
 	return env
+}
+
+// withoutWorkerSettings drops the GRADIENT_ variables from env.
+func withoutWorkerSettings(env []string) []string {
+	kept := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "GRADIENT_") {
+			kept = append(kept, kv)
+		}
+	}
+	return kept
 }
 
 // output runs a tool and returns its stdout; a failure carries stderr.

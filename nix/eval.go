@@ -3,12 +3,12 @@ package nix
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"gradient.dev/gradient/nix/wildcard"
 )
@@ -38,47 +38,86 @@ type Evaluation struct {
 	Unmatched []string
 }
 
+// EvalOptions tunes how Evaluate runs Nix.
+type EvalOptions struct {
+	// Shards is how many Nix processes walk disjoint parts of the
+	// attribute tree at once; below 2, one process walks everything.
+	Shards int
+	// MaxMemoryMiB bounds each evaluating process's resident memory: a
+	// process past it is killed and a new one resumes the walk where it
+	// was, skipping what was already found. 0: no bound.
+	MaxMemoryMiB int
+}
+
 // Attributes finds the derivations in flakeRef's outputs matching wildcards
 // (comma-separated patterns; `*`, `#`, quoted segments, `!exclusions`; see
-// docs/protocol/worker.md §6.2) and instantiates them.
+// docs/protocol/worker.md §6.2) and instantiates them. It is Evaluate with
+// one process and nothing streamed.
+func (n *Nix) Attributes(ctx context.Context, flakeRef string, wildcards []string) (*Evaluation, error) {
+	return n.Evaluate(ctx, flakeRef, wildcards, EvalOptions{}, nil)
+}
+
+// Evaluate is Attributes that calls found (never concurrently) with each
+// derivation as soon as a walking process reports it, in no fixed order,
+// and walks with opts.Shards processes. The returned Evaluation is the
+// same whatever the sharding: derivations sorted by attribute, the same
+// attribute errors.
 //
 // Nix 2.8's tryEval only catches throw and assert: an attribute failing
-// otherwise (abort, type error) aborts the walk and Attributes returns the
+// otherwise (abort, type error) aborts the walk and Evaluate returns the
 // error. The message of a caught failure is recovered by evaluating that
 // attribute alone.
-func (n *Nix) Attributes(ctx context.Context, flakeRef string, wildcards []string) (*Evaluation, error) {
+func (n *Nix) Evaluate(ctx context.Context, flakeRef string, wildcards []string, opts EvalOptions, found func(FoundDerivation)) (*Evaluation, error) {
 	patterns, exclusions, err := wildcard.Parse(wildcards)
 	if err != nil {
 		return nil, err
 	}
-	n.logger().Info("nix: evaluating", "flake", flakeRef, "patterns", len(patterns))
-	args, err := json.Marshal(map[string]any{"flakeRef": flakeRef, "patterns": segmentsOf(patterns)})
-	if err != nil {
-		return nil, err
-	}
-	expr := fmt.Sprintf("(%s) (builtins.fromJSON %s)", walkerExpr, nixString(string(args)))
-	var walked []struct {
-		Attr    []string `json:"attr"`
-		DrvPath string   `json:"drvPath"`
-		Failed  bool     `json:"failed"`
-	}
-	if err := n.outputJSON(ctx, &walked, "nix", "eval", "--json", "--impure", "--expr", expr); err != nil {
-		return nil, evalError(err)
-	}
+	shards := max(opts.Shards, 1)
+	n.logger().Info("nix: evaluating", "flake", flakeRef, "patterns", len(patterns), "shards", shards)
 
 	eval := &Evaluation{AttrErrors: map[string]string{}}
-	seen := map[string]bool{}
-	for _, w := range walked {
-		attr := wildcard.FormatAttr(w.Attr)
+	var (
+		mu     sync.Mutex
+		seen   = map[string]bool{}
+		failed []string
+	)
+	onFound := func(path []string, drvPath string, bad bool) {
+		attr := wildcard.FormatAttr(path)
+		mu.Lock()
+		defer mu.Unlock()
 		if seen[attr] || slices.Contains(exclusions, attr) {
-			continue
+			return
 		}
 		seen[attr] = true
-		if w.Failed {
-			eval.AttrErrors[attr] = n.attrError(ctx, flakeRef, attr)
-			continue
+		if bad {
+			failed = append(failed, attr)
+			return
 		}
-		eval.Derivations = append(eval.Derivations, FoundDerivation{Attr: attr, DrvPath: w.DrvPath})
+		d := FoundDerivation{Attr: attr, DrvPath: drvPath}
+		eval.Derivations = append(eval.Derivations, d)
+		if found != nil {
+			found(d)
+		}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for i := range shards {
+		wg.Go(func() {
+			w := &shardWalk{n: n, flakeRef: flakeRef, patterns: segmentsOf(patterns), shard: i, shards: shards,
+				maxRSS: int64(opts.MaxMemoryMiB) << 20, found: onFound}
+			if err := w.run(ctx); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil {
+		return nil, cause // the first failure; the other shards stopped for it
+	}
+	sort.Strings(failed)
+	for _, attr := range failed {
+		eval.AttrErrors[attr] = n.attrError(ctx, flakeRef, attr)
 	}
 	sort.Slice(eval.Derivations, func(i, j int) bool { return eval.Derivations[i].Attr < eval.Derivations[j].Attr })
 	for _, p := range patterns {
@@ -91,12 +130,14 @@ func (n *Nix) Attributes(ctx context.Context, flakeRef string, wildcards []strin
 }
 
 // attrError evaluates one failed attribute alone to get Nix's message.
+// Without the eval cache: Nix 2.8 answers an attribute whose failure it
+// cached with "… is not an attribute set" from the second time on.
 func (n *Nix) attrError(ctx context.Context, flakeRef, attr string) string {
-	_, err := n.Instantiate(ctx, flakeRef, attr)
+	_, err := n.output(ctx, "nix", "eval", "--no-eval-cache", "--raw", flakeRef+"#"+attr+".drvPath")
 	if err == nil {
 		return "evaluation failed (it succeeded when evaluated alone)"
 	}
-	return err.Error()
+	return evalError(err).Error()
 }
 
 // Instantiate evaluates flakeRef#attr and returns its .drv path, writing

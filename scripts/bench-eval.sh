@@ -10,9 +10,18 @@
 # worker left out); the ratio; and gradient's split: its own nix evaluation
 # of the attributes (drvPaths, written through the store's daemon) and the
 # rest (closure walk, every .drv uploaded, stored and recorded); and the
-# gradient process's own CPU time (server and worker, not Nix) until then.
+# gradient process's own CPU time (server and worker, not Nix) until then;
+# and the time to the first build's assignment (from the evaluation's
+# queueing; "-" when none within 30 s of the evaluation's end) and whether
+# it came before the evaluation ended.
+# Each N runs two flakes: "indep" (independent trivial derivations) and
+# "shared" (every derivation uses one expensive let-bound value, a
+# builtins.foldl' over BENCH_EVAL_SHARED_LEN, default 3,000,000, integers:
+# evaluating it once per shard must not make sharding slower).
 #
 # Usage: scripts/bench-eval.sh [GRADIENT-BINARY] [N...]   (default: builds ./cmd/gradient; N = 400 2000 20000)
+# BENCH_EVAL_KINDS="indep shared" picks the flakes; BENCH_EVAL_UP_ARGS adds
+# options to gradient up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -41,15 +50,22 @@ mkdir -p "$work/etc" && export NIX_CONF_DIR=$work/etc NIX_USER_CONF_FILES=
 
 now() { date +%s.%N; }
 
-printf '%7s %10s %12s %7s %10s %10s %8s\n' N nix_eval_s gradient_s ratio its_eval_s walk_s cpu_s
+kinds=(${BENCH_EVAL_KINDS:-indep shared})
+shared_len=${BENCH_EVAL_SHARED_LEN:-3000000}
+printf '%7s %6s %10s %12s %7s %10s %10s %8s %9s %6s\n' N flake nix_eval_s gradient_s ratio its_eval_s walk_s cpu_s 1st_build early
 for n in "${sizes[@]}"; do
+for kind in "${kinds[@]}"; do
   salt=$(date +%s%N)
   flake=$work/flake-$n
+  rm -rf "$flake"
   mkdir -p "$flake"
+  shared='""'
+  [ "$kind" = shared ] && shared="toString (builtins.foldl' (a: b: a + b) 0 (builtins.genList (x: x) $shared_len))"
   cat >"$flake/flake.nix" <<EOF
 { outputs = { self }: let
     sys = "$system";
-    mk = i: builtins.derivation { name = "d\${toString i}"; salt = "$salt"; system = sys; builder = "/bin/sh";
+    shared = $shared;
+    mk = i: builtins.derivation { name = "d\${toString i}"; salt = "$salt"; inherit shared; system = sys; builder = "/bin/sh";
       args = [ "-c" "echo \${toString i} > \$out" ]; };
   in { packages.\${sys} = builtins.listToAttrs (builtins.genList (i: { name = "d\${toString i}"; value = mk i; }) $n); }; }
 EOF
@@ -67,8 +83,9 @@ EOF
 
   # Gradient: until the evaluation line says the derivations are discovered.
   log=$work/up-$n.log
+  # shellcheck disable=SC2086
   "$gradient" up --workers 1 --store "$work/gradient-store-$n" --data-dir "$work/up-$n" --verbose \
-    --timeout 30m "$flake" >/dev/null 2>"$log" &
+    --timeout 30m ${BENCH_EVAL_UP_ARGS:-} "$flake" >/dev/null 2>"$log" &
   up_pid=$!
   while ! grep -q "derivations discovered\|evaluation failed\|gradient up: " "$log" 2>/dev/null; do
     kill -0 "$up_pid" 2>/dev/null || break
@@ -77,6 +94,13 @@ EOF
   # The gradient process's own CPU (server and worker; not its Nix
   # children) up to here: user + system ticks of /proc/PID/stat.
   cpu_s=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$up_pid/stat" 2>/dev/null || echo nan)
+  # The first build's assignment, if it has not come yet (it comes after
+  # the evaluation's end without streaming).
+  for _ in $(seq 150); do
+    grep -q 'msg="assigned job".*kind=build' "$log" && break
+    kill -0 "$up_pid" 2>/dev/null || break
+    sleep 0.2
+  done
   kill -INT "$up_pid" 2>/dev/null || true
   wait "$up_pid" 2>/dev/null || true
   up_pid=
@@ -89,13 +113,21 @@ EOF
   queued=$(at 'msg="evaluation queued"')
   evaluating=$(at 'msg="nix: evaluating"')
   evaluated=$(at 'msg="nix: evaluated"')
-  completed=$(at 'msg="job completed" component=scheduler')
+  completed=$(at 'msg="job completed" component=scheduler job=[^ ]* what=[^ ]*@')
   nix_s=$(echo "$t1 - $t0" | bc -l)
   up_s=$(echo "$completed - $queued" | bc -l)
   ev_s=$(echo "$evaluated - $evaluating" | bc -l)
   walk_s=$(echo "$completed - $evaluated" | bc -l)
-  printf '%7d %10.2f %12.2f %6.1fx %10.2f %10.2f %8s\n' "$n" "$nix_s" "$up_s" "$(echo "$up_s / $nix_s" | bc -l)" "$ev_s" "$walk_s" "$cpu_s"
-  [ -z "${BENCH_EVAL_KEEP:-}" ] || cp "$log" "${BENCH_EVAL_KEEP}-$n.log"
+  first=- early=-
+  if grep -q 'msg="assigned job".*kind=build' "$log"; then
+    first_at=$(at 'msg="assigned job".*kind=build')
+    first=$(printf '%.2f' "$(echo "$first_at - $queued" | bc -l)")
+    early=no
+    [ "$(echo "$first_at < $evaluated" | bc -l)" -eq 1 ] && early=yes
+  fi
+  printf '%7d %6s %10.2f %12.2f %6.1fx %10.2f %10.2f %8s %9s %6s\n' "$n" "$kind" "$nix_s" "$up_s" "$(echo "$up_s / $nix_s" | bc -l)" "$ev_s" "$walk_s" "$cpu_s" "$first" "$early"
+  [ -z "${BENCH_EVAL_KEEP:-}" ] || cp "$log" "${BENCH_EVAL_KEEP}-$n-$kind.log"
   chmod -R u+w "$work/nix-store-$n" "$work/gradient-store-$n" 2>/dev/null || true
   rm -rf "$work/nix-store-$n" "$work/gradient-store-$n" "$work/up-$n"
+done
 done

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"gradient.dev/gradient/server/cache"
 	"gradient.dev/gradient/server/dashboard"
 	"gradient.dev/gradient/server/deploykeys"
+	"gradient.dev/gradient/server/retention"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/storage"
@@ -128,6 +130,16 @@ type Config struct {
 	ForgeStatusInterval   time.Duration
 	ForgeStatusMinBackoff time.Duration
 
+	// GCInterval is the period of automatic garbage collections of the
+	// binary cache (0: only on demand); GCGrace spares uploads this recent;
+	// KeepEvaluations is how many of a project's newest evaluations are
+	// kept without a project setting (retention.DefaultKeep).
+	GCInterval      time.Duration
+	GCGrace         time.Duration
+	KeepEvaluations int
+	// gcPauseFile is retention's test hook (Config.PauseFile).
+	GCPauseFile string
+
 	// narinfoHook, if set, rewrites every signed narinfo (tests tamper
 	// with it to check that Nix refuses a bad signature).
 	narinfoHook func([]byte) []byte
@@ -190,7 +202,9 @@ type Server struct {
 	// cache is the binary cache: HTTP, read-only cache sessions and the
 	// cache messages of worker sessions.
 	cache *cache.Cache
-	admin *admin.API
+	// collector collects the cache's garbage (server/retention).
+	collector *retention.Collector
+	admin     *admin.API
 	// forges: forge links, webhooks, the commit-status poster (forges.go).
 	forges *forges
 	// dashboard is the web dashboard at /.
@@ -238,6 +252,22 @@ func New(db *storage.DB, cfg Config) *Server {
 		CacheSessionIdleTimeout:     cfg.CacheSessionIdleTimeout,
 		NarinfoHook:                 cfg.narinfoHook,
 	})
+	if store := cfg.NarStore; store != nil {
+		// A row that is an object's first reference needs the object
+		// (docs/protocol/cache.md §10.1).
+		db.SetObjectCheck(func(ctx context.Context, key string) error {
+			_, err := store.Stat(ctx, key)
+			if errors.Is(err, narstore.ErrNotFound) {
+				return storage.ErrObjectMissing
+			}
+			return err
+		})
+	}
+	s.collector = retention.New(retention.Config{
+		DB: db, Store: cfg.NarStore, Content: s.cache, Interval: cfg.GCInterval, Grace: cfg.GCGrace,
+		DefaultKeep: cfg.KeepEvaluations, Logger: cfg.Logger, Metrics: s.metrics.registry, PauseFile: cfg.GCPauseFile,
+	})
+	s.collector.Start(ctx)
 	s.deployKeys = cfg.DeployKeys
 	if s.deployKeys == nil {
 		s.deployKeys = deploykeys.New(db, cfg.DialKey)
@@ -248,7 +278,7 @@ func New(db *storage.DB, cfg Config) *Server {
 	s.admin = admin.New(admin.Config{
 		DB: db, AdminTokenHash: cfg.AdminTokenHash, Gate: s.gate, ObserveTokenCheck: s.metrics.argon2Checked,
 		AllowLocalRepositories: cfg.AllowLocalRepositories, Logger: cfg.Logger,
-		Workers: s, Dialer: s, DeployKeys: s.deployKeys, Cache: s.cache, Evaluations: ctl, Progress: progress, Branches: s,
+		Workers: s, Dialer: s, DeployKeys: s.deployKeys, Cache: s.cache, Collector: s.collector, Evaluations: ctl, Progress: progress, Branches: s,
 		Forges: s.forges.links, ExternalURL: cfg.ExternalURL, StatusesChanged: s.forges.poster.Nudge,
 	})
 	s.dashboard = dashboard.New(dashboard.Config{DB: db, API: s.admin, Gate: s.gate, Workers: s, Logger: cfg.Logger})

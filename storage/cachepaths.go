@@ -26,6 +26,11 @@ type CachePath struct {
 	CA          string   // content address, or empty
 	ObjectKey   string
 	CreatedAt   time.Time
+	// Pushed: an operator pushed the path, so it is a collection root
+	// until deleted or until ExpiresAt (zero: no time to live). Set on
+	// insert only; SetCachePathPushed changes a recorded path.
+	Pushed    bool
+	ExpiresAt time.Time
 }
 
 // StoreDir is the only Nix store directory the caches serve.
@@ -130,22 +135,43 @@ func (db *DB) ListCachePaths(ctx context.Context, cacheID string) ([]CachePath, 
 }
 
 // DeleteCachePath removes a path from a cache. It returns whether another
-// row still uses the object, so the caller deletes unused objects only.
+// row still uses the object; an object no row uses is queued for
+// deletion in the same transaction (DeleteQueuedObjects deletes it).
 func (db *DB) DeleteCachePath(ctx context.Context, cacheID, storeHash string) (objectKey string, objectInUse bool, err error) {
 	err = db.inTx(ctx, func(tx *sql.Tx) error {
+		var size int64
 		err := tx.QueryRowContext(ctx,
-			`DELETE FROM cache_paths WHERE cache_id = $1 AND store_hash = $2 RETURNING object_key`,
-			cacheID, storeHash).Scan(&objectKey)
+			`DELETE FROM cache_paths WHERE cache_id = $1 AND store_hash = $2 RETURNING object_key, file_size`,
+			cacheID, storeHash).Scan(&objectKey, &size)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("path %s in cache %s", storeHash, cacheID)
 		}
 		if err != nil {
 			return err
 		}
-		var n int
-		err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM cache_paths WHERE object_key = $1`, objectKey).Scan(&n)
-		objectInUse = n > 0
-		return err
+		objectInUse, err = exists(ctx, tx, `SELECT 1 FROM cache_paths WHERE object_key = $1 LIMIT 1`, objectKey)
+		if err != nil || objectInUse {
+			return err
+		}
+		return queueObjectIfUnused(ctx, tx, objectKey, size)
 	})
 	return objectKey, objectInUse, err
+}
+
+// SetCachePathPushed makes a recorded path an operator's root again, until
+// expires (zero: no time to live).
+func (db *DB) SetCachePathPushed(ctx context.Context, cacheID, storeHash string, expires time.Time) error {
+	var exp any
+	if !expires.IsZero() {
+		exp = expires.UnixMilli()
+	}
+	res, err := db.exec(ctx, `UPDATE cache_paths SET pushed = TRUE, expires_at = $3
+		WHERE cache_id = $1 AND store_hash = $2`, cacheID, storeHash, exp)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return notFound("path %s in cache %s", storeHash, cacheID)
+	}
+	return nil
 }

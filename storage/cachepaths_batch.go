@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strings"
 )
 
@@ -27,8 +28,8 @@ type cachePathPut struct {
 }
 
 const insertCachePathSQL = `INSERT INTO cache_paths (cache_id, store_hash, store_path, nar_hash, nar_size, file_hash,
-	file_size, compression, refs, deriver, ca, object_key, created_at)
- VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+	file_size, compression, refs, deriver, ca, object_key, created_at, pushed, expires_at)
+ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
  ON CONFLICT (cache_id, store_hash) DO NOTHING`
 
 const selectCachePathSQL = `SELECT ` + cachePathColumns + ` FROM cache_paths WHERE cache_id = $1 AND store_hash = $2`
@@ -47,10 +48,11 @@ func (db *DB) putCachePaths(ctx context.Context, puts []cachePathPut) ([]cachePa
 	if err != nil {
 		return nil, err
 	}
-	if len(puts) == 1 {
+	if len(puts) == 1 && db.engine == EngineSQLite {
 		// Alone: the insert commits by itself, which spares a BEGIN and
 		// a COMMIT statement; the lookup of a row stored before needs
 		// no transaction either (rows are never changed, only deleted).
+		// The writer lock is the object's lock (retention_objects.go).
 		unlock := db.base.LockWriter() // queues like a transaction
 		done, err := db.putCachePath(ctx, insert, db.sql, puts[0])
 		unlock()
@@ -59,12 +61,22 @@ func (db *DB) putCachePaths(ctx context.Context, puts []cachePathPut) ([]cachePa
 		}
 		return []cachePathPut{done}, nil
 	}
+	// In the objects' key order: concurrent batches, and the deletion of
+	// objects, take the objects' locks in one order.
+	order := make([]int, len(puts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(puts[a].row.ObjectKey, puts[b].row.ObjectKey) })
 	out := make([]cachePathPut, len(puts))
 	err = db.inTx(ctx, func(tx *sql.Tx) error {
 		ins := tx.StmtContext(ctx, insert)
 		defer ins.Close()
-		for i, put := range puts {
-			done, err := db.putCachePath(ctx, ins, tx, put)
+		for _, i := range order {
+			if err := db.lockObject(ctx, tx, puts[i].row.ObjectKey); err != nil {
+				return err
+			}
+			done, err := db.putCachePath(ctx, ins, tx, puts[i])
 			if err != nil {
 				return err
 			}
@@ -83,8 +95,15 @@ func (db *DB) putCachePaths(ctx context.Context, puts []cachePathPut) ([]cachePa
 // when there was one.
 func (db *DB) putCachePath(ctx context.Context, insert *sql.Stmt, q querier, put cachePathPut) (cachePathPut, error) {
 	p := put.row
+	if err := db.checkFirstReference(ctx, q, p.ObjectKey); err != nil {
+		return cachePathPut{}, err
+	}
+	var expires any
+	if !p.ExpiresAt.IsZero() {
+		expires = p.ExpiresAt.UnixMilli()
+	}
 	args := []any{p.CacheID, put.hash, p.StorePath, p.NarHash, p.NarSize, p.FileHash, p.FileSize,
-		p.Compression, strings.Join(p.References, " "), p.Deriver, p.CA, p.ObjectKey, p.CreatedAt.UnixMilli()}
+		p.Compression, strings.Join(p.References, " "), p.Deriver, p.CA, p.ObjectKey, p.CreatedAt.UnixMilli(), p.Pushed, expires}
 	res, err := insert.ExecContext(ctx, args...)
 	if constraintOf(err) == foreignKeyViolation {
 		return cachePathPut{}, notFound("cache %s", p.CacheID)

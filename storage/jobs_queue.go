@@ -565,12 +565,13 @@ func (db *DB) endJob(ctx context.Context, tx *sql.Tx, jobID string, status JobSt
 	return j, err
 }
 
-// readyNow: the build (the UPDATE's row) may be queued before its
-// evaluation finished evaluating only when an import from derivation
-// needs it; other dependents wait, since their inputs may not all be
-// reported yet.
+// readyNow: the build (the UPDATE's row) may be queued once its
+// evaluation finished evaluating; before, when an import from derivation
+// needs it, or when every input is known built (streamCondition: builds
+// stream while the evaluation goes on, docs/protocol/jobs.md §9.1).
 const readyNow = `(builds.for_import OR EXISTS (SELECT 1 FROM evaluations v
-	WHERE v.id = builds.evaluation_id AND v.status = 'building'))`
+	WHERE v.id = builds.evaluation_id AND v.status = 'building') OR (EXISTS (SELECT 1 FROM evaluations v
+	WHERE v.id = builds.evaluation_id AND v.status IN ('fetching', 'evaluating')) AND ` + streamCondition + `))`
 
 // readyCondition: the build (the UPDATE's row) has no dependency among
 // the evaluation's builds that is not succeeded.

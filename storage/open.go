@@ -37,6 +37,10 @@ type DB struct {
 
 	// sealer, when set, seals caches' signing keys at rest (SealSecretsWith).
 	sealer SecretSealer
+
+	// objectCheck, when set, confirms a NAR object exists before its
+	// first reference is inserted (retention_objects.go).
+	objectCheck ObjectCheck
 }
 
 // Open connects to the database at rawURL and applies pending migrations.

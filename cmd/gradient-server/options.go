@@ -15,6 +15,7 @@ import (
 
 	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
+	"gradient.dev/gradient/server/retention"
 	"gradient.dev/gradient/server/scheduler"
 )
 
@@ -30,7 +31,11 @@ type options struct {
 	NarDir           string // empty: the SQLite data directory, or ./gradient-data
 	HeartbeatTimeout time.Duration
 	PollInterval     time.Duration // 0: no branch polling
-	ExternalURL      string        // the server's address for forges and users
+	// Garbage collection of the binary cache (server/retention).
+	GCInterval      time.Duration // 0: only on demand
+	GCGrace         time.Duration
+	KeepEvaluations int
+	ExternalURL     string // the server's address for forges and users
 	// AllowLocalRepositories lets projects name file:// URLs and local
 	// paths (the API, the branch poll and eval start).
 	AllowLocalRepositories bool
@@ -92,6 +97,18 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 			Usage: "drop a worker silent this long (120s, 2m or plain seconds); 0 disables"},
 		&servicecli.SecondsFlag{Name: "poll-interval", Value: time.Minute, Destination: &opts.PollInterval, Sources: env.Vars("GRADIENT_POLL_INTERVAL"),
 			Usage: "poll each project's branch this often, starting an evaluation for a new head; 0 disables"},
+		&servicecli.SecondsFlag{Name: "gc-interval", Value: retention.DefaultInterval, Destination: &opts.GCInterval, Sources: env.Vars("GRADIENT_GC_INTERVAL"),
+			Usage: "collect the binary cache's garbage this often (what no kept evaluation, pin, push or recent upload reaches); 0: only on demand (gradient cache gc)"},
+		&servicecli.SecondsFlag{Name: "gc-grace", Value: retention.DefaultGrace, Destination: &opts.GCGrace, Sources: env.Vars("GRADIENT_GC_GRACE"),
+			Usage: "never collect a path uploaded this recently (6h)"},
+		&cli.IntFlag{Name: "keep-evaluations", Value: retention.DefaultKeep, Destination: &opts.KeepEvaluations, Sources: env.Vars("GRADIENT_KEEP_EVALUATIONS", "GRADIENT_EVAL_MAX_KEEP"),
+			Validator: func(n int) error {
+				if n < 1 {
+					return fmt.Errorf("--keep-evaluations must be at least 1")
+				}
+				return nil
+			},
+			Usage: "keep this many of each project's newest evaluations (their outputs, closures and logs) unless the project sets its own"},
 		&cli.StringFlag{Name: "external-url", Destination: &opts.ExternalURL, Sources: env.Vars("GRADIENT_EXTERNAL_URL"),
 			Validator: validExternalURL,
 			Usage:     "the server's address as forges and users reach it (https://ci.example.com): webhook URLs and the links of commit statuses"},

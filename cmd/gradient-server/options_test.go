@@ -28,7 +28,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{HTTP: defaultHTTP, Listen: "127.0.0.1:3000", Database: mustAbs(t, "gradient-data"), HeartbeatTimeout: 120 * time.Second,
-		PollInterval: time.Minute, MaxConnections: 256, BuildDefaultTimeoutSecs: 14400, BuildDefaultMaxSilentSecs: 3600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second,
+		PollInterval: time.Minute, GCInterval: 24 * time.Hour, GCGrace: 6 * time.Hour, KeepEvaluations: 30, MaxConnections: 256, BuildDefaultTimeoutSecs: 14400, BuildDefaultMaxSilentSecs: 3600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second,
 		AuthFailures: 30, HandshakesPerIP: 32, AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("got %+v, want %+v", opts, want)
@@ -42,13 +42,14 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		"GRADIENT_LOG_LEVEL": "debug", "GRADIENT_LOG_FORMAT": "json", "GRADIENT_ADMIN_TOKEN": "from-env",
 		"GRADIENT_POLL_INTERVAL": "5m", "GRADIENT_BUILD_DEFAULT_TIMEOUT_SECS": "0", "GRADIENT_BUILD_DEFAULT_MAX_SILENT_SECS": "600",
 		"GRADIENT_PROTO_FEDERATE": "true", "GRADIENT_AUTH_FAILURES_PER_MINUTE": "5", "GRADIENT_ALLOW_LOCAL_REPOSITORIES": "true",
+		"GRADIENT_GC_INTERVAL": "3600", "GRADIENT_GC_GRACE": "0", "GRADIENT_KEEP_EVALUATIONS": "2",
 	})
 	opts, err := parseOptions(nil, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := options{HTTP: defaultHTTP, Listen: "0.0.0.0:4000", Database: "postgres://db/gradient", AdminToken: "from-env",
-		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, AllowLocalRepositories: true, MaxConnections: 10,
+		HeartbeatTimeout: 30 * time.Second, PollInterval: 5 * time.Minute, GCInterval: time.Hour, KeepEvaluations: 2, AllowLocalRepositories: true, MaxConnections: 10,
 		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, Federate: true, AuthFailures: 5, HandshakesPerIP: 32,
 		AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	if opts != want {
@@ -57,12 +58,12 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	opts, err = parseOptions([]string{"--listen", "127.0.0.1:5000", "--database=/data", "--heartbeat-timeout", "0",
 		"--max-connections", "3", "--log-level", "warn", "--log-format", "text", "--admin-token", "from-flag", "--poll-interval", "0",
 		"--build-default-timeout-secs", "60", "--build-default-max-silent-secs=0", "--proto-federate=false",
-		"--auth-failures-per-minute", "0", "--allow-local-repositories=false"}, env, io.Discard)
+		"--auth-failures-per-minute", "0", "--allow-local-repositories=false", "--keep-evaluations", "5", "--gc-interval", "0"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = options{HTTP: defaultHTTP, Listen: "127.0.0.1:5000", Database: "/data", AdminToken: "from-flag",
-		HeartbeatTimeout: 0, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, HandshakesPerIP: 32,
+		HeartbeatTimeout: 0, KeepEvaluations: 5, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, HandshakesPerIP: 32,
 		AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelWarn, LogFormat: "text"}
 	if opts != want {
 		t.Errorf("flags: got %+v, want %+v", opts, want)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -101,6 +102,10 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		DeployKeys:                  keys,
 		Logger:                      log,
 		PollInterval:                opts.PollInterval,
+		GCInterval:                  opts.GCInterval,
+		GCGrace:                     opts.GCGrace,
+		KeepEvaluations:             opts.KeepEvaluations,
+		GCPauseFile:                 os.Getenv("GRADIENT_TEST_GC_PAUSE_FILE"), // tests' hook: pause mid-sweep
 		ExternalURL:                 strings.TrimRight(opts.ExternalURL, "/"),
 
 		AllowLocalRepositories: opts.AllowLocalRepositories,

@@ -86,6 +86,7 @@ func run(ctx context.Context, abort <-chan struct{}, args []string, getenv func(
 	}
 	cfg.AbortDrain = abort
 	executor := &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, SSH: opts.SSHBin, Logger: log,
+		EvalShards: opts.EvalShards, EvalMaxMemoryMiB: opts.EvalMaxMemoryMiB,
 		GCRootsDir: gcRootsDir(opts.GCRootsDir, log), AllowLocalRepositories: opts.AllowLocalRepositories,
 		LogBurstPerMinute: unlimitedIfZero(opts.LogBurstPerMin), LogSustainedPerHour: unlimitedIfZero(opts.LogSustainedPerHour)}
 	if err := executor.ResetGCRoots(); err != nil {
@@ -94,6 +95,14 @@ func run(ctx context.Context, abort <-chan struct{}, args []string, getenv func(
 	cfg.Executor = executor
 	registry := metrics.NewRegistry() // with the Go runtime and process series
 	cfg.Metrics = registry
+	if executor.GC, err = storeGC(ctx, opts, nixStore, executor.GCRootsDir, registry, log); err != nil {
+		return err
+	}
+	if executor.GC != nil {
+		gcCtx, stopGC := context.WithCancel(context.Background())
+		defer stopGC()
+		go executor.GC.Run(gcCtx)
+	}
 	logStart(log, opts, cfg)
 	w, err := worker.New(cfg)
 	if err != nil {
@@ -122,7 +131,7 @@ func logStart(log *slog.Logger, opts options, cfg worker.Config) {
 	}
 	attrs = append(attrs, "metrics_addr", opts.MetricsAddr, "gcroots_dir", opts.GCRootsDir,
 		"log_burst_bytes_per_min", opts.LogBurstPerMin, "log_sustained_bytes_per_hour", opts.LogSustainedPerHour,
-		"allow_local_repositories", opts.AllowLocalRepositories,
+		"allow_local_repositories", opts.AllowLocalRepositories, "gc_min_free", opts.GCMinFree, "gc_max_free", opts.GCMaxFree,
 		"trusted_public_keys", opts.TrustedKeys.Names(), "require_sigs", opts.RequireSigs)
 	log.Info("gradient-worker starting", attrs...)
 	switch {

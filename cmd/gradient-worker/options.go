@@ -36,6 +36,7 @@ type options struct {
 	// Build log limits; 0 is unlimited.
 	LogBurstPerMin, LogSustainedPerHour int64
 	BuildCores                          int
+	EvalShards, EvalMaxMemoryMiB        int
 	ID                                  string
 	Zone, Endpoint                      string
 	Fetch, Eval                         bool
@@ -62,6 +63,10 @@ type options struct {
 	RequireSigs bool
 	LogLevel    slog.Level
 	LogFormat   string
+	// Store GC (storegc.go): collect below GCMinFree free bytes (0: off)
+	// until GCMaxFree are free (0: every dead path).
+	GCMinFree, GCMaxFree uint64
+	GCCheckInterval      time.Duration
 }
 
 const description = `Runs a Gradient worker: it dials the server (or is dialed by it with
@@ -149,9 +154,15 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		boolean("require-sigs", &opts.RequireSigs, true, "import a pulled input-addressed path only when a trusted key signed it (off only for a store no one else uses: any server could then plant any path in it)"),
 		file("gcroots-dir", &opts.GCRootsDir, "/nix/var/nix/gcroots/gradient", "GC root links pinning what running jobs need; empty disables"),
 		count("build-max-cores", &opts.BuildCores, 0, "cores per build passed to Nix (--cores); 0 uses Nix's setting", notNegative),
+		count("eval-shards", &opts.EvalShards, 0, "Nix processes evaluating one flake, each over a shard of its attributes; 0 uses the CPU count (at most 4)", notNegative),
+		count("eval-max-memory-mib", &opts.EvalMaxMemoryMiB, 0, "resident memory (MiB) past which an evaluating Nix process is replaced, the walk resuming where it was; 0 is unbounded", notNegative),
 		bytes("log-burst-bytes-per-min", &opts.LogBurstPerMin, 8<<20, "build log bytes one build may send per minute before its log is cut; 0 is unlimited"),
 		bytes("log-sustained-bytes-per-hour", &opts.LogSustainedPerHour, 64<<20, "build log bytes one build may send per hour before its log is cut; 0 is unlimited"),
 		str("metrics-addr", &opts.MetricsAddr, "", "host:port serving Prometheus metrics at /metrics; empty disables"),
+		str("gc-min-free", &raw.gcMinFree, "0", "collect the Nix store's garbage when its file system has less than this free (bytes; K, M, G, T suffixes); 0 never collects"),
+		str("gc-max-free", &raw.gcMaxFree, "0", "a collection frees until this much is free; 0 (or not above --gc-min-free) deletes every dead path"),
+		&servicecli.SecondsFlag{Name: "gc-check-interval-secs", Value: time.Minute, Destination: &opts.GCCheckInterval,
+			Sources: env.Vars(workerVar("gc-check-interval-secs")), Usage: "how often the free space is checked with --gc-min-free (besides after each job)"},
 	}
 	flags = append(flags, servicecli.HTTPTimeoutFlags(&opts.HTTP, func(name string) cli.ValueSourceChain { return env.Vars(workerVar(name)) })...)
 	flags = append(flags, logging.Flags(env, "GRADIENT_WORKER_")...)
@@ -164,6 +175,7 @@ type rawOptions struct {
 	trustedKeys             string
 	listenHost              string
 	port                    int
+	gcMinFree, gcMaxFree    string
 }
 
 // parseOptions reads flags, then the environment for every flag not given.
@@ -206,6 +218,16 @@ func checkOptions(opts *options, raw rawOptions) error {
 	}
 	if keys.Len() > 0 {
 		opts.TrustedKeys = keys
+	}
+	var gcErr error
+	if opts.GCMinFree, gcErr = parseSize(raw.gcMinFree); gcErr != nil {
+		errs = append(errs, fmt.Errorf("--gc-min-free %w", gcErr))
+	}
+	if opts.GCMaxFree, gcErr = parseSize(raw.gcMaxFree); gcErr != nil {
+		errs = append(errs, fmt.Errorf("--gc-max-free %w", gcErr))
+	}
+	if opts.GCCheckInterval <= 0 {
+		errs = append(errs, errors.New("--gc-check-interval-secs must be positive"))
 	}
 	if opts.ServerURL != "" && !strings.HasPrefix(opts.ServerURL, "ws://") && !strings.HasPrefix(opts.ServerURL, "wss://") {
 		errs = append(errs, fmt.Errorf("--server-url %q: want a ws:// or wss:// URL", gitsource.Redact(opts.ServerURL)))

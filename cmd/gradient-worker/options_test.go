@@ -30,7 +30,8 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{HTTP: defaultHTTP, ServerURL: "wss://ci.example/proto", BaseDir: "/var/lib/gradient-worker", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, MaxBuilds: 32, MaxEvals: 1,
-		DrainTimeout: 60 * time.Second, Fetch: true, Eval: true, Build: true, RequireSigs: true, LogLevel: slog.LevelInfo, LogFormat: "text"}
+		DrainTimeout: 60 * time.Second, Fetch: true, Eval: true, Build: true, RequireSigs: true, LogLevel: slog.LevelInfo, LogFormat: "text",
+		GCCheckInterval: time.Minute}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -45,15 +46,17 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		"GRADIENT_WORKER_LOG_FORMAT": "json", "GRADIENT_WORKER_ALLOW_LOCAL_REPOSITORIES": "true",
 		"GRADIENT_WORKER_DRAIN_TIMEOUT_SECS":  "600",
 		"GRADIENT_WORKER_TRUSTED_PUBLIC_KEYS": testKeys, "GRADIENT_WORKER_REQUIRE_SIGS": "false",
+		"GRADIENT_WORKER_GC_MIN_FREE": "5G", "GRADIENT_WORKER_GC_MAX_FREE": "1T",
 	})
-	opts, err := parseOptions([]string{"--base-dir", "/flag", "--capabilities-fetch=false", "--log-level", "debug"}, env, io.Discard)
+	opts, err := parseOptions([]string{"--base-dir", "/flag", "--capabilities-fetch=false", "--log-level", "debug", "--gc-max-free", "20GiB"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := options{HTTP: defaultHTTP, ServerURL: "ws://env/proto", BaseDir: "/flag", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, Eval: true, Federate: true,
 		Architectures: []string{"x86_64-linux", "aarch64-linux"}, SystemFeatures: []string{"kvm", "big-parallel"},
 		MaxBuilds: 4, MaxEvals: 1, DrainTimeout: 600 * time.Second, Discoverable: true, ListenAddr: "127.0.0.1:4000", InsecureListen: true,
-		AllowLocalRepositories: true, LogLevel: slog.LevelDebug, LogFormat: "json"}
+		AllowLocalRepositories: true, LogLevel: slog.LevelDebug, LogFormat: "json",
+		GCMinFree: 5 << 30, GCMaxFree: 20 << 30, GCCheckInterval: time.Minute}
 	want.TrustedKeys, _ = narsig.ParseKeys(testKeys)
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v\nwant %+v", opts, want)
@@ -73,6 +76,9 @@ func TestInvalidOptions(t *testing.T) {
 		{},                                 // no server URL
 		{"--server-url", "http://x/proto"}, // not a WebSocket URL
 		{"--server-url", "ws://x/proto", "--capabilities-build", "maybe"},
+		{"--server-url", "ws://x/proto", "--gc-min-free", "5X"},
+		{"--server-url", "ws://x/proto", "--gc-max-free", "-1"},
+		{"--server-url", "ws://x/proto", "--gc-min-free", "99999999999T"},
 		{"--server-url", "ws://x/proto", "--build-max-concurrent", "0"},
 		{"--server-url", "ws://x/proto", "--drain-timeout-secs", "-5"},
 		{"--server-url", "ws://x/proto", "--drain-timeout-secs", "soon"},

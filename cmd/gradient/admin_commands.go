@@ -97,6 +97,7 @@ func (a *app) projectCommand() *cli.Command {
 		a.adminLeaf("public", "let anyone read the project's evaluations, builds and logs on the dashboard", []string{"PROJECT"}, []cli.Flag{
 			&cli.BoolFlag{Name: "off", Usage: "make the project private again"},
 		}, projectPublic),
+		a.projectRetentionCommand(),
 	)
 }
 
@@ -112,11 +113,13 @@ func (a *app) cacheCommand() *cli.Command {
 		a.adminLeaf("push", "upload a store path (or its closure) from Nix", []string{"CACHE", "STORE_PATH"}, []cli.Flag{
 			&cli.BoolFlag{Name: "recursive", Usage: "push the path's whole closure"},
 			&cli.StringFlag{Name: "store", Usage: "Nix `STORE` to read from (nix --store)", DefaultText: "the system store"},
+			&cli.DurationFlag{Name: "ttl", Usage: "keep the pushed paths only this long (e.g. 72h); default: until deleted"},
 		}, cachePush),
 		a.adminLeaf("paths", "list the cache's paths", []string{"CACHE"}, nil, cachePaths),
 		a.adminLeaf("narinfo", "print the narinfo the cache serves for a path", []string{"CACHE", "STORE_PATH|HASH"}, nil, cacheNarinfo),
 		a.adminGroup("key", "API keys for reading a private cache", "", exitUsage,
 			a.adminLeaf("create", "make an API key for reading the cache and print it, once", []string{"CACHE"}, nil, cacheKeyCreate)),
+		a.cacheGCCommands()[0], a.cacheGCCommands()[1],
 	)
 }
 

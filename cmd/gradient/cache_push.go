@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // nixPathInfo is one entry of nix path-info --json.
@@ -106,6 +107,9 @@ func pushPath(c *adminCmd, store, cache string, info nixPathInfo) (cachePathInfo
 	req.Header.Set("X-Nix-References", strings.Join(info.References, " "))
 	req.Header.Set("X-Nix-Deriver", info.Deriver)
 	req.Header.Set("X-Nix-CA", info.CA)
+	if ttl := c.cmd.Duration("ttl"); ttl > 0 {
+		req.Header.Set("X-Gradient-TTL", strconv.FormatInt(int64((ttl+time.Second-1)/time.Second), 10))
+	}
 	// No overall timeout: a NAR may take long; the context ends it.
 	resp, err := c.api.http.Do(req)
 	if err != nil {

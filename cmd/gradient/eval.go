@@ -31,6 +31,7 @@ func (a *app) evalCommand() *cli.Command {
 		a.adminLeaf("cancel", "stop it; workers running its jobs get AbortJob", []string{"EVAL_ID"}, nil, evalCancel),
 		a.adminLeaf("approve", "let a pull request's evaluation that waits for approval run", []string{"EVAL_ID"}, nil, evalApprove),
 		a.adminLeaf("restart-failed", "run its failed builds again (what succeeded stays built)", []string{"EVAL_ID"}, nil, evalRestartFailed),
+		a.evalPinCommands()[0], a.evalPinCommands()[1],
 	)
 }
 

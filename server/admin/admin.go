@@ -161,6 +161,8 @@ type Config struct {
 	Dialer     Dialer
 	DeployKeys DeployKeys
 	Cache      CacheContent
+	// Collector runs garbage collections; nil answers 503.
+	Collector Collector
 	// Evaluations is nil when the job loop cannot start evaluations (a
 	// cache-only server): those endpoints answer 503.
 	Evaluations Evaluations
@@ -241,6 +243,7 @@ func (a *API) routes(mux *http.ServeMux) {
 	a.evaluationRoutes(mux) // evaluations and builds: evaluations.go
 	a.forgeRoutes(mux)      // forge links and approvals: forges.go
 	a.accessRoutes(mux)     // API tokens, public projects, restart-failed: access.go
+	a.retentionRoutes(mux)  // garbage collection, pins, keep and caps: retention.go
 
 	mux.HandleFunc("POST /api/v1/caches", a.handle(a.createCache))
 	mux.HandleFunc("GET /api/v1/caches", a.handle(a.listCaches))

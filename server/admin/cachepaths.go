@@ -86,6 +86,9 @@ func (a *API) putCachePath(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if in.ExpiresAt, err = pushTTL(r); err != nil {
+		return err
+	}
 	p, created, err := a.cfg.Cache.PushPath(ctx, c, in, narHash, r.Body)
 	if err != nil {
 		return err

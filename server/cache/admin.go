@@ -31,11 +31,19 @@ func (bc *Cache) HasNarStore() bool { return bc.cfg.NarStore != nil }
 // uncompressed NAR; the hash and size are checked while storing and a
 // mismatch (*MismatchError) stores nothing. A path the cache holds
 // already is not read again: created is false.
+//
+// A push is a root of garbage collection (in.Pushed is set here) until
+// the path is deleted or until in.ExpiresAt, when set; pushing a path the
+// cache holds already makes it a root with the new time to live.
 func (bc *Cache) PushPath(ctx context.Context, c storage.Cache, in storage.CachePath, narHash [32]byte, body io.Reader) (p storage.CachePath, created bool, err error) {
 	store := bc.cfg.NarStore
 	hash, _ := storage.StorePathHash(in.StorePath)
+	in.Pushed = true
 	if existing, err := bc.db.CachePath(ctx, c.ID, hash); err == nil {
 		// Already stored: the body need not be read (idempotent put).
+		if err := bc.db.SetCachePathPushed(ctx, c.ID, hash, in.ExpiresAt); err != nil {
+			return p, false, err
+		}
 		return existing, false, nil
 	}
 	var mismatch string
@@ -91,7 +99,15 @@ func (bc *Cache) DeletePath(ctx context.Context, c storage.Cache, hash string) e
 	}
 	bc.cacheMemo.forgetNarinfo(c.ID, hash)
 	if store := bc.cfg.NarStore; !inUse && store != nil {
-		if err := store.Delete(ctx, key); err != nil && !errors.Is(err, narstore.ErrNotFound) {
+		// Queued with the row's deletion; deleted under the object's lock
+		// (a queued object left behind goes with the next collection).
+		_, err := bc.db.DeleteQueuedObjects(ctx, []string{key}, 1, func(ctx context.Context, key string) error {
+			if err := store.Delete(ctx, key); err != nil && !errors.Is(err, narstore.ErrNotFound) {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
 			bc.log.Warn("admin: NAR object not deleted", "object", key, "error", err)
 		}
 	}

@@ -103,6 +103,8 @@ type Cache struct {
 	// subscriptions keeps projects' subscribed caches; the admin API
 	// reports every change.
 	subscriptions *subscriptionMemo
+	// served notes when narinfos were served (FlushServed).
+	served servedBatch
 }
 
 // New builds the cache; it registers its series on cfg.Metrics.

@@ -124,6 +124,7 @@ func (bc *Cache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 		bc.cacheMemo.storeNarinfo(c.ID, hash, body, stamp)
 	}
 	bc.metrics.narinfos.WithLabelValues(cacheLabel(c), "hit").Inc()
+	bc.served.note(c.ID, hash, time.Now())
 	if hook := bc.cfg.NarinfoHook; hook != nil {
 		body = hook(bytes.Clone(body))
 	}

@@ -123,6 +123,7 @@ func (s *Scheduler) evalResult(ctx context.Context, a *assignment, r *wire.JobUp
 		if err := s.db.AddDiscoveredDerivations(ctx, a.job.EvaluationID, builds); err != nil {
 			return err
 		}
+		s.streamBuilds(ctx, a, r.Derivations)
 	}
 	if err := s.db.AddEvaluationErrors(ctx, a.job.EvaluationID, r.Errors); err != nil {
 		return err
@@ -294,6 +295,8 @@ func (s *Scheduler) failed(ctx context.Context, a *assignment, m *wire.JobFailed
 		"requeued", out.Requeued, "attempts", out.Attempts)
 	if out.Requeued {
 		ready = append(ready, a.job.JobID)
+	} else if a.job.Kind == storage.JobFlake {
+		s.stopStreamedBuilds(ctx, a.job.EvaluationID)
 	} else if a.job.Kind == storage.JobBuild && s.importsPending(a.job.EvaluationID) {
 		s.answerImports(ctx, a.job.EvaluationID)
 	}

@@ -46,12 +46,12 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	}
 
 	begin := time.Now()
-	// The .drv and its closure (input .drv files, sources) first.
+	// The .drv and its closure (input .drv files, sources) first; ensure
+	// pins the .drv, which pins its build-time closure (the GC follows
+	// its inputs).
 	if _, err := j.ensure(ctx, []string{spec.DrvPath}); err != nil {
 		return err
 	}
-	// The .drv pins its build-time closure (the GC follows its inputs).
-	j.pin(ctx, spec.DrvPath)
 	drvs, err := j.derivations(ctx, spec.DrvPath)
 	if err != nil {
 		return classify(fmt.Errorf("reading %s: %w", spec.DrvPath, err))
@@ -59,6 +59,10 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	drv := drvs[spec.DrvPath]
 	outputs := drv.OutputPaths()
 	outPaths := sortedValues(outputs)
+	// The outputs are pinned before they are looked for or built: the
+	// daemon's temporary roots of a build end with its connection, which
+	// a collection may close the moment the build returns.
+	j.pin(ctx, outPaths...)
 
 	// Outputs already here: report them as substituted, still upload.
 	if len(outPaths) > 0 {
@@ -86,13 +90,23 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	opts := nix.BuildOptions{Cores: j.e.Cores, LogWriter: logs,
 		Timeout: limitDuration(spec.TimeoutSecs), MaxSilent: limitDuration(spec.MaxSilentSecs)}
 	log.Debug("building", "timeout", opts.Timeout, "max_silent", opts.MaxSilent)
+	unhold := func() {}
+	if len(outputs) < len(drv.Outputs) {
+		// Outputs known only once built (content-addressed): no
+		// collection until they are pinned.
+		if unhold, err = j.hold(ctx); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	built, err := j.e.Nix.Build(ctx, spec.DrvPath, opts)
 	logs.Flush()
 	if err != nil {
+		unhold()
 		return classify(err)
 	}
 	j.pin(ctx, sortedValues(built)...) // until they are uploaded
+	unhold()
 	builtAt := time.Now()
 	took := builtAt.Sub(start)
 	ms := uint64(took.Milliseconds())
@@ -125,6 +139,7 @@ func (j *job) substitute(ctx context.Context, spec wire.BuildSpec) error {
 	if len(paths) == 0 {
 		return worker.Fail(wire.FailurePermanent, fmt.Errorf("substitute job for %s names no outputs", spec.DrvPath))
 	}
+	j.pin(ctx, paths...) // until they are uploaded
 	missing, err := j.missing(ctx, paths)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -26,7 +27,9 @@ import (
 type Store interface {
 	FetchFlake(ctx context.Context, repoURL, commit string, opts nix.FetchOptions) (*nix.FetchedFlake, error)
 	LockedInputPaths(ctx context.Context, flakeRef string) ([]string, error)
-	Attributes(ctx context.Context, flakeRef string, wildcards []string) (*nix.Evaluation, error)
+	// Evaluate finds a flake's derivations, calling found with each as
+	// soon as it is found.
+	Evaluate(ctx context.Context, flakeRef string, wildcards []string, opts nix.EvalOptions, found func(nix.FoundDerivation)) (*nix.Evaluation, error)
 	Derivations(ctx context.Context, drvPaths ...string) (map[string]*nix.Derivation, error)
 	PathInfo(ctx context.Context, paths ...string) ([]nix.PathInfo, error)
 	ValidPaths(ctx context.Context, paths ...string) ([]string, error)
@@ -62,7 +65,24 @@ type Executor struct {
 	// limit).
 	LogBurstPerMinute   int64
 	LogSustainedPerHour int64
-	Logger              *slog.Logger
+	// EvalShards is how many Nix processes evaluate one flake, each over
+	// a shard of its attributes (0: the CPU count, at most 4).
+	EvalShards int
+	// EvalMaxMemoryMiB bounds each evaluating process's memory: one past
+	// it is replaced and the walk resumes where it was (0: no bound).
+	EvalMaxMemoryMiB int
+	Logger           *slog.Logger
+	// GC, when set, collects the store's garbage when its disk runs
+	// short (storegc.go): no job starts while it collects, and each
+	// job's end asks it to check the free space.
+	GC *StoreGC
+}
+
+func (e *Executor) evalShards() int {
+	if e.EvalShards > 0 {
+		return e.EvalShards
+	}
+	return min(runtime.NumCPU(), 4)
 }
 
 var (
@@ -98,10 +118,16 @@ func (e *Executor) logger() *slog.Logger {
 
 // Run runs one job until it ends or ctx is cancelled.
 func (e *Executor) Run(ctx context.Context, a worker.Assignment, r worker.Reporter) error {
+	// No job starts while the store's garbage is collected.
+	release, err := e.GC.hold(ctx)
+	if err != nil {
+		return err
+	}
+	release()
 	j := &job{e: e, id: a.JobID, r: r, cache: r.Cache(), log: e.logger().With("job", a.JobID), sshKey: a.SSHKey,
 		roots: &roots{dir: e.GCRootsDir, prefix: gcRootPrefix(a.JobID)}}
+	defer e.GC.jobEnded() // after the links below are gone
 	defer j.roots.release()
-	var err error
 	switch spec := a.Job.(type) {
 	case *wire.FlakeJob:
 		err = j.runFlake(ctx, spec)
@@ -129,6 +155,11 @@ type job struct {
 	log       *slog.Logger
 	slotsOnce sync.Once
 	slots     *uploadSlots
+	// holdMu guards holds and unhold: the job's one hold on the
+	// collector's gate, shared by its goroutines (see job.hold).
+	holdMu sync.Mutex
+	holds  int
+	unhold func()
 	// drvs are the derivations this job has read: a .drv is immutable,
 	// and several builds of a job share inputs.
 	drvs map[string]*nix.Derivation

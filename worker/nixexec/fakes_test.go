@@ -165,8 +165,13 @@ func (s *fakeStore) LockedInputPaths(ctx context.Context, flakeRef string) ([]st
 	return s.lockedInputs, nil
 }
 
-func (s *fakeStore) Attributes(ctx context.Context, flakeRef string, wildcards []string) (*nix.Evaluation, error) {
+func (s *fakeStore) Evaluate(ctx context.Context, flakeRef string, wildcards []string, opts nix.EvalOptions, found func(nix.FoundDerivation)) (*nix.Evaluation, error) {
 	s.rec.add(event{kind: "attrs", paths: append([]string{flakeRef}, wildcards...)})
+	if s.evalErr == nil && s.eval != nil {
+		for _, d := range s.eval.Derivations {
+			found(d)
+		}
+	}
 	return s.eval, s.evalErr
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/nix"
@@ -92,13 +93,12 @@ func (j *job) fetch(ctx context.Context, spec *wire.FlakeJob) (string, error) {
 	switch src := spec.Source.(type) {
 	case *wire.FlakeSourceRepository:
 		j.log.Info("fetching flake", "repository", gitsource.Redact(src.URL), "commit", src.Commit)
-		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
+		fetched, err := j.fetchPinned(ctx, src)
 		if err != nil {
-			return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
+			return "", err
 		}
 		source = fetched.SourcePath
 		paths = append([]string{source}, fetched.InputPaths...)
-		j.pin(ctx, paths...)
 	case *wire.FlakeSourceCached:
 		if _, err := j.ensure(ctx, []string{src.StorePath}); err != nil {
 			return "", err
@@ -127,13 +127,29 @@ func (j *job) localSource(ctx context.Context, src wire.FlakeSource) (string, er
 		j.pullInputs(ctx, src.StorePath)
 		return src.StorePath, nil
 	case *wire.FlakeSourceRepository:
-		fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
+		fetched, err := j.fetchPinned(ctx, src)
 		if err != nil {
-			return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
+			return "", err
 		}
 		return fetched.SourcePath, nil
 	}
 	return "", worker.Fail(wire.FailurePermanent, fmt.Errorf("unknown flake source %T", src))
+}
+
+// fetchPinned fetches a flake and pins its source and inputs; no
+// collection runs in between (the CLI's temporary roots end with it).
+func (j *job) fetchPinned(ctx context.Context, src *wire.FlakeSourceRepository) (*nix.FetchedFlake, error) {
+	release, err := j.hold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	fetched, err := j.e.Nix.FetchFlake(ctx, src.URL, src.Commit, j.fetchOptions())
+	if err != nil {
+		return nil, worker.Fail(wire.FailurePermanent, fmt.Errorf("fetching %s at %s: %w", src.URL, src.Commit, err))
+	}
+	j.pin(ctx, append([]string{fetched.SourcePath}, fetched.InputPaths...)...)
+	return fetched, nil
 }
 
 // pullInputs brings a cached source's locked inputs from the cache, where
@@ -149,25 +165,62 @@ func (j *job) pullInputs(ctx context.Context, source string) {
 	if len(inputs) == 0 {
 		return
 	}
-	pulled, err := j.ensure(ctx, inputs)
+	pulled, err := j.ensure(ctx, inputs) // pins them
 	if err != nil {
 		j.log.Warn("flake inputs not pulled from the cache; nix fetches them itself", "inputs", len(inputs), "error", err)
 		return
 	}
-	j.pin(ctx, inputs...)
 	j.log.Info("flake inputs ready", "inputs", len(inputs), "pulled", pulled)
 }
 
 // evaluate is the EvaluateDerivations step (docs/protocol/worker.md §6.2, §6.3).
+// The closure walk starts with the first derivation Nix finds and goes on
+// while Nix evaluates: EvalResult batches stream, and the server may start
+// their builds before the evaluation ends.
 func (j *job) evaluate(ctx context.Context, source string, wildcards []string) error {
 	if err := j.r.Update(&wire.JobUpdateEvaluatingDerivations{}); err != nil {
 		return err
 	}
 	flakeRef := "path:" + source
-	j.log.Info("evaluating flake", "flake", flakeRef, "wildcards", wildcards)
-	ev, err := j.e.Nix.Attributes(ctx, flakeRef, wildcards)
+	j.log.Info("evaluating flake", "flake", flakeRef, "wildcards", wildcards, "shards", j.e.evalShards())
+	// The .drv files the evaluation writes have no root but the CLI's
+	// temporary ones until pinned below: no collection in between.
+	release, err := j.hold(ctx)
 	if err != nil {
-		return worker.Fail(wire.FailurePermanent, fmt.Errorf("evaluating %s: %w", flakeRef, err))
+		return err
+	}
+	defer release()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	roots := make(chan nix.FoundDerivation, rootsBuffered)
+	var ev *nix.Evaluation
+	evalDone := make(chan error, 1)
+	go func() {
+		var err error
+		ev, err = j.e.Nix.Evaluate(ctx, flakeRef, wildcards, nix.EvalOptions{Shards: j.e.evalShards(), MaxMemoryMiB: j.e.EvalMaxMemoryMiB},
+			func(d nix.FoundDerivation) {
+				select {
+				case roots <- d: // Nix waits while the walk is this far behind
+				case <-ctx.Done():
+				}
+			})
+		close(roots)
+		if err != nil {
+			err = worker.Fail(wire.FailurePermanent, fmt.Errorf("evaluating %s: %w", flakeRef, err))
+			cancel(err) // the walk stops; nothing more is reported
+		}
+		evalDone <- err
+	}()
+	w := &walk{j: j, state: map[string]drvState{}, uploaded: map[string]bool{}}
+	werr := w.run(ctx, roots)
+	if werr != nil {
+		cancel(werr) // Nix stops
+	}
+	if err := <-evalDone; err != nil {
+		return err
+	}
+	if werr != nil {
+		return werr
 	}
 	attrs := make([]string, 0, len(ev.AttrErrors))
 	for attr := range ev.AttrErrors {
@@ -183,10 +236,7 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 		drvPaths[i] = d.DrvPath
 	}
 	j.pin(ctx, drvPaths...)
-	w := &walk{j: j, visited: map[string]bool{}, uploaded: map[string]bool{}}
-	if err := w.run(ctx, ev.Derivations); err != nil {
-		return err
-	}
+	release()
 	errs := slices.Clone(ev.Unmatched)
 	if errs == nil {
 		errs = []string{}
@@ -195,15 +245,34 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 	return j.r.Update(&wire.JobUpdateEvalResult{Derivations: w.batch, Warnings: []string{}, Errors: errs})
 }
 
+// idleFlush is how long a begun batch waits for more derivations while
+// Nix evaluates before it is reported as it is.
+const idleFlush = 100 * time.Millisecond
+
+// rootsBuffered is how many found derivations may wait for the walk
+// before Nix is made to wait.
+const rootsBuffered = 4096
+
+// drvState is where a derivation is in the walk.
+type drvState uint8
+
+const (
+	drvQueued   drvState = iota + 1 // to be parsed and reported
+	drvReported                     // reported without an attribute (an input)
+	drvNamed                        // reported, or queued, as an attribute's
+	drvKnown                        // the server knows it: not walked
+)
+
 // walk is the breadth-first closure walk of an evaluation: it parses the
 // discovered .drv files and their inputs (not those the server already
 // knows), uploads them with their sources, and reports them in batches.
-// Batches upload concurrently with the walk and with each other (the
-// job's upload slots bound them); a reporter sends each batch's
-// EvalResult in walk order once its own uploads are done.
+// Roots arrive while it runs, as Nix finds them. Batches upload
+// concurrently with the walk and with each other (the job's upload slots
+// bound them); a reporter sends each batch's EvalResult in walk order
+// once its own uploads are done.
 type walk struct {
 	j        *job
-	visited  map[string]bool // queued or parsed
+	state    map[string]drvState
 	uploaded map[string]bool
 	batch    []wire.DiscoveredDerivation
 	reported int
@@ -219,7 +288,7 @@ type batchUpload struct {
 	err         error
 }
 
-func (w *walk) run(ctx context.Context, roots []nix.FoundDerivation) error {
+func (w *walk) run(ctx context.Context, roots <-chan nix.FoundDerivation) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w.ctx = ctx
@@ -259,23 +328,79 @@ func (w *walk) report(cancel context.CancelCauseFunc) error {
 	return first
 }
 
-func (w *walk) walk(ctx context.Context, roots []nix.FoundDerivation) error {
+func (w *walk) walk(ctx context.Context, roots <-chan nix.FoundDerivation) error {
 	attrOf := map[string]string{}
 	var queue []string
-	for _, r := range roots {
-		if _, dup := attrOf[r.DrvPath]; dup {
-			continue // two attributes of one derivation: the first names it
+	var renamed []string // reported without an attribute, found as one later
+	addRoot := func(r nix.FoundDerivation) {
+		switch w.state[r.DrvPath] {
+		case 0:
+			w.state[r.DrvPath] = drvNamed
+			attrOf[r.DrvPath] = r.Attr
+			queue = append(queue, r.DrvPath)
+			w.j.pin(ctx, r.DrvPath) // until uploaded
+		case drvQueued:
+			w.state[r.DrvPath] = drvNamed
+			attrOf[r.DrvPath] = r.Attr
+		case drvReported, drvKnown:
+			// Reported again with its attribute: the server fills it in.
+			w.state[r.DrvPath] = drvNamed
+			attrOf[r.DrvPath] = r.Attr
+			renamed = append(renamed, r.DrvPath)
 		}
-		attrOf[r.DrvPath] = r.Attr
-		w.visited[r.DrvPath] = true
-		queue = append(queue, r.DrvPath)
+		// drvNamed: two attributes of one derivation, the first names it
 	}
-	for len(queue) > 0 {
+	open := true
+	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if len(queue) == 0 && len(renamed) == 0 {
+			if !open {
+				break
+			}
+			// Wait for Nix to find the next one; a batch begun goes out
+			// if none comes soon, so its builds need not wait for 50.
+			var idle <-chan time.Time
+			if len(w.batch) > 0 {
+				idle = time.After(idleFlush)
+			}
+			select {
+			case r, ok := <-roots:
+				if !ok {
+					open = false
+					continue
+				}
+				addRoot(r)
+			case <-idle:
+				if err := w.flush(false); err != nil {
+					return err
+				}
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	more:
+		for open && len(queue) < walkWave {
+			select {
+			case r, ok := <-roots:
+				if !ok {
+					open = false
+					break more
+				}
+				addRoot(r)
+			default:
+				break more
+			}
+		}
 		wave := queue[:min(walkWave, len(queue))]
 		queue = queue[len(wave):]
+		if len(wave) < walkWave && len(renamed) > 0 {
+			n := min(walkWave-len(wave), len(renamed))
+			wave = append(slices.Clip(wave), renamed[:n]...)
+			renamed = renamed[n:]
+		}
 		drvs, err := w.j.derivations(ctx, wave...)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -286,8 +411,8 @@ func (w *walk) walk(ctx context.Context, roots []nix.FoundDerivation) error {
 		var inputs []string
 		for _, p := range wave {
 			for in := range drvs[p].InputDrvs {
-				if !w.visited[in] {
-					w.visited[in] = true
+				if w.state[in] == 0 {
+					w.state[in] = drvQueued
 					inputs = append(inputs, in)
 				}
 			}
@@ -307,9 +432,14 @@ func (w *walk) walk(ctx context.Context, roots []nix.FoundDerivation) error {
 		for _, in := range inputs {
 			if !skip[in] {
 				queue = append(queue, in)
+			} else if w.state[in] == drvQueued {
+				w.state[in] = drvKnown
 			}
 		}
 		for _, p := range wave {
+			if w.state[p] == drvQueued {
+				w.state[p] = drvReported
+			}
 			w.batch = append(w.batch, discovered(attrOf[p], drvs[p]))
 			if len(w.batch) == evalBatch {
 				if err := w.flush(false); err != nil {

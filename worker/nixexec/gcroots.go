@@ -35,6 +35,13 @@ func (j *job) pin(ctx context.Context, paths ...string) {
 	if r == nil || r.dir == "" {
 		return
 	}
+	// No collection may start halfway: a path valid now and pinned
+	// after the collection read its roots would go.
+	release, err := j.hold(ctx)
+	if err != nil {
+		return
+	}
+	defer release()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
@@ -72,6 +79,35 @@ func (j *job) pin(ctx context.Context, paths ...string) {
 	if err := failed.Load(); err != nil {
 		r.warn(j, *err)
 	}
+}
+
+// hold opens a window in which the job may have paths in the store that
+// no link pins yet (see storegc.go): a collection waits for it to close,
+// and it waits for a running collection. The job's goroutines share one
+// hold on the gate, so a hold inside a hold never waits.
+func (j *job) hold(ctx context.Context) (release func(), err error) {
+	if j.e.GC == nil {
+		return func() {}, nil
+	}
+	j.holdMu.Lock()
+	defer j.holdMu.Unlock()
+	if j.holds == 0 {
+		if j.unhold, err = j.e.GC.hold(ctx); err != nil {
+			return nil, err
+		}
+	}
+	j.holds++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			j.holdMu.Lock()
+			defer j.holdMu.Unlock()
+			if j.holds--; j.holds == 0 {
+				j.unhold()
+				j.unhold = nil
+			}
+		})
+	}, nil
 }
 
 // pinRegistrars is how many links pin registers with the daemon at once.

@@ -207,6 +207,8 @@ func (j *job) ensure(ctx context.Context, paths []string) (pulled int, err error
 
 // ensureCounting is ensure that also returns the compressed bytes pulled.
 func (j *job) ensureCounting(ctx context.Context, paths []string) (pulled int, compressed uint64, err error) {
+	// Pinned before they are looked for: a path found valid stays so.
+	j.pin(ctx, paths...)
 	want, err := j.missing(ctx, paths)
 	if err != nil || len(want) == 0 {
 		return 0, 0, err
@@ -275,11 +277,16 @@ func (j *job) ensureCounting(ctx context.Context, paths []string) (pulled int, c
 		}
 	}
 	j.log.Info("pulling paths", "paths", len(pulls), "compressed_bytes", compressed)
+	// Each pulled path is pinned before it is imported: until its
+	// referrers are in, nothing else holds it but the temporary root of
+	// a daemon connection that a collection may close.
+	pinned := make([]string, len(pulls))
+	for i, it := range pulls {
+		pinned[i] = it.StorePath
+	}
+	j.pin(ctx, pinned...)
 	if err := j.pullAll(ctx, pulls); err != nil {
 		return 0, 0, err
-	}
-	for _, it := range pulls {
-		j.pin(ctx, it.StorePath)
 	}
 	j.log.Info("pulled paths", "paths", len(pulls), "took", time.Since(start).Round(time.Millisecond))
 	return len(pulls), compressed, nil

@@ -1,0 +1,67 @@
+package scheduler
+
+import (
+	"context"
+
+	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/wire"
+)
+
+// streamBuilds queues the builds of an EvalResult batch whose inputs are
+// all built, while the evaluation goes on (docs/protocol/jobs.md §9.1):
+// the first builds start before a large evaluation ends. Those the
+// project's caches hold already are marked built instead (admit). A
+// failure only delays them to the evaluation's end.
+func (s *Scheduler) streamBuilds(ctx context.Context, a *assignment, drvs []wire.DiscoveredDerivation) {
+	paths := make([]string, len(drvs))
+	for i, d := range drvs {
+		paths[i] = d.DrvPath
+	}
+	ready, err := s.db.QueueStreamedBuilds(ctx, a.job.EvaluationID, paths)
+	if err != nil {
+		s.log.Warn("queueing an evaluation's first builds failed; they wait for its end", "evaluation", a.job.EvaluationID, "error", err)
+		return
+	}
+	if len(ready) == 0 {
+		return
+	}
+	n := s.admit(ctx, a.job.EvaluationID, s.projectCaches(ctx, a.job.ProjectID), ready)
+	s.log.Debug("builds queued while evaluating", "evaluation", a.job.EvaluationID, "jobs", n)
+}
+
+// stopStreamedBuilds ends the builds an evaluation streamed when its
+// flake job failed for good: the workers running them get AbortJob.
+func (s *Scheduler) stopStreamedBuilds(ctx context.Context, evalID string) {
+	open, stopped, err := s.db.StopEvaluationBuilds(ctx, evalID)
+	if err != nil {
+		s.log.Warn("stopping a failed evaluation's builds failed", "evaluation", evalID, "error", err)
+		return
+	}
+	s.mu.Lock()
+	type abort struct {
+		w     *authority.LiveWorker
+		jobID string
+	}
+	var aborts []abort
+	for _, o := range open {
+		a := s.jobs.assignment(o.JobID)
+		if a == nil || a.id != o.AssignmentID {
+			continue
+		}
+		s.untrack(a)
+		if ws := s.sessions[a.session]; ws != nil {
+			aborts = append(aborts, abort{ws.w, o.JobID})
+		}
+	}
+	s.mu.Unlock()
+	for _, ab := range aborts {
+		ab.w.Send(&wire.AbortJob{JobID: ab.jobID, Reason: "evaluation failed"})
+	}
+	if stopped == 0 {
+		return
+	}
+	s.log.Info("a failed evaluation's builds stopped", "evaluation", evalID, "jobs", stopped, "aborted_jobs", len(aborts))
+	if err := s.reload(ctx); err != nil { // drops its queued jobs
+		s.log.Warn("reading the job queue failed", "error", err)
+	}
+}

@@ -1,0 +1,72 @@
+package storage
+
+import (
+	"testing"
+)
+
+// Builds stream while their evaluation evaluates: a batch's builds whose
+// inputs all have succeeded builds (here or in an earlier evaluation)
+// are queued at once; one whose input is not reported yet waits, and is
+// queued when that input is built. A failed evaluation stops them.
+func TestStreamedBuilds(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		earlier := newEvaluation(t, db)
+		old := startEvaluation(t, db, earlier.ID, NewID(), discovered("old", "packages.x.old"))
+		buildOK(t, db, old[drvPath("old")], NewID())
+
+		e := newEvaluationIn(t, db, earlier.ProjectID)
+		flake := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, NewID())
+		// a needs b, reported in a later batch; k needs old, which an
+		// earlier evaluation built (the worker was told it is known).
+		first := []DiscoveredBuild{discovered("a", "packages.x.a", "b"), discovered("c", "packages.x.c"), discovered("k", "packages.x.k", "old")}
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, first); err != nil {
+			t.Fatal(err)
+		}
+		ready, err := db.QueueStreamedBuilds(ctx, e.ID, []string{drvPath("a"), drvPath("c"), drvPath("k")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs := pendingOf(t, db, ready)
+		if len(jobs) != 2 || jobs[drvPath("c")].JobID == "" || jobs[drvPath("k")].JobID == "" {
+			t.Fatalf("first batch queued %v, want c and k (a's input is not reported yet)", keys(jobs))
+		}
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, []DiscoveredBuild{discovered("b", "")}); err != nil {
+			t.Fatal(err)
+		}
+		ready, err = db.QueueStreamedBuilds(ctx, e.ID, []string{drvPath("b")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := pendingOf(t, db, ready)
+		if len(b) != 1 || b[drvPath("b")].JobID == "" {
+			t.Fatalf("second batch queued %v, want b", keys(b))
+		}
+		wantEvalStatus(t, db, e.ID, EvaluationFetching) // its flake job still runs
+		if next := buildOK(t, db, b[drvPath("b")], NewID()); len(next) != 1 || next[drvPath("a")].JobID == "" {
+			t.Fatalf("after b, while evaluating: %v, want a", keys(next))
+		}
+
+		// The evaluation fails: its streamed builds stop, running or not.
+		running := mustClaim(t, db, jobs[drvPath("c")].JobID, NewID())
+		if _, _, err := db.FailJob(ctx, flake, FailurePermanent, "evaluation broke", 1); err != nil {
+			t.Fatal(err)
+		}
+		open, stopped, err := db.StopEvaluationBuilds(ctx, e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(open) != 1 || open[0].AssignmentID != running || stopped != 3 {
+			t.Fatalf("stopped %d jobs, open %+v; want a, c (running) and k", stopped, open)
+		}
+		for _, j := range allPending(t, db) {
+			if j.EvaluationID == e.ID {
+				t.Errorf("job %s of the failed evaluation still pending", j.JobID)
+			}
+		}
+		if _, err := db.CompleteBuild(ctx, running, nil); err == nil {
+			t.Error("the stopped build's completion was accepted")
+		}
+	})
+}

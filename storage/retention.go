@@ -1,0 +1,727 @@
+package storage
+
+// The queries of a cache collection (server/retention): settings, the
+// mark of what roots reach, the selection of what goes, and its deletion
+// in batches. Everything a run visits lives in tables (gc_roots, gc_marks,
+// gc_sweep), so a run's memory does not grow with the cache: Go holds one
+// batch at a time. docs/protocol/cache.md §10.1 has the rules.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"gradient.dev/gradient/storepath"
+)
+
+// gcBatch bounds the rows one statement or transaction of a run handles.
+const gcBatch = 1000
+
+// Root kinds of gc_marks.
+const (
+	RootEvaluation = "evaluation" // a kept evaluation's outputs, .drv files and source
+	RootPushed     = "pushed"     // an operator's push within its time to live
+	RootRecent     = "recent"     // uploaded within the grace period
+)
+
+// SetProjectKeepEvaluations sets how many of the project's newest
+// evaluations retention keeps; nil: the server's default.
+func (db *DB) SetProjectKeepEvaluations(ctx context.Context, projectID string, keep *int) error {
+	id, err := canonicalUUID("project ID", projectID)
+	if err != nil {
+		return err
+	}
+	if keep != nil && *keep < 1 {
+		return invalid("keep evaluations must be at least 1")
+	}
+	res, err := db.exec(ctx, `UPDATE projects SET keep_evaluations = $2 WHERE id = $1`, id, keep)
+	return affectedOne(res, err, "project %s", id)
+}
+
+// ProjectKeepEvaluations returns the project's own setting, nil if none.
+func (db *DB) ProjectKeepEvaluations(ctx context.Context, projectID string) (*int, error) {
+	var keep sql.NullInt64
+	err := db.sql.QueryRowContext(ctx, `SELECT keep_evaluations FROM projects WHERE id = $1`, projectID).Scan(&keep)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("project %s", projectID)
+	}
+	if err != nil || !keep.Valid {
+		return nil, err
+	}
+	n := int(keep.Int64)
+	return &n, nil
+}
+
+// SetCacheMaxBytes sets the cache's size cap; nil: none.
+func (db *DB) SetCacheMaxBytes(ctx context.Context, cacheID string, max *int64) error {
+	id, err := canonicalUUID("cache ID", cacheID)
+	if err != nil {
+		return err
+	}
+	if max != nil && *max < 1 {
+		return invalid("a size cap must be at least 1 byte")
+	}
+	res, err := db.exec(ctx, `UPDATE caches SET max_bytes = $2 WHERE id = $1`, id, max)
+	return affectedOne(res, err, "cache %s", id)
+}
+
+// CacheMaxBytes returns the cache's size cap, nil if none.
+func (db *DB) CacheMaxBytes(ctx context.Context, cacheID string) (*int64, error) {
+	var max sql.NullInt64
+	err := db.sql.QueryRowContext(ctx, `SELECT max_bytes FROM caches WHERE id = $1`, cacheID).Scan(&max)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("cache %s", cacheID)
+	}
+	if err != nil || !max.Valid {
+		return nil, err
+	}
+	return &max.Int64, nil
+}
+
+// SetEvaluationPinned pins an evaluation (retention keeps it whatever its
+// age) or unpins it.
+func (db *DB) SetEvaluationPinned(ctx context.Context, evalID string, pinned bool) error {
+	id, err := canonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return err
+	}
+	res, err := db.exec(ctx, `UPDATE evaluations SET pinned = $2 WHERE id = $1`, id, pinned)
+	return affectedOne(res, err, "evaluation %s", id)
+}
+
+// EvaluationPinned reports whether an evaluation is pinned.
+func (db *DB) EvaluationPinned(ctx context.Context, evalID string) (bool, error) {
+	var pinned bool
+	err := db.sql.QueryRowContext(ctx, `SELECT pinned FROM evaluations WHERE id = $1`, evalID).Scan(&pinned)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, notFound("evaluation %s", evalID)
+	}
+	return pinned, err
+}
+
+// CacheServed is a path served at a time, for NoteCachePathsServed.
+type CacheServed struct {
+	CacheID, StoreHash string
+	At                 time.Time
+}
+
+// NoteCachePathsServed records when paths were last served (the size
+// cap's order), in one transaction; rows gone meanwhile are skipped.
+func (db *DB) NoteCachePathsServed(ctx context.Context, served []CacheServed) error {
+	for len(served) > 0 {
+		part := served[:min(len(served), gcBatch)]
+		served = served[len(part):]
+		err := db.inTx(ctx, func(tx *sql.Tx) error {
+			st, err := tx.PrepareContext(ctx, `UPDATE cache_paths SET last_served = $3
+				WHERE cache_id = $1 AND store_hash = $2 AND (last_served IS NULL OR last_served < $3)`)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			for _, s := range part {
+				if _, err := st.ExecContext(ctx, s.CacheID, s.StoreHash, s.At.UnixMilli()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GCReset empties the previous run's work tables.
+func (db *DB) GCReset(ctx context.Context) error {
+	return db.inTx(ctx, func(tx *sql.Tx) error {
+		for _, t := range []string{"gc_marks", "gc_roots", "gc_sweep"} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// KeptEvaluations returns, per project, the evaluations retention keeps:
+// the newest keep (the project's own setting, else defaultKeep), the
+// newest successful one of the project's branch, pinned ones, and those
+// still running. Small: bounded by projects × keep plus pins.
+func (db *DB) KeptEvaluations(ctx context.Context, defaultKeep int) (map[string][]string, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT id, keep_evaluations FROM projects ORDER BY id`)
+	type proj struct {
+		id   string
+		keep int
+	}
+	projects, err := collect(rows, err, func(r *sql.Rows) (proj, error) {
+		var p proj
+		var keep sql.NullInt64
+		err := r.Scan(&p.id, &keep)
+		p.keep = defaultKeep
+		if keep.Valid {
+			p.keep = int(keep.Int64)
+		}
+		return p, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	kept := map[string][]string{}
+	for _, p := range projects {
+		rows, err := db.sql.QueryContext(ctx, `
+			SELECT id FROM (SELECT id FROM evaluations WHERE project_id = $1
+				ORDER BY created_at DESC, id DESC LIMIT $2) newest
+			UNION SELECT id FROM (SELECT id FROM evaluations WHERE project_id = $1
+				AND status = 'succeeded' AND pr_number IS NULL
+				ORDER BY created_at DESC, id DESC LIMIT 1) branch
+			UNION SELECT id FROM evaluations WHERE project_id = $1 AND pinned
+			UNION SELECT id FROM evaluations WHERE project_id = $1
+				AND status IN ('queued', 'fetching', 'evaluating', 'building')`, p.id, p.keep)
+		ids, err := collect(rows, err, func(r *sql.Rows) (string, error) {
+			var id string
+			return id, r.Scan(&id)
+		})
+		if err != nil {
+			return nil, err
+		}
+		kept[p.id] = ids
+	}
+	return kept, nil
+}
+
+// GCRootEvaluation records the store hashes an evaluation keeps — its
+// builds' outputs and .drv files and its flake source — as roots of its
+// project, in batches of builds.
+func (db *DB) GCRootEvaluation(ctx context.Context, evalID string) error {
+	var projectID string
+	var source sql.NullString
+	err := db.sql.QueryRowContext(ctx, `SELECT project_id, flake_source FROM evaluations WHERE id = $1`, evalID).
+		Scan(&projectID, &source)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // deleted meanwhile: nothing to keep
+	}
+	if err != nil {
+		return err
+	}
+	var hashes []string
+	if source.Valid {
+		hashes = appendHash(hashes, source.String)
+	}
+	after := ""
+	for {
+		rows, err := db.sql.QueryContext(ctx, `SELECT drv_path, outputs FROM builds
+			WHERE evaluation_id = $1 AND drv_path > $2 ORDER BY drv_path LIMIT $3`, evalID, after, gcBatch)
+		type build struct {
+			drv     string
+			outputs sql.NullString
+		}
+		part, err := collect(rows, err, func(r *sql.Rows) (build, error) {
+			var b build
+			return b, r.Scan(&b.drv, &b.outputs)
+		})
+		if err != nil {
+			return err
+		}
+		for _, b := range part {
+			hashes = appendHash(hashes, b.drv)
+			outputs, err := decodeJSON[[]BuildOutputPath](b.outputs, "build outputs")
+			if err != nil {
+				return err
+			}
+			for _, o := range outputs {
+				hashes = appendHash(hashes, o.Path)
+			}
+			after = b.drv
+		}
+		if err := db.insertRoots(ctx, projectID, hashes); err != nil {
+			return err
+		}
+		hashes = hashes[:0]
+		if len(part) < gcBatch {
+			return nil
+		}
+	}
+}
+
+func appendHash(hashes []string, path string) []string {
+	if h, err := storepath.Hash(path); err == nil {
+		hashes = append(hashes, h)
+	}
+	return hashes
+}
+
+func (db *DB) insertRoots(ctx context.Context, projectID string, hashes []string) error {
+	if len(hashes) == 0 {
+		return nil
+	}
+	return db.inTx(ctx, func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, `INSERT INTO gc_roots (project_id, store_hash) VALUES ($1, $2)
+			ON CONFLICT DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, h := range hashes {
+			if _, err := st.ExecContext(ctx, projectID, h); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GCMarkRoots marks, as generation gen, the kept evaluations' roots in
+// their projects' caches and the operators' pushes still within their
+// time to live at now.
+func (db *DB) GCMarkRoots(ctx context.Context, gen int, now time.Time) error {
+	if _, err := db.exec(ctx, `INSERT INTO gc_marks (cache_id, store_hash, gen, kind)
+		SELECT cp.cache_id, cp.store_hash, $1, $2 FROM gc_roots r
+		JOIN project_caches pc ON pc.project_id = r.project_id
+		JOIN cache_paths cp ON cp.cache_id = pc.cache_id AND cp.store_hash = r.store_hash
+		WHERE TRUE ON CONFLICT DO NOTHING`, gen, RootEvaluation); err != nil {
+		return err
+	}
+	_, err := db.exec(ctx, `INSERT INTO gc_marks (cache_id, store_hash, gen, kind)
+		SELECT cache_id, store_hash, $1, $2 FROM cache_paths
+		WHERE pushed AND (expires_at IS NULL OR expires_at > $3) ON CONFLICT DO NOTHING`,
+		gen, RootPushed, now.UnixMilli())
+	return err
+}
+
+// GCMarkRecent marks, as generation gen, the paths uploaded after cutoff.
+func (db *DB) GCMarkRecent(ctx context.Context, gen int, cutoff time.Time) error {
+	_, err := db.exec(ctx, `INSERT INTO gc_marks (cache_id, store_hash, gen, kind)
+		SELECT cache_id, store_hash, $1, $2 FROM cache_paths WHERE created_at > $3
+		ON CONFLICT DO NOTHING`, gen, RootRecent, cutoff.UnixMilli())
+	return err
+}
+
+// GCPropagate marks the references of generation gen's marks as
+// generation gen+1 (in the same cache, with their referrer's kind), a
+// batch at a time, and returns how many marks it added.
+func (db *DB) GCPropagate(ctx context.Context, gen int) (int64, error) {
+	var added int64
+	afterCache, afterHash := "", ""
+	for {
+		rows, err := db.sql.QueryContext(ctx, `SELECT m.cache_id, m.store_hash, m.kind, COALESCE(cp.refs, '')
+			FROM gc_marks m LEFT JOIN cache_paths cp ON cp.cache_id = m.cache_id AND cp.store_hash = m.store_hash
+			WHERE m.gen = $1 AND (m.cache_id > $2 OR (m.cache_id = $2 AND m.store_hash > $3))
+			ORDER BY m.cache_id, m.store_hash LIMIT $4`, gen, afterCache, afterHash, gcBatch)
+		type mark struct{ cache, hash, kind, refs string }
+		part, err := collect(rows, err, func(r *sql.Rows) (mark, error) {
+			var m mark
+			return m, r.Scan(&m.cache, &m.hash, &m.kind, &m.refs)
+		})
+		if err != nil {
+			return added, err
+		}
+		type group struct{ cache, kind string }
+		refs := map[group][]string{}
+		for _, m := range part {
+			for _, ref := range strings.Fields(m.refs) {
+				if h, err := storepath.Hash(ref); err == nil && h != m.hash {
+					g := group{m.cache, m.kind}
+					refs[g] = append(refs[g], h)
+				}
+			}
+			afterCache, afterHash = m.cache, m.hash
+		}
+		for g, hashes := range refs {
+			for len(hashes) > 0 {
+				n := min(len(hashes), inListMax)
+				args, in := inList([]any{g.cache, gen + 1, g.kind}, hashes[:n])
+				hashes = hashes[n:]
+				res, err := db.exec(ctx, `INSERT INTO gc_marks (cache_id, store_hash, gen, kind)
+					SELECT cache_id, store_hash, $2, $3 FROM cache_paths
+					WHERE cache_id = $1 AND store_hash IN (`+in+`) ON CONFLICT DO NOTHING`, args...)
+				if err != nil {
+					return added, err
+				}
+				n64, _ := res.RowsAffected()
+				added += n64
+			}
+		}
+		if len(part) < gcBatch {
+			return added, nil
+		}
+	}
+}
+
+// GCProtected counts the marks per root kind.
+func (db *DB) GCProtected(ctx context.Context) (map[string]int64, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT kind, COUNT(*) FROM gc_marks GROUP BY kind`)
+	type kc struct {
+		kind string
+		n    int64
+	}
+	all, err := collect(rows, err, func(r *sql.Rows) (kc, error) {
+		var x kc
+		return x, r.Scan(&x.kind, &x.n)
+	})
+	out := map[string]int64{RootEvaluation: 0, RootPushed: 0, RootRecent: 0}
+	for _, x := range all {
+		out[x.kind] = x.n
+	}
+	return out, err
+}
+
+// GCSelectUnreachable fills gc_sweep with the rows of caches without a
+// size cap that no mark reaches and that were uploaded at or before
+// cutoff, a range of rows at a time.
+func (db *DB) GCSelectUnreachable(ctx context.Context, cutoff time.Time) error {
+	afterCache, afterHash := "", ""
+	for {
+		// The range's upper end: the gcBatch-th row after the last one.
+		var hiCache, hiHash string
+		err := db.sql.QueryRowContext(ctx, `SELECT cache_id, store_hash FROM cache_paths
+			WHERE cache_id > $1 OR (cache_id = $1 AND store_hash > $2)
+			ORDER BY cache_id, store_hash LIMIT 1 OFFSET $3`, afterCache, afterHash, gcBatch-1).Scan(&hiCache, &hiHash)
+		last := errors.Is(err, sql.ErrNoRows)
+		if err != nil && !last {
+			return err
+		}
+		cond := `(cp.cache_id > $1 OR (cp.cache_id = $1 AND cp.store_hash > $2))`
+		args := []any{afterCache, afterHash, cutoff.UnixMilli()}
+		if !last {
+			cond += ` AND (cp.cache_id < $4 OR (cp.cache_id = $4 AND cp.store_hash <= $5))`
+			args = append(args, hiCache, hiHash)
+		}
+		if _, err := db.exec(ctx, `INSERT INTO gc_sweep (cache_id, store_hash, store_path, object_key, file_size, reason)
+			SELECT cp.cache_id, cp.store_hash, cp.store_path, cp.object_key, cp.file_size, 'unreachable'
+			FROM cache_paths cp JOIN caches c ON c.id = cp.cache_id
+			WHERE `+cond+` AND c.max_bytes IS NULL AND cp.created_at <= $3
+			AND NOT EXISTS (SELECT 1 FROM gc_marks m WHERE m.cache_id = cp.cache_id AND m.store_hash = cp.store_hash)
+			ON CONFLICT DO NOTHING`, args...); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+		afterCache, afterHash = hiCache, hiHash
+	}
+}
+
+// CacheSize is a cache's bytes and paths.
+type CacheSize struct {
+	CacheID, Name string
+	Public        bool
+	MaxBytes      *int64
+	Bytes, Paths  int64
+}
+
+// CacheSizes returns every cache's size (the sum of its rows' file sizes).
+func (db *DB) CacheSizes(ctx context.Context) ([]CacheSize, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT c.id, c.name, c.public, c.max_bytes,
+		COALESCE((SELECT SUM(file_size) FROM cache_paths cp WHERE cp.cache_id = c.id), 0),
+		(SELECT COUNT(*) FROM cache_paths cp WHERE cp.cache_id = c.id)
+		FROM caches c ORDER BY c.name`)
+	return collect(rows, err, func(r *sql.Rows) (CacheSize, error) {
+		var s CacheSize
+		var max sql.NullInt64
+		err := r.Scan(&s.CacheID, &s.Name, &s.Public, &max, &s.Bytes, &s.Paths)
+		if max.Valid {
+			s.MaxBytes = &max.Int64
+		}
+		return s, err
+	})
+}
+
+// GCSelectOverCap adds to gc_sweep, least recently served first, the
+// rows of a capped cache that no mark reaches until the cache's bytes
+// not already selected are at most its cap; it returns the bytes left.
+// Marked rows (kept evaluations, pushes, recent uploads and all they
+// reference) are never selected, so a cache can stay above its cap.
+func (db *DB) GCSelectOverCap(ctx context.Context, cacheID string, max int64) (int64, error) {
+	var size int64
+	if err := db.sql.QueryRowContext(ctx, `SELECT COALESCE(SUM(file_size), 0) FROM cache_paths cp
+		WHERE cache_id = $1 AND NOT EXISTS (SELECT 1 FROM gc_sweep s
+			WHERE s.cache_id = cp.cache_id AND s.store_hash = cp.store_hash)`, cacheID).Scan(&size); err != nil {
+		return 0, err
+	}
+	if size <= max {
+		return size, nil
+	}
+	// Keyset over (last use, hash): one batch in memory at a time.
+	afterUsed, afterHash := int64(-1), ""
+	for size > max {
+		rows, err := db.sql.QueryContext(ctx, `SELECT store_hash, store_path, object_key, file_size, used FROM (
+				SELECT cp.store_hash, cp.store_path, cp.object_key, cp.file_size,
+					COALESCE(cp.last_served, cp.created_at) AS used
+				FROM cache_paths cp WHERE cp.cache_id = $1
+				AND NOT EXISTS (SELECT 1 FROM gc_marks m WHERE m.cache_id = cp.cache_id AND m.store_hash = cp.store_hash)
+				AND NOT EXISTS (SELECT 1 FROM gc_sweep s WHERE s.cache_id = cp.cache_id AND s.store_hash = cp.store_hash)) c
+			WHERE used > $2 OR (used = $2 AND store_hash > $3)
+			ORDER BY used, store_hash LIMIT $4`, cacheID, afterUsed, afterHash, gcBatch)
+		type row struct {
+			hash, path, key string
+			size, used      int64
+		}
+		part, err := collect(rows, err, func(r *sql.Rows) (row, error) {
+			var x row
+			return x, r.Scan(&x.hash, &x.path, &x.key, &x.size, &x.used)
+		})
+		if err != nil {
+			return size, err
+		}
+		if len(part) == 0 {
+			return size, nil
+		}
+		var take []row
+		for _, x := range part {
+			if size <= max {
+				break
+			}
+			take = append(take, x)
+			size -= x.size
+			afterUsed, afterHash = x.used, x.hash
+		}
+		err = db.inTx(ctx, func(tx *sql.Tx) error {
+			for _, x := range take {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO gc_sweep (cache_id, store_hash, store_path, object_key, file_size, reason)
+					VALUES ($1, $2, $3, $4, $5, 'cap') ON CONFLICT DO NOTHING`, cacheID, x.hash, x.path, x.key, x.size); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return size, err
+		}
+	}
+	return size, nil
+}
+
+// GCUnselectMarked drops from gc_sweep what a mark made since reaches.
+func (db *DB) GCUnselectMarked(ctx context.Context) error {
+	_, err := db.exec(ctx, `DELETE FROM gc_sweep WHERE EXISTS (SELECT 1 FROM gc_marks m
+		WHERE m.cache_id = gc_sweep.cache_id AND m.store_hash = gc_sweep.store_hash)`)
+	return err
+}
+
+// GCSweepEntry is a row a run deletes (or, dry, would delete).
+type GCSweepEntry struct {
+	CacheID, StoreHash, StorePath, ObjectKey, Reason string
+	FileSize                                         int64
+}
+
+// GCSelected calls fn for every selected row, a batch at a time, in
+// (cache, hash) order.
+func (db *DB) GCSelected(ctx context.Context, fn func([]GCSweepEntry) error) error {
+	afterCache, afterHash := "", ""
+	for {
+		part, err := db.gcSelectedAfter(ctx, afterCache, afterHash)
+		if err != nil {
+			return err
+		}
+		if len(part) == 0 {
+			return nil
+		}
+		if err := fn(part); err != nil {
+			return err
+		}
+		afterCache, afterHash = part[len(part)-1].CacheID, part[len(part)-1].StoreHash
+	}
+}
+
+func (db *DB) gcSelectedAfter(ctx context.Context, afterCache, afterHash string) ([]GCSweepEntry, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT cache_id, store_hash, store_path, object_key, file_size, reason
+		FROM gc_sweep WHERE cache_id > $1 OR (cache_id = $1 AND store_hash > $2)
+		ORDER BY cache_id, store_hash LIMIT $3`, afterCache, afterHash, gcBatch)
+	return collect(rows, err, func(r *sql.Rows) (GCSweepEntry, error) {
+		var e GCSweepEntry
+		return e, r.Scan(&e.CacheID, &e.StoreHash, &e.StorePath, &e.ObjectKey, &e.FileSize, &e.Reason)
+	})
+}
+
+// GCObjectsFreed calls fn with the object keys (and sizes) no row would
+// reference once the selected rows are deleted: what a dry run reports.
+func (db *DB) GCObjectsFreed(ctx context.Context, fn func(key string, size int64) error) error {
+	after := ""
+	for {
+		rows, err := db.sql.QueryContext(ctx, `SELECT object_key, MAX(file_size) FROM gc_sweep s
+			WHERE object_key > $1 AND NOT EXISTS (SELECT 1 FROM cache_paths cp WHERE cp.object_key = s.object_key
+				AND NOT EXISTS (SELECT 1 FROM gc_sweep s2 WHERE s2.cache_id = cp.cache_id AND s2.store_hash = cp.store_hash))
+			GROUP BY object_key ORDER BY object_key LIMIT $2`, after, gcBatch)
+		type obj struct {
+			key  string
+			size int64
+		}
+		part, err := collect(rows, err, func(r *sql.Rows) (obj, error) {
+			var o obj
+			return o, r.Scan(&o.key, &o.size)
+		})
+		if err != nil {
+			return err
+		}
+		for _, o := range part {
+			if err := fn(o.key, o.size); err != nil {
+				return err
+			}
+			after = o.key
+		}
+		if len(part) < gcBatch {
+			return nil
+		}
+	}
+}
+
+// GCDeleteSelected deletes the next batch of selected rows, rechecked
+// (not pushed again, not uploaded after cutoff, same object), queues the
+// objects no row references any more in the same transaction, and
+// returns the rows deleted and whether selected rows remain.
+func (db *DB) GCDeleteSelected(ctx context.Context, cutoff, now time.Time) (deleted []GCSweepEntry, more bool, err error) {
+	err = db.inTx(ctx, func(tx *sql.Tx) error {
+		deleted = deleted[:0]
+		rows, err := tx.QueryContext(ctx, `SELECT cache_id, store_hash, store_path, object_key, file_size, reason
+			FROM gc_sweep ORDER BY cache_id, store_hash LIMIT $1`, gcBatch)
+		part, err := collect(rows, err, func(r *sql.Rows) (GCSweepEntry, error) {
+			var e GCSweepEntry
+			return e, r.Scan(&e.CacheID, &e.StoreHash, &e.StorePath, &e.ObjectKey, &e.FileSize, &e.Reason)
+		})
+		if err != nil {
+			return err
+		}
+		more = len(part) == gcBatch
+		for _, e := range part {
+			res, err := tx.ExecContext(ctx, `DELETE FROM cache_paths WHERE cache_id = $1 AND store_hash = $2
+				AND object_key = $3 AND created_at <= $4
+				AND NOT (pushed AND (expires_at IS NULL OR expires_at > $5))`,
+				e.CacheID, e.StoreHash, e.ObjectKey, cutoff.UnixMilli(), now.UnixMilli())
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				deleted = append(deleted, e)
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM gc_sweep WHERE cache_id = $1 AND store_hash = $2`,
+				e.CacheID, e.StoreHash); err != nil {
+				return err
+			}
+		}
+		for _, e := range deleted {
+			if err := queueObjectIfUnused(ctx, tx, e.ObjectKey, e.FileSize); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return deleted, more, err
+}
+
+// GCQueueOrphans queues, of keys (objects the NAR store holds), those no
+// row references; they were stored by uploads that never recorded a row.
+func (db *DB) GCQueueOrphans(ctx context.Context, keys []string, sizes []int64) error {
+	return db.inTx(ctx, func(tx *sql.Tx) error {
+		for i, k := range keys {
+			if err := queueObjectIfUnused(ctx, tx, k, sizes[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GCUnreferenced returns those of keys no row references.
+func (db *DB) GCUnreferenced(ctx context.Context, keys []string) ([]string, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	args, in := inList(nil, keys)
+	rows, err := db.sql.QueryContext(ctx, `SELECT DISTINCT object_key FROM cache_paths WHERE object_key IN (`+in+`)`, args...)
+	used, err := collect(rows, err, func(r *sql.Rows) (string, error) {
+		var k string
+		return k, r.Scan(&k)
+	})
+	if err != nil {
+		return nil, err
+	}
+	set := make(map[string]bool, len(used))
+	for _, k := range used {
+		set[k] = true
+	}
+	var out []string
+	for _, k := range keys {
+		if !set[k] {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// GCDroppedEvaluations calls fn with batches of finished evaluations that
+// are not kept and whose logs are still there.
+func (db *DB) GCDroppedEvaluations(ctx context.Context, kept map[string]bool, fn func(ids []string) error) error {
+	after := ""
+	for {
+		rows, err := db.sql.QueryContext(ctx, `SELECT id FROM evaluations WHERE id > $1 AND logs_pruned_at IS NULL
+			AND status IN ('succeeded', 'failed', 'cancelled') ORDER BY id LIMIT $2`, after, gcBatch)
+		ids, err := collect(rows, err, func(r *sql.Rows) (string, error) {
+			var id string
+			return id, r.Scan(&id)
+		})
+		if err != nil {
+			return err
+		}
+		var dropped []string
+		for _, id := range ids {
+			if !kept[id] {
+				dropped = append(dropped, id)
+			}
+			after = id
+		}
+		if len(dropped) > 0 {
+			if err := fn(dropped); err != nil {
+				return err
+			}
+		}
+		if len(ids) < gcBatch {
+			return nil
+		}
+	}
+}
+
+// PruneEvaluationLogs deletes the job logs of an evaluation retention no
+// longer keeps and records it; the evaluation, its builds and jobs stay
+// for the dashboard. It returns the log bytes deleted.
+func (db *DB) PruneEvaluationLogs(ctx context.Context, evalID string) (int64, error) {
+	var freed int64
+	err := db.inTx(ctx, func(tx *sql.Tx) error {
+		var pinned bool
+		if err := tx.QueryRowContext(ctx, `SELECT pinned FROM evaluations WHERE id = $1`, evalID).Scan(&pinned); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			return err
+		}
+		if pinned {
+			return nil // pinned since the run started
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(LENGTH(data)), 0) FROM job_logs
+			WHERE job_id IN (SELECT id FROM jobs WHERE evaluation_id = $1)`, evalID).Scan(&freed); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM job_logs WHERE job_id IN (SELECT id FROM jobs WHERE evaluation_id = $1)`, evalID); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE evaluations SET logs_pruned_at = $2 WHERE id = $1`, evalID, nowMillis())
+		return err
+	})
+	return freed, err
+}
+
+// RecentlyChangedEvaluations returns the evaluations created at or after
+// since and those still running: what a run marks again before it
+// deletes, so an evaluation that began (or found more builds) meanwhile
+// keeps what it uses.
+func (db *DB) RecentlyChangedEvaluations(ctx context.Context, since time.Time) ([]string, error) {
+	ms := since.UnixMilli()
+	rows, err := db.sql.QueryContext(ctx, `SELECT id FROM evaluations WHERE created_at >= $1
+		UNION SELECT id FROM evaluations WHERE status IN ('queued', 'fetching', 'evaluating', 'building')`, ms)
+	return collect(rows, err, func(r *sql.Rows) (string, error) {
+		var id string
+		return id, r.Scan(&id)
+	})
+}
