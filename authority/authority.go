@@ -95,7 +95,7 @@ type CacheSession struct {
 	Worker *LiveWorker
 }
 
-// CacheHandler answers one session's cache messages (IsCacheMessage). Its
+// CacheHandler answers one session's cache messages (wire.ClassCache). Its
 // answers go through the session's LiveWorker.Send.
 type CacheHandler interface {
 	// Handle takes one cache message; it must not block on the network.
@@ -105,17 +105,6 @@ type CacheHandler interface {
 	// Close ends the session's transfers and waits for them; it is called
 	// once the session has ended.
 	Close()
-}
-
-// IsCacheMessage reports whether m goes to the session's CacheHandler.
-func IsCacheMessage(m wire.ClientMessage) bool {
-	switch m.(type) {
-	case *wire.CacheQuery, *wire.NarRequest, *wire.NarRequestResume,
-		*wire.UploadRequest, *wire.UploadChunk, *wire.UploadFinished, *wire.UploadCancel,
-		*wire.EvalCachePull, *wire.QueryKnownDerivations:
-		return true
-	}
-	return false
 }
 
 // Authority accepts and serves worker sessions.

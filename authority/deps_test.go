@@ -28,6 +28,8 @@ func TestDependencies(t *testing.T) {
 		"server/cache":     {"authority", "server", "server/admin", "server/scheduler"},
 		"server/admin":     {"server", "server/cache", "server/scheduler", "narstore", "nix", "nix/daemon"},
 		"server/scheduler": {"server", "server/cache", "server/admin", "narstore"},
+		// The admin API's types, shared with the CLI: JSON shapes only.
+		"server/adminapi": {"storage", "narstore", "server", "server/admin", "server/cache", "server/scheduler", "nix"},
 		// The server binary carries no Nix execution code: it checks
 		// wildcards with the leaf nix/wildcard, never through nix.
 		"cmd/gradient-server": {"nix", "nix/daemon", "worker", "worker/..."},

@@ -73,18 +73,6 @@ type JobProducts struct {
 	ContentAddressed bool
 }
 
-// isJobMessage: messages the JobLoop receives.
-func isJobMessage(m wire.ClientMessage) bool {
-	switch m.(type) {
-	case *wire.RequestJob, *wire.RequestJobList, *wire.RequestJobChunk, *wire.AssignJobResponse,
-		*wire.JobUpdate, *wire.JobCompleted, *wire.JobFailed, *wire.LogChunk,
-		*wire.BuildProgress, *wire.EvalProgress, *wire.EvalMessage, *wire.ImportRequest,
-		*wire.ClientClusterSignal, *wire.WorkerCapabilities, *wire.WorkerMetrics, *wire.ClientDraining:
-		return true
-	}
-	return false
-}
-
 var liveWorkerSeq atomic.Uint64
 
 // LiveWorker is one established worker session as the job loop sees it.

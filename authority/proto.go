@@ -78,7 +78,7 @@ func (a *Authority) serveSession(log *slog.Logger, conn *workerConn, c *session.
 	conn.mu.Unlock()
 	a.metrics.handshakeEnded("accepted", conn.connectedAt)
 	log.Info("worker connected", "version", est.Version, "authorized", est.AuthorizedPeers,
-		"failed", len(est.FailedPeers), "capabilities", CapabilityNames(est.Capabilities))
+		"failed", len(est.FailedPeers), "capabilities", est.Capabilities.Names())
 	if kicked != "" {
 		// Disconnected (e.g. deactivated) while its InitAck was on the way.
 		go sess.Close(session.ClosePolicy, kicked)
@@ -168,7 +168,8 @@ func (a *Authority) dispatch(ctx context.Context, log *slog.Logger, conn *worker
 		if handled {
 			continue
 		}
-		if IsCacheMessage(m) {
+		class := wire.ClientMessageClass(m)
+		if class == wire.ClassCache {
 			cache.Handle(m)
 			if _, ok := m.(*wire.UploadChunk); ok {
 				sess.Reader.Release() // the chunk is on disk: reuse its frame
@@ -197,26 +198,12 @@ func (a *Authority) dispatch(ctx context.Context, log *slog.Logger, conn *worker
 			conn.workerLoad = m
 			conn.mu.Unlock()
 		default:
-			if !isJobMessage(m) {
+			if class != wire.ClassJob {
 				log.Debug("ignoring message", "message", m.WireName())
 			}
 		}
-		if isJobMessage(m) {
+		if class == wire.ClassJob {
 			a.cfg.Jobs.HandleJobMessage(live, m)
 		}
 	}
-}
-
-// CapabilityNames lists the capabilities that are on, for logs and views.
-func CapabilityNames(c wire.GradientCapabilities) []string {
-	var out []string
-	for _, f := range []struct {
-		on   bool
-		name string
-	}{{c.Core, "core"}, {c.Federate, "federate"}, {c.Fetch, "fetch"}, {c.Eval, "eval"}, {c.Build, "build"}, {c.Cache, "cache"}} {
-		if f.on {
-			out = append(out, f.name)
-		}
-	}
-	return out
 }

@@ -84,7 +84,7 @@ func (a *Authority) WorkerStatus(workerID string) WorkerStatus {
 		st.ConnectedAt = conn.connectedAt
 		st.DialedURL = conn.dialURL
 		st.Projects = slices.Clone(conn.grant.Projects)
-		st.Capabilities = CapabilityNames(conn.capabilities)
+		st.Capabilities = conn.capabilities.Names()
 		st.Draining = conn.draining
 		st.Host = hostStatus(conn.workerCaps, conn.workerLoad)
 		conn.mu.Unlock()

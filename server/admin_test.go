@@ -198,10 +198,10 @@ func (e *adminEnv) seed() (admin.TeamView, admin.ProjectView, admin.CacheView) {
 	return t, p, c
 }
 
-// projectPath is a project as one path segment: TEAM%2FPROJECT.
 // uuidPattern is the text of a UUID, either case.
 var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
+// projectPath is a project as one path segment: TEAM%2FPROJECT.
 func projectPath(ref string) string { return "/api/v1/projects/" + url.PathEscape(ref) }
 
 func TestAdminAuth(t *testing.T) {

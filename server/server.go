@@ -14,6 +14,7 @@ import (
 
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/authgate"
+	"gradient.dev/gradient/internal/healthz"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
@@ -64,6 +65,10 @@ type Config struct {
 	// dialing every registration and team worker with a URL; without one,
 	// a URL is refused with ErrNoDialKey.
 	DialKey *sealbox.Box
+	// DeployKeys are projects' deploy keys, the ones the job loop hands
+	// out too (so the process opens them once); nil: the server makes
+	// them from DialKey.
+	DeployKeys *deploykeys.Keys
 	// DialTLS configures wss:// dials; nil uses the system roots.
 	DialTLS *tls.Config
 	// DialConnectTimeout bounds TCP, TLS and the upgrade of a dial (10 s).
@@ -267,7 +272,10 @@ func New(db *storage.DB, cfg Config) *Server {
 		DefaultKeep: cfg.KeepEvaluations, Logger: cfg.Logger, Metrics: s.metrics.registry, PauseFile: cfg.GCPauseFile,
 	})
 	s.collector.Start(ctx)
-	s.deployKeys = deploykeys.New(db, cfg.DialKey)
+	s.deployKeys = cfg.DeployKeys
+	if s.deployKeys == nil {
+		s.deployKeys = deploykeys.New(db, cfg.DialKey)
+	}
 	s.startForges()
 	ctl, _ := s.evaluationControl()
 	progress, _ := cfg.Jobs.(admin.BuildProgress)
@@ -300,7 +308,7 @@ func (s *Server) Metrics() *prometheus.Registry { return s.metrics.registry }
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /proto", s.auth.ProtoHandler())
-	mux.HandleFunc("GET /healthz", s.serveHealth)
+	mux.HandleFunc("GET /healthz", healthz.Handler(s.db.Ping))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	s.admin.Mount(mux)
 	s.mountForges(mux)
@@ -349,12 +357,3 @@ func (s *Server) Reauth(workerID string) bool { return s.auth.Reauth(workerID) }
 // handshake, for an HTTP listener out of file descriptors
 // (httpguard.Listener); false when there is none.
 func (s *Server) ShedUnauthenticated() bool { return s.auth.ShedUnauthenticated() }
-
-func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
-	if err := s.db.Ping(r.Context()); err != nil {
-		http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Write([]byte("ok\n"))
-}

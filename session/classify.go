@@ -41,8 +41,8 @@ func ClassifyFirst(frame []byte, ver uint16) First {
 }
 
 // RecvFirst agrees if needed, reads the first handshake message (size
-// capped) and classifies it. Continue with RunAuthorityGreeted or
-// RunDialedAuthenticated.
+// capped) and classifies it; the tests continue with the role's
+// handshake from that message (listener_test.go).
 func (c *Conn) RecvFirst(ctx context.Context) (First, error) {
 	frame, err := c.recvFrame(ctx)
 	if err != nil {

@@ -19,21 +19,19 @@ func (l Lane) String() string {
 
 // ClientLane is the lane of a worker→server message: payload chunks, and
 // job-end reports that must not overtake the log chunks queued before them,
-// ride the bulk lane.
+// ride the bulk lane (wire's bulk annotation).
 func ClientLane(m wire.ClientMessage) Lane {
-	switch m.(type) {
-	case *wire.UploadChunk, *wire.LogChunk, *wire.NarRequestResume, *wire.JobCompleted, *wire.JobFailed:
+	if wire.ClientMessageBulk(m) {
 		return BulkLane
 	}
 	return ControlLane
 }
 
 // ServerLane is the lane of a server→worker message: a transfer stream's
-// header, chunks and terminal messages stay in order on the bulk lane.
+// header, chunks and terminal messages stay in order on the bulk lane
+// (wire's bulk annotation).
 func ServerLane(m wire.ServerMessage) Lane {
-	switch m.(type) {
-	case *wire.NarPush, *wire.NarStreamHeader, *wire.NarUnavailable, *wire.NarAbort,
-		*wire.EvalCachePullResult, *wire.EvalCacheChunk:
+	if wire.ServerMessageBulk(m) {
 		return BulkLane
 	}
 	return ControlLane

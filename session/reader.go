@@ -15,11 +15,10 @@ import (
 // decoded byte fields (NarPush.Data, LogChunk.Data, …) alias the received
 // bytes and stay valid for as long as the caller keeps them.
 type Reader[M wire.Message] struct {
-	t       Transport
-	ver     uint16
-	codec   Codec[M]
-	log     *slog.Logger
-	observe func(M, int)
+	t     Transport
+	ver   uint16
+	codec Codec[M]
+	log   *slog.Logger
 	// last is the frame of the message Recv returned last, kept (with its
 	// full capacity) so Release can hand it back to the buffer pool.
 	last []byte
@@ -37,10 +36,6 @@ func NewReader[M wire.Message](t Transport, ver uint16, codec Codec[M], log *slo
 
 // Version is the agreed protocol version.
 func (r *Reader[M]) Version() uint16 { return r.ver }
-
-// Observe registers a callback (metrics) called with every decoded message
-// and its encoded size. Set it before the first Recv.
-func (r *Reader[M]) Observe(f func(m M, size int)) { r.observe = f }
 
 // Recv returns the next message. Cancelling ctx while Recv waits closes
 // the connection (the WebSocket library cannot abandon a read half-way), so
@@ -62,9 +57,6 @@ func (r *Reader[M]) Recv(ctx context.Context) (M, error) {
 	if err != nil {
 		r.log.Warn("undecodable message, ending session", "size", len(frame), "error", err)
 		return zero, fmt.Errorf("%w: undecodable message: %w", ErrClosed, err)
-	}
-	if r.observe != nil {
-		r.observe(m, len(frame))
 	}
 	return m, nil
 }

@@ -59,14 +59,6 @@ func RunAuthority(ctx context.Context, c *Conn, cfg AuthorityConfig) (*Establish
 	return drive(ctx, c, m, m.Start(), cfg.Timeout, authorityAsk(cfg.Policy))
 }
 
-// RunAuthorityGreeted is RunAuthority for a listener that already read the
-// greeting (see Conn.RecvFirst).
-func RunAuthorityGreeted(ctx context.Context, c *Conn, cfg AuthorityConfig, init *wire.InitConnection) (*Established, error) {
-	m := handshake.NewAuthority(serverCaps(cfg.Capabilities))
-	m.Start()
-	return drive(ctx, c, m, m.Received(init), cfg.Timeout, authorityAsk(cfg.Policy))
-}
-
 func authorityAsk(p Authority) asker {
 	if p == nil {
 		return nil // the handshake aborts at the first policy question
@@ -115,14 +107,6 @@ func RunPeer(ctx context.Context, c *Conn, cfg PeerConfig) (*Established, error)
 func RunDialed(ctx context.Context, c *Conn, cfg DialedConfig) (*Established, error) {
 	m := handshake.NewDialed(cfg.WorkerID, cfg.Capabilities)
 	return drive(ctx, c, m, m.Start(), cfg.Timeout, dialedAsk(cfg.Verifier))
-}
-
-// RunDialedAuthenticated answers the dialer after the listener read the
-// Authenticate itself (see Conn.RecvFirst).
-func RunDialedAuthenticated(ctx context.Context, c *Conn, cfg DialedConfig, auth *wire.Authenticate) (*Established, error) {
-	m := handshake.NewDialed(cfg.WorkerID, cfg.Capabilities)
-	m.Start()
-	return drive(ctx, c, m, m.Received(auth), cfg.Timeout, dialedAsk(cfg.Verifier))
 }
 
 func dialedAsk(v ServerVerifier) asker {

@@ -1,5 +1,5 @@
 // Package storage is the server's database (embedded SQLite or PostgreSQL,
-// one schema, versioned migrations) and its NAR object store.
+// one schema, versioned migrations). The NAR objects live in narstore.
 //
 // # Engines
 //

@@ -540,7 +540,8 @@ func (t txInsert) exec(query func(rows int) string, rows int, args []any) error 
 	return err
 }
 
-// finishJob marks an assigned job done (or failed) and returns it.
+// jobRef is what ending a job tells about it: its kind, evaluation,
+// project, build and attempts so far.
 type jobRef struct {
 	kind      JobKind
 	evalID    string
@@ -549,6 +550,7 @@ type jobRef struct {
 	attempts  int
 }
 
+// endJob marks an assigned job done (or failed) and returns it.
 func (db *DB) endJob(ctx context.Context, tx *sql.Tx, jobID string, status JobStatus) (jobRef, error) {
 	var j jobRef
 	var buildID sql.NullString

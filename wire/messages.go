@@ -4,7 +4,7 @@ package wire
 //
 // Annotations (read by the generator in internal/wiregen, see doc.go):
 //   - on an enum type:   //wire:enum [name=WireName] [oldest=N]
-//   - on an enum type:   //wire:variant TAG WireName GoType [tuple] [since=N] [until=N]
+//   - on an enum type:   //wire:variant TAG WireName GoType [tuple] [since=N] [until=N] [job|cache] [bulk]
 //   - on a struct field: `wire:"snake_name[,since=N][,default]"`
 
 // ClientMessage is every message a worker (or a proxy acting as a worker)
@@ -15,32 +15,32 @@ package wire
 //wire:variant 1 AuthResponse *AuthResponse
 //wire:variant 2 ReauthRequest *ReauthRequest
 //wire:variant 3 Reject *ClientReject
-//wire:variant 4 WorkerCapabilities *WorkerCapabilities
-//wire:variant 5 WorkerMetrics *WorkerMetrics
-//wire:variant 6 RequestJobList *RequestJobList
-//wire:variant 7 RequestJobChunk *RequestJobChunk
-//wire:variant 8 AssignJobResponse *AssignJobResponse
-//wire:variant 9 JobUpdate *JobUpdate
-//wire:variant 10 JobCompleted *JobCompleted
-//wire:variant 11 JobFailed *JobFailed
-//wire:variant 12 Draining *ClientDraining
-//wire:variant 13 BuildProgress *BuildProgress
-//wire:variant 14 EvalProgress *EvalProgress
-//wire:variant 15 LogChunk *LogChunk
-//wire:variant 16 NarRequest *NarRequest
-//wire:variant 17 NarRequestResume *NarRequestResume
-//wire:variant 18 EvalCachePull *EvalCachePull
-//wire:variant 19 RequestJob *RequestJob
-//wire:variant 20 ClusterSignal *ClientClusterSignal
-//wire:variant 21 CacheQuery *CacheQuery
-//wire:variant 22 EvalMessage *EvalMessage
-//wire:variant 23 QueryKnownDerivations *QueryKnownDerivations
-//wire:variant 24 UploadRequest *UploadRequest
-//wire:variant 25 UploadChunk *UploadChunk
-//wire:variant 26 UploadFinished *UploadFinished
-//wire:variant 27 UploadCancel *UploadCancel
+//wire:variant 4 WorkerCapabilities *WorkerCapabilities job
+//wire:variant 5 WorkerMetrics *WorkerMetrics job
+//wire:variant 6 RequestJobList *RequestJobList job
+//wire:variant 7 RequestJobChunk *RequestJobChunk job
+//wire:variant 8 AssignJobResponse *AssignJobResponse job
+//wire:variant 9 JobUpdate *JobUpdate job
+//wire:variant 10 JobCompleted *JobCompleted job bulk
+//wire:variant 11 JobFailed *JobFailed job bulk
+//wire:variant 12 Draining *ClientDraining job
+//wire:variant 13 BuildProgress *BuildProgress job
+//wire:variant 14 EvalProgress *EvalProgress job
+//wire:variant 15 LogChunk *LogChunk job bulk
+//wire:variant 16 NarRequest *NarRequest cache
+//wire:variant 17 NarRequestResume *NarRequestResume cache bulk
+//wire:variant 18 EvalCachePull *EvalCachePull cache
+//wire:variant 19 RequestJob *RequestJob job
+//wire:variant 20 ClusterSignal *ClientClusterSignal job
+//wire:variant 21 CacheQuery *CacheQuery cache
+//wire:variant 22 EvalMessage *EvalMessage job
+//wire:variant 23 QueryKnownDerivations *QueryKnownDerivations cache
+//wire:variant 24 UploadRequest *UploadRequest cache
+//wire:variant 25 UploadChunk *UploadChunk cache bulk
+//wire:variant 26 UploadFinished *UploadFinished cache
+//wire:variant 27 UploadCancel *UploadCancel cache
 //wire:variant 28 HandoverDone *HandoverDone until=31
-//wire:variant 28 ImportRequest *ImportRequest since=32
+//wire:variant 28 ImportRequest *ImportRequest since=32 job
 type ClientMessage interface {
 	Message
 	isClientMessage()
@@ -56,28 +56,28 @@ type ClientMessage interface {
 //wire:variant 3 Reject *ServerReject
 //wire:variant 4 Error *ServerError
 //wire:variant 5 Draining *ServerDraining
-//wire:variant 6 JobListChunk *JobListChunk
-//wire:variant 7 JobOffer *JobOffer
-//wire:variant 8 AssignJob *AssignJob
-//wire:variant 9 AbortJob *AbortJob
-//wire:variant 10 StartCluster *StartCluster
-//wire:variant 11 ClusterSignal *ServerClusterSignal
-//wire:variant 12 AbortCluster *AbortCluster
-//wire:variant 13 Credential *Credential
-//wire:variant 14 NarPush *NarPush
-//wire:variant 15 NarUnavailable *NarUnavailable
-//wire:variant 16 NarAbort *NarAbort
-//wire:variant 17 NarStreamHeader *NarStreamHeader
-//wire:variant 18 EvalCachePullResult *EvalCachePullResult
-//wire:variant 19 EvalCacheChunk *EvalCacheChunk
-//wire:variant 20 CacheStatus *CacheStatus
-//wire:variant 21 KnownDerivations *KnownDerivations
-//wire:variant 22 CacheError *CacheError
-//wire:variant 23 UploadGrant *UploadGrant
-//wire:variant 24 UploadCommitted *UploadCommitted
+//wire:variant 6 JobListChunk *JobListChunk job
+//wire:variant 7 JobOffer *JobOffer job
+//wire:variant 8 AssignJob *AssignJob job
+//wire:variant 9 AbortJob *AbortJob job
+//wire:variant 10 StartCluster *StartCluster job
+//wire:variant 11 ClusterSignal *ServerClusterSignal job
+//wire:variant 12 AbortCluster *AbortCluster job
+//wire:variant 13 Credential *Credential job
+//wire:variant 14 NarPush *NarPush cache bulk
+//wire:variant 15 NarUnavailable *NarUnavailable cache bulk
+//wire:variant 16 NarAbort *NarAbort cache bulk
+//wire:variant 17 NarStreamHeader *NarStreamHeader cache bulk
+//wire:variant 18 EvalCachePullResult *EvalCachePullResult cache bulk
+//wire:variant 19 EvalCacheChunk *EvalCacheChunk cache bulk
+//wire:variant 20 CacheStatus *CacheStatus cache
+//wire:variant 21 KnownDerivations *KnownDerivations cache
+//wire:variant 22 CacheError *CacheError cache
+//wire:variant 23 UploadGrant *UploadGrant cache
+//wire:variant 24 UploadCommitted *UploadCommitted cache
 //wire:variant 25 Authenticate *Authenticate
 //wire:variant 26 Handover *Handover until=31
-//wire:variant 26 ImportResult *ImportResult since=32
+//wire:variant 26 ImportResult *ImportResult since=32 job
 type ServerMessage interface {
 	Message
 	isServerMessage()
@@ -538,3 +538,15 @@ type ImportResult struct {
 	RequestID string        `wire:"request_id"`
 	Outcome   ImportOutcome `wire:"outcome"`
 }
+
+// MessageClass is who handles a message once the session is established:
+// the session itself (handshake, reauth, Draining, Reject, errors), the
+// job loop, or the cache. The job and cache options of a message's
+// //wire:variant set it; ClientMessageClass and ServerMessageClass read it.
+type MessageClass uint8
+
+const (
+	ClassSession MessageClass = iota
+	ClassJob
+	ClassCache
+)

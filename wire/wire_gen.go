@@ -7026,6 +7026,50 @@ func schemaLinesServerMessage(b []byte, ver uint16) []byte {
 	return b
 }
 
+// ClientMessageClass is who handles m once the session is established (the
+// job and cache options of its //wire:variant).
+func ClientMessageClass(m ClientMessage) MessageClass {
+	switch m.(type) {
+	case *WorkerCapabilities, *WorkerMetrics, *RequestJobList, *RequestJobChunk, *AssignJobResponse, *JobUpdate, *JobCompleted, *JobFailed, *ClientDraining, *BuildProgress, *EvalProgress, *LogChunk, *RequestJob, *ClientClusterSignal, *EvalMessage, *ImportRequest:
+		return ClassJob
+	case *NarRequest, *NarRequestResume, *EvalCachePull, *CacheQuery, *QueryKnownDerivations, *UploadRequest, *UploadChunk, *UploadFinished, *UploadCancel:
+		return ClassCache
+	}
+	return ClassSession
+}
+
+// ClientMessageBulk reports whether m rides a session writer's bulk lane (the
+// bulk option of its //wire:variant).
+func ClientMessageBulk(m ClientMessage) bool {
+	switch m.(type) {
+	case *JobCompleted, *JobFailed, *LogChunk, *NarRequestResume, *UploadChunk:
+		return true
+	}
+	return false
+}
+
+// ServerMessageClass is who handles m once the session is established (the
+// job and cache options of its //wire:variant).
+func ServerMessageClass(m ServerMessage) MessageClass {
+	switch m.(type) {
+	case *JobListChunk, *JobOffer, *AssignJob, *AbortJob, *StartCluster, *ServerClusterSignal, *AbortCluster, *Credential, *ImportResult:
+		return ClassJob
+	case *NarPush, *NarUnavailable, *NarAbort, *NarStreamHeader, *EvalCachePullResult, *EvalCacheChunk, *CacheStatus, *KnownDerivations, *CacheError, *UploadGrant, *UploadCommitted:
+		return ClassCache
+	}
+	return ClassSession
+}
+
+// ServerMessageBulk reports whether m rides a session writer's bulk lane (the
+// bulk option of its //wire:variant).
+func ServerMessageBulk(m ServerMessage) bool {
+	switch m.(type) {
+	case *NarPush, *NarUnavailable, *NarAbort, *NarStreamHeader, *EvalCachePullResult, *EvalCacheChunk:
+		return true
+	}
+	return false
+}
+
 var enums = map[reflect.Type]*EnumInfo{
 	reflect.TypeFor[BuildFailureKind](): {Name: "BuildFailureKind", Unit: true, Variants: []VariantInfo{
 		{Tag: 0, Name: "Transient", Since: 0, Until: 0, Value: uint64(FailureTransient)},

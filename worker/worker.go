@@ -64,7 +64,7 @@ func (w *Worker) Connected() bool { return w.shell.Connected() }
 // start) end it early.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker starting", "server", w.shell.ServerLabel(), "peers", w.shell.Peers(),
-		"capabilities", capabilityNames(w.cfg.Capabilities), "architectures", w.hw.Architectures)
+		"capabilities", w.cfg.Capabilities.Names(), "architectures", w.hw.Architectures)
 	return w.shell.Run(ctx)
 }
 
@@ -72,15 +72,5 @@ func (w *Worker) Run(ctx context.Context) error {
 // (workersession.Shell.SetPeers).
 func (w *Worker) SetPeers(tokens map[string]string) { w.shell.SetPeers(tokens) }
 
-func capabilityNames(c wire.GradientCapabilities) []string {
-	var out []string
-	for _, f := range []struct {
-		on   bool
-		name string
-	}{{c.Fetch, "fetch"}, {c.Eval, "eval"}, {c.Build, "build"}, {c.Federate, "federate"}} {
-		if f.on {
-			out = append(out, f.name)
-		}
-	}
-	return out
-}
+// capabilityNames is session_loop.go's name for GradientCapabilities.Names.
+func capabilityNames(c wire.GradientCapabilities) []string { return c.Names() }

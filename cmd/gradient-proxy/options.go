@@ -255,19 +255,15 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 func parseCapabilities(s string) (wire.GradientCapabilities, error) {
 	var c wire.GradientCapabilities
 	for _, name := range strings.Split(s, ",") {
-		switch strings.TrimSpace(name) {
-		case "fetch":
-			c.Fetch = true
-		case "eval":
-			c.Eval = true
-		case "build":
-			c.Build = true
-		case "federate":
-			c.Federate = true
-		case "":
-		default:
-			return c, fmt.Errorf("unknown capability %q: want fetch, eval, build or federate", strings.TrimSpace(name))
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
 		}
+		one, ok := wire.CapabilityNamed(name)
+		if !ok || one.Core || one.Cache {
+			return c, fmt.Errorf("unknown capability %q: want fetch, eval, build or federate", name)
+		}
+		c = c.Or(one)
 	}
 	if !c.Fetch && !c.Eval && !c.Build {
 		return c, errors.New("want at least one of fetch, eval and build")

@@ -14,6 +14,7 @@ import (
 
 	"gradient.dev/gradient/internal/authgate"
 	"gradient.dev/gradient/internal/dialguard"
+	"gradient.dev/gradient/internal/healthz"
 	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/metrics"
 	"gradient.dev/gradient/proxy/admin"
@@ -26,7 +27,6 @@ import (
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/session/limit"
-	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/workersession"
 )
 
@@ -122,14 +122,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := store.Ping(r.Context()); err != nil {
-			http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
-	})
+	mux.HandleFunc("GET /healthz", healthz.Handler(store.Ping))
 	mux.Handle("GET /proto", leg.Authority().ProtoHandler())
 	var gate *authgate.Gate // nil: --auth-failures-per-minute 0
 	if opts.AuthFailures > 0 {
@@ -172,7 +165,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	// the database location redacted).
 	log.Info("gradient-proxy listening", "address", ln.Addr().String(), "database_engine", store.Engine(),
 		"encryption_key_file", opts.EncryptionKeyFile, "admin_token", adminHash != "",
-		"upstream_capabilities", capabilityList(opts.UpstreamCapabilities),
+		"upstream_capabilities", opts.UpstreamCapabilities.Names(),
 		"hetzner", reconciler != nil, "hetzner_endpoint", opts.Hetzner.Endpoint,
 		"http_header_timeout", opts.HTTP.Header.String(), "http_body_timeout", opts.HTTP.Body.String(), "http_idle_timeout", opts.HTTP.Idle.String(),
 		"serves", "/proto /api/v1 /healthz /metrics, the dashboard at /", "forwards", "jobs and cache traffic per tenant")
@@ -203,20 +196,6 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	}
 	log.Info("stopped")
 	return nil
-}
-
-// capabilityList names the capabilities that are on, for the start line.
-func capabilityList(c wire.GradientCapabilities) []string {
-	var out []string
-	for _, f := range []struct {
-		on   bool
-		name string
-	}{{c.Fetch, "fetch"}, {c.Eval, "eval"}, {c.Build, "build"}, {c.Federate, "federate"}} {
-		if f.on {
-			out = append(out, f.name)
-		}
-	}
-	return out
 }
 
 // upstreamSession is the template of every upstream session's shell:

@@ -172,7 +172,6 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 	}
 }
 
-// childServer is a gradient-server process.
 // unnamedFiles are the /proc paths of pid's descriptors of unnamed files
 // (O_TMPFILE) in dir: their link reads "<dir>/#<inode> (deleted)".
 func unnamedFiles(pid int, dir string) []string {
@@ -188,6 +187,7 @@ func unnamedFiles(pid int, dir string) []string {
 	return out
 }
 
+// childServer is a gradient-server process.
 type childServer struct {
 	t      *testing.T
 	cmd    *exec.Cmd

@@ -81,8 +81,9 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		registry.MustRegister(s3nars.Collectors()...)
 	}
 	schedCfg := jobLoopConfig(opts, log, registry)
+	keys := deploykeys.New(db, dialKey) // the scheduler's and the server's
 	if dialKey != nil {
-		schedCfg.DeployKeys = deploykeys.New(db, dialKey)
+		schedCfg.DeployKeys = keys
 	}
 	sched := scheduler.New(db, schedCfg)
 	if err := sched.Start(ctx); err != nil {
@@ -105,6 +106,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		DisableDialing:              !opts.Discoverable,
 		AdminTokenHash:              adminHash,
 		DialKey:                     dialKey,
+		DeployKeys:                  keys,
 		Logger:                      log,
 		PollInterval:                opts.PollInterval,
 		GCInterval:                  opts.GCInterval,

@@ -28,7 +28,8 @@ func fields(w io.Writer, pairs ...string) {
 	tw.Flush()
 }
 
-func (k jobKinds) String() string {
+// jobNames are the job kinds that are on, "none" when none is.
+func jobNames(k jobKinds) string {
 	var on []string
 	for _, f := range []struct {
 		on   bool

@@ -30,8 +30,8 @@ func projectCreate(c *adminCmd) int {
 	if c.json {
 		return c.printJSON(raw)
 	}
-	fmt.Fprintf(c.stdout, "Created project %s (%s), building %s\n", p.fullName(), p.ID, p.wildcards())
-	fmt.Fprintf(c.stdout, "Next: subscribe it to a cache (gradient project subscribe %s CACHE); workers refuse projects without one.\n", p.fullName())
+	fmt.Fprintf(c.stdout, "Created project %s (%s), building %s\n", p.FullName(), p.ID, projectWildcards(p))
+	fmt.Fprintf(c.stdout, "Next: subscribe it to a cache (gradient project subscribe %s CACHE); workers refuse projects without one.\n", p.FullName())
 	return exitOK
 }
 
@@ -51,7 +51,7 @@ func projectList(c *adminCmd) int {
 	}
 	rows := make([][]string, 0, len(projects))
 	for _, p := range projects {
-		rows = append(rows, []string{p.fullName(), p.Repository, p.Branch, p.wildcards(), p.ID})
+		rows = append(rows, []string{p.FullName(), p.Repository, p.Branch, projectWildcards(p), p.ID})
 	}
 	table(c.stdout, []string{"PROJECT", "REPOSITORY", "BRANCH", "WILDCARDS", "ID"}, rows)
 	return exitOK
@@ -68,11 +68,11 @@ func projectShow(c *adminCmd) int {
 		return c.printJSON(raw)
 	}
 	fields(c.stdout,
-		"project", p.fullName(),
+		"project", p.FullName(),
 		"id", p.ID,
 		"repository", p.Repository,
 		"branch", p.Branch,
-		"wildcards", p.wildcards(),
+		"wildcards", projectWildcards(p),
 		"caches", listOrDash(p.Caches),
 		"granted teams", listOrDash(p.GrantedTeams),
 		"deploy key", orDash(p.DeployKey),
@@ -96,7 +96,7 @@ func projectUpdate(c *adminCmd) int {
 	if c.json {
 		return c.printJSON(raw)
 	}
-	fmt.Fprintf(c.stdout, "Project %s builds %s from its next evaluation on\n", p.fullName(), p.wildcards())
+	fmt.Fprintf(c.stdout, "Project %s builds %s from its next evaluation on\n", p.FullName(), projectWildcards(p))
 	return exitOK
 }
 

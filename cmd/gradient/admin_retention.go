@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"gradient.dev/gradient/server/adminapi"
 	"strconv"
 
 	"github.com/urfave/cli/v3"
@@ -36,25 +37,10 @@ func (a *app) projectRetentionCommand() *cli.Command {
 	}, projectRetention)
 }
 
-type gcPath struct {
-	CacheID   string `json:"cache_id"`
-	StorePath string `json:"store_path"`
-	FileSize  int64  `json:"file_size"`
-	Reason    string `json:"reason"`
-}
-
-type gcReport struct {
-	DryRun       bool             `json:"dry_run"`
-	Paths        []gcPath         `json:"paths"`
-	PathsFreed   int64            `json:"paths_freed"`
-	Objects      []string         `json:"objects"`
-	ObjectsFreed int64            `json:"objects_freed"`
-	BytesFreed   int64            `json:"bytes_freed"`
-	Truncated    bool             `json:"truncated"`
-	LogsPruned   int64            `json:"evaluations_logs_pruned"`
-	LogBytes     int64            `json:"log_bytes_freed"`
-	Protected    map[string]int64 `json:"protected"`
-}
+type (
+	gcPath   = adminapi.GCPath
+	gcReport = adminapi.GCReport
+)
 
 func cacheGC(c *adminCmd) int {
 	dry := c.cmd.Bool("dry-run")

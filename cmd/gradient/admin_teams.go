@@ -83,7 +83,7 @@ func teamWorkerList(c *adminCmd) int {
 	}
 	rows := make([][]string, 0, len(workers))
 	for _, w := range workers {
-		rows = append(rows, []string{w.WorkerID, w.jobKinds.String(), orDash(w.URL), when(w.CreatedAt)})
+		rows = append(rows, []string{w.WorkerID, jobNames(w.WorkerSettings), orDash(w.URL), when(w.CreatedAt)})
 	}
 	table(c.stdout, []string{"WORKER", "JOBS", "URL", "CREATED"}, rows)
 	return exitOK

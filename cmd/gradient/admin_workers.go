@@ -82,7 +82,7 @@ func printCredential(c *adminCmd, cred credentialInfo, peer string) {
 	fields(w,
 		"  worker id", cred.WorkerID,
 		"  peer id", cred.PeerID,
-		"  jobs", cred.jobKinds.String(),
+		"  jobs", jobNames(cred.WorkerSettings),
 		"  token", cred.Token)
 	fmt.Fprintf(w, "\nAdd this line to the worker's peers file (services.gradient.worker.peersFile):\n\n  %s\n\n", cred.PeersLine)
 	if cred.AcceptedServerTokenLine != "" {
@@ -112,7 +112,7 @@ func workerRegistrations(c *adminCmd) int {
 	}
 	rows := make([][]string, 0, len(regs))
 	for _, r := range regs {
-		rows = append(rows, []string{r.WorkerID, r.jobKinds.String(), orDash(r.URL), when(r.CreatedAt)})
+		rows = append(rows, []string{r.WorkerID, jobNames(r.WorkerSettings), orDash(r.URL), when(r.CreatedAt)})
 	}
 	table(c.stdout, []string{"WORKER", "JOBS", "URL", "REGISTERED"}, rows)
 	return exitOK
@@ -156,7 +156,7 @@ func workerList(c *adminCmd) int {
 			projects = append(projects, nameOr(names, id))
 		}
 		rows = append(rows, []string{w.WorkerID, live, listOrDash(projects), listOrDash(w.Capabilities),
-			w.Host.architectures(), w.Host.slots(), orDash(w.OfflineReason)})
+			hostArchitectures(w.Host), hostSlots(w.Host), orDash(w.OfflineReason)})
 	}
 	table(c.stdout, []string{"WORKER", "LIVE", "PROJECTS", "CAPABILITIES", "ARCHITECTURES", "SLOTS", "OFFLINE REASON"}, rows)
 	return exitOK
@@ -171,7 +171,7 @@ func (c *adminCmd) projectNames() map[string]string {
 	}
 	names := make(map[string]string, len(projects))
 	for _, p := range projects {
-		names[p.ID] = p.fullName()
+		names[p.ID] = p.FullName()
 	}
 	return names
 }
@@ -206,13 +206,13 @@ func workerShow(c *adminCmd) int {
 	if w.Live {
 		pairs = append(pairs, "connected", when(w.ConnectedAt), "projects", listOrDash(projects),
 			"capabilities", listOrDash(w.Capabilities), "draining", yesNo(w.Draining))
-		pairs = append(pairs, w.Host.pairs()...)
+		pairs = append(pairs, hostPairs(w.Host)...)
 	}
 	if w.OfflineReason != "" {
 		pairs = append(pairs, "offline reason", w.OfflineReason, "offline since", when(w.OfflineSince))
 	}
 	if w.TeamWorker != nil {
-		pairs = append(pairs, "team worker of", w.TeamWorker.TeamID, "jobs", w.TeamWorker.jobKinds.String())
+		pairs = append(pairs, "team worker of", w.TeamWorker.TeamID, "jobs", jobNames(w.TeamWorker.WorkerSettings))
 	}
 	fields(c.stdout, pairs...)
 	if len(w.Registrations) > 0 {
@@ -223,7 +223,7 @@ func workerShow(c *adminCmd) int {
 			if r.PeerKind == "project" {
 				peer = nameOr(names, r.PeerID)
 			}
-			rows = append(rows, []string{r.PeerKind, peer, r.jobKinds.String(), orDash(r.URL)})
+			rows = append(rows, []string{r.PeerKind, peer, jobNames(r.WorkerSettings), orDash(r.URL)})
 		}
 		table(c.stdout, []string{"REGISTERED BY", "PEER", "JOBS", "URL"}, rows)
 	}

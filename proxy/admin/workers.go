@@ -52,8 +52,8 @@ type downstreamSession struct {
 }
 
 func capabilityNames(c proxystore.Capabilities) []string {
-	if s := c.String(); s != "" {
-		return strings.Split(s, ",")
+	if names := c.Wire().Names(); names != nil {
+		return names
 	}
 	return []string{}
 }

@@ -9,6 +9,7 @@ import (
 
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/storage/sqldb"
+	"gradient.dev/gradient/wire"
 )
 
 // Capabilities is what a proxy worker may be asked to do. Federate is
@@ -19,24 +20,28 @@ type Capabilities struct {
 	Build bool `json:"build"`
 }
 
+// Wire is the same set as the protocol's capability flags.
+func (c Capabilities) Wire() wire.GradientCapabilities {
+	return wire.GradientCapabilities{Fetch: c.Fetch, Eval: c.Eval, Build: c.Build}
+}
+
 // ParseCapabilities reads a comma-separated list of fetch, eval and build
 // (GRADIENT_PROXY_UPSTREAM_CAPABILITIES, a worker's allowed set).
 func ParseCapabilities(list string) (Capabilities, error) {
 	var c Capabilities
 	for _, name := range strings.Split(list, ",") {
-		switch strings.ToLower(strings.TrimSpace(name)) {
-		case "fetch":
-			c.Fetch = true
-		case "eval":
-			c.Eval = true
-		case "build":
-			c.Build = true
-		case "federate":
-			return Capabilities{}, sqldb.Invalid("capability federate is never granted through the proxy")
-		case "":
-		default:
-			return Capabilities{}, sqldb.Invalid("unknown capability %q (want fetch, eval, build)", strings.TrimSpace(name))
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
 		}
+		one, ok := wire.CapabilityNamed(strings.ToLower(name))
+		switch {
+		case one.Federate:
+			return Capabilities{}, sqldb.Invalid("capability federate is never granted through the proxy")
+		case !ok || one.Core || one.Cache:
+			return Capabilities{}, sqldb.Invalid("unknown capability %q (want fetch, eval, build)", name)
+		}
+		c.Fetch, c.Eval, c.Build = c.Fetch || one.Fetch, c.Eval || one.Eval, c.Build || one.Build
 	}
 	if c == (Capabilities{}) {
 		return Capabilities{}, sqldb.Invalid("no capability named (want some of fetch, eval, build)")
@@ -46,16 +51,7 @@ func ParseCapabilities(list string) (Capabilities, error) {
 
 // String is the list ParseCapabilities reads.
 func (c Capabilities) String() string {
-	var names []string
-	for _, n := range []struct {
-		on   bool
-		name string
-	}{{c.Fetch, "fetch"}, {c.Eval, "eval"}, {c.Build, "build"}} {
-		if n.on {
-			names = append(names, n.name)
-		}
-	}
-	return strings.Join(names, ",")
+	return strings.Join(c.Wire().Names(), ",")
 }
 
 // Worker is one of the proxy's own workers: it authenticates with its ID

@@ -26,12 +26,12 @@ import (
 // for GET only (403 otherwise).
 
 func (a *API) accessRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /api/v1/tokens", a.createToken)
-	mux.HandleFunc("GET /api/v1/tokens", a.listTokens)
-	mux.HandleFunc("DELETE /api/v1/tokens/{id}", a.deleteToken)
+	mux.HandleFunc("POST /api/v1/tokens", a.handle(a.createToken))
+	mux.HandleFunc("GET /api/v1/tokens", a.handle(a.listTokens))
+	mux.HandleFunc("DELETE /api/v1/tokens/{id}", a.handle(a.deleteToken))
 	mux.HandleFunc("PUT /api/v1/projects/{project}/public", a.setPublic(true))
 	mux.HandleFunc("DELETE /api/v1/projects/{project}/public", a.setPublic(false))
-	mux.HandleFunc("POST /api/v1/evaluations/{id}/restart-failed", a.restartFailed)
+	mux.HandleFunc("POST /api/v1/evaluations/{id}/restart-failed", a.handle(a.restartFailed))
 }
 
 // TokenView is a scoped API token; Token is set once, when created.
@@ -47,46 +47,45 @@ func viewToken(t storage.APIToken) TokenView {
 	return TokenView{ID: t.ID, Name: t.Name, Scope: string(t.Scope), CreatedAt: t.CreatedAt}
 }
 
-func (a *API) createToken(w http.ResponseWriter, r *http.Request) {
+func (a *API) createToken(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
 		Name  string `json:"name"`
 		Scope string `json:"scope"`
 	}
 	if err := decodeBody(w, r, &in); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	t, text, err := a.db.CreateAPIToken(r.Context(), in.Name, storage.TokenScope(in.Scope))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: API token created", "token_id", t.ID, "name", t.Name, "scope", t.Scope)
 	v := viewToken(t)
 	v.Token = text
 	writeJSON(w, http.StatusCreated, v)
+	return nil
 }
 
-func (a *API) listTokens(w http.ResponseWriter, r *http.Request) {
+func (a *API) listTokens(w http.ResponseWriter, r *http.Request) error {
 	tokens, err := a.db.APITokens(r.Context())
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	views := make([]TokenView, 0, len(tokens))
 	for _, t := range tokens {
 		views = append(views, viewToken(t))
 	}
 	writeJSON(w, http.StatusOK, views)
+	return nil
 }
 
-func (a *API) deleteToken(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteToken(w http.ResponseWriter, r *http.Request) error {
 	if err := a.db.DeleteAPIToken(r.Context(), r.PathValue("id")); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: API token revoked", "token_id", r.PathValue("id"))
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // PublicView is a project's public flag.
@@ -122,28 +121,27 @@ type RestartView struct {
 	Restarted  int            `json:"restarted"`
 }
 
-func (a *API) restartFailed(w http.ResponseWriter, r *http.Request) {
+func (a *API) restartFailed(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	e, err := a.db.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	ctl, ok := a.cfg.Evaluations.(FailedBuildRestarter)
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, "no job loop: this server cannot restart builds")
-		return
+		return nil
 	}
 	n, err := ctl.RestartFailedBuilds(ctx, e.ID)
 	if err == nil {
 		e, err = a.db.Evaluation(ctx, e.ID)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: failed builds restarted", "evaluation", e.ID, "builds", n)
 	writeJSON(w, http.StatusOK, RestartView{Evaluation: viewEvaluation(e, a.projectNameByID(ctx, e.ProjectID)), Restarted: n})
+	return nil
 }
 
 // Access is what a presented token may do.

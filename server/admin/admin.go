@@ -223,48 +223,48 @@ func (a *API) Mount(mux *http.ServeMux) {
 }
 
 func (a *API) routes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /api/v1/teams", a.createTeam)
-	mux.HandleFunc("GET /api/v1/teams", a.listTeams)
-	mux.HandleFunc("GET /api/v1/teams/{team}", a.showTeam)
-	mux.HandleFunc("DELETE /api/v1/teams/{team}", a.deleteTeam)
-	mux.HandleFunc("POST /api/v1/teams/{team}/workers", a.createTeamWorker)
-	mux.HandleFunc("GET /api/v1/teams/{team}/workers", a.listTeamWorkers)
-	mux.HandleFunc("DELETE /api/v1/teams/{team}/workers/{worker}", a.deleteTeamWorker)
+	mux.HandleFunc("POST /api/v1/teams", a.handle(a.createTeam))
+	mux.HandleFunc("GET /api/v1/teams", a.handle(a.listTeams))
+	mux.HandleFunc("GET /api/v1/teams/{team}", a.handle(a.showTeam))
+	mux.HandleFunc("DELETE /api/v1/teams/{team}", a.handle(a.deleteTeam))
+	mux.HandleFunc("POST /api/v1/teams/{team}/workers", a.handle(a.createTeamWorker))
+	mux.HandleFunc("GET /api/v1/teams/{team}/workers", a.handle(a.listTeamWorkers))
+	mux.HandleFunc("DELETE /api/v1/teams/{team}/workers/{worker}", a.handle(a.deleteTeamWorker))
 
-	mux.HandleFunc("POST /api/v1/projects", a.createProject)
-	mux.HandleFunc("GET /api/v1/projects", a.listProjects)
-	mux.HandleFunc("GET /api/v1/projects/{project}", a.showProject)
-	mux.HandleFunc("PATCH /api/v1/projects/{project}", a.updateProject)
-	mux.HandleFunc("DELETE /api/v1/projects/{project}", a.deleteProject)
-	mux.HandleFunc("PUT /api/v1/projects/{project}/caches/{cache}", a.subscribe)
-	mux.HandleFunc("DELETE /api/v1/projects/{project}/caches/{cache}", a.unsubscribe)
-	mux.HandleFunc("PUT /api/v1/projects/{project}/teams/{team}", a.grant)
-	mux.HandleFunc("DELETE /api/v1/projects/{project}/teams/{team}", a.revoke)
-	mux.HandleFunc("GET /api/v1/projects/{project}/workers", a.projectWorkers)
-	mux.HandleFunc("POST /api/v1/projects/{project}/deploy-key", a.generateDeployKey)
-	mux.HandleFunc("DELETE /api/v1/projects/{project}/deploy-key", a.deleteDeployKey)
+	mux.HandleFunc("POST /api/v1/projects", a.handle(a.createProject))
+	mux.HandleFunc("GET /api/v1/projects", a.handle(a.listProjects))
+	mux.HandleFunc("GET /api/v1/projects/{project}", a.handle(a.showProject))
+	mux.HandleFunc("PATCH /api/v1/projects/{project}", a.handle(a.updateProject))
+	mux.HandleFunc("DELETE /api/v1/projects/{project}", a.handle(a.deleteProject))
+	mux.HandleFunc("PUT /api/v1/projects/{project}/caches/{cache}", a.handle(a.subscribe))
+	mux.HandleFunc("DELETE /api/v1/projects/{project}/caches/{cache}", a.handle(a.unsubscribe))
+	mux.HandleFunc("PUT /api/v1/projects/{project}/teams/{team}", a.handle(a.grant))
+	mux.HandleFunc("DELETE /api/v1/projects/{project}/teams/{team}", a.handle(a.revoke))
+	mux.HandleFunc("GET /api/v1/projects/{project}/workers", a.handle(a.projectWorkers))
+	mux.HandleFunc("POST /api/v1/projects/{project}/deploy-key", a.handle(a.generateDeployKey))
+	mux.HandleFunc("DELETE /api/v1/projects/{project}/deploy-key", a.handle(a.deleteDeployKey))
 	a.evaluationRoutes(mux) // evaluations and builds: evaluations.go
 	a.forgeRoutes(mux)      // forge links and approvals: forges.go
 	a.accessRoutes(mux)     // API tokens, public projects, restart-failed: access.go
 	a.retentionRoutes(mux)  // garbage collection, pins, keep and caps: retention.go
 
-	mux.HandleFunc("POST /api/v1/caches", a.createCache)
-	mux.HandleFunc("GET /api/v1/caches", a.listCaches)
-	mux.HandleFunc("GET /api/v1/caches/{cache}", a.showCache)
-	mux.HandleFunc("DELETE /api/v1/caches/{cache}", a.deleteCache)
+	mux.HandleFunc("POST /api/v1/caches", a.handle(a.createCache))
+	mux.HandleFunc("GET /api/v1/caches", a.handle(a.listCaches))
+	mux.HandleFunc("GET /api/v1/caches/{cache}", a.handle(a.showCache))
+	mux.HandleFunc("DELETE /api/v1/caches/{cache}", a.handle(a.deleteCache))
 	a.cacheContentRoutes(mux) // paths and keys: cachepaths.go
 
-	mux.HandleFunc("POST /api/v1/registrations", a.createRegistration)
-	mux.HandleFunc("GET /api/v1/registrations", a.listRegistrations)
-	mux.HandleFunc("DELETE /api/v1/registrations/{kind}/{peer}/{worker}", a.deleteRegistration)
+	mux.HandleFunc("POST /api/v1/registrations", a.handle(a.createRegistration))
+	mux.HandleFunc("GET /api/v1/registrations", a.handle(a.listRegistrations))
+	mux.HandleFunc("DELETE /api/v1/registrations/{kind}/{peer}/{worker}", a.handle(a.deleteRegistration))
 
-	mux.HandleFunc("GET /api/v1/workers/{worker}", a.showWorker)
-	mux.HandleFunc("POST /api/v1/workers/{worker}/deactivate", a.deactivateWorker)
-	mux.HandleFunc("POST /api/v1/workers/{worker}/activate", a.activateWorker)
+	mux.HandleFunc("GET /api/v1/workers/{worker}", a.handle(a.showWorker))
+	mux.HandleFunc("POST /api/v1/workers/{worker}/deactivate", a.handle(a.deactivateWorker))
+	mux.HandleFunc("POST /api/v1/workers/{worker}/activate", a.handle(a.activateWorker))
 
-	mux.HandleFunc("GET /api/v1/server", a.serverState)
-	mux.HandleFunc("POST /api/v1/server/stop-accepting", a.stopAccepting)
-	mux.HandleFunc("POST /api/v1/server/resume-accepting", a.resumeAccepting)
+	mux.HandleFunc("GET /api/v1/server", a.handle(a.serverState))
+	mux.HandleFunc("POST /api/v1/server/stop-accepting", a.handle(a.stopAccepting))
+	mux.HandleFunc("POST /api/v1/server/resume-accepting", a.handle(a.resumeAccepting))
 }
 
 // requireAdmin lets a request through only with the admin bearer token.

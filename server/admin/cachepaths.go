@@ -37,11 +37,11 @@ const (
 )
 
 func (a *API) cacheContentRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("PUT /api/v1/caches/{cache}/paths", a.putCachePath)
-	mux.HandleFunc("GET /api/v1/caches/{cache}/paths", a.listCachePaths)
-	mux.HandleFunc("GET /api/v1/caches/{cache}/paths/{path}", a.showCachePath)
-	mux.HandleFunc("DELETE /api/v1/caches/{cache}/paths/{path}", a.deleteCachePath)
-	mux.HandleFunc("POST /api/v1/caches/{cache}/keys", a.createCacheKey)
+	mux.HandleFunc("PUT /api/v1/caches/{cache}/paths", a.handle(a.putCachePath))
+	mux.HandleFunc("GET /api/v1/caches/{cache}/paths", a.handle(a.listCachePaths))
+	mux.HandleFunc("GET /api/v1/caches/{cache}/paths/{path}", a.handle(a.showCachePath))
+	mux.HandleFunc("DELETE /api/v1/caches/{cache}/paths/{path}", a.handle(a.deleteCachePath))
+	mux.HandleFunc("POST /api/v1/caches/{cache}/keys", a.handle(a.createCacheKey))
 }
 
 // cachePathView is a cache path in admin answers.
@@ -72,32 +72,29 @@ func viewCachePath(p storage.CachePath) cachePathView {
 	}
 }
 
-func (a *API) putCachePath(w http.ResponseWriter, r *http.Request) {
+func (a *API) putCachePath(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	c, err := a.cache(ctx, r.PathValue("cache"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if !a.cfg.Cache.HasNarStore() {
 		writeError(w, http.StatusServiceUnavailable, "this server has no NAR store")
-		return
+		return nil
 	}
 	in, narHash, err := uploadMetadata(r)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if in.ExpiresAt, err = pushTTL(r); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	p, created, err := a.cfg.Cache.PushPath(ctx, c, in, narHash, r.Body)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.answerUpload(w, p, created)
+	return nil
 }
 
 func (a *API) answerUpload(w http.ResponseWriter, p storage.CachePath, created bool) {
@@ -142,88 +139,81 @@ func cachePathHash(ref string) (string, error) {
 	return storage.StorePathHash(ref)
 }
 
-func (a *API) listCachePaths(w http.ResponseWriter, r *http.Request) {
+func (a *API) listCachePaths(w http.ResponseWriter, r *http.Request) error {
 	c, err := a.cache(r.Context(), r.PathValue("cache"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	paths, err := a.db.ListCachePaths(r.Context(), c.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	views := make([]cachePathView, 0, len(paths))
 	for _, p := range paths {
 		views = append(views, viewCachePath(p))
 	}
 	writeJSON(w, http.StatusOK, views)
+	return nil
 }
 
-func (a *API) showCachePath(w http.ResponseWriter, r *http.Request) {
+func (a *API) showCachePath(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	c, err := a.cache(ctx, r.PathValue("cache"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	hash, err := cachePathHash(r.PathValue("path"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	p, err := a.db.CachePath(ctx, c.ID, hash)
 	if errors.Is(err, storage.ErrNotFound) {
 		err = notFoundf("cache %q has no path %s", c.Name, hash)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	narinfo, err := a.cfg.Cache.SignedNarinfo(ctx, p)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	v := viewCachePath(p)
 	v.Narinfo = string(narinfo)
 	writeJSON(w, http.StatusOK, v)
+	return nil
 }
 
-func (a *API) deleteCachePath(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteCachePath(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	c, err := a.cache(ctx, r.PathValue("cache"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	hash, err := cachePathHash(r.PathValue("path"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	err = a.cfg.Cache.DeletePath(ctx, c, hash)
 	if errors.Is(err, storage.ErrNotFound) {
 		err = notFoundf("cache %q has no path %s", c.Name, hash)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) createCacheKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) createCacheKey(w http.ResponseWriter, r *http.Request) error {
 	c, err := a.cache(r.Context(), r.PathValue("cache"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	k, text, err := a.db.CreateCacheKey(r.Context(), c.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: cache key created", "cache", c.Name, "key_id", k.ID)
 	writeJSON(w, http.StatusCreated, map[string]string{"id": k.ID, "cache": c.Name, "key": text})
+	return nil
 }

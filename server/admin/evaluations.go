@@ -36,13 +36,13 @@ const (
 
 // evaluationRoutes mounts the evaluation and build endpoints.
 func (a *API) evaluationRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /api/v1/projects/{project}/evaluations", a.startEvaluation)
-	mux.HandleFunc("GET /api/v1/projects/{project}/evaluations", a.listEvaluations)
-	mux.HandleFunc("GET /api/v1/evaluations/{id}", a.showEvaluation)
-	mux.HandleFunc("GET /api/v1/evaluations/{id}/log", a.evaluationLog)
-	mux.HandleFunc("POST /api/v1/evaluations/{id}/cancel", a.cancelEvaluation)
-	mux.HandleFunc("GET /api/v1/builds/{id}", a.showBuild)
-	mux.HandleFunc("GET /api/v1/builds/{id}/log", a.buildLog)
+	mux.HandleFunc("POST /api/v1/projects/{project}/evaluations", a.handle(a.startEvaluation))
+	mux.HandleFunc("GET /api/v1/projects/{project}/evaluations", a.handle(a.listEvaluations))
+	mux.HandleFunc("GET /api/v1/evaluations/{id}", a.handle(a.showEvaluation))
+	mux.HandleFunc("GET /api/v1/evaluations/{id}/log", a.handle(a.evaluationLog))
+	mux.HandleFunc("POST /api/v1/evaluations/{id}/cancel", a.handle(a.cancelEvaluation))
+	mux.HandleFunc("GET /api/v1/builds/{id}", a.handle(a.showBuild))
+	mux.HandleFunc("GET /api/v1/builds/{id}/log", a.handle(a.buildLog))
 }
 
 // EvaluationView is an evaluation; Builds are filled by show only.
@@ -182,7 +182,7 @@ func (a *API) control(w http.ResponseWriter) (Evaluations, bool) {
 	return ctl, ok
 }
 
-func (a *API) startEvaluation(w http.ResponseWriter, r *http.Request) {
+func (a *API) startEvaluation(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var in struct {
 		Commit string `json:"commit"`
@@ -192,30 +192,26 @@ func (a *API) startEvaluation(w http.ResponseWriter, r *http.Request) {
 	if _, err := body.Peek(1); err == nil {
 		r.Body = readCloser{body, r.Body}
 		if err := decodeBody(w, r, &in); err != nil {
-			a.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	ctl, ok := a.control(w)
 	if !ok {
-		return
+		return nil
 	}
 	// A project stored before the API checked repositories may name one
 	// git must not be given; its evaluation would reach the workers.
 	if err := gitsource.ValidateRepositoryURL(p.Repository, a.cfg.AllowLocalRepositories); err != nil {
-		a.fail(w, r, invalidf("the project's repository cannot be evaluated: %v", err))
-		return
+		return invalidf("the project's repository cannot be evaluated: %v", err)
 	}
 	commit := strings.TrimSpace(in.Commit)
 	if commit != "" {
 		if gitsource.ValidateCommit(commit) != nil {
-			a.fail(w, r, invalidf("commit %q: give the full 40-character (or 64 for SHA-256) hex hash", commit))
-			return
+			return invalidf("commit %q: give the full 40-character (or 64 for SHA-256) hex hash", commit)
 		}
 		commit = strings.ToLower(commit)
 	} else {
@@ -229,17 +225,17 @@ func (a *API) startEvaluation(w http.ResponseWriter, r *http.Request) {
 			a.log.Warn("admin: cannot resolve the branch head", "project_id", p.ID, "branch", p.Branch, "error", err)
 			writeError(w, status, "cannot resolve the head of branch "+strconv.Quote(p.Branch)+
 				" (give a commit instead): "+err.Error())
-			return
+			return nil
 		}
 	}
 	ev, err := ctl.StartEvaluation(ctx, p.EvaluationAt(commit))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	name := a.projectName(ctx, p)
 	a.log.Info("admin: evaluation started", "project", name, "commit", commit, "evaluation", ev.ID)
 	writeJSON(w, http.StatusCreated, viewEvaluation(ev, name))
+	return nil
 }
 
 // readCloser reads through a peeked buffer and closes the original body.
@@ -248,26 +244,23 @@ type readCloser struct {
 	io.Closer
 }
 
-func (a *API) listEvaluations(w http.ResponseWriter, r *http.Request) {
+func (a *API) listEvaluations(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	limit := defaultEvaluationLimit
 	if s := r.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxEvaluationLimit {
-			a.fail(w, r, invalidf("limit %q: want a number from 1 to %d", s, maxEvaluationLimit))
-			return
+			return invalidf("limit %q: want a number from 1 to %d", s, maxEvaluationLimit)
 		}
 		limit = n
 	}
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	evals, err := a.db.ListEvaluations(ctx, p.ID, limit)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	name := a.projectName(ctx, p)
 	views := make([]EvaluationView, 0, len(evals))
@@ -275,19 +268,18 @@ func (a *API) listEvaluations(w http.ResponseWriter, r *http.Request) {
 		views = append(views, viewEvaluation(e, name))
 	}
 	writeJSON(w, http.StatusOK, views)
+	return nil
 }
 
-func (a *API) showEvaluation(w http.ResponseWriter, r *http.Request) {
+func (a *API) showEvaluation(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	e, err := a.db.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	builds, err := a.db.EvaluationBuilds(ctx, e.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	v := viewEvaluation(e, a.projectNameByID(ctx, e.ProjectID))
 	v.Builds = make([]BuildView, 0, len(builds))
@@ -295,48 +287,49 @@ func (a *API) showEvaluation(w http.ResponseWriter, r *http.Request) {
 		v.Builds = append(v.Builds, a.viewBuildNow(b))
 	}
 	writeJSON(w, http.StatusOK, v)
+	return nil
 }
 
-func (a *API) cancelEvaluation(w http.ResponseWriter, r *http.Request) {
+func (a *API) cancelEvaluation(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	e, err := a.db.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	ctl, ok := a.control(w)
 	if !ok {
-		return
+		return nil
 	}
 	if err := ctl.CancelEvaluation(ctx, e.ID); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if e, err = a.db.Evaluation(ctx, e.ID); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: evaluation cancelled", "evaluation", e.ID, "status", e.Status)
 	writeJSON(w, http.StatusOK, viewEvaluation(e, a.projectNameByID(ctx, e.ProjectID)))
+	return nil
 }
 
-func (a *API) showBuild(w http.ResponseWriter, r *http.Request) {
+func (a *API) showBuild(w http.ResponseWriter, r *http.Request) error {
 	b, err := a.db.Build(r.Context(), r.PathValue("id"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, a.viewBuildNow(b))
+	return nil
 }
 
-func (a *API) buildLog(w http.ResponseWriter, r *http.Request) {
+func (a *API) buildLog(w http.ResponseWriter, r *http.Request) error {
 	log, err := a.db.BuildLog(r.Context(), r.PathValue("id"))
 	a.writeLog(w, r, log, err)
+	return nil
 }
 
-func (a *API) evaluationLog(w http.ResponseWriter, r *http.Request) {
+func (a *API) evaluationLog(w http.ResponseWriter, r *http.Request) error {
 	log, err := a.db.EvaluationLog(r.Context(), r.PathValue("id"))
 	a.writeLog(w, r, log, err)
+	return nil
 }
 
 // writeLog answers a job log as text/plain (errors stay JSON).

@@ -39,12 +39,12 @@ type Approver interface {
 }
 
 func (a *API) forgeRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("PUT /api/v1/projects/{project}/forge", a.setForge)
-	mux.HandleFunc("GET /api/v1/projects/{project}/forge", a.showForge)
-	mux.HandleFunc("POST /api/v1/projects/{project}/forge/test", a.testForge)
-	mux.HandleFunc("DELETE /api/v1/projects/{project}/forge", a.removeForge)
-	mux.HandleFunc("POST /api/v1/projects/{project}/forge/webhook-secret", a.rotateWebhookSecret)
-	mux.HandleFunc("POST /api/v1/evaluations/{id}/approve", a.approveEvaluation)
+	mux.HandleFunc("PUT /api/v1/projects/{project}/forge", a.handle(a.setForge))
+	mux.HandleFunc("GET /api/v1/projects/{project}/forge", a.handle(a.showForge))
+	mux.HandleFunc("POST /api/v1/projects/{project}/forge/test", a.handle(a.testForge))
+	mux.HandleFunc("DELETE /api/v1/projects/{project}/forge", a.handle(a.removeForge))
+	mux.HandleFunc("POST /api/v1/projects/{project}/forge/webhook-secret", a.handle(a.rotateWebhookSecret))
+	mux.HandleFunc("POST /api/v1/evaluations/{id}/approve", a.handle(a.approveEvaluation))
 }
 
 // ForgeRequest sets a project's forge link: a token, or a GitHub App's ID
@@ -115,26 +115,23 @@ func (a *API) viewForge(ctx context.Context, p storage.Project, l storage.ForgeL
 	return v
 }
 
-func (a *API) setForge(w http.ResponseWriter, r *http.Request) {
+func (a *API) setForge(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	forges, ok := a.forges(w)
 	if !ok {
-		return
+		return nil
 	}
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	var req ForgeRequest
 	if err := decodeBody(w, r, &req); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	kind, err := forge.ParseKind(req.Kind)
 	if err != nil {
-		a.fail(w, r, invalidf("%v", err))
-		return
+		return invalidf("%v", err)
 	}
 	link := forge.Link{Kind: kind, APIURL: req.APIURL, Repository: req.Repository, Token: req.Token}
 	if link.APIURL == "" {
@@ -145,132 +142,124 @@ func (a *API) setForge(w http.ResponseWriter, r *http.Request) {
 	}
 	trust := storage.ForgeTrust(req.Trust)
 	if trust != "" && !trust.Valid() {
-		a.fail(w, r, invalidf("trust %q: approve, all or none", req.Trust))
-		return
+		return invalidf("trust %q: approve, all or none", req.Trust)
 	}
 	if err := forges.Set(ctx, p, forgelink.Settings{Link: link, Trust: trust, PerBuildStatuses: req.PerBuildStatuses}); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	l, err := a.db.ForgeLink(ctx, p.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	v := a.viewForge(ctx, p, l)
 	a.log.Info("admin: forge link set", "project", v.Project, "kind", v.Kind, "repository", v.Repository, "credential", v.Credential)
 	writeJSON(w, http.StatusOK, v)
+	return nil
 }
 
-func (a *API) showForge(w http.ResponseWriter, r *http.Request) {
+func (a *API) showForge(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	l, err := a.db.ForgeLink(ctx, p.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, a.viewForge(ctx, p, l))
+	return nil
 }
 
-func (a *API) testForge(w http.ResponseWriter, r *http.Request) {
+func (a *API) testForge(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	forges, ok := a.forges(w)
 	if !ok {
-		return
+		return nil
 	}
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	client, _, err := forges.Client(ctx, p.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if err := client.Check(ctx); err != nil {
 		writeJSON(w, http.StatusOK, ForgeTestView{Error: err.Error()})
-		return
+		return nil
 	}
 	writeJSON(w, http.StatusOK, ForgeTestView{OK: true})
+	return nil
 }
 
-func (a *API) removeForge(w http.ResponseWriter, r *http.Request) {
+func (a *API) removeForge(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	forges, ok := a.forges(w)
 	if !ok {
-		return
+		return nil
 	}
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err == nil {
 		err = forges.Remove(ctx, p.ID)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: forge link removed", "project_id", p.ID)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request) {
+func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	forges, ok := a.forges(w)
 	if !ok {
-		return
+		return nil
 	}
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	secret, err := forges.RotateWebhookSecret(ctx, p.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	l, err := a.db.ForgeLink(ctx, p.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	name := a.projectName(ctx, p)
 	a.log.Info("admin: webhook secret generated", "project", name)
 	writeJSON(w, http.StatusOK, WebhookSecretView{Project: name, Secret: secret, WebhookURL: a.webhookURL(l.Kind, name)})
+	return nil
 }
 
-func (a *API) approveEvaluation(w http.ResponseWriter, r *http.Request) {
+func (a *API) approveEvaluation(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	e, err := a.db.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	approver, ok := a.cfg.Evaluations.(Approver)
 	if !ok || approver == nil {
 		writeError(w, http.StatusServiceUnavailable, "this server cannot run evaluations")
-		return
+		return nil
 	}
 	if err := approver.ApproveEvaluation(ctx, e.ID); err != nil {
 		if errors.Is(err, storage.ErrConflict) {
 			writeError(w, http.StatusConflict, "evaluation "+e.ID+" is "+string(e.Status)+", not waiting for approval")
-			return
+			return nil
 		}
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if a.cfg.StatusesChanged != nil {
 		a.cfg.StatusesChanged()
 	}
 	if e, err = a.db.Evaluation(ctx, e.ID); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: evaluation approved", "evaluation", e.ID, "pr", e.PRNumber)
 	writeJSON(w, http.StatusOK, viewEvaluation(e, a.projectNameByID(ctx, e.ProjectID)))
+	return nil
 }

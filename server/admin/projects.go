@@ -11,7 +11,7 @@ import (
 	"gradient.dev/gradient/storage"
 )
 
-func (a *API) createProject(w http.ResponseWriter, r *http.Request) {
+func (a *API) createProject(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
 		Team       string `json:"team"`
 		Name       string `json:"name"`
@@ -21,42 +21,37 @@ func (a *API) createProject(w http.ResponseWriter, r *http.Request) {
 		Wildcards []string `json:"wildcards"`
 	}
 	if err := decodeBody(w, r, &in); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	var wildcards []string
 	if in.Wildcards != nil {
 		var err error
 		if wildcards, err = ParseWildcards(in.Wildcards); err != nil {
-			a.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	if in.Team == "" {
-		a.fail(w, r, invalidf("team is empty: name the team that owns the project"))
-		return
+		return invalidf("team is empty: name the team that owns the project")
 	}
 	if in.Branch == "" {
 		in.Branch = "main"
 	}
 	t, err := a.team(r.Context(), in.Team)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if err := a.checkSource(in.Repository, in.Branch); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	p, err := a.db.CreateProject(r.Context(), storage.NewProject{
 		TeamID: t.ID, Name: in.Name, Repository: in.Repository, Branch: in.Branch, Wildcards: wildcards,
 	})
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: project created", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
 	writeJSON(w, http.StatusCreated, viewProject(p, t.Name))
+	return nil
 }
 
 // Bounds on a project's wildcards: a few patterns are the norm, and each
@@ -88,23 +83,20 @@ func ParseWildcards(in []string) ([]string, error) {
 
 // updateProject changes what a project's evaluations build from now on;
 // evaluations already queued keep the wildcards they were queued with.
-func (a *API) updateProject(w http.ResponseWriter, r *http.Request) {
+func (a *API) updateProject(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var in struct {
 		Wildcards []string `json:"wildcards"`
 	}
 	if err := decodeBody(w, r, &in); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if in.Wildcards == nil {
-		a.fail(w, r, invalidf("nothing to update: give wildcards"))
-		return
+		return invalidf("nothing to update: give wildcards")
 	}
 	wildcards, err := ParseWildcards(in.Wildcards)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err == nil {
@@ -118,11 +110,11 @@ func (a *API) updateProject(w http.ResponseWriter, r *http.Request) {
 		t, err = a.db.Team(ctx, p.TeamID)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: project updated", "project", t.Name+"/"+p.Name, "project_id", p.ID, "wildcards", p.Wildcards)
 	writeJSON(w, http.StatusOK, viewProject(p, t.Name))
+	return nil
 }
 
 // checkSource refuses a repository or branch that git must not be given
@@ -139,12 +131,11 @@ func (a *API) checkSource(repository, branch string) error {
 	return nil
 }
 
-func (a *API) listProjects(w http.ResponseWriter, r *http.Request) {
+func (a *API) listProjects(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	names, err := a.teamNames(ctx)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	var projects []storage.Project
 	if ref := r.URL.Query().Get("team"); ref != "" {
@@ -152,45 +143,40 @@ func (a *API) listProjects(w http.ResponseWriter, r *http.Request) {
 		// answer 200 with an empty list.
 		var t storage.Team
 		if t, err = a.team(ctx, ref); err != nil {
-			a.fail(w, r, err)
-			return
+			return err
 		}
 		projects, err = a.db.ListTeamProjects(ctx, t.ID)
 	} else {
 		projects, err = a.db.ListProjects(ctx)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	views := make([]ProjectView, 0, len(projects))
 	for _, p := range projects {
 		views = append(views, viewProject(p, names[p.TeamID]))
 	}
 	writeJSON(w, http.StatusOK, views)
+	return nil
 }
 
-func (a *API) showProject(w http.ResponseWriter, r *http.Request) {
+func (a *API) showProject(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	names, err := a.teamNames(ctx)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	caches, err := a.db.ProjectCaches(ctx, p.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	granted, err := a.db.ProjectGrantedTeams(ctx, p.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	v := viewProject(p, names[p.TeamID])
 	for _, c := range caches {
@@ -203,87 +189,69 @@ func (a *API) showProject(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		v.DeployKey = key.PublicKey
 	case !errors.Is(err, storage.ErrNotFound):
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, v)
+	return nil
 }
 
-// DeployKeyView answers generateDeployKey: the line to add to the
-// repository host as a (read-only) deploy key.
-type DeployKeyView struct {
-	Project   string `json:"project"`
-	PublicKey string `json:"public_key"`
-}
-
-func (a *API) generateDeployKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) generateDeployKey(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	name := a.projectName(ctx, p)
 	public, err := a.cfg.DeployKeys.Generate(ctx, p, "gradient-"+strings.ReplaceAll(name, "/", "-"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: deploy key generated", "project", name, "project_id", p.ID)
 	writeJSON(w, http.StatusOK, DeployKeyView{Project: name, PublicKey: public})
+	return nil
 }
 
-func (a *API) deleteDeployKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteDeployKey(w http.ResponseWriter, r *http.Request) error {
 	p, err := a.project(r.Context(), r.PathValue("project"))
 	if err == nil {
 		err = a.db.DeleteDeployKey(r.Context(), p.ID)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: deploy key deleted", "project_id", p.ID, "name", p.Name)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) deleteProject(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteProject(w http.ResponseWriter, r *http.Request) error {
 	p, err := a.project(r.Context(), r.PathValue("project"))
 	if err == nil {
 		err = a.db.DeleteProject(r.Context(), p.ID)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.cfg.Cache.SubscriptionsChanged(p.ID)
 	a.log.Info("admin: project deleted", "project_id", p.ID, "name", p.Name)
 	a.cfg.Dialer.RefreshDials() // its registrations went with it
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-// LinkResult answers subscribe and grant: whether the link is new, and
-// how many live sessions were challenged again because of it.
-type LinkResult struct {
-	Added                bool `json:"added"`
-	ReauthorizedSessions int  `json:"reauthorized_sessions"`
-}
-
-func (a *API) subscribe(w http.ResponseWriter, r *http.Request) {
+func (a *API) subscribe(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	c, err := a.cache(ctx, r.PathValue("cache"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	added, err := a.db.SubscribeProject(ctx, p.ID, c.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	res := LinkResult{Added: added}
 	if added {
@@ -294,44 +262,41 @@ func (a *API) subscribe(w http.ResponseWriter, r *http.Request) {
 		res.ReauthorizedSessions = a.reauth(ctx, "project", p.ID, a.cfg.Workers.ReauthProject)
 	}
 	writeJSON(w, linkStatus(added), res)
+	return nil
 }
 
-func (a *API) unsubscribe(w http.ResponseWriter, r *http.Request) {
+func (a *API) unsubscribe(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	c, err := a.cache(ctx, r.PathValue("cache"))
 	if err == nil {
 		err = a.db.UnsubscribeProject(ctx, p.ID, c.ID)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.cfg.Cache.SubscriptionsChanged(p.ID)
 	a.log.Info("admin: project unsubscribed", "project_id", p.ID, "cache", c.Name)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) grant(w http.ResponseWriter, r *http.Request) {
+func (a *API) grant(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	t, err := a.team(ctx, r.PathValue("team"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	added, err := a.db.GrantTeam(ctx, p.ID, t.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	res := LinkResult{Added: added}
 	if added {
@@ -340,39 +305,38 @@ func (a *API) grant(w http.ResponseWriter, r *http.Request) {
 		res.ReauthorizedSessions = a.reauth(ctx, "team", t.ID, a.cfg.Workers.ReauthTeam)
 	}
 	writeJSON(w, linkStatus(added), res)
+	return nil
 }
 
-func (a *API) revoke(w http.ResponseWriter, r *http.Request) {
+func (a *API) revoke(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	t, err := a.team(ctx, r.PathValue("team"))
 	if err == nil {
 		err = a.db.RevokeTeam(ctx, p.ID, t.ID)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	a.log.Info("admin: team grant revoked", "project_id", p.ID, "team", t.Name)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) projectWorkers(w http.ResponseWriter, r *http.Request) {
+func (a *API) projectWorkers(w http.ResponseWriter, r *http.Request) error {
 	p, err := a.project(r.Context(), r.PathValue("project"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	workers, err := a.cfg.Workers.ProjectWorkers(r.Context(), p.ID)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, listOf(workers))
+	return nil
 }
 
 // reauth runs a reauth after a change that is already committed: a

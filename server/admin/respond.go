@@ -43,3 +43,13 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // decodeBody reads a JSON request body into v (jsonapi.Decode).
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error { return jsonapi.Decode(w, r, v) }
+
+// handle serves an endpoint that returns its error instead of answering
+// it: fail answers the error, so each step of a handler is one line.
+func (a *API) handle(h func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			a.fail(w, r, err)
+		}
+	}
+}

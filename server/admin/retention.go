@@ -2,17 +2,16 @@ package admin
 
 import (
 	"context"
+	"gradient.dev/gradient/server/adminapi"
 	"net/http"
 	"strconv"
 	"time"
-
-	"gradient.dev/gradient/server/retention"
 )
 
 // Retention and garbage collection (README "Retention and garbage
 // collection"):
 //
-//	POST   /api/v1/gc[?dry_run=true]              run a collection → retention.Report
+//	POST   /api/v1/gc[?dry_run=true]              run a collection → adminapi.GCReport
 //	PUT    /api/v1/evaluations/{id}/pin           keep an evaluation whatever its age
 //	DELETE /api/v1/evaluations/{id}/pin
 //	GET|PUT /api/v1/projects/{project}/retention  {"keep_evaluations": N or null}
@@ -20,7 +19,7 @@ import (
 
 // Collector runs garbage collections of the binary cache.
 type Collector interface {
-	Run(ctx context.Context, dryRun bool) (retention.Report, error)
+	Run(ctx context.Context, dryRun bool) (adminapi.GCReport, error)
 }
 
 // HeaderTTL is a push's optional time to live in seconds: the pushed
@@ -28,27 +27,27 @@ type Collector interface {
 const HeaderTTL = "X-Gradient-TTL"
 
 func (a *API) retentionRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /api/v1/gc", a.collect)
+	mux.HandleFunc("POST /api/v1/gc", a.handle(a.collect))
 	mux.HandleFunc("PUT /api/v1/evaluations/{id}/pin", a.pin(true))
 	mux.HandleFunc("DELETE /api/v1/evaluations/{id}/pin", a.pin(false))
-	mux.HandleFunc("GET /api/v1/projects/{project}/retention", a.projectRetention)
-	mux.HandleFunc("PUT /api/v1/projects/{project}/retention", a.projectRetention)
-	mux.HandleFunc("GET /api/v1/caches/{cache}/retention", a.cacheRetention)
-	mux.HandleFunc("PUT /api/v1/caches/{cache}/retention", a.cacheRetention)
+	mux.HandleFunc("GET /api/v1/projects/{project}/retention", a.handle(a.projectRetention))
+	mux.HandleFunc("PUT /api/v1/projects/{project}/retention", a.handle(a.projectRetention))
+	mux.HandleFunc("GET /api/v1/caches/{cache}/retention", a.handle(a.cacheRetention))
+	mux.HandleFunc("PUT /api/v1/caches/{cache}/retention", a.handle(a.cacheRetention))
 }
 
-func (a *API) collect(w http.ResponseWriter, r *http.Request) {
+func (a *API) collect(w http.ResponseWriter, r *http.Request) error {
 	if a.cfg.Collector == nil {
 		writeError(w, http.StatusServiceUnavailable, "this server does not collect garbage")
-		return
+		return nil
 	}
 	dry, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
 	rep, err := a.cfg.Collector.Run(r.Context(), dry)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, rep)
+	return nil
 }
 
 // PinView is an evaluation's pin.
@@ -76,7 +75,7 @@ type ProjectRetentionView struct {
 	KeepEvaluations *int   `json:"keep_evaluations"`
 }
 
-func (a *API) projectRetention(w http.ResponseWriter, r *http.Request) {
+func (a *API) projectRetention(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p, err := a.project(ctx, r.PathValue("project"))
 	if err == nil && r.Method == http.MethodPut {
@@ -93,10 +92,10 @@ func (a *API) projectRetention(w http.ResponseWriter, r *http.Request) {
 		keep, err = a.db.ProjectKeepEvaluations(ctx, p.ID)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, ProjectRetentionView{ProjectID: p.ID, KeepEvaluations: keep})
+	return nil
 }
 
 // CacheRetentionView is a cache's size cap; null: none.
@@ -105,7 +104,7 @@ type CacheRetentionView struct {
 	MaxBytes *int64 `json:"max_bytes"`
 }
 
-func (a *API) cacheRetention(w http.ResponseWriter, r *http.Request) {
+func (a *API) cacheRetention(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	c, err := a.cache(ctx, r.PathValue("cache"))
 	if err == nil && r.Method == http.MethodPut {
@@ -122,10 +121,10 @@ func (a *API) cacheRetention(w http.ResponseWriter, r *http.Request) {
 		max, err = a.db.CacheMaxBytes(ctx, c.ID)
 	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, CacheRetentionView{CacheID: c.ID, MaxBytes: max})
+	return nil
 }
 
 // pushTTL reads the optional X-Gradient-TTL of a push.

@@ -1,34 +1,19 @@
 package admin
 
-import (
-	"net/http"
+import "net/http"
 
-	"gradient.dev/gradient/authority"
-)
-
-// WorkerView is one worker's live state with what the database knows.
-type WorkerView struct {
-	authority.WorkerStatus
-	Deactivated   bool               `json:"deactivated"`
-	Registrations []RegistrationView `json:"registrations,omitempty"`
-	TeamWorker    *TeamWorkerView    `json:"team_worker,omitempty"`
-}
-
-func (a *API) showWorker(w http.ResponseWriter, r *http.Request) {
+func (a *API) showWorker(w http.ResponseWriter, r *http.Request) error {
 	worker, err := parseWorkerID(r.PathValue("worker"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	access, err := a.db.WorkerAccess(r.Context(), worker)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	v := WorkerView{WorkerStatus: a.cfg.Workers.WorkerStatus(worker), Deactivated: access.Deactivated}
 	if !access.Known() && !v.Live && v.OfflineReason == "" {
-		a.fail(w, r, notFoundf("worker %s has no registration or team worker", worker))
-		return
+		return notFoundf("worker %s has no registration or team worker", worker)
 	}
 	for _, reg := range access.Registrations {
 		v.Registrations = append(v.Registrations, viewRegistration(reg))
@@ -38,23 +23,17 @@ func (a *API) showWorker(w http.ResponseWriter, r *http.Request) {
 		v.TeamWorker = &view
 	}
 	writeJSON(w, http.StatusOK, v)
+	return nil
 }
 
-// Activation is the answer of deactivate and activate.
-type Activation struct {
-	WorkerID    string `json:"worker_id"`
-	Deactivated bool   `json:"deactivated"`
-	// Live: the worker still has a session; deactivation refuses its
-	// next connect, and does not end the current session.
-	Live bool `json:"live"`
-}
-
-func (a *API) deactivateWorker(w http.ResponseWriter, r *http.Request) {
+func (a *API) deactivateWorker(w http.ResponseWriter, r *http.Request) error {
 	a.setDeactivated(w, r, true)
+	return nil
 }
 
-func (a *API) activateWorker(w http.ResponseWriter, r *http.Request) {
+func (a *API) activateWorker(w http.ResponseWriter, r *http.Request) error {
 	a.setDeactivated(w, r, false)
+	return nil
 }
 
 func (a *API) setDeactivated(w http.ResponseWriter, r *http.Request, deactivate bool) {
@@ -75,33 +54,18 @@ func (a *API) setDeactivated(w http.ResponseWriter, r *http.Request, deactivate 
 	writeJSON(w, http.StatusOK, Activation{WorkerID: worker, Deactivated: deactivate, Live: a.cfg.Workers.WorkerStatus(worker).Live})
 }
 
-// ServerView is the server's connection state.
-type ServerView struct {
-	Accepting        bool `json:"accepting"`
-	ConnectedWorkers int  `json:"connected_workers"` // sessions up or handshaking
-	// Warnings are configuration problems the operator should fix (a NAR
-	// store whose presigned URLs name a loopback address, …).
-	Warnings []string `json:"warnings,omitempty"`
-}
-
-func (a *API) serverState(w http.ResponseWriter, r *http.Request) {
+func (a *API) serverState(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, ServerView{Accepting: a.cfg.Workers.Accepting(), ConnectedWorkers: a.cfg.Workers.ConnectedWorkers(),
 		Warnings: a.cfg.Workers.ConfigWarnings()})
+	return nil
 }
 
-func (a *API) stopAccepting(w http.ResponseWriter, r *http.Request) {
+func (a *API) stopAccepting(w http.ResponseWriter, r *http.Request) error {
 	a.cfg.Workers.SetAccepting(false)
-	a.serverState(w, r)
+	return a.serverState(w, r)
 }
 
-func (a *API) resumeAccepting(w http.ResponseWriter, r *http.Request) {
+func (a *API) resumeAccepting(w http.ResponseWriter, r *http.Request) error {
 	a.cfg.Workers.SetAccepting(true)
-	a.serverState(w, r)
-}
-
-// ProjectWorker is one worker of a project's worker list.
-type ProjectWorker struct {
-	authority.WorkerStatus
-	TeamID      string `json:"team_id,omitempty"` // set for team workers granted to the project
-	Deactivated bool   `json:"deactivated,omitempty"`
+	return a.serverState(w, r)
 }

@@ -210,14 +210,6 @@ func (w *world) states(commit, context string) []string {
 	return out
 }
 
-// forgeState is a state in the fake's words (GitLab says "failed").
-func (w *world) forgeState(s string) string {
-	if w.kind == forge.GitLab && (s == "failure" || s == "error") {
-		return "failed"
-	}
-	return s
-}
-
 // startWorker runs a worker with every capability and its own store.
 func (w *world) startWorker() {
 	id, peers := testworld.Register(w.t, w.db, w.project.ID)

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/server/adminapi"
 	"gradient.dev/gradient/storage"
 )
 
@@ -94,39 +95,19 @@ func New(cfg Config) *Collector {
 	return c
 }
 
-// PathEntry is a path a run deleted (or, dry, would delete).
-type PathEntry struct {
-	CacheID   string `json:"cache_id"`
-	StorePath string `json:"store_path"`
-	FileSize  int64  `json:"file_size"`
-	Reason    string `json:"reason"` // unreachable, cap
-}
+// Report is what a run freed, or would free: the admin API's answer.
+type Report = adminapi.GCReport
 
-// Report is what a run freed, or would free.
-type Report struct {
-	DryRun       bool             `json:"dry_run"`
-	Paths        []PathEntry      `json:"paths"`
-	PathsFreed   int64            `json:"paths_freed"`
-	Objects      []string         `json:"objects"`
-	ObjectsFreed int64            `json:"objects_freed"`
-	BytesFreed   int64            `json:"bytes_freed"` // of NAR objects
-	Truncated    bool             `json:"truncated"`   // lists cut at 100,000
-	LogsPruned   int64            `json:"evaluations_logs_pruned"`
-	LogBytes     int64            `json:"log_bytes_freed"`
-	Protected    map[string]int64 `json:"protected"` // paths per root kind
-	Duration     time.Duration    `json:"duration_ns"`
-}
-
-func (r *Report) addPath(e storage.GCSweepEntry) {
+func addPath(r *Report, e storage.GCSweepEntry) {
 	r.PathsFreed++
 	if len(r.Paths) < listMax {
-		r.Paths = append(r.Paths, PathEntry{CacheID: e.CacheID, StorePath: e.StorePath, FileSize: e.FileSize, Reason: e.Reason})
+		r.Paths = append(r.Paths, adminapi.GCPath{CacheID: e.CacheID, StorePath: e.StorePath, FileSize: e.FileSize, Reason: e.Reason})
 	} else {
 		r.Truncated = true
 	}
 }
 
-func (r *Report) addObject(key string, size int64) {
+func addObject(r *Report, key string, size int64) {
 	r.ObjectsFreed++
 	r.BytesFreed += size
 	if len(r.Objects) < listMax {
@@ -174,7 +155,7 @@ func (c *Collector) Run(ctx context.Context, dry bool) (rep Report, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	start := time.Now()
-	rep = Report{DryRun: dry, Paths: []PathEntry{}, Objects: []string{}}
+	rep = Report{DryRun: dry, Paths: []adminapi.GCPath{}, Objects: []string{}}
 	defer func() {
 		rep.Duration = time.Since(start)
 		c.record(&rep, err)
@@ -274,7 +255,7 @@ func (c *Collector) Run(ctx context.Context, dry bool) (rep Report, err error) {
 			c.cfg.Content.ForgetNarinfos()
 		}
 		for _, e := range deleted {
-			rep.addPath(e)
+			addPath(&rep, e)
 		}
 		if !paused && c.cfg.PauseFile != "" {
 			paused = true
@@ -338,7 +319,7 @@ func (c *Collector) dryReport(ctx context.Context, rep *Report, kept map[string]
 	db := c.cfg.DB
 	err := db.GCSelected(ctx, func(part []storage.GCSweepEntry) error {
 		for _, e := range part {
-			rep.addPath(e)
+			addPath(rep, e)
 		}
 		return nil
 	})
@@ -346,7 +327,7 @@ func (c *Collector) dryReport(ctx context.Context, rep *Report, kept map[string]
 		return err
 	}
 	if err := db.GCObjectsFreed(ctx, func(key string, size int64) error {
-		rep.addObject(key, size)
+		addObject(rep, key, size)
 		return nil
 	}); err != nil {
 		return err
@@ -374,7 +355,7 @@ func (c *Collector) deleteQueued(ctx context.Context, rep *Report) error {
 			return fmt.Errorf("delete objects: %w", err)
 		}
 		for _, o := range deleted {
-			rep.addObject(o.Key, o.FileSize)
+			addObject(rep, o.Key, o.FileSize)
 		}
 		n, _, err := c.cfg.DB.QueuedObjects(ctx)
 		if err != nil {
@@ -402,7 +383,7 @@ func (c *Collector) orphans(ctx context.Context, rep *Report, cutoff time.Time, 
 		}
 		if dry {
 			for _, k := range unused {
-				rep.addObject(k, sizes[k])
+				addObject(rep, k, sizes[k])
 			}
 		} else if len(unused) > 0 {
 			sz := make([]int64, len(unused))

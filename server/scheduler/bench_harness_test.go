@@ -387,10 +387,10 @@ func derivations(tag string, n int, chain bool) []*wire.JobUpdateEvalResult {
 	return out
 }
 
-// evalTag is a short tag unique per evaluation in a process (digits only,
-// so the fake hashes stay in Nix's base-32 alphabet).
 var evalSeq atomic.Int64
 
+// evalTag is a short tag unique per evaluation in a process (digits only,
+// so the fake hashes stay in Nix's base-32 alphabet).
 func evalTag() string { return fmt.Sprintf("%d9", evalSeq.Add(1)) }
 
 // waitEvaluation polls until the evaluation ended and fails unless it

@@ -120,11 +120,11 @@ func (s *Scheduler) admit(ctx context.Context, evalID string, cacheIDs []string,
 			if _, ok := cached[j.BuildID]; ok && j.Kind == storage.JobBuild {
 				continue
 			}
-			if s.running[j.JobID] == nil && s.queue.add(j) {
+			if s.jobs.enqueue(j) {
 				added = append(added, j.JobID)
 			}
 		}
-		s.m.pending.Set(float64(s.queue.len()))
+		s.m.pending.Set(float64(s.jobs.queue.len()))
 		s.mu.Unlock()
 		s.reoffer(added)
 		s.dispatch(added)

@@ -22,5 +22,13 @@ func (s *Scheduler) OnAdmitted(f func(jobIDs []string)) { s.admitted = f }
 func (s *Scheduler) QueueLen() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.queue.len()
+	return s.jobs.queue.len()
+}
+
+// CheckJobStates reports the first broken invariant of the jobs' states
+// (jobStates.check).
+func (s *Scheduler) CheckJobStates() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jobs.check()
 }

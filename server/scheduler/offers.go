@@ -34,7 +34,7 @@ func (s *Scheduler) offer(ids []string, all bool) {
 	s.mu.Lock()
 	var jobs []*storage.PendingJob
 	for _, id := range ids {
-		if j := s.queue.get(id); j != nil {
+		if j := s.jobs.queue.get(id); j != nil {
 			jobs = append(jobs, j)
 		}
 	}
@@ -44,7 +44,7 @@ func (s *Scheduler) offer(ids []string, all bool) {
 		}
 		if all {
 			for id := range ws.offered {
-				if s.queue.get(id) == nil {
+				if s.jobs.queue.get(id) == nil {
 					delete(ws.offered, id)
 				}
 			}
@@ -63,7 +63,7 @@ func (s *Scheduler) offer(ids []string, all bool) {
 			return len(candidates) < room
 		}
 		if all {
-			s.queue.each(e.mayAny, consider)
+			s.jobs.queue.each(e.mayAny, consider)
 		} else {
 			for _, job := range jobs {
 				if e.mayAny(job) && !consider(job) {
@@ -93,7 +93,7 @@ func (s *Scheduler) fillRequiredPaths(ids []string) {
 	s.mu.Lock()
 	var jobs []storage.PendingJob
 	for _, id := range ids {
-		if j := s.queue.get(id); j != nil && j.Kind == storage.JobBuild && j.RequiredPaths == nil {
+		if j := s.jobs.queue.get(id); j != nil && j.Kind == storage.JobBuild && j.RequiredPaths == nil {
 			jobs = append(jobs, storage.PendingJob{JobID: j.JobID, Kind: j.Kind, BuildID: j.BuildID, ProjectID: j.ProjectID})
 		}
 	}
@@ -107,7 +107,7 @@ func (s *Scheduler) fillRequiredPaths(ids []string) {
 	}
 	s.mu.Lock()
 	for _, read := range jobs {
-		if j := s.queue.get(read.JobID); j != nil {
+		if j := s.jobs.queue.get(read.JobID); j != nil {
 			j.RequiredPaths = read.RequiredPaths
 		}
 	}

@@ -32,17 +32,16 @@ func (s *Scheduler) assignResponse(ctx context.Context, w *authority.LiveWorker,
 // forget drops a finished assignment from the running set.
 func (s *Scheduler) forget(a *assignment) {
 	s.mu.Lock()
-	if s.running[a.job.JobID] == a {
-		s.untrack(a)
-	}
+	s.untrack(a)
 	s.mu.Unlock()
 }
 
-// untrack drops an assignment and its build's progress. Called with s.mu
-// held.
+// untrack drops a running assignment and its build's progress; nothing
+// when a is not its job's running assignment. Called with s.mu held.
 func (s *Scheduler) untrack(a *assignment) {
-	delete(s.running, a.job.JobID)
-	delete(s.progress, a.job.BuildID)
+	if s.jobs.stop(a) {
+		delete(s.progress, a.job.BuildID)
+	}
 }
 
 // progressTTL is how long a BuildProgress is shown without a newer one
@@ -65,7 +64,7 @@ func (s *Scheduler) BuildProgress(buildID string) (wire.BuildProgress, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.progress[buildID]
-	if !ok || s.running[p.jobID] == nil || time.Since(p.at) > progressTTL {
+	if !ok || s.jobs.assignment(p.jobID) == nil || time.Since(p.at) > progressTTL {
 		return wire.BuildProgress{}, false
 	}
 	return p.m, true
@@ -158,13 +157,11 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 	evalID := a.job.EvaluationID
 	s.mu.Lock()
 	outputs := a.outputs
-	s.completing[evalID]++
+	s.jobs.beginCompleting(evalID)
 	s.mu.Unlock()
 	ready, err := s.db.CompleteBuildDeferEnd(ctx, a.id, outputs)
 	s.mu.Lock()
-	if s.completing[evalID]--; s.completing[evalID] <= 0 {
-		delete(s.completing, evalID)
-	}
+	s.jobs.endCompleting(evalID)
 	s.mu.Unlock()
 	if err != nil {
 		s.log.Warn("recording a completed job failed", "job", a.job.JobID, "error", err)
@@ -196,15 +193,7 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 // (FinishDoneEvaluations).
 func (s *Scheduler) endIfLast(ctx context.Context, evalID string) {
 	s.mu.Lock()
-	busy := s.queue.evalJobs(evalID) > 0 || s.completing[evalID] > 0
-	if !busy {
-		for _, a := range s.running {
-			if a.job.EvaluationID == evalID {
-				busy = true
-				break
-			}
-		}
-	}
+	busy := s.jobs.busy(evalID)
 	s.mu.Unlock()
 	if busy {
 		return
@@ -376,7 +365,7 @@ func (s *Scheduler) sendJobList(w *authority.LiveWorker) {
 	var jobs []listed
 	s.mu.Lock()
 	e := newEligibility(w)
-	s.queue.each(e.mayAny, func(job *storage.PendingJob) bool {
+	s.jobs.queue.each(e.mayAny, func(job *storage.PendingJob) bool {
 		jobs = append(jobs, listed{job, job.RequiredPaths})
 		return true
 	})

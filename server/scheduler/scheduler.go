@@ -115,17 +115,11 @@ type Scheduler struct {
 	// mu guards what follows. Lock order (docs/LOCKS.md): s.mu → a
 	// session's lock (LiveWorker's getters: take, newEligibility). No
 	// database call and no send runs under it.
-	mu       sync.Mutex
-	queue    *jobQueue // the pending jobs
+	mu sync.Mutex
+	// jobs are the jobs the scheduler holds: queued, being claimed,
+	// running, and the completions being recorded (jobstates.go).
+	jobs     jobStates
 	sessions map[uint64]*workerState
-	running  map[string]*assignment // by job ID
-	// completing counts, by evaluation, the build completions being
-	// recorded (see endIfLast).
-	completing map[string]int
-	// claiming holds the jobs taken from the queue whose claim is under
-	// way: pending in the database still, but not to be queued again by
-	// a resync.
-	claiming map[string]bool
 	// admitted, when set (tests), sees each chunk of an evaluation's
 	// ready jobs after it joined the queue and was dispatched.
 	admitted func(jobIDs []string)
@@ -181,8 +175,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 	s := &Scheduler{
 		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
-		queue: newJobQueue(), sessions: map[uint64]*workerState{}, running: map[string]*assignment{},
-		completing: map[string]int{}, claiming: map[string]bool{}, progress: map[string]buildProgress{},
+		jobs: newJobStates(), sessions: map[uint64]*workerState{}, progress: map[string]buildProgress{},
 		unreleased: map[string]owedRelease{},
 	}
 	s.logs = newLogBuffer(s)
@@ -282,7 +275,7 @@ func (s *Scheduler) loop() {
 // its derivation's details, as the first version did).
 func (s *Scheduler) reload(ctx context.Context) error {
 	s.mu.Lock()
-	mark := s.queue.seq
+	mark := s.jobs.queue.seq
 	s.mu.Unlock()
 	ids, err := s.db.PendingJobIDs(ctx)
 	if err != nil {
@@ -295,15 +288,15 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	s.mu.Lock()
 	var unknown []string
 	for _, id := range ids {
-		if s.queue.get(id) == nil && s.running[id] == nil && !s.claiming[id] {
+		if !s.jobs.known(id) {
 			unknown = append(unknown, id)
 		}
 	}
-	stale := s.queue.staleSince(mark, pending)
+	stale := s.jobs.queue.staleSince(mark, pending)
 	for _, id := range stale {
-		s.queue.remove(id)
+		s.jobs.queue.remove(id)
 	}
-	s.m.pending.Set(float64(s.queue.len()))
+	s.m.pending.Set(float64(s.jobs.queue.len()))
 	s.mu.Unlock()
 	if len(stale) > 0 {
 		s.log.Debug("dropped queued jobs the database no longer has pending", "jobs", len(stale))
@@ -319,14 +312,12 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	var unread []string
 	for i := range jobs {
 		j := &jobs[i]
-		if s.running[j.JobID] != nil || s.claiming[j.JobID] {
-			continue // claimed in the meantime
-		}
-		if s.queue.add(j) && j.Kind == storage.JobBuild {
+		// A job claimed in the meantime stays out.
+		if s.jobs.enqueue(j) && j.Kind == storage.JobBuild {
 			unread = append(unread, j.JobID)
 		}
 	}
-	s.m.pending.Set(float64(s.queue.len()))
+	s.m.pending.Set(float64(s.jobs.queue.len()))
 	s.mu.Unlock()
 	s.reoffer(unread)
 	s.fillRequiredPaths(unread)
@@ -346,11 +337,9 @@ func (s *Scheduler) addPending(ctx context.Context, ids []string) {
 	s.mu.Lock()
 	for i := range jobs {
 		j := &jobs[i]
-		if s.running[j.JobID] == nil {
-			s.queue.add(j)
-		}
+		s.jobs.enqueue(j)
 	}
-	s.m.pending.Set(float64(s.queue.len()))
+	s.m.pending.Set(float64(s.jobs.queue.len()))
 	s.mu.Unlock()
 	s.reoffer(ids)
 }
@@ -388,12 +377,7 @@ func (s *Scheduler) SessionEnded(w *authority.LiveWorker, reason string) {
 	s.m.sessions.Set(float64(len(s.sessions)))
 	// Its import requests die with it: a new session evaluates again.
 	s.imports = slices.DeleteFunc(s.imports, func(r *importRequest) bool { return r.w == w })
-	var lost []*assignment
-	for _, a := range s.running {
-		if a.session == w.Session {
-			lost = append(lost, a)
-		}
-	}
+	lost := s.jobs.runningOn(w.Session)
 	for _, a := range lost {
 		s.untrack(a)
 	}
@@ -518,7 +502,7 @@ func (s *Scheduler) ownedJob(w *authority.LiveWorker, jobID string) *assignment 
 func (s *Scheduler) held(w *authority.LiveWorker, jobID string, match func(*assignment) bool) *assignment {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := s.running[jobID]
+	a := s.jobs.assignment(jobID)
 	if a == nil || a.session != w.Session || !match(a) {
 		s.m.dropped.Inc()
 		return nil
@@ -560,13 +544,14 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 		id, err := s.db.ClaimJob(ctx, job.JobID, w.WorkerID)
 		if err != nil {
 			s.mu.Lock()
-			delete(s.claiming, job.JobID)
+			// A job lost to a race is gone; any other failure keeps it
+			// and the next pass retries.
+			lostRace := errors.Is(err, storage.ErrConflict) || errors.Is(err, storage.ErrNotFound)
+			s.jobs.unclaim(job, !lostRace)
 			if ws := s.sessions[w.Session]; ws != nil && !ws.ended {
 				ws.idle[kind] = true
 			}
-			if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
-				// Keep the job; the next pass retries.
-				s.queue.add(job)
+			if !lostRace {
 				s.mu.Unlock()
 				s.log.Warn("claiming a job failed", "job", job.JobID, "error", err)
 				return
@@ -579,15 +564,15 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 		}
 		a := &assignment{id: id, job: job, session: w.Session, workerID: w.WorkerID, fetchOnly: fetchOnly}
 		s.mu.Lock()
-		delete(s.claiming, job.JobID)
 		ws := s.sessions[w.Session]
 		if ws == nil || ws.ended {
+			s.jobs.unclaim(job, false)
 			s.mu.Unlock()
 			// The session ended while claiming: give the job back.
 			s.release(ctx, a, storage.OutcomeWorkerLost)
 			return
 		}
-		s.running[job.JobID] = a
+		s.jobs.run(a)
 		s.mu.Unlock()
 		s.m.assigned.Inc()
 		s.m.claimSeconds.Observe(time.Since(start).Seconds())
@@ -621,7 +606,7 @@ func (s *Scheduler) take(w *authority.LiveWorker, kind wire.JobKind) (job *stora
 	var best *storage.PendingJob
 	var bestRank jobRank
 	seen := 0
-	s.queue.each(func(sample *storage.PendingJob) bool { return e.may(sample, kind) }, func(job *storage.PendingJob) bool {
+	s.jobs.queue.each(func(sample *storage.PendingJob) bool { return e.may(sample, kind) }, func(job *storage.PendingJob) bool {
 		if s.backingOff(job, now) {
 			return true
 		}
@@ -634,13 +619,12 @@ func (s *Scheduler) take(w *authority.LiveWorker, kind wire.JobKind) (job *stora
 	if best == nil {
 		return nil, false
 	}
-	job = s.queue.remove(best.JobID)
-	s.claiming[job.JobID] = true
+	job = s.jobs.take(best.JobID)
 	for _, other := range s.sessions {
 		delete(other.offered, job.JobID) // frees room in their offer windows
 	}
 	ws.idle[kind] = false
-	s.m.pending.Set(float64(s.queue.len()))
+	s.m.pending.Set(float64(s.jobs.queue.len()))
 	return job, s.splitFetch(job, e, w.Session)
 }
 
@@ -888,7 +872,7 @@ func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
 	}
 	var aborts []abort
 	for _, o := range open {
-		a := s.running[o.JobID]
+		a := s.jobs.assignment(o.JobID)
 		if a == nil || a.id != o.AssignmentID {
 			continue
 		}

@@ -51,6 +51,11 @@ func newLoopEnv(t *testing.T, dbURL string, cfg scheduler.Config) *loopEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(sched.Close)
+	t.Cleanup(func() { // before Close: the jobs' states as the test left them
+		if err := sched.CheckJobStates(); err != nil {
+			t.Error(err)
+		}
+	})
 	return &loopEnv{t: t, db: db, sched: sched, project: project.ID, cache: cache.ID, secrets: secrets}
 }
 

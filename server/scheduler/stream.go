@@ -44,7 +44,7 @@ func (s *Scheduler) stopStreamedBuilds(ctx context.Context, evalID string) {
 	}
 	var aborts []abort
 	for _, o := range open {
-		a := s.running[o.JobID]
+		a := s.jobs.assignment(o.JobID)
 		if a == nil || a.id != o.AssignmentID {
 			continue
 		}

@@ -16,7 +16,7 @@ var _ authority.JobUploads = (*Scheduler)(nil)
 func (s *Scheduler) JobProducts(w *authority.LiveWorker, jobID string) (authority.JobProducts, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := s.running[jobID]
+	a := s.jobs.assignment(jobID)
 	if a == nil || a.session != w.Session {
 		return authority.JobProducts{}, false
 	}

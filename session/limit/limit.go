@@ -1,8 +1,8 @@
 // Package limit holds the connection limiters: an authority's connection
 // budget (Budget, budget.go: a total, a share for unauthenticated
 // sessions, a cap per address prefix, shedding the oldest unauthenticated
-// session rather than refusing), a global cap and a per-IP cap for
-// anonymous cache sessions. None waits: a permit is taken at once or
+// session rather than refusing) and a per-IP cap for anonymous cache
+// sessions. None waits: a permit is taken at once or
 // refused. Failures (failures.go) limits failed authentications per
 // client address the same way.
 package limit
@@ -10,32 +10,6 @@ package limit
 import (
 	"sync"
 )
-
-// Global is a counting semaphore over every session.
-type Global struct {
-	permits chan struct{}
-}
-
-// NewGlobal sizes the limiter; 0 is clamped to 1.
-func NewGlobal(capacity int) *Global {
-	return &Global{permits: make(chan struct{}, max(capacity, 1))}
-}
-
-// TryAcquire takes a permit without waiting; release returns it (calling
-// release more than once is harmless).
-func (g *Global) TryAcquire() (release func(), ok bool) {
-	select {
-	case g.permits <- struct{}{}:
-		var once sync.Once
-		return func() { once.Do(func() { <-g.permits }) }, true
-	default:
-		return nil, false
-	}
-}
-
-// Capacity is the number of permits; InUse how many are held.
-func (g *Global) Capacity() int { return cap(g.permits) }
-func (g *Global) InUse() int    { return len(g.permits) }
 
 // PerIP caps connections per client IP. An IP's entry exists only while it
 // holds permits, so the map never outgrows the live connections.

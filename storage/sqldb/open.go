@@ -150,9 +150,6 @@ type Target struct {
 	dsn     string // PostgreSQL connection URL
 }
 
-// Path is the SQLite database file; empty on PostgreSQL.
-func (t Target) Path() string { return t.path }
-
 // ParseTarget reads a database URL in one of Open's forms; sqliteFile is
 // the database file inside a data directory.
 func ParseTarget(rawURL, sqliteFile string) (Target, error) {

@@ -194,13 +194,6 @@ func (s *Server) Statuses(commit, context string) []Received {
 	return out
 }
 
-// AllStatuses are all statuses received, in order.
-func (s *Server) AllStatuses() []Received {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Received(nil), s.statuses...)
-}
-
 // SetPermission sets user's permission (see Options.Permissions); ""
 // makes the user unknown.
 func (s *Server) SetPermission(user, permission string) {

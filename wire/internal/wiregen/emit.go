@@ -38,6 +38,9 @@ func emit(m *Model) ([]byte, error) {
 	}
 	g.topLevel("ClientMessage")
 	g.topLevel("ServerMessage")
+	if err := g.classes(); err != nil {
+		return nil, err
+	}
 	g.registry()
 	return g.buf.Bytes(), nil
 }
@@ -440,6 +443,61 @@ func (g *emitter) topLevel(name string) {
 	g.p("\treturn b")
 	g.p("}")
 	g.p("")
+}
+
+// ---- message classes: the job, cache and bulk options of the top-level variants ----
+
+func (g *emitter) classes() error {
+	for _, d := range sortedDecls(g.m) {
+		if d.GoName == "ClientMessage" || d.GoName == "ServerMessage" {
+			continue
+		}
+		for _, v := range d.Variants {
+			if v.Class != "" || v.Bulk {
+				return fmt.Errorf("%s.%s: job, cache and bulk mark only ClientMessage and ServerMessage variants", d.GoName, v.Name)
+			}
+		}
+	}
+	for _, name := range []string{"ClientMessage", "ServerMessage"} {
+		var job, cache, bulk []string
+		for _, v := range g.m.Decls[name].Variants {
+			switch v.Class {
+			case "job":
+				job = append(job, v.GoType)
+			case "cache":
+				cache = append(cache, v.GoType)
+			}
+			if v.Bulk {
+				bulk = append(bulk, v.GoType)
+			}
+		}
+		g.p("// %sClass is who handles m once the session is established (the", name)
+		g.p("// job and cache options of its //wire:variant).")
+		g.p("func %sClass(m %s) MessageClass {", name, name)
+		g.p("\tswitch m.(type) {")
+		if len(job) > 0 {
+			g.p("\tcase %s:\n\t\treturn ClassJob", strings.Join(job, ", "))
+		}
+		if len(cache) > 0 {
+			g.p("\tcase %s:\n\t\treturn ClassCache", strings.Join(cache, ", "))
+		}
+		g.p("\t}")
+		g.p("\treturn ClassSession")
+		g.p("}")
+		g.p("")
+		g.p("// %sBulk reports whether m rides a session writer's bulk lane (the", name)
+		g.p("// bulk option of its //wire:variant).")
+		g.p("func %sBulk(m %s) bool {", name, name)
+		g.p("\tswitch m.(type) {")
+		if len(bulk) > 0 {
+			g.p("\tcase %s:\n\t\treturn true", strings.Join(bulk, ", "))
+		}
+		g.p("\t}")
+		g.p("\treturn false")
+		g.p("}")
+		g.p("")
+	}
+	return nil
 }
 
 // ---- reflection registry for tooling (JSON, tests); never on the codec path ----

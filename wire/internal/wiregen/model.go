@@ -67,8 +67,10 @@ type Variant struct {
 	Ptr      bool
 	Tuple    bool
 	Since    int
-	Until    int   // 0 = never removed; else present only below Until
-	Payload  *Decl // the variant's own struct, or the wrapped type for tuples
+	Until    int    // 0 = never removed; else present only below Until
+	Class    string // a message's handler after the handshake: "job", "cache" or "" (the session's)
+	Bulk     bool   // a message rides the writer's bulk lane
+	Payload  *Decl  // the variant's own struct, or the wrapped type for tuples
 	Fields   []*Field
 	UnitEnum bool // the enum is a unit enum; GoType is a constant
 }
@@ -232,6 +234,13 @@ func parseVariant(enum string, words []string) (*Variant, error) {
 		switch k {
 		case "tuple":
 			v.Tuple = true
+		case "job", "cache":
+			if v.Class != "" {
+				return nil, fmt.Errorf("%s.%s: two classes, %s and %s", enum, v.Name, v.Class, k)
+			}
+			v.Class = k
+		case "bulk":
+			v.Bulk = true
 		case "since", "until":
 			n, err := strconv.Atoi(val)
 			if err != nil {

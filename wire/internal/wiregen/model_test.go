@@ -64,6 +64,7 @@ func TestAnnotationErrors(t *testing.T) {
 		{"reused tag without removal", "//wire:variant 0 B *B since=32", "type A struct{}\ntype B struct{}", "append-only"},
 		{"missing tag", "", "type A struct{ X string }", "missing wire tag"},
 		{"unknown option", "", "type A struct{ X string `wire:\"x,sinse=3\"` }", "unknown wire option"},
+		{"two classes", "//wire:variant 1 B *B job cache", "type A struct{}\ntype B struct{}", "two classes"},
 	}
 	for _, c := range cases {
 		_, err := loadSource(t, source("", c.variants, c.types))
