@@ -449,7 +449,10 @@ func TestImportFromDerivation(t *testing.T) {
 	gen, ifd, bad := leaf("gen"), leaf("ifd"), leaf("bad")
 	gen.Attr = ""
 	ifd.Attr, ifd.IFD, ifd.Dependencies = "other.x86_64-linux.ifd", true, []string{gen.DrvPath}
-	bad.Attr, bad.IFD = "other.x86_64-linux.bad", true
+	// bad depends on ifd, so that neither streams as an ordinary build
+	// before the import requests ask for them (a leaf would: builds of an
+	// evaluation start while it evaluates).
+	bad.Attr, bad.IFD, bad.Dependencies = "other.x86_64-linux.bad", true, []string{ifd.DrvPath}
 	evaluator.send(&wire.JobUpdate{JobID: fj.JobID, AssignmentID: fj.AssignmentID, Update: &wire.JobUpdateEvalResult{
 		Derivations: []wire.DiscoveredDerivation{gen, ifd, bad}, Warnings: []string{}, Errors: []string{}}})
 

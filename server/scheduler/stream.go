@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
 
@@ -17,16 +18,24 @@ func (s *Scheduler) streamBuilds(ctx context.Context, a *assignment, drvs []wire
 	for i, d := range drvs {
 		paths[i] = d.DrvPath
 	}
-	ready, err := s.db.QueueStreamedBuilds(ctx, a.job.EvaluationID, paths)
-	if err != nil {
-		s.log.Warn("queueing an evaluation's first builds failed; they wait for its end", "evaluation", a.job.EvaluationID, "error", err)
-		return
+	// In chunks, as at the evaluation's end (storage.ReadyChunk): each
+	// chunk's builds are assignable once its transaction commits, before
+	// a large batch's later ones are queued.
+	caches := s.projectCaches(ctx, a.job.ProjectID)
+	for len(paths) > 0 {
+		n := min(len(paths), storage.ReadyChunk)
+		ready, err := s.db.QueueStreamedBuilds(ctx, a.job.EvaluationID, paths[:n])
+		paths = paths[n:]
+		if err != nil {
+			s.log.Warn("queueing an evaluation's first builds failed; they wait for its end", "evaluation", a.job.EvaluationID, "error", err)
+			return
+		}
+		if len(ready) == 0 {
+			continue
+		}
+		admitted := s.admit(ctx, a.job.EvaluationID, caches, ready)
+		s.log.Debug("builds queued while evaluating", "evaluation", a.job.EvaluationID, "jobs", admitted)
 	}
-	if len(ready) == 0 {
-		return
-	}
-	n := s.admit(ctx, a.job.EvaluationID, s.projectCaches(ctx, a.job.ProjectID), ready)
-	s.log.Debug("builds queued while evaluating", "evaluation", a.job.EvaluationID, "jobs", n)
 }
 
 // stopStreamedBuilds ends the builds an evaluation streamed when its
