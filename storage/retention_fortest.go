@@ -28,3 +28,30 @@ func (db *DB) FinishEvaluationForTest(ctx context.Context, evalID string, status
 	_, err := db.exec(ctx, `UPDATE evaluations SET status = $2, finished_at = $3 WHERE id = $1`, evalID, string(status), nowMillis())
 	return err
 }
+
+// GCHooks are test hooks that force interleavings of a collection's row
+// deletion with the writers that rely on rows (docs/protocol/cache.md
+// §10.1). Each is called, when set, at the named point.
+type GCHooks struct {
+	// DeleteBatchStart runs before a batch's transaction begins.
+	DeleteBatchStart func()
+	// DeleteBatchDeleted runs inside the batch's transaction after its
+	// rows were deleted, before it commits.
+	DeleteBatchDeleted func()
+	// CachedTouched runs inside MarkBuildsCached's transaction after it
+	// touched the rows it relies on, before it commits.
+	CachedTouched func()
+}
+
+// SetGCHooksForTest installs hooks (nil: none). Set it before the DB is
+// shared.
+func (db *DB) SetGCHooksForTest(h *GCHooks) { db.gcHooks = h }
+
+func (db *DB) gcHook(pick func(*GCHooks) func()) {
+	if db.gcHooks == nil {
+		return
+	}
+	if fn := pick(db.gcHooks); fn != nil {
+		fn()
+	}
+}
