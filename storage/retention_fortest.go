@@ -2,7 +2,11 @@ package storage
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
 )
 
 // AddBuildForTest records a build of an evaluation with its outputs and
@@ -54,4 +58,54 @@ func (db *DB) gcHook(pick func(*GCHooks) func()) {
 	if fn := pick(db.gcHooks); fn != nil {
 		fn()
 	}
+}
+
+// SyntheticPath is the store path BulkLoadCachePathsForTest gives row i.
+func SyntheticPath(i int) string {
+	h := fmt.Sprintf("%032d", i)
+	h = strings.NewReplacer("0", "a", "1", "b", "2", "c", "3", "d", "4", "f", "5", "g", "6", "h", "7", "i", "8", "j", "9", "k").Replace(h)
+	return StoreDir + "/" + h + "-p" + fmt.Sprint(i)
+}
+
+// BulkLoadCachePathsForTest inserts n synthetic rows into the cache for
+// benchmarks, many rows per statement: row i (SyntheticPath(i)) has its
+// own object, references row i-1 unless i is a multiple of chain, and is
+// pushed (a collection root) when pushed(i). created_at is an hour ago.
+func (db *DB) BulkLoadCachePathsForTest(ctx context.Context, cacheID string, n, chain int, pushed func(int) bool) error {
+	const perStatement = 500 // 14 parameters a row: within both engines' limits
+	created := time.Now().Add(-time.Hour).UnixMilli()
+	for start := 0; start < n; start += 50 * perStatement {
+		err := db.inTx(ctx, func(tx *sql.Tx) error {
+			for s := start; s < min(n, start+50*perStatement); s += perStatement {
+				var b strings.Builder
+				b.WriteString(`INSERT INTO cache_paths (cache_id, store_hash, store_path, nar_hash, nar_size, file_hash, file_size,
+					compression, refs, deriver, ca, object_key, created_at, pushed, expires_at) VALUES `)
+				var args []any
+				for i := s; i < min(n, s+perStatement); i++ {
+					if i > s {
+						b.WriteString(", ")
+					}
+					p := SyntheticPath(i)
+					refs := ""
+					if i%chain != 0 {
+						refs = strings.TrimPrefix(SyntheticPath(i-1), StoreDir+"/")
+					}
+					key := fmt.Sprintf("%052d", i)
+					k := len(args)
+					fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, NULL)",
+						k+1, k+2, k+3, k+4, k+5, k+6, k+7, k+8, k+9, k+10, k+11, k+12, k+13, k+14)
+					args = append(args, cacheID, p[len(StoreDir)+1:len(StoreDir)+33], p, "sha256:"+key, int64(1000), "sha256:"+key,
+						int64(500), "zstd", refs, "", "", key, created, pushed(i))
+				}
+				if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
