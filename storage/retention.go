@@ -851,6 +851,17 @@ func (db *DB) PruneEvaluationLogs(ctx context.Context, evalID string) (int64, er
 	return freed, err
 }
 
+// EvaluationLogsPruned reports whether retention deleted the evaluation's
+// job logs (the dashboard says so instead of showing an empty log).
+func (db *DB) EvaluationLogsPruned(ctx context.Context, evalID string) (bool, error) {
+	var at sql.NullInt64
+	err := db.sql.QueryRowContext(ctx, `SELECT logs_pruned_at FROM evaluations WHERE id = $1`, evalID).Scan(&at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, notFound("evaluation %s", evalID)
+	}
+	return at.Valid, err
+}
+
 // RecentlyChangedEvaluations returns the evaluations created at or after
 // since and those still running: what a run marks again before it
 // deletes, so an evaluation that began (or found more builds) meanwhile
