@@ -7,6 +7,7 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"slices"
 )
 
 // BuiltDerivations returns those of drvPaths that some evaluation built
@@ -56,6 +57,11 @@ func (db *DB) BuiltDerivations(ctx context.Context, drvPaths []string) (map[stri
 // outputs are cached needs no run at all). Only waiting or queued builds
 // change; their pending jobs end as done. It returns the jobs this made
 // pending (dependents whose inputs are now all available).
+//
+// The rows the builds rely on are touched in the same transaction (see
+// GCDeleteSelected): a build one of whose outputs has no row any more (a
+// collection deleted it since the caller looked) is not marked and is
+// removed from outputs, so the caller queues it to be built.
 func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[string][]BuildOutputInfo) ([]string, error) {
 	evalID, err := canonicalUUID("evaluation ID", evalID)
 	if err != nil {
@@ -64,7 +70,7 @@ func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[s
 	if len(outputs) == 0 {
 		return nil, nil
 	}
-	var ready []string
+	var ready, gone []string
 	err = db.jobTx(ctx, func(tx *sql.Tx) error {
 		ready = nil
 		var project string
@@ -72,7 +78,22 @@ func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[s
 			return err
 		}
 		now := nowMillis()
+		gone = gone[:0]
 		for buildID, out := range outputs {
+			hashes := make([]string, 0, len(out))
+			for _, o := range out {
+				if h, err := StorePathHash(o.StorePath); err == nil {
+					hashes = append(hashes, h)
+				}
+			}
+			// Sorted like a collection's batch: fewer deadlocks (retried anyway).
+			slices.Sort(hashes)
+			if all, err := touchCachePaths(ctx, tx, project, hashes, now); err != nil {
+				return err
+			} else if !all || len(hashes) != len(out) {
+				gone = append(gone, buildID)
+				continue
+			}
 			info, err := jsonText(out)
 			if err != nil {
 				return err
@@ -99,8 +120,14 @@ func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[s
 		if ready, err = db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: evalID, projectID: project}, builds); err != nil {
 			return err
 		}
+		db.gcHook(func(h *GCHooks) func() { return h.CachedTouched })
 		return db.finishEvaluationIfDone(ctx, tx, evalID)
 	})
+	if err == nil {
+		for _, id := range gone {
+			delete(outputs, id)
+		}
+	}
 	return ready, err
 }
 

@@ -167,14 +167,39 @@ func TestMarkBuildsCached(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, db *DB) {
 		ctx := t.Context()
 		e := newEvaluation(t, db)
-		ready := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", "a"))
-		a := ready[drvPath("a")]
-		next, err := db.MarkBuildsCached(ctx, e.ID, map[string][]BuildOutputInfo{a.BuildID: {{Name: "out", StorePath: outPath("a"), NarSize: 1}}})
+		ready := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", "a"),
+			discovered("c", "packages.x.c"))
+		a, c := ready[drvPath("a")], ready[drvPath("c")]
+		cache := mustCache(t, db, "main")
+		if _, err := db.SubscribeProject(ctx, e.ProjectID, cache.ID); err != nil {
+			t.Fatal(err)
+		}
+		// a's output has a row in the project's cache; c's row is gone
+		// (collected since the scheduler looked).
+		const aOut = "/nix/store/0000000000000000000000000000aaaa-a"
+		const cOut = "/nix/store/0000000000000000000000000000cccc-c"
+		if _, _, err := db.PutCachePath(ctx, CachePath{CacheID: cache.ID, StorePath: aOut, NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73",
+			NarSize: 1, FileHash: "sha256:094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic", FileSize: 1,
+			Compression: "zstd", ObjectKey: "094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic"}); err != nil {
+			t.Fatal(err)
+		}
+		outputs := map[string][]BuildOutputInfo{a.BuildID: {{Name: "out", StorePath: aOut, NarSize: 1}},
+			c.BuildID: {{Name: "out", StorePath: cOut, NarSize: 1}}}
+		next, err := db.MarkBuildsCached(ctx, e.ID, outputs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p := pendingOf(t, db, next); len(p) != 1 || p[drvPath("b")].JobID == "" {
 			t.Fatalf("made ready %v, want b", keys(p))
+		}
+		if _, ok := outputs[c.BuildID]; ok || len(outputs) != 1 {
+			t.Fatalf("outputs after marking: %v; want only a (c's row is gone: c must be built)", outputs)
+		}
+		if got := buildByDrv(t, db, e.ID, "c"); got.Status == BuildSucceeded {
+			t.Fatal("c was marked cached although its output has no row")
+		}
+		if got := buildByDrv(t, db, e.ID, "a"); got.Status != BuildSucceeded {
+			t.Fatalf("a is %s, want succeeded", got.Status)
 		}
 		for _, j := range allPending(t, db) {
 			if j.JobID == a.JobID {

@@ -41,6 +41,10 @@ type DB struct {
 	// objectCheck, when set, confirms a NAR object exists before its
 	// first reference is inserted (retention_objects.go).
 	objectCheck ObjectCheck
+
+	// gcHooks, set only by tests, force interleavings of a collection's
+	// deletion with other writers (retention_fortest.go).
+	gcHooks *GCHooks
 }
 
 // Open connects to the database at rawURL and applies pending migrations.

@@ -7,9 +7,11 @@ package storage
 // batch at a time. docs/protocol/cache.md §10.1 has the rules.
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -429,69 +431,168 @@ func (db *DB) CacheSizes(ctx context.Context) ([]CacheSize, error) {
 	})
 }
 
-// GCSelectOverCap adds to gc_sweep, least recently served first, the
-// rows of a capped cache that no mark reaches until the cache's bytes
-// not already selected are at most its cap; it returns the bytes left.
-// Marked rows (kept evaluations, pushes, recent uploads and all they
-// reference) are never selected, so a cache can stay above its cap.
-func (db *DB) GCSelectOverCap(ctx context.Context, cacheID string, max int64) (int64, error) {
+// rootCapKept is the transient kind of GCSelectOverCap's marks: what a
+// capped cache keeps within its cap. They are dropped before the function
+// returns, so they never count as protected.
+const rootCapKept = "cap-kept"
+
+// referencedScratch is the gc_roots project_id under which GCSelectOverCap
+// notes the hashes some row of a capped cache references (never a
+// project's ID, so GCMarkRoots never joins it to a cache).
+func referencedScratch(cacheID string) string { return "referenced-in:" + cacheID }
+
+// GCSelectOverCap, for a capped cache above its cap, keeps the most
+// recently used unmarked paths that no other row of the cache references
+// (the "tops"), each with its whole closure, while the cache's kept bytes
+// (marked rows included) stay within max; it adds every other unmarked
+// row of the cache to gc_sweep. A path is never evicted while a remaining
+// path references it, and a path goes with what only it references
+// (docs/protocol/cache.md §10.1). Marked rows are never selected, so a
+// cache can stay above its cap. gen is the last mark generation used; it
+// returns the bytes left and the last generation it used.
+func (db *DB) GCSelectOverCap(ctx context.Context, cacheID string, max int64, gen int) (int64, int, error) {
 	var size int64
-	if err := db.sql.QueryRowContext(ctx, `SELECT COALESCE(SUM(file_size), 0) FROM cache_paths cp
-		WHERE cache_id = $1 AND NOT EXISTS (SELECT 1 FROM gc_sweep s
-			WHERE s.cache_id = cp.cache_id AND s.store_hash = cp.store_hash)`, cacheID).Scan(&size); err != nil {
-		return 0, err
+	if err := db.sql.QueryRowContext(ctx, `SELECT COALESCE(SUM(file_size), 0) FROM cache_paths WHERE cache_id = $1`,
+		cacheID).Scan(&size); err != nil {
+		return 0, gen, err
 	}
 	if size <= max {
-		return size, nil
+		return size, gen, nil
 	}
-	// Keyset over (last use, hash): one batch in memory at a time.
-	afterUsed, afterHash := int64(-1), ""
-	for size > max {
-		rows, err := db.sql.QueryContext(ctx, `SELECT store_hash, store_path, object_key, file_size, used FROM (
-				SELECT cp.store_hash, cp.store_path, cp.object_key, cp.file_size,
-					COALESCE(cp.last_served, cp.created_at) AS used
+	scratch := referencedScratch(cacheID)
+	defer func() {
+		// Best effort: GCReset empties both tables at the next run anyway.
+		db.exec(context.WithoutCancel(ctx), `DELETE FROM gc_roots WHERE project_id = $1`, scratch)
+		db.exec(context.WithoutCancel(ctx), `DELETE FROM gc_marks WHERE cache_id = $1 AND kind = $2`, cacheID, rootCapKept)
+	}()
+	if err := db.gcNoteReferenced(ctx, cacheID, scratch); err != nil {
+		return size, gen, err
+	}
+	sumMarked := func(fromGen int) (int64, error) {
+		var n int64
+		err := db.sql.QueryRowContext(ctx, `SELECT COALESCE(SUM(cp.file_size), 0) FROM gc_marks m
+			JOIN cache_paths cp ON cp.cache_id = m.cache_id AND cp.store_hash = m.store_hash
+			WHERE m.cache_id = $1 AND m.gen >= $2`, cacheID, fromGen).Scan(&n)
+		return n, err
+	}
+	kept, err := sumMarked(0)
+	if err != nil {
+		return size, gen, err
+	}
+	// Tops, most recently used first (keyset over (use, hash) descending),
+	// a batch at a time; the batch that does not fit is retried one top at
+	// a time, and the first top that does not fit ends the walk.
+	const maxUsed = int64(1) << 62
+	beforeUsed, beforeHash := maxUsed, ""
+	batch := gcBatch
+	for kept < max {
+		rows, err := db.sql.QueryContext(ctx, `SELECT store_hash, used FROM (
+				SELECT cp.store_hash, COALESCE(cp.last_served, cp.created_at) AS used
 				FROM cache_paths cp WHERE cp.cache_id = $1
 				AND NOT EXISTS (SELECT 1 FROM gc_marks m WHERE m.cache_id = cp.cache_id AND m.store_hash = cp.store_hash)
-				AND NOT EXISTS (SELECT 1 FROM gc_sweep s WHERE s.cache_id = cp.cache_id AND s.store_hash = cp.store_hash)) c
-			WHERE used > $2 OR (used = $2 AND store_hash > $3)
-			ORDER BY used, store_hash LIMIT $4`, cacheID, afterUsed, afterHash, gcBatch)
-		type row struct {
-			hash, path, key string
-			size, used      int64
+				AND NOT EXISTS (SELECT 1 FROM gc_roots r WHERE r.project_id = $2 AND r.store_hash = cp.store_hash)) c
+			WHERE used < $3 OR (used = $3 AND store_hash < $4)
+			ORDER BY used DESC, store_hash DESC LIMIT $5`, cacheID, scratch, beforeUsed, beforeHash, batch)
+		type top struct {
+			hash string
+			used int64
 		}
-		part, err := collect(rows, err, func(r *sql.Rows) (row, error) {
-			var x row
-			return x, r.Scan(&x.hash, &x.path, &x.key, &x.size, &x.used)
+		part, err := collect(rows, err, func(r *sql.Rows) (top, error) {
+			var x top
+			return x, r.Scan(&x.hash, &x.used)
 		})
 		if err != nil {
-			return size, err
+			return size, gen, err
 		}
 		if len(part) == 0 {
-			return size, nil
+			break
 		}
-		var take []row
-		for _, x := range part {
-			if size <= max {
+		first := gen + 1
+		hashes := make([]string, len(part))
+		for i, x := range part {
+			hashes[i] = x.hash
+		}
+		args, in := inList([]any{cacheID, first, rootCapKept}, hashes)
+		if _, err := db.exec(ctx, `INSERT INTO gc_marks (cache_id, store_hash, gen, kind)
+			SELECT cache_id, store_hash, $2, $3 FROM cache_paths WHERE cache_id = $1 AND store_hash IN (`+in+`)
+			ON CONFLICT DO NOTHING`, args...); err != nil {
+			return size, gen, err
+		}
+		last := first
+		for {
+			added, err := db.GCPropagate(ctx, last)
+			if err != nil {
+				return size, gen, err
+			}
+			if added == 0 {
 				break
 			}
-			take = append(take, x)
-			size -= x.size
-			afterUsed, afterHash = x.used, x.hash
+			last++
 		}
-		err = db.inTx(ctx, func(tx *sql.Tx) error {
-			for _, x := range take {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO gc_sweep (cache_id, store_hash, store_path, object_key, file_size, reason)
-					VALUES ($1, $2, $3, $4, $5, 'cap') ON CONFLICT DO NOTHING`, cacheID, x.hash, x.path, x.key, x.size); err != nil {
-					return err
-				}
-			}
-			return nil
+		more, err := sumMarked(first)
+		if err != nil {
+			return size, gen, err
+		}
+		if kept+more <= max {
+			kept += more
+			gen = last + 1 // GCPropagate probed last+1
+			beforeUsed, beforeHash = part[len(part)-1].used, part[len(part)-1].hash
+			continue
+		}
+		if _, err := db.exec(ctx, `DELETE FROM gc_marks WHERE cache_id = $1 AND gen >= $2`, cacheID, first); err != nil {
+			return size, gen, err
+		}
+		if batch == 1 {
+			break // the least recently used rest goes
+		}
+		batch = 1
+	}
+	if _, err := db.exec(ctx, `INSERT INTO gc_sweep (cache_id, store_hash, store_path, object_key, file_size, reason)
+		SELECT cp.cache_id, cp.store_hash, cp.store_path, cp.object_key, cp.file_size, 'cap' FROM cache_paths cp
+		WHERE cp.cache_id = $1
+		AND NOT EXISTS (SELECT 1 FROM gc_marks m WHERE m.cache_id = cp.cache_id AND m.store_hash = cp.store_hash)
+		ON CONFLICT DO NOTHING`, cacheID); err != nil {
+		return size, gen, err
+	}
+	var selected int64
+	if err := db.sql.QueryRowContext(ctx, `SELECT COALESCE(SUM(file_size), 0) FROM gc_sweep WHERE cache_id = $1`,
+		cacheID).Scan(&selected); err != nil {
+		return size, gen, err
+	}
+	return size - selected, gen, nil
+}
+
+// gcNoteReferenced records in gc_roots, under scratch, every hash a row
+// of the cache references (itself aside), a batch of rows at a time.
+func (db *DB) gcNoteReferenced(ctx context.Context, cacheID, scratch string) error {
+	after := ""
+	for {
+		rows, err := db.sql.QueryContext(ctx, `SELECT store_hash, refs FROM cache_paths
+			WHERE cache_id = $1 AND store_hash > $2 ORDER BY store_hash LIMIT $3`, cacheID, after, gcBatch)
+		type row struct{ hash, refs string }
+		part, err := collect(rows, err, func(r *sql.Rows) (row, error) {
+			var x row
+			return x, r.Scan(&x.hash, &x.refs)
 		})
 		if err != nil {
-			return size, err
+			return err
+		}
+		var hashes []string
+		for _, x := range part {
+			for _, ref := range strings.Fields(x.refs) {
+				if h, err := storepath.Hash(ref); err == nil && h != x.hash {
+					hashes = append(hashes, h)
+				}
+			}
+			after = x.hash
+		}
+		if err := db.insertRoots(ctx, scratch, hashes); err != nil {
+			return err
+		}
+		if len(part) < gcBatch {
+			return nil
 		}
 	}
-	return size, nil
 }
 
 // GCUnselectMarked drops from gc_sweep what a mark made since reaches.
@@ -569,46 +670,122 @@ func (db *DB) GCObjectsFreed(ctx context.Context, fn func(key string, size int64
 }
 
 // GCDeleteSelected deletes the next batch of selected rows, rechecked
-// (not pushed again, not uploaded after cutoff, same object), queues the
-// objects no row references any more in the same transaction, and
-// returns the rows deleted and whether selected rows remain.
-func (db *DB) GCDeleteSelected(ctx context.Context, cutoff, now time.Time) (deleted []GCSweepEntry, more bool, err error) {
-	err = db.inTx(ctx, func(tx *sql.Tx) error {
+// in the DELETE itself (not pushed again, not uploaded after cutoff, same
+// object, not touched — last_served — at or after usedSince, the start of
+// the run's latest mark), queues the objects no row references any more
+// in the same transaction, and returns the rows deleted and whether
+// selected rows remain.
+//
+// The touch check is what makes a writer that relies on a row safe
+// without a lock of its own (docs/protocol/cache.md §10.1): MarkBuildsCached
+// touches the rows in its transaction. On PostgreSQL a DELETE that meets
+// a row a concurrent transaction touched waits for it and re-evaluates its
+// WHERE on the touched row (READ COMMITTED), and a touch that meets a
+// deleted row updates nothing; on SQLite the transactions run one at a
+// time. Either the row stays or the writer sees it gone.
+func (db *DB) GCDeleteSelected(ctx context.Context, cutoff, now, usedSince time.Time) (deleted []GCSweepEntry, more bool, err error) {
+	db.gcHook(func(h *GCHooks) func() { return h.DeleteBatchStart })
+	// A deadlock with a writer touching rows of the same batch in another
+	// order aborts one of the two; retried like the job transactions.
+	err = db.jobTx(ctx, func(tx *sql.Tx) error {
 		deleted = deleted[:0]
-		rows, err := tx.QueryContext(ctx, `SELECT cache_id, store_hash, store_path, object_key, file_size, reason
-			FROM gc_sweep ORDER BY cache_id, store_hash LIMIT $1`, gcBatch)
+		// The batch: the first gcBatch selected rows, so every selected
+		// row up to the last one's key (one run at a time changes
+		// gc_sweep). Three statements a batch, not three a row.
+		var n int
+		var lastCache, lastHash string
+		err := tx.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(cache_id), '') FROM (
+			SELECT cache_id FROM gc_sweep ORDER BY cache_id, store_hash LIMIT $1) b`, gcBatch).Scan(&n, &lastCache)
+		if err != nil || n == 0 {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT MAX(store_hash) FROM (SELECT cache_id, store_hash FROM gc_sweep
+			ORDER BY cache_id, store_hash LIMIT $1) b WHERE cache_id = $2`, gcBatch, lastCache).Scan(&lastHash); err != nil {
+			return err
+		}
+		more = n == gcBatch
+		inBatch := `(s.cache_id < $1 OR (s.cache_id = $1 AND s.store_hash <= $2))`
+		// The recheck is part of the DELETE's own WHERE, evaluated per row
+		// (PostgreSQL evaluates it again on a row a concurrent transaction
+		// changed, once that commits).
+		rows, err := tx.QueryContext(ctx, `DELETE FROM cache_paths WHERE EXISTS (SELECT 1 FROM gc_sweep s
+				WHERE `+inBatch+` AND s.cache_id = cache_paths.cache_id AND s.store_hash = cache_paths.store_hash
+				AND s.object_key = cache_paths.object_key)
+			AND created_at <= $3
+			AND NOT (pushed AND (expires_at IS NULL OR expires_at > $4))
+			AND (last_served IS NULL OR last_served < $5)
+			RETURNING cache_id, store_hash, store_path, object_key, file_size`,
+			lastCache, lastHash, cutoff.UnixMilli(), now.UnixMilli(), usedSince.UnixMilli())
 		part, err := collect(rows, err, func(r *sql.Rows) (GCSweepEntry, error) {
 			var e GCSweepEntry
-			return e, r.Scan(&e.CacheID, &e.StoreHash, &e.StorePath, &e.ObjectKey, &e.FileSize, &e.Reason)
+			return e, r.Scan(&e.CacheID, &e.StoreHash, &e.StorePath, &e.ObjectKey, &e.FileSize)
 		})
 		if err != nil {
 			return err
 		}
-		more = len(part) == gcBatch
-		for _, e := range part {
-			res, err := tx.ExecContext(ctx, `DELETE FROM cache_paths WHERE cache_id = $1 AND store_hash = $2
-				AND object_key = $3 AND created_at <= $4
-				AND NOT (pushed AND (expires_at IS NULL OR expires_at > $5))`,
-				e.CacheID, e.StoreHash, e.ObjectKey, cutoff.UnixMilli(), now.UnixMilli())
+		if len(part) > 0 {
+			// The reasons, from the batch's selected rows.
+			reasons := map[[2]string]string{}
+			rows, err := tx.QueryContext(ctx, `SELECT cache_id, store_hash, reason FROM gc_sweep s WHERE `+inBatch, lastCache, lastHash)
+			type why struct{ cache, hash, reason string }
+			all, err := collect(rows, err, func(r *sql.Rows) (why, error) {
+				var w why
+				return w, r.Scan(&w.cache, &w.hash, &w.reason)
+			})
 			if err != nil {
 				return err
 			}
-			if n, _ := res.RowsAffected(); n == 1 {
-				deleted = append(deleted, e)
+			for _, w := range all {
+				reasons[[2]string{w.cache, w.hash}] = w.reason
 			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM gc_sweep WHERE cache_id = $1 AND store_hash = $2`,
-				e.CacheID, e.StoreHash); err != nil {
+			for i := range part {
+				part[i].Reason = reasons[[2]string{part[i].CacheID, part[i].StoreHash}]
+			}
+			slices.SortFunc(part, func(a, b GCSweepEntry) int {
+				return cmp.Or(strings.Compare(a.CacheID, b.CacheID), strings.Compare(a.StoreHash, b.StoreHash))
+			})
+			deleted = part
+			// Every object of the batch no row references any more.
+			if _, err := tx.ExecContext(ctx, `INSERT INTO nar_deletions (object_key, file_size, queued_at)
+				SELECT s.object_key, MAX(s.file_size), $3 FROM gc_sweep s WHERE `+inBatch+`
+				AND NOT EXISTS (SELECT 1 FROM cache_paths cp WHERE cp.object_key = s.object_key)
+				GROUP BY s.object_key ON CONFLICT (object_key) DO NOTHING`, lastCache, lastHash, nowMillis()); err != nil {
 				return err
 			}
 		}
-		for _, e := range deleted {
-			if err := queueObjectIfUnused(ctx, tx, e.ObjectKey, e.FileSize); err != nil {
-				return err
-			}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM gc_sweep WHERE cache_id < $1 OR (cache_id = $1 AND store_hash <= $2)`,
+			lastCache, lastHash); err != nil {
+			return err
 		}
+		db.gcHook(func(h *GCHooks) func() { return h.DeleteBatchDeleted })
 		return nil
 	})
 	return deleted, more, err
+}
+
+// touchCachePaths sets last_served of the rows of the project's caches
+// holding hashes to at least now, in tx, and reports whether every hash
+// has a row: a writer that relies on the rows calls it in the
+// transaction that relies on them, so a collection running meanwhile
+// either deletes a row first (the writer sees it gone) or keeps it
+// (GCDeleteSelected).
+func touchCachePaths(ctx context.Context, tx *sql.Tx, projectID string, hashes []string, now int64) (bool, error) {
+	all := true
+	for _, h := range hashes {
+		res, err := tx.ExecContext(ctx, `UPDATE cache_paths SET last_served = CASE
+				WHEN last_served IS NULL OR last_served < $3 THEN $3 ELSE last_served END
+			WHERE store_hash = $1 AND cache_id IN (SELECT cache_id FROM project_caches WHERE project_id = $2)`,
+			h, projectID, now)
+		if err != nil {
+			return false, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return false, err
+		} else if n == 0 {
+			all = false
+		}
+	}
+	return all, nil
 }
 
 // GCQueueOrphans queues, of keys (objects the NAR store holds), those no
@@ -710,6 +887,17 @@ func (db *DB) PruneEvaluationLogs(ctx context.Context, evalID string) (int64, er
 		return err
 	})
 	return freed, err
+}
+
+// EvaluationLogsPruned reports whether retention deleted the evaluation's
+// job logs (the dashboard says so instead of showing an empty log).
+func (db *DB) EvaluationLogsPruned(ctx context.Context, evalID string) (bool, error) {
+	var at sql.NullInt64
+	err := db.sql.QueryRowContext(ctx, `SELECT logs_pruned_at FROM evaluations WHERE id = $1`, evalID).Scan(&at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, notFound("evaluation %s", evalID)
+	}
+	return at.Valid, err
 }
 
 // RecentlyChangedEvaluations returns the evaluations created at or after

@@ -108,6 +108,7 @@ func (c *Conn) serve(ctx context.Context, jobID, storePath string, resume *wire.
 		return
 	}
 	defer obj.Close()
+	c.s.served.noteRow(p, time.Now())
 	token := narStreamToken(p.ObjectKey)
 	var offset int64
 	if resume != nil && resume.StreamToken == token && resume.ReceivedBytes <= uint64(size) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
@@ -147,6 +148,7 @@ func (c *Conn) pullEntry(ctx context.Context, path string, rows []storage.CacheP
 			keys[r.CacheID] = key
 		}
 		sigs = append(sigs, key.Sign(Fingerprint(r)))
+		c.s.served.noteRow(r, time.Now())
 	}
 	e := wire.CachedPath{Path: path, Cached: true,
 		FileSize: u64(p.FileSize), NarSize: u64(p.NarSize),

@@ -32,6 +32,14 @@ func (s *servedBatch) note(cacheID, storeHash string, at time.Time) {
 	}
 }
 
+// noteRow notes a row served over a worker session (a Pull answer or a
+// NAR stream), in the same batch as the HTTP narinfos.
+func (s *servedBatch) noteRow(p storage.CachePath, at time.Time) {
+	if h, err := storage.StorePathHash(p.StorePath); err == nil {
+		s.note(p.CacheID, h, at)
+	}
+}
+
 func (s *servedBatch) take() []storage.CacheServed {
 	s.mu.Lock()
 	defer s.mu.Unlock()

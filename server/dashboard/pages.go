@@ -427,6 +427,7 @@ type buildData struct {
 	Log               string
 	LogOffset         int64
 	LogTruncated      bool
+	LogPruned         bool // retention deleted the log
 	Live              bool
 }
 
@@ -478,8 +479,25 @@ func (d *Dashboard) build(w http.ResponseWriter, r *http.Request) {
 		log, data.LogTruncated = log[len(log)-maxInlineLog:], true
 	}
 	data.Log = sanitizeLog(log)
+	if len(log) == 0 && !data.Live {
+		data.LogPruned = d.logsPruned(r.Context(), e.ID)
+	}
 	data.Outputs = d.outputRows(ctx, e.ProjectID, data.BuildView.Outputs)
 	d.render(w, r, http.StatusOK, "build", v, data)
+}
+
+// logPrunedText stands for a log retention deleted (its evaluation is no
+// longer kept; docs/protocol/cache.md §10.1).
+const logPrunedText = "log removed by retention"
+
+// logsPruned reports whether retention deleted the evaluation's logs; a
+// failed lookup reads as not.
+func (d *Dashboard) logsPruned(ctx context.Context, evalID string) bool {
+	pruned, err := d.db.EvaluationLogsPruned(ctx, evalID)
+	if err != nil {
+		d.log.Warn("dashboard: reading whether logs were pruned failed", "evaluation", evalID, "error", err)
+	}
+	return pruned
 }
 
 // sanitizeLog is termsafe.Strip line by line.
@@ -532,7 +550,7 @@ func (d *Dashboard) outputRows(ctx context.Context, projectID string, outs []adm
 
 // buildLog is the stored log as text (sanitized: it opens in the browser).
 func (d *Dashboard) buildLog(w http.ResponseWriter, r *http.Request) {
-	b, _, v, ok := d.readableBuild(w, r)
+	b, e, v, ok := d.readableBuild(w, r)
 	if !ok {
 		return
 	}
@@ -540,6 +558,9 @@ func (d *Dashboard) buildLog(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		d.internalError(w, r, v, err)
 		return
+	}
+	if len(log) == 0 && d.logsPruned(r.Context(), e.ID) {
+		log = []byte(logPrunedText + "\n")
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")

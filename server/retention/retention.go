@@ -217,7 +217,8 @@ func (c *Collector) Run(ctx context.Context, dry bool) (rep Report, err error) {
 		if s.MaxBytes == nil {
 			continue
 		}
-		left, err := db.GCSelectOverCap(ctx, s.CacheID, *s.MaxBytes)
+		var left int64
+		left, gen, err = db.GCSelectOverCap(ctx, s.CacheID, *s.MaxBytes, gen)
 		if err != nil {
 			return rep, fmt.Errorf("select over cap of %s: %w", s.Name, err)
 		}
@@ -227,9 +228,12 @@ func (c *Collector) Run(ctx context.Context, dry bool) (rep Report, err error) {
 		}
 	}
 	// Evaluations that began or ended while this run marked keep what
-	// they use: mark them before anything goes.
-	remarked := markStart
-	if gen, err = c.remark(ctx, gen, remarked); err != nil {
+	// they use: mark them before anything goes. A row touched since the
+	// latest re-mark began is not deleted (GCDeleteSelected): what relied
+	// on it after that mark's snapshot keeps it, what relied on it before
+	// is in the snapshot (docs/protocol/cache.md §10.1).
+	remarked := time.Now()
+	if gen, err = c.remark(ctx, gen, markStart); err != nil {
 		return rep, err
 	}
 	if rep.Protected, err = db.GCProtected(ctx); err != nil {
@@ -247,7 +251,7 @@ func (c *Collector) Run(ctx context.Context, dry bool) (rep Report, err error) {
 			}
 			remarked = next
 		}
-		deleted, more, err := db.GCDeleteSelected(ctx, cutoff, time.Now())
+		deleted, more, err := db.GCDeleteSelected(ctx, cutoff, time.Now(), remarked)
 		if err != nil {
 			return rep, fmt.Errorf("delete paths: %w", err)
 		}

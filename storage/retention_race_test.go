@@ -1,0 +1,138 @@
+package storage
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/internal/waitfor"
+)
+
+// The race docs/protocol/cache.md §10.1 closes: the scheduler marks a build
+// cached from a row while a collection deletes that row. Whichever of
+// the two transactions reaches the row first, the end state is
+// consistent: the row stays and the build is cached, or the row is gone
+// and the build is left to be built. Never a cached build whose output
+// row was deleted. Each order is forced with the test hooks, on both
+// engines; on PostgreSQL the second transaction is seen waiting for the
+// first one's row lock before the first commits.
+func TestCollectionAndCachedMarkingNeverLoseARow(t *testing.T) {
+	t.Parallel()
+	for _, order := range []string{"touch first", "delete first"} {
+		t.Run(order, func(t *testing.T) {
+			t.Parallel()
+			forEachEngine(t, func(t *testing.T, db *DB) {
+				ctx := t.Context()
+				e := newEvaluation(t, db)
+				cache := mustCache(t, db, "main")
+				if _, err := db.SubscribeProject(ctx, e.ProjectID, cache.ID); err != nil {
+					t.Fatal(err)
+				}
+				const out = "/nix/store/0000000000000000000000000000aaaa-a"
+				hash, _ := StorePathHash(out)
+				if _, _, err := db.PutCachePath(ctx, CachePath{CacheID: cache.ID, StorePath: out,
+					NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73", NarSize: 1,
+					FileHash: "sha256:094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic", FileSize: 1,
+					Compression: "zstd", ObjectKey: "094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic"}); err != nil {
+					t.Fatal(err)
+				}
+				build := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"))[drvPath("a")].BuildID
+
+				// The collection's mark ran before the evaluation used
+				// the row (nothing reaches it): the row is selected.
+				if err := db.GCReset(ctx); err != nil {
+					t.Fatal(err)
+				}
+				future := time.Now().Add(time.Hour) // no grace period
+				if err := db.GCSelectUnreachable(ctx, future); err != nil {
+					t.Fatal(err)
+				}
+				remarked := time.Now()
+				time.Sleep(2 * time.Millisecond) // the touch is in a later millisecond than the mark's start
+
+				firstIn, release := make(chan struct{}), make(chan struct{})
+				var once sync.Once
+				hold := func() {
+					once.Do(func() {
+						close(firstIn)
+						<-release
+					})
+				}
+				hooks := &GCHooks{}
+				if order == "touch first" {
+					hooks.CachedTouched = hold
+				} else {
+					hooks.DeleteBatchDeleted = hold
+				}
+				db.SetGCHooksForTest(hooks)
+
+				outputs := map[string][]BuildOutputInfo{build: {{Name: "out", StorePath: out, NarSize: 1}}}
+				var wg sync.WaitGroup
+				var markErr, delErr error
+				var deleted []GCSweepEntry
+				mark := func() { defer wg.Done(); _, markErr = db.MarkBuildsCached(ctx, e.ID, outputs) }
+				del := func() {
+					defer wg.Done()
+					deleted, _, delErr = db.GCDeleteSelected(ctx, future, time.Now(), remarked)
+				}
+				first, second, secondSQL := mark, del, "DELETE FROM cache_paths"
+				if order == "delete first" {
+					first, second, secondSQL = del, mark, "UPDATE cache_paths"
+				}
+				wg.Add(2)
+				firstDone := make(chan struct{})
+				go func() { first(); close(firstDone) }()
+				select {
+				case <-firstIn:
+				case <-firstDone:
+					t.Fatalf("the first transaction ended before its hook: mark %v, delete %v", markErr, delErr)
+				}
+				go second()
+				if db.engine == EnginePostgres {
+					waitfor.True(t, "the second transaction waits for the first one's row lock", func() bool {
+						return waitingOnLock(ctx, t, db, secondSQL)
+					})
+				}
+				close(release)
+				wg.Wait()
+				if markErr != nil || delErr != nil {
+					t.Fatalf("mark: %v, delete: %v", markErr, delErr)
+				}
+
+				_, rowErr := db.CachePath(ctx, cache.ID, hash)
+				b := buildByDrv(t, db, e.ID, "a")
+				_, stillCached := outputs[build]
+				switch order {
+				case "touch first":
+					if rowErr != nil || len(deleted) != 0 {
+						t.Fatalf("the row a cached build relies on was deleted (%v, deleted %d)", rowErr, len(deleted))
+					}
+					if b.Status != BuildSucceeded || !stillCached {
+						t.Fatalf("build is %s, want succeeded from the cache", b.Status)
+					}
+				case "delete first":
+					if rowErr == nil || len(deleted) != 1 {
+						t.Fatalf("the row was not deleted (deleted %d)", len(deleted))
+					}
+					if b.Status == BuildSucceeded || stillCached {
+						t.Fatalf("build is %s (reported cached %v) although its output row is gone", b.Status, stillCached)
+					}
+				}
+			})
+		})
+	}
+}
+
+// waitingOnLock reports whether a statement starting with prefix waits
+// for a lock in db's database.
+func waitingOnLock(ctx context.Context, t *testing.T, db *DB, prefix string) bool {
+	var n int
+	if err := db.sql.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND ltrim(query) LIKE $1`,
+		prefix+"%").Scan(&n); err != nil {
+		t.Error(err)
+		return true
+	}
+	return n > 0
+}
