@@ -310,7 +310,7 @@ func (db *DB) GCPropagate(ctx context.Context, gen int) (int64, error) {
 	for {
 		rows, err := db.sql.QueryContext(ctx, `SELECT m.cache_id, m.store_hash, m.kind, COALESCE(cp.refs, '')
 			FROM gc_marks m LEFT JOIN cache_paths cp ON cp.cache_id = m.cache_id AND cp.store_hash = m.store_hash
-			WHERE m.gen = $1 AND (m.cache_id > $2 OR (m.cache_id = $2 AND m.store_hash > $3))
+			WHERE m.gen = $1 AND (m.cache_id, m.store_hash) > ($2, $3)
 			ORDER BY m.cache_id, m.store_hash LIMIT $4`, gen, afterCache, afterHash, gcBatch)
 		type mark struct{ cache, hash, kind, refs string }
 		part, err := collect(rows, err, func(r *sql.Rows) (mark, error) {
@@ -379,16 +379,16 @@ func (db *DB) GCSelectUnreachable(ctx context.Context, cutoff time.Time) error {
 		// The range's upper end: the gcBatch-th row after the last one.
 		var hiCache, hiHash string
 		err := db.sql.QueryRowContext(ctx, `SELECT cache_id, store_hash FROM cache_paths
-			WHERE cache_id > $1 OR (cache_id = $1 AND store_hash > $2)
+			WHERE (cache_id, store_hash) > ($1, $2)
 			ORDER BY cache_id, store_hash LIMIT 1 OFFSET $3`, afterCache, afterHash, gcBatch-1).Scan(&hiCache, &hiHash)
 		last := errors.Is(err, sql.ErrNoRows)
 		if err != nil && !last {
 			return err
 		}
-		cond := `(cp.cache_id > $1 OR (cp.cache_id = $1 AND cp.store_hash > $2))`
+		cond := `(cp.cache_id, cp.store_hash) > ($1, $2)`
 		args := []any{afterCache, afterHash, cutoff.UnixMilli()}
 		if !last {
-			cond += ` AND (cp.cache_id < $4 OR (cp.cache_id = $4 AND cp.store_hash <= $5))`
+			cond += ` AND (cp.cache_id, cp.store_hash) <= ($4, $5)`
 			args = append(args, hiCache, hiHash)
 		}
 		if _, err := db.exec(ctx, `INSERT INTO gc_sweep (cache_id, store_hash, store_path, object_key, file_size, reason)
@@ -629,7 +629,7 @@ func (db *DB) GCSelected(ctx context.Context, fn func([]GCSweepEntry) error) err
 
 func (db *DB) gcSelectedAfter(ctx context.Context, afterCache, afterHash string) ([]GCSweepEntry, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT cache_id, store_hash, store_path, object_key, file_size, reason
-		FROM gc_sweep WHERE cache_id > $1 OR (cache_id = $1 AND store_hash > $2)
+		FROM gc_sweep WHERE (cache_id, store_hash) > ($1, $2)
 		ORDER BY cache_id, store_hash LIMIT $3`, afterCache, afterHash, gcBatch)
 	return collect(rows, err, func(r *sql.Rows) (GCSweepEntry, error) {
 		var e GCSweepEntry
