@@ -53,14 +53,19 @@ func TestDownstreamHeartbeatsReachTheAggregateWithoutResends(t *testing.T) {
 		waitfor.True(t, "40 heartbeats at the proxy", func() bool {
 			return pw.leg.Authority().ForTest().MessagesReceived("WorkerMetrics") >= 40
 		})
-		members := pw.leg.Members(pw.tenantA.ID)
+		// (Under load one worker alone may send the 40: wait for both.)
 		var ramTotal uint64
-		for _, m := range members {
-			if m.Host == nil || m.Metrics == nil {
-				t.Fatalf("member %+v lacks its host or its heartbeat", m)
+		waitfor.True(t, "both workers in the pool with their host and a heartbeat", func() bool {
+			members := pw.leg.Members(pw.tenantA.ID)
+			ramTotal = 0
+			for _, m := range members {
+				if m.Host == nil || m.Metrics == nil {
+					return false
+				}
+				ramTotal += m.Host.RAMTotalMB
 			}
-			ramTotal += m.Host.RAMTotalMB
-		}
+			return len(members) == 2
+		})
 		// ... and the server has the pool's hardware and load.
 		waitfor.True(t, "A's aggregate with both workers' load", func() bool {
 			h, load := pw.server.Host(pw.proxyIDA), pw.server.Metrics(pw.proxyIDA)

@@ -865,6 +865,14 @@ func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
 	if err != nil {
 		return err
 	}
+	aborted := s.abortOpen(open, "evaluation cancelled")
+	s.log.Info("evaluation cancelled", "evaluation", evalID, "aborted_jobs", aborted)
+	return s.reload(ctx)
+}
+
+// abortOpen forgets the assignments the database just closed (open) and
+// sends their workers AbortJob with reason; it returns how many it told.
+func (s *Scheduler) abortOpen(open []storage.OpenAssignment, reason string) int {
 	s.mu.Lock()
 	type abort struct {
 		w     *authority.LiveWorker
@@ -883,10 +891,9 @@ func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
 	}
 	s.mu.Unlock()
 	for _, ab := range aborts {
-		ab.w.Send(&wire.AbortJob{JobID: ab.jobID, Reason: "evaluation cancelled"})
+		ab.w.Send(&wire.AbortJob{JobID: ab.jobID, Reason: reason})
 	}
-	s.log.Info("evaluation cancelled", "evaluation", evalID, "aborted_jobs", len(aborts))
-	return s.reload(ctx)
+	return len(aborts)
 }
 
 // RestartFailedBuilds runs an evaluation's failed builds again

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 
-	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -46,30 +45,11 @@ func (s *Scheduler) stopStreamedBuilds(ctx context.Context, evalID string) {
 		s.log.Warn("stopping a failed evaluation's builds failed", "evaluation", evalID, "error", err)
 		return
 	}
-	s.mu.Lock()
-	type abort struct {
-		w     *authority.LiveWorker
-		jobID string
-	}
-	var aborts []abort
-	for _, o := range open {
-		a := s.jobs.assignment(o.JobID)
-		if a == nil || a.id != o.AssignmentID {
-			continue
-		}
-		s.untrack(a)
-		if ws := s.sessions[a.session]; ws != nil {
-			aborts = append(aborts, abort{ws.w, o.JobID})
-		}
-	}
-	s.mu.Unlock()
-	for _, ab := range aborts {
-		ab.w.Send(&wire.AbortJob{JobID: ab.jobID, Reason: "evaluation failed"})
-	}
+	aborted := s.abortOpen(open, "evaluation failed")
 	if stopped == 0 {
 		return
 	}
-	s.log.Info("a failed evaluation's builds stopped", "evaluation", evalID, "jobs", stopped, "aborted_jobs", len(aborts))
+	s.log.Info("a failed evaluation's builds stopped", "evaluation", evalID, "jobs", stopped, "aborted_jobs", aborted)
 	if err := s.reload(ctx); err != nil { // drops its queued jobs
 		s.log.Warn("reading the job queue failed", "error", err)
 	}
