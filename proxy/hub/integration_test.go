@@ -158,7 +158,8 @@ func runProxyIn(t testing.TB, store *proxystore.Store, heartbeatTimeout time.Dur
 			t.Logf("proxy log:\n%s", logs.String())
 		}
 	})
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// Debug: the NAR flow test waits for the hub's pause line.
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m, err := hub.NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"gradient.dev/gradient/internal/waitfor"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -203,6 +204,11 @@ func TestSlowWorkerGetsALargeNarThroughTheProxy(t *testing.T) {
 			t.Fatalf("the fast worker completed %d jobs while the slow one stalled", i)
 		}
 	}
+	// ... and until the proxy paused its pull (how fast the fast worker's
+	// jobs go decides nothing then).
+	waitfor.True(t, "the proxy pauses the slow worker's pull", func() bool {
+		return strings.Contains(logs.String(), "pausing a NAR pull")
+	})
 	for !take(recvSlow()) {
 		time.Sleep(time.Millisecond) // then reads slowly
 	}
