@@ -20,9 +20,10 @@ import (
 
 // presignedFlake: big copies a 3 MiB incompressible blob from the
 // flake's source (so the blob, the source and big's output are all above
-// the server's 2 MiB multipart threshold and the 1 MiB limit of Pull
-// URLs); use, which only the other worker can build, reads big. Each
-// needs a feature only one worker has, so use's worker must pull big.
+// the server's 2 MiB multipart threshold); use, which only the other
+// worker can build, reads big. Each needs a feature only one worker has,
+// so use's worker must pull big, and the worker that did not evaluate
+// must pull its .drv files (under 1 KiB).
 const presignedFlake = `{
   outputs = { self }: let
     system = "x86_64-linux";
@@ -40,6 +41,30 @@ const presignedFlake = `{
 `
 
 const blobSize = 3 << 20
+
+// histogramAtMost counts the observations of histogram name (series
+// whose labels include labels) at most bound, bound being one of its
+// bucket bounds.
+func histogramAtMost(m testworld.Metrics, name string, labels map[string]string, bound float64) uint64 {
+	var n uint64
+	for _, s := range m[name].GetMetric() {
+		match := 0
+		for _, l := range s.GetLabel() {
+			if v, ok := labels[l.GetName()]; ok && v == l.GetValue() {
+				match++
+			}
+		}
+		if match != len(labels) {
+			continue
+		}
+		for _, b := range s.GetHistogram().GetBucket() {
+			if b.GetUpperBound() == bound {
+				n += b.GetCumulativeCount()
+			}
+		}
+	}
+	return n
+}
 
 var metricsURL = regexp.MustCompile(`url=(http://\S+/metrics)`)
 
@@ -61,9 +86,10 @@ func workerMetrics(t *testing.T, w *proxyworld.Worker) testworld.Metrics {
 
 // NARs in S3 end to end (issue 31): a gradient-server on a real versitygw,
 // two gradient-workers with real Nix behind a gradient-proxy. Every
-// upload goes to a presigned URL (the large ones multipart), the pull of
-// big by the other worker is a presigned GET, the proxy carries none of
-// those bytes, and nix copy follows the HTTP cache's redirect.
+// upload goes to a presigned URL (the large ones multipart), every pull
+// (big by the other worker, the .drv files too) is a presigned GET, the
+// proxy carries no NAR byte either way, and nix copy follows the HTTP
+// cache's redirect.
 func TestPresignedTransfersBypassTheProxy(t *testing.T) {
 	nixtest.Require(t, "nix", "nix-store", "git")
 	t.Parallel()
@@ -123,29 +149,35 @@ func TestPresignedTransfersBypassTheProxy(t *testing.T) {
 	if n := um.Value("gradient_worker_presigned_bytes_total", map[string]string{"direction": "download"}); n < blobSize {
 		t.Errorf("worker-use downloaded %v bytes from presigned URLs, want big's %d at least", n, blobSize)
 	}
+	var smallPulls uint64
 	for _, m := range []testworld.Metrics{bm, um} {
-		if n := m.Value("gradient_worker_nar_bytes_total", map[string]string{"direction": "upload"}); n != 0 {
-			t.Errorf("a worker relayed %v upload bytes over its session", n)
+		for _, dir := range []string{"upload", "download"} {
+			if n := m.Value("gradient_worker_nar_bytes_total", map[string]string{"direction": dir}); n != 0 {
+				t.Errorf("a worker moved %v %s bytes over its session", n, dir)
+			}
 		}
+		smallPulls += histogramAtMost(m, "gradient_worker_nar_transfer_size_bytes", map[string]string{"direction": "download"}, 1<<20)
+	}
+	// Nothing was pulled over a session, so these were presigned GETs.
+	if smallPulls == 0 {
+		t.Errorf("no worker pulled an object under 1 MiB (a .drv), want the builder that did not evaluate to")
 	}
 	for _, w := range []*proxyworld.Worker{bigWorker, useWorker} {
 		if lines := w.Lines("X-Amz-Signature"); len(lines) > 0 {
 			t.Errorf("%s logged a presigned URL's signature: %q", w.Name, lines[0])
 		}
 	}
-	// The proxy carried no upload and none of the large objects: only
-	// the small .drv files, which stream over the session.
+	// The proxy carried no NAR byte, in either direction.
 	pm := proxy.Metrics(t)
-	if n := pm.Value("gradient_proxy_hub_nar_bytes_total", map[string]string{"direction": "upload"}); n != 0 {
-		t.Errorf("the proxy relayed %v upload bytes", n)
+	for _, dir := range []string{"upload", "download"} {
+		if n := pm.Value("gradient_proxy_hub_nar_bytes_total", map[string]string{"direction": dir}); n != 0 {
+			t.Errorf("the proxy relayed %v %s bytes", n, dir)
+		}
 	}
-	if n := pm.Value("gradient_proxy_hub_nar_bytes_total", map[string]string{"direction": "download"}); n >= 1<<20 {
-		t.Errorf("the proxy relayed %v download bytes, want only small objects'", n)
-	}
-	t.Logf("presigned: worker-big %v parts, %v bytes up; worker-use %v bytes down; proxy relayed %v bytes down, %v up",
+	t.Logf("presigned: worker-big %v parts, %v bytes up; worker-use %v bytes down; %d objects under 1 MiB pulled; proxy relayed %v bytes down, %v up",
 		bm.Value("gradient_worker_presigned_requests_total", map[string]string{"op": "part", "outcome": "ok"}),
 		bm.Value("gradient_worker_presigned_bytes_total", map[string]string{"direction": "upload"}),
-		um.Value("gradient_worker_presigned_bytes_total", map[string]string{"direction": "download"}),
+		um.Value("gradient_worker_presigned_bytes_total", map[string]string{"direction": "download"}), smallPulls,
 		pm.Value("gradient_proxy_hub_nar_bytes_total", map[string]string{"direction": "download"}),
 		pm.Value("gradient_proxy_hub_nar_bytes_total", map[string]string{"direction": "upload"}))
 	var objects int

@@ -177,6 +177,57 @@ func TestS3PresignedUploadsAndDownloads(t *testing.T) {
 	})
 }
 
+// By default every Pull answer for an S3 object carries a presigned GET,
+// the smallest (a .drv's few hundred bytes) too, so no NAR byte of a
+// worker's pull crosses the server or a federation proxy; a configured
+// minimum keeps objects up to it on the session (issue 31).
+func TestS3PullURLsForSmallObjects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		min     int64
+		tinyURL bool
+	}{{"default", 0, true}, {"min 64 KiB", 64 << 10, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db, err := storage.Open(t.Context(), storagetest.SQLiteURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			e := newS3Env(t, db, cache.PresignOptions{PullURLMinBytes: tc.min})
+			tiny, big := testStorePath("tiny.drv"), testStorePath("big")
+			ct, cb := compressNar(t, randomNar(600)), compressNar(t, randomNar(1<<20))
+			e.produce(tiny, big)
+			w := e.projectWorker()
+			for i, u := range []struct {
+				path string
+				c    compressed
+			}{{tiny, ct}, {big, cb}} {
+				if _, out := presignedUpload(t, w.sess, uint64(i+1), u.path, u.c, u.c.zst); !isOk(out) {
+					t.Fatalf("upload %s: %+v", u.path, out)
+				}
+			}
+			send(t, w.sess, &wire.CacheQuery{QueryID: "p", Paths: []string{tiny, big}, Mode: wire.QueryPull})
+			st := recvAs[*wire.CacheStatus](t, w.sess)
+			if len(st.Cached) != 2 || !st.Cached[0].Cached || !st.Cached[1].Cached {
+				t.Fatalf("pull answer: %+v", st.Cached)
+			}
+			if got := st.Cached[0].URL != nil; got != tc.tinyURL {
+				t.Fatalf("the %d-byte object has a URL: %v, want %v", len(ct.zst), got, tc.tinyURL)
+			}
+			if st.Cached[1].URL == nil {
+				t.Fatalf("the %d-byte object has no URL", len(cb.zst))
+			}
+			if tc.tinyURL {
+				if resp, body := httpGet(t, *st.Cached[0].URL); resp.StatusCode != 200 || !bytes.Equal(body, ct.zst) {
+					t.Fatalf("tiny's URL: %d, %d bytes", resp.StatusCode, len(body))
+				}
+			}
+		})
+	}
+}
+
 // Streaming through stays available: with StreamNars the HTTP cache sends
 // the bytes itself (ranges included) instead of redirecting.
 func TestS3StreamThrough(t *testing.T) {

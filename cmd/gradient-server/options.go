@@ -38,8 +38,11 @@ type options struct {
 	NarHTTP            string // redirect | stream
 	NarPresignUploads  bool
 	MultipartThreshold int64
-	HeartbeatTimeout   time.Duration
-	PollInterval       time.Duration // 0: no branch polling
+	// PresignedPullMinBytes: Pull answers carry presigned GETs for objects
+	// larger than this; 0: for every object.
+	PresignedPullMinBytes int64
+	HeartbeatTimeout      time.Duration
+	PollInterval          time.Duration // 0: no branch polling
 	// Garbage collection of the binary cache (server/retention).
 	GCInterval      time.Duration // 0: only on demand
 	GCGrace         time.Duration
@@ -131,6 +134,14 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 		&cli.Int64Flag{Name: "nar-multipart-threshold", Value: 1 << 30, Destination: &opts.MultipartThreshold, Sources: env.Vars("GRADIENT_NAR_MULTIPART_THRESHOLD"),
 			Validator: servicecli.Positive[int64],
 			Usage:     "NAR size in bytes above which a presigned upload is multipart (parts of at least 64 MiB) instead of one PUT"},
+		&cli.Int64Flag{Name: "nar-presigned-pull-min-bytes", Destination: &opts.PresignedPullMinBytes, Sources: env.Vars("GRADIENT_NAR_PRESIGNED_PULL_MIN_BYTES"),
+			Validator: func(n int64) error {
+				if n < 0 {
+					return errors.New("want 0 or more bytes")
+				}
+				return nil
+			},
+			Usage: "with an S3 store, workers' pulls of objects up to this many compressed bytes stream through the server (and any proxy) instead of a presigned GET; 0: every pull is a presigned GET"},
 		&servicecli.SecondsFlag{Name: "heartbeat-timeout", Value: 120 * time.Second,
 			Destination: &opts.HeartbeatTimeout, Sources: env.Vars("GRADIENT_HEARTBEAT_TIMEOUT", "GRADIENT_PROTO_WORKER_HEARTBEAT_TIMEOUT_SECS"),
 			Usage: "drop a worker silent this long (120s, 2m or plain seconds); 0 disables"},

@@ -267,11 +267,12 @@ func TestS3StoreOptions(t *testing.T) {
 	creds := filepath.Join(t.TempDir(), "credentials")
 	os.WriteFile(creds, []byte("[other]\naws_access_key_id = no\n[default]\naws_access_key_id = FK\naws_secret_access_key = FS\n"), 0o600)
 	opts, err = parseOptions(nil, envOf(map[string]string{"GRADIENT_NAR_STORE": "s3", "GRADIENT_S3_BUCKET": "b", "GRADIENT_S3_CREDENTIALS_FILE": creds,
-		"GRADIENT_NAR_HTTP": "stream", "GRADIENT_NAR_MULTIPART_THRESHOLD": "1000", "AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}), io.Discard)
+		"GRADIENT_NAR_HTTP": "stream", "GRADIENT_NAR_MULTIPART_THRESHOLD": "1000", "GRADIENT_NAR_PRESIGNED_PULL_MIN_BYTES": "4096", "AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.S3.Bucket != "b" || opts.S3.AccessKey != "FK" || opts.S3.SecretKey != "FS" || opts.NarHTTP != "stream" || opts.MultipartThreshold != 1000 {
+	if opts.S3.Bucket != "b" || opts.S3.AccessKey != "FK" || opts.S3.SecretKey != "FS" || opts.NarHTTP != "stream" || opts.MultipartThreshold != 1000 ||
+		opts.PresignedPullMinBytes != 4096 {
 		t.Fatalf("flags: %+v", opts)
 	}
 	for _, bad := range [][]string{
@@ -280,6 +281,7 @@ func TestS3StoreOptions(t *testing.T) {
 		{"--nar-store", "s3://user:pw@b"},         // credentials in the URL
 		{"--nar-store", "ftp://x"},                // unknown store
 		{"--nar-http", "proxy"},                   // unknown mode
+		{"--nar-presigned-pull-min-bytes", "-1"},  // negative size
 	} {
 		if _, err := parseOptions(bad, envOf(nil), io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)

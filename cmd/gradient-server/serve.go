@@ -95,7 +95,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		Metrics:  registry,
 		NarStore: nars,
 		NarPresign: cache.PresignOptions{StreamNars: opts.NarHTTP == "stream", StreamUploads: !opts.NarPresignUploads,
-			MultipartThreshold: opts.MultipartThreshold},
+			MultipartThreshold: opts.MultipartThreshold, PullURLMinBytes: opts.PresignedPullMinBytes},
 		HeartbeatTimeout: heartbeat,
 		MaxConnections:   opts.MaxConnections,
 		HandshakesPerIP:  opts.HandshakesPerIP,

@@ -84,9 +84,6 @@ func (c *Config) defaults() {
 	if c.Presign.MultipartThreshold <= 0 {
 		c.Presign.MultipartThreshold = 1 << 30
 	}
-	if c.Presign.PullURLMinBytes == 0 {
-		c.Presign.PullURLMinBytes = 1 << 20
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -105,8 +102,11 @@ type PresignOptions struct {
 	// MultipartThreshold: uploads of NARs larger than this get a
 	// Multipart grant, smaller ones a single Put (1 GiB).
 	MultipartThreshold int64
-	// PullURLMinBytes: Pull answers carry a presigned GET url for
-	// objects larger than this (1 MiB); negative: for every object.
+	// PullURLMinBytes: Pull answers carry a presigned GET url only for
+	// objects larger than this; 0 (the zero value, so also unset) or
+	// negative: for every object, so no NAR byte of a worker's pull
+	// crosses the server or a federation proxy (docs/protocol/cache.md
+	// §2.1).
 	PullURLMinBytes int64
 }
 

@@ -160,9 +160,10 @@ func (c *Conn) pullEntry(ctx context.Context, path string, rows []storage.CacheP
 	if p.CA != "" {
 		e.CA = &p.CA
 	}
-	// Large objects of a presigning store are fetched straight from it
-	// (docs/protocol/cache.md §2.1); presigning is local signing, no I/O.
-	if ps := c.s.presigner; ps != nil && p.FileSize > c.s.cfg.Presign.PullURLMinBytes {
+	// Objects of a presigning store are fetched straight from it, all of
+	// them unless a minimum size is configured (docs/protocol/cache.md
+	// §2.1); presigning is local signing, no I/O.
+	if ps, min := c.s.presigner, c.s.cfg.Presign.PullURLMinBytes; ps != nil && (min <= 0 || p.FileSize > min) {
 		if url, err := ps.PresignGet(ctx, p.ObjectKey); err == nil {
 			e.URL = &url
 		} else {
