@@ -4,11 +4,17 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"maps"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"gradient.dev/gradient/internal/nixtest"
+	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nixbase32"
@@ -139,4 +145,169 @@ func checkObject(t *testing.T, store *narstore.Local, p storage.CachePath) {
 	if got := "sha256:" + nixbase32.Encode(h.Sum(nil)); got != p.FileHash || size != p.FileSize {
 		t.Fatalf("%s: object %s has hash %s and %d bytes, the row says %s and %d", p.StorePath, p.ObjectKey, got, size, p.FileHash, p.FileSize)
 	}
+}
+
+// gatedFlake has n quick attributes q0…q(n-1) on a shared input dep, and
+// zz, whose evaluation first reads the FIFO gate: the evaluation cannot
+// end until the test writes it. The bytes read do not enter zz's
+// derivation, so every evaluation yields the same derivations.
+func gatedFlake(n int, gate string) string {
+	return fmt.Sprintf(`{
+  outputs = { self }: let
+    system = "x86_64-linux";
+    step = name: script: builtins.derivation { inherit name system; builder = "/bin/sh"; args = [ "-c" script ]; };
+    dep = step "dep" "echo dep > $out";
+    mk = i: step "q${toString i}" "read v < ${dep}; echo ${toString i} $v > $out";
+  in { packages.${system} = builtins.listToAttrs (builtins.genList (i: { name = "q${toString i}"; value = mk i; }) %d) // {
+    zz = builtins.seq (builtins.readFile %q) (step "zz" "read v < ${dep}; echo zz $v > $out");
+  }; };
+}
+`, n, gate)
+}
+
+// openGate writes the FIFO for every reader that has it open, until stop
+// is closed (a reader of the killed worker's evaluation may still hold
+// it: it is let go too).
+func openGate(t *testing.T, fifo string) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	write := func() bool {
+		fd, err := syscall.Open(fifo, syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return false // ENXIO: no reader yet
+		}
+		syscall.Write(fd, []byte("open\n"))
+		syscall.Close(fd)
+		return true
+	}
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+				write()
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			close(done)
+			<-finished
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestWorkerKilledMidEvaluation: kill -9 of the only worker (a real
+// gradient-worker process) while its evaluation is blocked in Nix, after
+// EvalResult batches have been stored as builds. A new worker process
+// with the same ID takes the evaluation over; it ends with every build
+// stored before the kill still there (same row, same derivation), no
+// derivation or attribute twice, and the same derivations as an
+// uninterrupted evaluation of the same commit.
+func TestWorkerKilledMidEvaluation(t *testing.T) {
+	nixtest.Require(t, "nix", "git")
+	const n = 60
+	w := newWorld(t, storagetest.SQLiteURL(t), 0)
+	fifo := filepath.Join(t.TempDir(), "gate")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever the test's end, no Nix process stays blocked on the gate.
+	t.Cleanup(func() {
+		for range 10 {
+			fd, err := syscall.Open(fifo, syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
+			if err != nil {
+				return
+			}
+			syscall.Write(fd, []byte("open\n"))
+			syscall.Close(fd)
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": gatedFlake(n, fifo)})
+
+	// The derivations of an uninterrupted evaluation of the same commit,
+	// in a world of its own (here the second evaluation would skip what
+	// the first built).
+	ref := newWorld(t, storagetest.SQLiteURL(t), 0)
+	ref.repo, ref.commit = w.repo, w.commit
+	ref.startWorker()
+	stopGate := openGate(t, fifo)
+	refEnd, refBuilds := ref.waitDone(ref.evaluate("packages.x86_64-linux.*").ID)
+	stopGate()
+	if refEnd.Status != storage.EvaluationSucceeded {
+		t.Fatalf("uninterrupted evaluation: %s (%s)", refEnd.Status, refEnd.Error)
+	}
+	want := map[string]bool{}
+	for _, b := range refBuilds {
+		want[b.DrvPath] = true
+	}
+
+	id, peers := testworld.Register(t, w.db, w.project.ID)
+	startWorker := func() *process {
+		n := nixtest.New(t)
+		env := append(n.Env, "NIX_CONFIG="+strings.Join(append(nixtest.Config, "store = "+n.Store), "\n"))
+		return start(t, env, "gradient-worker", "--server-url", w.url, "--peers", peers,
+			"--base-dir", t.TempDir(), "--id", id, "--trusted-public-keys", w.cache.PublicKey(),
+			"--capabilities-fetch", "--capabilities-eval", "--capabilities-build",
+			"--allow-local-repositories") // the world's repository is local
+	}
+	victim := startWorker()
+
+	ev := w.evaluate("packages.x86_64-linux.*")
+	// Evidence of mid-evaluation: the quick attributes' EvalResults are
+	// stored as builds while the evaluation waits on zz.
+	_, acked := w.waitFor(ev.ID, "the quick attributes' builds stored mid-evaluation", 2*time.Minute, func(e storage.Evaluation, bs []storage.Build) bool {
+		if e.Status.Terminal() || e.Status == storage.EvaluationBuilding {
+			t.Fatalf("evaluation %s (%s) with zz still blocked", e.Status, e.Error)
+		}
+		return len(bs) >= n
+	})
+	if _, ok := byAttr(acked)["zz"]; ok {
+		t.Fatal("zz's build exists before its evaluation")
+	}
+	victim.kill()
+
+	openGate(t, fifo)
+	startWorker()
+	end, builds := w.waitDone(ev.ID)
+	if end.Status != storage.EvaluationSucceeded {
+		t.Fatalf("evaluation after the worker was killed: %s (%s)", end.Status, end.Error)
+	}
+	byID := map[string]storage.Build{}
+	drvs, attrs := map[string]bool{}, map[string]bool{}
+	for _, b := range builds {
+		byID[b.ID] = b
+		if drvs[b.DrvPath] {
+			t.Errorf("%s has two builds", b.DrvPath)
+		}
+		drvs[b.DrvPath] = true
+		if b.Attr != "" {
+			if attrs[b.Attr] {
+				t.Errorf("attribute %s has two builds", b.Attr)
+			}
+			attrs[b.Attr] = true
+		}
+		if b.Status != storage.BuildSucceeded {
+			t.Errorf("build %s (%s): %s (%s)", b.Attr, b.DrvPath, b.Status, b.Error)
+		}
+	}
+	for _, a := range acked {
+		if b, ok := byID[a.ID]; !ok || b.DrvPath != a.DrvPath || b.Attr != a.Attr {
+			t.Errorf("build %s of %s (%s), stored before the kill, is gone or changed: %+v", a.ID, a.Attr, a.DrvPath, b)
+		}
+	}
+	if len(attrs) != n+1 {
+		t.Errorf("%d attributes built, want %d", len(attrs), n+1)
+	}
+
+	if !maps.Equal(drvs, want) {
+		t.Errorf("the interrupted evaluation has %d derivations, an uninterrupted one %d: %v vs %v",
+			len(drvs), len(want), slices.Sorted(maps.Keys(drvs)), slices.Sorted(maps.Keys(want)))
+	}
+	t.Logf("%d builds stored before the kill, %d after; %d derivations", len(acked), len(builds), len(drvs))
 }
