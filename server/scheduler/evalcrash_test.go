@@ -165,20 +165,39 @@ func gatedFlake(n int, gate string) string {
 `, n, gate)
 }
 
-// openGate writes the FIFO for every reader that has it open, until stop
-// is closed (a reader of the killed worker's evaluation may still hold
-// it: it is let go too).
+// releaseGate writes the FIFO once for every reader that has it open
+// (blocked in open or read); false when there is none.
+func releaseGate(fifo string) bool {
+	fd, err := syscall.Open(fifo, syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false // ENXIO: no reader
+	}
+	syscall.Write(fd, []byte("open\n"))
+	syscall.Close(fd)
+	return true
+}
+
+// newGate makes the FIFO; whatever the test's end, no Nix process (the
+// killed worker's included) stays blocked on it.
+func newGate(t *testing.T) string {
+	fifo := filepath.Join(t.TempDir(), "gate")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 10 {
+			if !releaseGate(fifo) {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	return fifo
+}
+
+// openGate keeps releasing the FIFO's readers until stop is called.
 func openGate(t *testing.T, fifo string) (stop func()) {
 	done, finished := make(chan struct{}), make(chan struct{})
-	write := func() bool {
-		fd, err := syscall.Open(fifo, syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
-		if err != nil {
-			return false // ENXIO: no reader yet
-		}
-		syscall.Write(fd, []byte("open\n"))
-		syscall.Close(fd)
-		return true
-	}
 	go func() {
 		defer close(finished)
 		for {
@@ -186,7 +205,7 @@ func openGate(t *testing.T, fifo string) (stop func()) {
 			case <-done:
 				return
 			case <-time.After(20 * time.Millisecond):
-				write()
+				releaseGate(fifo)
 			}
 		}
 	}()
@@ -201,82 +220,51 @@ func openGate(t *testing.T, fifo string) (stop func()) {
 	return stop
 }
 
-// TestWorkerKilledMidEvaluation: kill -9 of the only worker (a real
-// gradient-worker process) while its evaluation is blocked in Nix, after
-// EvalResult batches have been stored as builds. A new worker process
-// with the same ID takes the evaluation over; it ends with every build
-// stored before the kill still there (same row, same derivation), no
-// derivation or attribute twice, and the same derivations as an
-// uninterrupted evaluation of the same commit.
-func TestWorkerKilledMidEvaluation(t *testing.T) {
-	nixtest.Require(t, "nix", "git")
-	const n = 60
-	w := newWorld(t, storagetest.SQLiteURL(t), 0)
-	fifo := filepath.Join(t.TempDir(), "gate")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// Whatever the test's end, no Nix process stays blocked on the gate.
-	t.Cleanup(func() {
-		for range 10 {
-			fd, err := syscall.Open(fifo, syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
-			if err != nil {
-				return
-			}
-			syscall.Write(fd, []byte("open\n"))
-			syscall.Close(fd)
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
-	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": gatedFlake(n, fifo)})
-
-	// The derivations of an uninterrupted evaluation of the same commit,
-	// in a world of its own (here the second evaluation would skip what
-	// the first built).
+// uninterruptedDerivations evaluates the gated flake at repo and commit
+// in a world of its own (a second evaluation in the same world would
+// skip what the first built) and returns the derivations of its builds.
+func uninterruptedDerivations(t *testing.T, repo, commit, fifo string) map[string]bool {
+	t.Helper()
 	ref := newWorld(t, storagetest.SQLiteURL(t), 0)
-	ref.repo, ref.commit = w.repo, w.commit
+	ref.repo, ref.commit = repo, commit
 	ref.startWorker()
-	stopGate := openGate(t, fifo)
-	refEnd, refBuilds := ref.waitDone(ref.evaluate("packages.x86_64-linux.*").ID)
-	stopGate()
-	if refEnd.Status != storage.EvaluationSucceeded {
-		t.Fatalf("uninterrupted evaluation: %s (%s)", refEnd.Status, refEnd.Error)
+	stop := openGate(t, fifo)
+	defer stop()
+	end, builds := ref.waitDone(ref.evaluate("packages.x86_64-linux.*").ID)
+	if end.Status != storage.EvaluationSucceeded {
+		t.Fatalf("uninterrupted evaluation: %s (%s)", end.Status, end.Error)
 	}
-	want := map[string]bool{}
-	for _, b := range refBuilds {
-		want[b.DrvPath] = true
+	drvs := map[string]bool{}
+	for _, b := range builds {
+		drvs[b.DrvPath] = true
 	}
+	return drvs
+}
 
-	id, peers := testworld.Register(t, w.db, w.project.ID)
-	startWorker := func() *process {
-		n := nixtest.New(t)
-		env := append(n.Env, "NIX_CONFIG="+strings.Join(append(nixtest.Config, "store = "+n.Store), "\n"))
-		return start(t, env, "gradient-worker", "--server-url", w.url, "--peers", peers,
-			"--base-dir", t.TempDir(), "--id", id, "--trusted-public-keys", w.cache.PublicKey(),
-			"--capabilities-fetch", "--capabilities-eval", "--capabilities-build",
-			"--allow-local-repositories") // the world's repository is local
-	}
-	victim := startWorker()
-
-	ev := w.evaluate("packages.x86_64-linux.*")
-	// Evidence of mid-evaluation: the quick attributes' EvalResults are
-	// stored as builds while the evaluation waits on zz.
-	_, acked := w.waitFor(ev.ID, "the quick attributes' builds stored mid-evaluation", 2*time.Minute, func(e storage.Evaluation, bs []storage.Build) bool {
+// untilMidEvaluation is waitFor's condition for the gated flake: the n
+// quick attributes' EvalResults are stored as builds while the
+// evaluation waits on zz.
+func untilMidEvaluation(t *testing.T, n int) func(storage.Evaluation, []storage.Build) bool {
+	return func(e storage.Evaluation, bs []storage.Build) bool {
 		if e.Status.Terminal() || e.Status == storage.EvaluationBuilding {
 			t.Fatalf("evaluation %s (%s) with zz still blocked", e.Status, e.Error)
 		}
+		if _, ok := byAttr(bs)["zz"]; ok {
+			t.Fatal("zz's build exists before its evaluation")
+		}
 		return len(bs) >= n
-	})
-	if _, ok := byAttr(acked)["zz"]; ok {
-		t.Fatal("zz's build exists before its evaluation")
 	}
-	victim.kill()
+}
 
-	openGate(t, fifo)
-	startWorker()
-	end, builds := w.waitDone(ev.ID)
+// checkResumedEvaluation: the interrupted evaluation of the gated flake
+// (n quick attributes) succeeded with every build stored before the kill
+// still there (same row, same derivation), no derivation or attribute
+// twice, every build succeeded, and the derivations want of an
+// uninterrupted evaluation.
+func checkResumedEvaluation(t *testing.T, n int, acked []storage.Build, end storage.Evaluation, builds []storage.Build, want map[string]bool) {
+	t.Helper()
 	if end.Status != storage.EvaluationSucceeded {
-		t.Fatalf("evaluation after the worker was killed: %s (%s)", end.Status, end.Error)
+		t.Fatalf("evaluation after the kill: %s (%s)", end.Status, end.Error)
 	}
 	byID := map[string]storage.Build{}
 	drvs, attrs := map[string]bool{}, map[string]bool{}
@@ -304,10 +292,74 @@ func TestWorkerKilledMidEvaluation(t *testing.T) {
 	if len(attrs) != n+1 {
 		t.Errorf("%d attributes built, want %d", len(attrs), n+1)
 	}
-
 	if !maps.Equal(drvs, want) {
 		t.Errorf("the interrupted evaluation has %d derivations, an uninterrupted one %d: %v vs %v",
 			len(drvs), len(want), slices.Sorted(maps.Keys(drvs)), slices.Sorted(maps.Keys(want)))
 	}
 	t.Logf("%d builds stored before the kill, %d after; %d derivations", len(acked), len(builds), len(drvs))
+}
+
+// TestWorkerKilledMidEvaluation: kill -9 of the only worker (a real
+// gradient-worker process) while its evaluation is blocked in Nix, after
+// EvalResult batches have been stored as builds. A new worker process
+// with the same ID takes the evaluation over and ends it as
+// checkResumedEvaluation says.
+func TestWorkerKilledMidEvaluation(t *testing.T) {
+	nixtest.Require(t, "nix", "git")
+	const n = 60
+	fifo := newGate(t)
+	w := newWorld(t, storagetest.SQLiteURL(t), 0)
+	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": gatedFlake(n, fifo)})
+	want := uninterruptedDerivations(t, w.repo, w.commit, fifo)
+
+	id, peers := testworld.Register(t, w.db, w.project.ID)
+	startWorker := func() *process {
+		n := nixtest.New(t)
+		env := append(n.Env, "NIX_CONFIG="+strings.Join(append(nixtest.Config, "store = "+n.Store), "\n"))
+		return start(t, env, "gradient-worker", "--server-url", w.url, "--peers", peers,
+			"--base-dir", t.TempDir(), "--id", id, "--trusted-public-keys", w.cache.PublicKey(),
+			"--capabilities-fetch", "--capabilities-eval", "--capabilities-build",
+			"--allow-local-repositories") // the world's repository is local
+	}
+	victim := startWorker()
+	ev := w.evaluate("packages.x86_64-linux.*")
+	_, acked := w.waitFor(ev.ID, "the quick attributes' builds stored mid-evaluation", 2*time.Minute, untilMidEvaluation(t, n))
+	victim.kill()
+
+	openGate(t, fifo)
+	startWorker()
+	end, builds := w.waitDone(ev.ID)
+	checkResumedEvaluation(t, n, acked, end, builds, want)
+}
+
+// TestServerKilledMidEvaluation: kill -9 of the server process while the
+// evaluation is blocked in Nix, after EvalResult batches have been stored
+// as builds. The restarted server queues the evaluation again; the
+// workers, reconnected, end it as checkResumedEvaluation says.
+func TestServerKilledMidEvaluation(t *testing.T) {
+	nixtest.Require(t, "nix", "git")
+	const n = 60
+	fifo := newGate(t)
+	dbURL := storagetest.PostgresURL(t)
+	w := crashWorld(t, dbURL)
+	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": gatedFlake(n, fifo)})
+	want := uninterruptedDerivations(t, w.repo, w.commit, fifo)
+
+	addr := freeAddr(t)
+	w.url = "ws://" + addr + "/proto"
+	serverArgs := []string{"--listen", addr, "--database", dbURL, "--nar-dir", t.TempDir(), "--poll-interval", "0", "--log-level", "info"}
+	srv := start(t, nil, "gradient-server", serverArgs...)
+	waitHealthy(t, addr)
+	w.startWorker()
+	w.startWorker()
+
+	ev := w.createEvaluation("packages.x86_64-linux.*")
+	_, acked := w.waitFor(ev.ID, "the quick attributes' builds stored mid-evaluation", 2*time.Minute, untilMidEvaluation(t, n))
+	srv.kill()
+
+	openGate(t, fifo)
+	start(t, nil, "gradient-server", serverArgs...)
+	waitHealthy(t, addr)
+	end, builds := w.waitDone(ev.ID)
+	checkResumedEvaluation(t, n, acked, end, builds, want)
 }
