@@ -39,18 +39,29 @@ func (r *relayWorker) Relay(m wire.ServerMessage, frame []byte, ver uint16) bool
 type fakeFrames struct {
 	ver      uint16
 	frame    []byte
+	decoded  wire.ServerMessage // what frame decodes to
 	released int
 	forgot   int
+	// lastForgot: the last frame was forgotten, not released.
+	lastForgot bool
 }
 
 func (f *fakeFrames) Version() uint16 { return f.ver }
 func (f *fakeFrames) Frame() []byte   { return f.frame }
-func (f *fakeFrames) Release()        { f.released++ }
-func (f *fakeFrames) Forget()         { f.forgot++ }
+func (f *fakeFrames) Release()        { f.released++; f.lastForgot = false }
+func (f *fakeFrames) Forget()         { f.forgot++; f.lastForgot = true }
 
 // receive hands the hub m as the upstream reader would: decoded from
 // its frame at the session's version.
 func (f *fakeFrames) receive(t *testing.T, u *Upstream, m wire.ServerMessage) []byte {
+	t.Helper()
+	frame := f.receiveOnly(t, m)
+	u.Handle(f.decoded)
+	return frame
+}
+
+// receiveOnly makes m the reader's last frame and decoded message.
+func (f *fakeFrames) receiveOnly(t testing.TB, m wire.ServerMessage) []byte {
 	t.Helper()
 	frame, err := wire.AppendServerMessage(nil, m, f.ver)
 	if err != nil {
@@ -60,8 +71,7 @@ func (f *fakeFrames) receive(t *testing.T, u *Upstream, m wire.ServerMessage) []
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.frame = frame
-	u.Handle(got)
+	f.frame, f.decoded = frame, got
 	return frame
 }
 
