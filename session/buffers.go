@@ -22,16 +22,20 @@ func putBuffer(b []byte) {
 
 // Received message buffers come from size classes. A buffer enters a class
 // only through Reader.Release (the caller declared the message and every
-// slice of it unused) or straight from the read path when it was never
-// handed out, so a buffer a message may still reference is never reused.
+// slice of it unused), straight from the read path when it was never
+// handed out, or from a Writer that wrote it as a relayed frame (recycle),
+// so a buffer a message may still reference is never reused.
 // The pool holds buffers across at most two garbage collections: an idle
 // session keeps none.
 var readClasses = [...]int{
 	4 << 10, 16 << 10, 64 << 10, 256 << 10,
-	BulkChunkSize + 4<<10, // a NAR or upload chunk plus its message header
+	BulkChunkSize + 4<<10, // a NAR or upload chunk plus its message header (bulkReadClass)
 	1 << 20, 2 << 20, 4 << 20,
 	MaxProtoMessageSize,
 }
+
+// bulkReadClass is the index of the class of a NAR or upload chunk.
+const bulkReadClass = 4
 
 var readPools [len(readClasses)]sync.Pool
 
@@ -63,4 +67,22 @@ func putReadBuffer(b []byte) {
 			return
 		}
 	}
+}
+
+// recycle returns a buffer the writer wrote to its pool: a relayed
+// received frame (Writer.Relay) of a NAR chunk's class or larger to its
+// read class, so the reader that received it reuses it; anything else to
+// the encode pool. An encode buffer of such a capacity (none of the NAR
+// chunk's, which is no whole number of pages as grown encode buffers are;
+// the larger ones the encode pool would drop) lands in the read pool
+// harmlessly: no buffer is referenced once written.
+func recycle(b []byte) {
+	c := cap(b)
+	for _, size := range readClasses[bulkReadClass:] {
+		if size == c {
+			putReadBuffer(b)
+			return
+		}
+	}
+	putBuffer(b)
 }

@@ -43,14 +43,19 @@ type Codec[M wire.Message] struct {
 	Append func(dst []byte, m M, ver uint16) ([]byte, error)
 	Decode func(frame []byte, ver uint16) (M, error)
 	Lane   func(m M) Lane
+	// SameEncoding: the variant tag encodes alike at two versions, so a
+	// received frame may be relayed unchanged (Writer.Relay).
+	SameEncoding func(tag uint64, a, b uint16) bool
 }
 
 // ClientCodec carries worker→server messages.
 var ClientCodec = Codec[wire.ClientMessage]{
 	Append: wire.AppendClientMessage, Decode: wire.DecodeClientMessage, Lane: ClientLane,
+	SameEncoding: wire.SameClientEncoding,
 }
 
 // ServerCodec carries server→worker messages.
 var ServerCodec = Codec[wire.ServerMessage]{
 	Append: wire.AppendServerMessage, Decode: wire.DecodeServerMessage, Lane: ServerLane,
+	SameEncoding: wire.SameServerEncoding,
 }

@@ -72,6 +72,16 @@ func (r *Reader[M]) Release() {
 	r.last = nil
 }
 
+// Frame is the frame of the message Recv returned last, as received, for
+// a Writer of the other leg to relay (Writer.Relay); valid until Release
+// or the next Recv.
+func (r *Reader[M]) Frame() []byte { return r.last }
+
+// Forget gives the last frame up without recycling it: a Writer took it
+// over (Writer.Relay) and recycles it once written. Release after Forget
+// does nothing.
+func (r *Reader[M]) Forget() { r.last = nil }
+
 // idleFor is how long no message has arrived.
 func (r *Reader[M]) idleFor(now time.Time) time.Duration {
 	return now.Sub(time.Unix(0, r.lastSeen.Load()))

@@ -97,6 +97,25 @@ func (w *Writer[M]) Encode(m M) (Frame, error) {
 	return Frame{b: b, lane: w.codec.Lane(m)}, nil
 }
 
+// Relay makes frame, received at version ver (Reader.Frame) and decoded
+// as m, a Frame of this writer without copying it, when this writer's
+// version encodes m's variant byte for byte alike; otherwise it encodes
+// m (relayed false). A relayed frame's buffer is the Frame's from then
+// on, queued or not: the reader must Forget it, and neither m's byte
+// fields nor frame may be read again, since the writer recycles the
+// buffer once written. Its size is checked like an encoded message's.
+func (w *Writer[M]) Relay(frame []byte, ver uint16, m M) (f Frame, relayed bool, err error) {
+	tag, ok := wire.FrameTag(frame)
+	if !ok || w.codec.SameEncoding == nil || !w.codec.SameEncoding(tag, ver, w.ver) {
+		f, err = w.Encode(m)
+		return f, false, err
+	}
+	if err := checkSize(len(frame)); err != nil {
+		return Frame{}, false, &EncodeError{Variant: m.WireName(), Err: err}
+	}
+	return Frame{b: frame, lane: w.codec.Lane(m)}, true, nil
+}
+
 // SendFrame queues f like Send queues a message.
 func (w *Writer[M]) SendFrame(f Frame) error { return w.enqueue(f.lane, f.b) }
 
@@ -257,7 +276,7 @@ type batchWriter interface {
 func (w *Writer[M]) write(batch [][]byte) error {
 	defer func() {
 		for i, b := range batch {
-			putBuffer(b)
+			recycle(b)
 			batch[i] = nil
 		}
 	}()

@@ -68,6 +68,14 @@ func (s *Session) Log() *slog.Logger { return s.log }
 // handler keeps none of its Data.
 func (s *Session) Release() { s.sess.Reader.Release() }
 
+// Frame is the last received message's frame as it came, for a relay to
+// another session (session.Reader.Frame); valid until Release.
+func (s *Session) Frame() []byte { return s.sess.Reader.Frame() }
+
+// Forget: another session's writer took the last frame over
+// (session.Writer.Relay); the reader neither reuses nor recycles it.
+func (s *Session) Forget() { s.sess.Reader.Forget() }
+
 // Stopping reports whether the worker is stopping the session: it
 // requests and accepts nothing more. Set before ClientDraining goes out.
 func (s *Session) Stopping() bool {

@@ -93,9 +93,12 @@ type member struct {
 	outbox *hub.Outbox
 }
 
-func (m *member) Session() uint64                         { return m.w.Session }
-func (m *member) WorkerID() string                        { return m.w.WorkerID }
-func (m *member) Send(msg wire.ServerMessage)             { m.outbox.Send(msg) }
+func (m *member) Session() uint64             { return m.w.Session }
+func (m *member) WorkerID() string            { return m.w.WorkerID }
+func (m *member) Send(msg wire.ServerMessage) { m.outbox.Send(msg) }
+func (m *member) Relay(msg wire.ServerMessage, frame []byte, ver uint16) bool {
+	return m.outbox.Relay(msg, frame, ver)
+}
 func (m *member) Capabilities() wire.GradientCapabilities { return m.w.Capabilities() }
 func (m *member) Host() *wire.WorkerCapabilities          { return m.w.WorkerCapabilities() }
 func (m *member) Draining() bool                          { return m.w.Draining() }
@@ -108,6 +111,7 @@ func (m *member) Close(reason string) {
 }
 
 var (
+	_ hub.Relayer       = (*member)(nil)
 	_ authority.Policy  = (*Leg)(nil)
 	_ authority.JobLoop = (*Leg)(nil)
 	_ upstream.Pool     = (*Leg)(nil)

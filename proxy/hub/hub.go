@@ -201,6 +201,9 @@ type effect struct {
 	close string
 	up    func(wire.ClientMessage) error
 	upMsg wire.ClientMessage
+	// relay: down goes to d as the upstream frame it came in, unchanged
+	// (relayFrame).
+	relay *upstreamFrame
 }
 
 func (e *effects) toWorker(d Downstream, m wire.ServerMessage) {
@@ -229,6 +232,12 @@ func (h *Hub) run(e *effects) {
 			}
 		case f.close != "":
 			f.d.Close(f.close)
+		case f.relay != nil:
+			if r, ok := f.d.(Relayer); ok {
+				f.relay.taken = r.Relay(f.down, f.relay.frame, f.relay.ver)
+			} else {
+				f.d.Send(f.down)
+			}
 		default:
 			f.d.Send(f.down)
 		}
@@ -383,9 +392,33 @@ func (h *Hub) Leave(d Downstream, reason string) {
 	h.run(&e)
 }
 
+// relayFrame marks the one send of msg, the message in was decoded from,
+// to go as in's frame: a chunk the hub forwards unchanged to one worker
+// needs no new encoding (its job ID, path, offset and bytes are the
+// server's; docs/protocol/federation.md "Passthrough"). A chunk cut to
+// what the worker lacks is a copy and is encoded; a message sent twice
+// is never relayed, since the first writer recycles the frame.
+func relayFrame(e *effects, msg wire.ServerMessage, in *upstreamFrame) {
+	if in == nil {
+		return
+	}
+	at := -1
+	for i, f := range e.list {
+		if f.down == msg {
+			if at >= 0 {
+				return
+			}
+			at = i
+		}
+	}
+	if at >= 0 {
+		e.list[at].relay = in
+	}
+}
+
 // fromUpstream takes one message of the upstream session id
-// (Upstream.Handle).
-func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
+// (Upstream.Handle); in, when set, is the frame a bulk chunk came in.
+func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage, in *upstreamFrame) {
 	h.mu.Lock()
 	if h.up == nil || h.up.id != id {
 		h.mu.Unlock()
@@ -469,6 +502,7 @@ func (h *Hub) fromUpstream(id uint64, msg wire.ServerMessage) {
 		h.m.book(h.tenant, now)
 	}
 	h.reportBounded(limits, dropped, logged, due)
+	relayFrame(e, msg, in)
 	h.run(e)
 }
 

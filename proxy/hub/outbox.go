@@ -32,7 +32,9 @@ const (
 // Outbox over a session writer (NewWriterOutbox) encodes the message at
 // once, one over a send function copies NarPush and EvalCacheChunk data.
 // So the frame a forwarded bulk chunk was decoded from can be reused for
-// the next one (Upstream.Handle releases it).
+// the next one (Upstream.Handle releases it). Relay instead takes the
+// upstream frame of a chunk forwarded unchanged over, so the chunk is
+// neither copied nor encoded on its way to the worker.
 type Outbox struct {
 	sink   sink
 	onSlow func(reason string)
@@ -73,6 +75,10 @@ type item struct {
 type sink interface {
 	// prepare makes m an item that refers to none of m's byte fields.
 	prepare(m wire.ServerMessage) (item, int, error)
+	// relay makes m an item from frame, the upstream frame m was decoded
+	// from at version ver: the frame itself when the sink takes it over
+	// (taken), else like prepare.
+	relay(m wire.ServerMessage, frame []byte, ver uint16) (it item, size int, taken bool, err error)
 	// offer hands it over only if that does not wait.
 	offer(it item) (bool, error)
 	// send hands it over, waiting up to the session's send timeout.
@@ -86,6 +92,10 @@ type writerSink struct {
 func (s writerSink) prepare(m wire.ServerMessage) (item, int, error) {
 	f, err := s.w.Encode(m)
 	return item{f: f}, f.Size(), err
+}
+func (s writerSink) relay(m wire.ServerMessage, frame []byte, ver uint16) (item, int, bool, error) {
+	f, taken, err := s.w.Relay(frame, ver, m)
+	return item{f: f}, f.Size(), taken, err
 }
 func (s writerSink) offer(it item) (bool, error) { return s.w.Offer(it.f) }
 func (s writerSink) send(it item) error          { return s.w.SendFrame(it.f) }
@@ -104,6 +114,10 @@ func (s funcSink) prepare(m wire.ServerMessage) (item, int, error) {
 		m = &d
 	}
 	return item{m: m}, messageSize(m), nil
+}
+func (s funcSink) relay(m wire.ServerMessage, _ []byte, _ uint16) (item, int, bool, error) {
+	it, size, err := s.prepare(m)
+	return it, size, false, err
 }
 func (s funcSink) offer(item) (bool, error) { return false, nil }
 func (s funcSink) send(it item) error       { return s(it.m) }
@@ -145,6 +159,30 @@ func (o *Outbox) Send(m wire.ServerMessage) {
 	if err != nil {
 		return // an *EncodeError: the session's version cannot carry m
 	}
+	o.queueLocked(it, size)
+}
+
+// Relay is Send for a chunk the hub forwards unchanged: frame, the
+// upstream frame m was decoded from at version ver, goes to the worker's
+// writer as it came when the worker's version encodes m alike (no copy,
+// no encoding: session.Writer.Relay), else m is encoded. It reports
+// whether the Outbox took the frame over; then the upstream reader must
+// forget it, and nothing may read the frame or m's byte fields again.
+func (o *Outbox) Relay(m wire.ServerMessage, frame []byte, ver uint16) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || o.finishing {
+		return false
+	}
+	it, size, taken, err := o.sink.relay(m, frame, ver)
+	if err != nil {
+		return taken
+	}
+	o.queueLocked(it, size)
+	return taken
+}
+
+func (o *Outbox) queueLocked(it item, size int) {
 	if len(o.q) == 0 && !o.busy {
 		ok, err := o.sink.offer(it)
 		if err != nil {

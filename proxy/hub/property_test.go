@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"log/slog"
@@ -29,7 +30,11 @@ type tenantModel struct {
 	name    string
 	h       *Hub
 	up      *fakeUpstream
+	frames  *fakeFrames
 	workers []*fakeWorker
+	// relays are the workers as the hub sees them: each takes relayed
+	// chunk frames over, or (decline) has them encoded.
+	relays map[uint64]*relayWorker
 	// running is the job each worker considers its own (got AssignJob,
 	// accepted, not yet ended), by job ID → worker session.
 	running map[string]uint64
@@ -52,11 +57,13 @@ type modelPull struct {
 func newModel(t testing.TB, seed uint64) *model {
 	m := &model{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	for _, name := range []string{"A", "B"} {
-		tm := &tenantModel{name: name, h: New(name, slog.New(slog.DiscardHandler), nil), running: map[string]uint64{}, pulls: map[modelPullID]*modelPull{}}
+		tm := &tenantModel{name: name, h: New(name, slog.New(slog.DiscardHandler), nil), running: map[string]uint64{}, pulls: map[modelPullID]*modelPull{},
+			relays: map[uint64]*relayWorker{}}
 		// Small limits, so the steps reach them (checkBounds).
 		tm.h.limits = modelLimits
 		tm.up = &fakeUpstream{}
-		tm.up.h = tm.h.Attach(tm.up.send, nil)
+		tm.frames = &fakeFrames{}
+		tm.up.h = tm.h.Attach(tm.up.send, tm.frames)
 		for i := range 3 {
 			tm.join(fmt.Sprintf("%s-w%d", name, i))
 		}
@@ -69,7 +76,43 @@ func (tm *tenantModel) join(id string) {
 	w := buildWorker(id, "x86_64-linux")
 	w.caps.Fetch, w.caps.Eval = true, true
 	tm.workers = append(tm.workers, w)
-	tm.h.Join(w)
+	r := &relayWorker{fakeWorker: w, decline: w.session%4 == 0}
+	tm.relays[w.session] = r
+	tm.h.Join(r)
+}
+
+// chunk hands the hub a bulk chunk as the upstream reader would, decoded
+// from its frame at a random version, and checks that the frame went to
+// at most one of the tenant's workers, unchanged, and was either taken
+// over (the reader forgets it) or handed back, never both.
+func (m *model) chunk(tm *tenantModel, msg wire.ServerMessage) {
+	tm.frames.ver = wire.OldestVersion + uint16(m.rng.IntN(int(wire.NewestVersion-wire.OldestVersion)+1))
+	want := slices.Clone(tm.frames.receiveOnly(m.t, msg))
+	before := tm.frames.released + tm.frames.forgot
+	relayedBefore := map[uint64]int{}
+	for s, r := range tm.relays {
+		relayedBefore[s] = len(r.relayed)
+	}
+	tm.up.h.Handle(tm.frames.decoded)
+	if n := tm.frames.released + tm.frames.forgot - before; n != 1 {
+		m.t.Fatalf("the reader was handed %d frames back or forgot them for one chunk", n)
+	}
+	taken := tm.frames.lastForgot
+	got := 0
+	for s, r := range tm.relays {
+		for _, f := range r.relayed[relayedBefore[s]:] {
+			got++
+			if &f[0] != &tm.frames.frame[0] || !bytes.Equal(f, want) {
+				m.t.Fatalf("worker %s was relayed another frame than the chunk's", r.workerID)
+			}
+			if tm.worker(s) == nil {
+				m.t.Fatalf("a frame was relayed to session %d, not a worker of tenant %s", s, tm.name)
+			}
+		}
+	}
+	if taken != (got == 1) || got > 1 {
+		m.t.Fatalf("the chunk was relayed %d times, the reader forgot it: %v", got, taken)
+	}
 }
 
 // candidate is a build candidate of one of the tenant's jobs, one in
@@ -156,7 +199,8 @@ func (m *model) step() {
 		tm.h.FromWorker(w, &wire.UploadRequest{JobID: job, RequestID: m.rng.Uint64N(3), Object: &wire.UploadNar{StorePath: "/nix/store/x"}})
 	case 9:
 		id := tm.jobID(m.rng)
-		tm.up.h.Handle(&wire.NarPush{JobID: id, StorePath: "/nix/store/" + id})
+		m.chunk(tm, &wire.NarPush{JobID: id, StorePath: "/nix/store/" + id})
+		m.chunk(tm, &wire.EvalCacheChunk{JobID: id, Data: []byte("eval cache")})
 		tm.up.h.Handle(&wire.AbortJob{JobID: id})
 	case 10:
 		// A worker disconnects; a new session of it joins.
@@ -167,7 +211,7 @@ func (m *model) step() {
 		if m.rng.IntN(4) == 0 {
 			tm.up.h.Ended("lost")
 			tm.up = &fakeUpstream{}
-			tm.up.h = tm.h.Attach(tm.up.send, nil)
+			tm.up.h = tm.h.Attach(tm.up.send, tm.frames)
 		}
 	case 12:
 		tm.h.FlushScores()
@@ -209,7 +253,7 @@ func (m *model) step() {
 				off = min(max(near+[]int{-3, 0, 0, 0, 4}[m.rng.IntN(5)], 0), 64)
 			}
 			n := min(1+m.rng.IntN(8), 64-off)
-			tm.up.h.Handle(&wire.NarPush{JobID: id, StorePath: path, Data: make([]byte, n), Offset: uint64(off), IsFinal: off+n == 64})
+			m.chunk(tm, &wire.NarPush{JobID: id, StorePath: path, Data: make([]byte, n), Offset: uint64(off), IsFinal: off+n == 64})
 		}
 	case 15, 16:
 		// A worker's queue fills or drains.
@@ -219,6 +263,7 @@ func (m *model) step() {
 }
 
 func (tm *tenantModel) dropWorker(w *fakeWorker) {
+	delete(tm.relays, w.session)
 	for id, s := range tm.running {
 		if s == w.session {
 			delete(tm.running, id)
@@ -364,7 +409,7 @@ func (m *model) checkPulls(tm *tenantModel) {
 			m.t.Fatalf("job %s of a gone worker holds %d pulls", j.id, len(j.pulls))
 		}
 		for path, p := range j.pulls {
-			if p.paused && (!w.drainWatched || !w.d.(*fakeWorker).watched()) {
+			if p.paused && (!w.drainWatched || !w.d.(*relayWorker).watched()) {
 				m.t.Fatalf("the pull of %s (job %s) is paused and waits for nothing", path, j.id)
 			}
 		}

@@ -25,7 +25,7 @@ func (h *tenantHandler) Open(s *workersession.Session) workersession.SessionHand
 	if h.hub == nil {
 		return noJobs{s}
 	}
-	return h.hub.Attach(s.Send, s.Release)
+	return h.hub.Attach(s.Send, s)
 }
 
 // noJobs is a session without hubs: it polls for nothing and declines
