@@ -309,7 +309,7 @@ func TestPrivateRepositoryWithDeployKey(t *testing.T) {
 	if ev.Status != storage.EvaluationFailed || !strings.Contains(ev.Error, "Could not read from remote repository") {
 		t.Fatalf("evaluation without a deploy key: %s (%q), want a failed fetch", ev.Status, ev.Error)
 	}
-	srv := server.New(w.db, server.Config{DialKey: w.secrets, Logger: slog.New(slog.DiscardHandler)})
+	srv := server.New(w.db, server.Config{DialKey: w.secrets, DeployKeys: deploykeys.New(w.db, w.secrets), Logger: slog.New(slog.DiscardHandler)})
 	defer srv.Close()
 	if _, err := srv.GenerateDeployKey(t.Context(), w.project, "test"); err != nil {
 		t.Fatal(err)
