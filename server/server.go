@@ -144,9 +144,6 @@ type Config struct {
 	// gcPauseFile is retention's test hook (Config.PauseFile).
 	GCPauseFile string
 
-	// narinfoHook, if set, rewrites every signed narinfo (tests tamper
-	// with it to check that Nix refuses a bad signature).
-	narinfoHook func([]byte) []byte
 	// authClock, if set, is the failed-authentication limit's clock.
 	authClock func() time.Time
 }
@@ -254,7 +251,6 @@ func New(db *storage.DB, cfg Config) *Server {
 		DisableAnonymousCache:       cfg.DisableAnonymousCache,
 		AnonymousCacheSessionsPerIP: cfg.AnonymousCacheSessionsPerIP,
 		CacheSessionIdleTimeout:     cfg.CacheSessionIdleTimeout,
-		NarinfoHook:                 cfg.narinfoHook,
 		Presign:                     cfg.NarPresign,
 	})
 	if store := cfg.NarStore; store != nil {
