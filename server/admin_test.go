@@ -20,6 +20,7 @@ import (
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/server/admin"
+	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
@@ -82,6 +83,9 @@ func newAdminEnvWith(t *testing.T, cfg Config) *adminEnv {
 	}
 	logs := &adminLogs{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if cfg.DialKey != nil && cfg.DeployKeys == nil {
+		cfg.DeployKeys = deploykeys.New(db, cfg.DialKey) // as gradient-server makes them
+	}
 	srv := New(db, cfg)
 	hs := httptest.NewServer(srv.Handler())
 	e := &adminEnv{t: t, db: db, srv: srv, base: hs.URL, token: testAdminToken, logs: logs}

@@ -197,7 +197,7 @@ type gitAccess struct {
 
 func (s *Server) gitAccess(ctx context.Context, p storage.Project, name string) gitAccess {
 	access := gitAccess{ssh: s.cfg.SSH, allowLocal: s.cfg.AllowLocalRepositories}
-	if s.cfg.DialKey == nil {
+	if s.deployKeys == nil {
 		return access
 	}
 	key, err := s.deployKeys.Private(ctx, p.ID)

@@ -65,9 +65,10 @@ type Config struct {
 	// dialing every registration and team worker with a URL; without one,
 	// a URL is refused with ErrNoDialKey.
 	DialKey *sealbox.Box
-	// DeployKeys are projects' deploy keys, the ones the job loop hands
-	// out too (so the process opens them once); nil: the server makes
-	// them from DialKey.
+	// DeployKeys are projects' deploy keys (deploykeys.New with DialKey),
+	// made once by whoever opens the dial key and shared with the job
+	// loop, which hands them out; nil: projects have none (generating
+	// one answers deploykeys.ErrNoSecretKey).
 	DeployKeys *deploykeys.Keys
 	// DialTLS configures wss:// dials; nil uses the system roots.
 	DialTLS *tls.Config
@@ -143,9 +144,6 @@ type Config struct {
 	// gcPauseFile is retention's test hook (Config.PauseFile).
 	GCPauseFile string
 
-	// narinfoHook, if set, rewrites every signed narinfo (tests tamper
-	// with it to check that Nix refuses a bad signature).
-	narinfoHook func([]byte) []byte
 	// authClock, if set, is the failed-authentication limit's clock.
 	authClock func() time.Time
 }
@@ -197,7 +195,7 @@ type Server struct {
 
 	dialer *dialer // nil without a dial key
 	// deployKeys generates and opens projects' deploy keys, under the
-	// dial key (none without one).
+	// dial key (Config.DeployKeys; nil without one).
 	deployKeys *deploykeys.Keys
 	// gate limits failed authentications per client address; nil when
 	// disabled.
@@ -253,7 +251,6 @@ func New(db *storage.DB, cfg Config) *Server {
 		DisableAnonymousCache:       cfg.DisableAnonymousCache,
 		AnonymousCacheSessionsPerIP: cfg.AnonymousCacheSessionsPerIP,
 		CacheSessionIdleTimeout:     cfg.CacheSessionIdleTimeout,
-		NarinfoHook:                 cfg.narinfoHook,
 		Presign:                     cfg.NarPresign,
 	})
 	if store := cfg.NarStore; store != nil {
@@ -273,9 +270,6 @@ func New(db *storage.DB, cfg Config) *Server {
 	})
 	s.collector.Start(ctx)
 	s.deployKeys = cfg.DeployKeys
-	if s.deployKeys == nil {
-		s.deployKeys = deploykeys.New(db, cfg.DialKey)
-	}
 	s.startForges()
 	ctl, _ := s.evaluationControl()
 	progress, _ := cfg.Jobs.(admin.BuildProgress)

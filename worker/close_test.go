@@ -132,7 +132,7 @@ func TestListenerRefusesIncompatibleServerWithCloseFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t, "", newBlockingExecutor())
-	cfg.Listener, cfg.InsecureListen = ln, true
+	cfg.Session.Listener, cfg.Session.InsecureListen = ln, true
 	startWorker(t, cfg)
 	c, _, err := websocket.DefaultDialer.DialContext(t.Context(), "ws://"+ln.Addr().String()+"/proto", nil)
 	if err != nil {
@@ -204,17 +204,17 @@ func TestWorkerReconnectsPastAHalfOpenSession(t *testing.T) {
 		r := newRealServer(t, db, server.Config{})
 		proxy := halfopen.New(t, r.addr)
 		cfg := testConfig(t, "ws://"+proxy.Addr()+"/proto", newBlockingExecutor())
-		cfg.Peers = r.project.ID + ":" + r.register(r.project.ID, cfg.WorkerID)
-		cfg.AckTimeout = time.Second
+		cfg.Session.Peers = r.project.ID + ":" + r.register(r.project.ID, cfg.Session.WorkerID)
+		cfg.Session.AckTimeout = time.Second
 		var logs *testlog.Buffer
-		cfg.Logger, logs = testlog.New(t, "worker")
+		cfg.Session.Logger, logs = testlog.New(t, "worker")
 		startWorker(t, cfg)
-		waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
-		first := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt
+		waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.Session.WorkerID).Live })
+		first := r.srv.WorkerStatus(cfg.Session.WorkerID).ConnectedAt
 
 		proxy.Freeze()
 		waitfor.Within(t, 60*time.Second, "the worker live on a new connection", func() bool {
-			st := r.srv.WorkerStatus(cfg.WorkerID)
+			st := r.srv.WorkerStatus(cfg.Session.WorkerID)
 			return st.Live && st.ConnectedAt.After(first)
 		})
 		if !strings.Contains(logs.String(), "worker already connected") {

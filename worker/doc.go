@@ -5,6 +5,8 @@
 // shell's Handler.
 //
 //	id, err := worker.LoadID(baseDir, fixedID)
-//	w, err := worker.New(worker.Config{ServerURL: url, WorkerID: id, PeersFile: f, Executor: exec, …})
+//	w, err := worker.New(worker.Config{
+//		Session:  workersession.Config{ServerURL: url, WorkerID: id, PeersFile: f, …},
+//		Executor: exec, …})
 //	err = w.Run(ctx) // until ctx ends: Draining, running jobs reported Canceled
 package worker

@@ -12,12 +12,11 @@ import (
 	"gradient.dev/gradient/workersession"
 )
 
-// startShell runs a session shell with cfg's connection half and h as its
+// startShell runs a session shell with cfg's Session and h as its
 // handler until the test ends.
 func startShell(t *testing.T, cfg Config, h workersession.Handler) *workersession.Shell {
 	t.Helper()
-	cfg.setDefaults()
-	sh, err := workersession.New(cfg.Session(), h)
+	sh, err := workersession.New(cfg.Session, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +104,7 @@ func TestAnotherHandlerTakesTheJobSide(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t)
 	cfg := testConfig(t, f.url, newBlockingExecutor())
-	cfg.Heartbeat = 20 * time.Millisecond
+	cfg.Session.Heartbeat = 20 * time.Millisecond
 	fwd := &recordingHandler{}
 	startShell(t, cfg, fwd)
 	c := f.accept()

@@ -20,6 +20,7 @@ import (
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
+	"gradient.dev/gradient/workersession"
 )
 
 func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
@@ -60,15 +61,17 @@ func recvChan[T any](t *testing.T, what string, c <-chan T) T {
 func testConfig(t *testing.T, url string, exec Executor) Config {
 	log, _ := testlog.New(t, "worker")
 	return Config{
-		ServerURL:      url,
-		WorkerID:       storage.NewID(),
-		Capabilities:   wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
-		Executor:       exec,
-		CPUCoreScore:   1,
-		Heartbeat:      time.Hour,
-		BackoffInitial: 20 * time.Millisecond,
-		BackoffMax:     200 * time.Millisecond,
-		Logger:         log,
+		Session: workersession.Config{
+			ServerURL:      url,
+			WorkerID:       storage.NewID(),
+			Capabilities:   wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+			Heartbeat:      time.Hour,
+			BackoffInitial: 20 * time.Millisecond,
+			BackoffMax:     200 * time.Millisecond,
+			Logger:         log,
+		},
+		Executor:     exec,
+		CPUCoreScore: 1,
 	}
 }
 

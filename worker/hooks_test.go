@@ -57,12 +57,12 @@ func TestOnRejectedStopsDialing(t *testing.T) {
 	r := newRealServer(t, openSQLite(t), server.Config{})
 	for _, stop := range []bool{false, true} {
 		cfg := testConfig(t, r.url, nil)
-		r.register(r.project.ID, cfg.WorkerID)
-		cfg.Peers = r.project.ID + ":" + wrongToken(t)
+		r.register(r.project.ID, cfg.Session.WorkerID)
+		cfg.Session.Peers = r.project.ID + ":" + wrongToken(t)
 		rej := &rejections{stop: stop}
-		cfg.OnRejected = rej.hook
+		cfg.Session.OnRejected = rej.hook
 		var established atomic.Bool
-		cfg.OnEstablished = func() { established.Store(true) }
+		cfg.Session.OnEstablished = func() { established.Store(true) }
 		startWorker(t, cfg)
 		if !stop {
 			waitfor.True(t, "three rejected dials", func() bool { return rej.count() >= 3 })
@@ -77,7 +77,7 @@ func TestOnRejectedStopsDialing(t *testing.T) {
 		if got := rej.first(); !strings.HasPrefix(got, "401 ") {
 			t.Fatalf("OnRejected got %q, want the server's 401 and reason", got)
 		}
-		if established.Load() || r.srv.WorkerStatus(cfg.WorkerID).Live {
+		if established.Load() || r.srv.WorkerStatus(cfg.Session.WorkerID).Live {
 			t.Fatal("a rejected worker holds a session")
 		}
 	}
@@ -90,7 +90,7 @@ func TestOnRejectedMidSession(t *testing.T) {
 	f := newFakeServer(t)
 	cfg := testConfig(t, f.url, nil)
 	rej := &rejections{stop: true}
-	cfg.OnRejected = rej.hook
+	cfg.Session.OnRejected = rej.hook
 	startWorker(t, cfg)
 	c := f.accept()
 	c.send(t, &wire.ServerReject{Code: 403, Reason: "worker is deactivated"})
@@ -116,7 +116,7 @@ func TestHostSourceAndHostChanged(t *testing.T) {
 		free: 100,
 	}
 	established := make(chan struct{}, 1)
-	cfg.OnEstablished = func() { established <- struct{}{} }
+	cfg.Session.OnEstablished = func() { established <- struct{}{} }
 	sh := startShell(t, cfg, h)
 	c := f.accept()
 	recvChan(t, "OnEstablished", established)
@@ -141,17 +141,17 @@ func TestSetPeersReauthorizes(t *testing.T) {
 	t.Parallel()
 	r := newRealServer(t, openSQLite(t), server.Config{})
 	cfg := testConfig(t, r.url, nil)
-	first := r.register(r.project.ID, cfg.WorkerID)
-	cfg.Peers = r.project.ID + ":" + first
+	first := r.register(r.project.ID, cfg.Session.WorkerID)
+	cfg.Session.Peers = r.project.ID + ":" + first
 	w, _ := startWorker(t, cfg)
-	waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
-	connectedAt := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt
-	second := r.register(r.second.ID, cfg.WorkerID)
+	waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.Session.WorkerID).Live })
+	connectedAt := r.srv.WorkerStatus(cfg.Session.WorkerID).ConnectedAt
+	second := r.register(r.second.ID, cfg.Session.WorkerID)
 	w.SetPeers(map[string]string{r.project.ID: first, r.second.ID: second})
 	waitfor.True(t, "the second project on the live session", func() bool {
-		return slices.Contains(r.srv.WorkerStatus(cfg.WorkerID).Projects, r.second.ID)
+		return slices.Contains(r.srv.WorkerStatus(cfg.Session.WorkerID).Projects, r.second.ID)
 	})
-	if !r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt.Equal(connectedAt) {
+	if !r.srv.WorkerStatus(cfg.Session.WorkerID).ConnectedAt.Equal(connectedAt) {
 		t.Fatal("the worker reconnected: SetPeers must reauth the live session")
 	}
 }

@@ -20,9 +20,9 @@ func TestDiscoverableListenerClosesStalledRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t, "", newBlockingExecutor())
-	cfg.Listener = ln
-	cfg.InsecureListen = true
-	cfg.ListenTimeouts = httpguard.Timeouts{Header: 50 * time.Millisecond, Body: 50 * time.Millisecond, Idle: time.Hour}
+	cfg.Session.Listener = ln
+	cfg.Session.InsecureListen = true
+	cfg.Session.ListenTimeouts = httpguard.Timeouts{Header: 50 * time.Millisecond, Body: 50 * time.Millisecond, Idle: time.Hour}
 	startWorker(t, cfg)
 
 	for _, stalled := range []string{

@@ -45,7 +45,7 @@ func TestHeartbeatSendsMetricsAndRequests(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t)
 	cfg := testConfig(t, f.url, newBlockingExecutor())
-	cfg.Heartbeat = 20 * time.Millisecond
+	cfg.Session.Heartbeat = 20 * time.Millisecond
 	startWorker(t, cfg)
 	c := f.accept()
 	metrics := 0
@@ -68,9 +68,9 @@ func TestAssignAbortAndCapacity(t *testing.T) {
 	f := newFakeServer(t)
 	exec := newBlockingExecutor()
 	cfg := testConfig(t, f.url, exec)
-	cfg.Capabilities.Eval, cfg.Capabilities.Fetch = false, false
+	cfg.Session.Capabilities.Eval, cfg.Session.Capabilities.Fetch = false, false
 	reg := prometheus.NewRegistry()
-	cfg.Metrics = reg
+	cfg.Session.Metrics = reg
 	startWorker(t, cfg)
 	c := f.accept()
 	expect[*wire.RequestJobList](t, c)

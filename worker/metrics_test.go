@@ -14,7 +14,7 @@ func TestWorkersShareARegistryWithALabelEach(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	for _, name := range []string{"worker-1", "worker-2"} {
 		cfg := testConfig(t, "ws://127.0.0.1:1/proto", newBlockingExecutor())
-		cfg.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"worker": name}, reg)
+		cfg.Session.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"worker": name}, reg)
 		if _, err := New(cfg); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -22,7 +22,7 @@ func TestWorkersShareARegistryWithALabelEach(t *testing.T) {
 	wantMetrics(t, reg, `gradient_worker_connected{worker="worker-1"} 0`, `gradient_worker_connected{worker="worker-2"} 0`)
 
 	cfg := testConfig(t, "ws://127.0.0.1:1/proto", newBlockingExecutor())
-	cfg.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"worker": "worker-1"}, reg)
+	cfg.Session.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"worker": "worker-1"}, reg)
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "WrapRegistererWith") {
 		t.Fatalf("a third worker with a label already taken: %v, want an error naming the remedy", err)
 	}

@@ -48,13 +48,13 @@ func TestPreauthFloodFromFiveAddressesLeavesWorkersAbleToConnect(t *testing.T) {
 	}
 
 	cfg := testConfig(t, r.url, newBlockingExecutor())
-	cfg.PeersFile = filepath.Join(t.TempDir(), "peers")
-	token := r.register(r.project.ID, cfg.WorkerID)
-	if err := os.WriteFile(cfg.PeersFile, []byte(r.project.ID+":"+token+"\n"), 0o600); err != nil {
+	cfg.Session.PeersFile = filepath.Join(t.TempDir(), "peers")
+	token := r.register(r.project.ID, cfg.Session.WorkerID)
+	if err := os.WriteFile(cfg.Session.PeersFile, []byte(r.project.ID+":"+token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	startWorker(t, cfg)
-	waitfor.True(t, "the worker live while the flood holds its sockets", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+	waitfor.True(t, "the worker live while the flood holds its sockets", func() bool { return r.srv.WorkerStatus(cfg.Session.WorkerID).Live })
 
 	// The oldest flood socket was closed by the server (after its
 	// version agreement frame) with 1013.

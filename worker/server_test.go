@@ -25,31 +25,31 @@ func TestPeersFileChangeReauthorizesLiveSession(t *testing.T) {
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		r := newRealServer(t, db, server.Config{})
 		cfg := testConfig(t, r.url, newBlockingExecutor())
-		cfg.PeersFile = filepath.Join(t.TempDir(), "peers")
-		cfg.PeersPollInterval = 20 * time.Millisecond
+		cfg.Session.PeersFile = filepath.Join(t.TempDir(), "peers")
+		cfg.Session.PeersPollInterval = 20 * time.Millisecond
 		var workerLogs *testlog.Buffer
-		cfg.Logger, workerLogs = testlog.New(t, "worker")
-		first := r.register(r.project.ID, cfg.WorkerID)
-		if err := os.WriteFile(cfg.PeersFile, []byte("# first project\n"+r.project.ID+":"+first+"\n"), 0o600); err != nil {
+		cfg.Session.Logger, workerLogs = testlog.New(t, "worker")
+		first := r.register(r.project.ID, cfg.Session.WorkerID)
+		if err := os.WriteFile(cfg.Session.PeersFile, []byte("# first project\n"+r.project.ID+":"+first+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		startWorker(t, cfg)
 		waitfor.True(t, "the worker live for the first project", func() bool {
-			st := r.srv.WorkerStatus(cfg.WorkerID)
+			st := r.srv.WorkerStatus(cfg.Session.WorkerID)
 			return st.Live && slices.Equal(st.Projects, []string{r.project.ID})
 		})
-		connectedAt := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt
+		connectedAt := r.srv.WorkerStatus(cfg.Session.WorkerID).ConnectedAt
 
-		second := r.register(r.second.ID, cfg.WorkerID)
+		second := r.register(r.second.ID, cfg.Session.WorkerID)
 		content := "# both projects\n" + r.project.ID + ":" + first + "\n" + r.second.ID + ":" + second + "\n"
-		if err := os.WriteFile(cfg.PeersFile, []byte(content), 0o600); err != nil {
+		if err := os.WriteFile(cfg.Session.PeersFile, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		waitfor.True(t, "the second project on the live session", func() bool {
-			st := r.srv.WorkerStatus(cfg.WorkerID)
+			st := r.srv.WorkerStatus(cfg.Session.WorkerID)
 			return slices.Contains(st.Projects, r.second.ID)
 		})
-		if st := r.srv.WorkerStatus(cfg.WorkerID); !st.ConnectedAt.Equal(connectedAt) {
+		if st := r.srv.WorkerStatus(cfg.Session.WorkerID); !st.ConnectedAt.Equal(connectedAt) {
 			t.Fatalf("the worker reconnected (%v, then %v): the reauth must use the live session", connectedAt, st.ConnectedAt)
 		}
 		for _, logs := range []string{r.logs.String(), workerLogs.String()} {
@@ -70,29 +70,29 @@ func TestOverlappingReauthsKeepTheSession(t *testing.T) {
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		r := newRealServer(t, db, server.Config{})
 		cfg := testConfig(t, r.url, newBlockingExecutor())
-		cfg.PeersFile = filepath.Join(t.TempDir(), "peers")
-		cfg.PeersPollInterval = 5 * time.Millisecond
+		cfg.Session.PeersFile = filepath.Join(t.TempDir(), "peers")
+		cfg.Session.PeersPollInterval = 5 * time.Millisecond
 		var workerLogs *testlog.Buffer
-		cfg.Logger, workerLogs = testlog.New(t, "worker")
-		first := r.register(r.project.ID, cfg.WorkerID)
-		if err := os.WriteFile(cfg.PeersFile, []byte(r.project.ID+":"+first+"\n"), 0o600); err != nil {
+		cfg.Session.Logger, workerLogs = testlog.New(t, "worker")
+		first := r.register(r.project.ID, cfg.Session.WorkerID)
+		if err := os.WriteFile(cfg.Session.PeersFile, []byte(r.project.ID+":"+first+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		startWorker(t, cfg)
-		waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
-		connectedAt := r.srv.WorkerStatus(cfg.WorkerID).ConnectedAt
+		waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.Session.WorkerID).Live })
+		connectedAt := r.srv.WorkerStatus(cfg.Session.WorkerID).ConnectedAt
 
-		second := r.register(r.second.ID, cfg.WorkerID)
-		if err := os.WriteFile(cfg.PeersFile, []byte(r.project.ID+":"+first+"\n"+r.second.ID+":"+second+"\n"), 0o600); err != nil {
+		second := r.register(r.second.ID, cfg.Session.WorkerID)
+		if err := os.WriteFile(cfg.Session.PeersFile, []byte(r.project.ID+":"+first+"\n"+r.second.ID+":"+second+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		for range 3 {
-			if !r.srv.Reauth(cfg.WorkerID) {
+			if !r.srv.Reauth(cfg.Session.WorkerID) {
 				t.Fatal("no live session to reauth")
 			}
 		}
 		waitfor.True(t, "the second project on the live session", func() bool {
-			return slices.Contains(r.srv.WorkerStatus(cfg.WorkerID).Projects, r.second.ID)
+			return slices.Contains(r.srv.WorkerStatus(cfg.Session.WorkerID).Projects, r.second.ID)
 		})
 		// Every challenge the worker saw was answered by an AuthUpdate.
 		waitfor.True(t, "every challenge answered", func() bool {
@@ -100,7 +100,7 @@ func TestOverlappingReauthsKeepTheSession(t *testing.T) {
 			updates := strings.Count(logs, "authorization updated")
 			return updates >= 2 && updates == strings.Count(logs, "server challenged the session")
 		})
-		if st := r.srv.WorkerStatus(cfg.WorkerID); !st.Live || !st.ConnectedAt.Equal(connectedAt) {
+		if st := r.srv.WorkerStatus(cfg.Session.WorkerID); !st.Live || !st.ConnectedAt.Equal(connectedAt) {
 			t.Fatalf("the session did not survive the reauths: %+v (connected at %v before)", st, connectedAt)
 		}
 		if strings.Contains(workerLogs.String(), "server reported an error") {
@@ -113,11 +113,11 @@ func TestReconnectsAfterServerRestart(t *testing.T) {
 	t.Parallel()
 	r := newRealServer(t, openSQLite(t), server.Config{})
 	cfg := testConfig(t, r.url, newBlockingExecutor())
-	cfg.Peers = r.project.ID + ":" + r.register(r.project.ID, cfg.WorkerID)
+	cfg.Session.Peers = r.project.ID + ":" + r.register(r.project.ID, cfg.Session.WorkerID)
 	var logs *testlog.Buffer
-	cfg.Logger, logs = testlog.New(t, "worker")
+	cfg.Session.Logger, logs = testlog.New(t, "worker")
 	startWorker(t, cfg)
-	waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+	waitfor.True(t, "the worker live", func() bool { return r.srv.WorkerStatus(cfg.Session.WorkerID).Live })
 
 	addr := r.addr
 	r.stop()
@@ -126,12 +126,12 @@ func TestReconnectsAfterServerRestart(t *testing.T) {
 	waitfor.True(t, "four failed reconnects", func() bool { return len(retryDelays(logs.String())) >= 4 })
 	delays := retryDelays(logs.String())
 	for i := 1; i < 4; i++ {
-		if lo, hi := delays[i-1]*2*8/10, delays[i-1]*2*100/80; delays[i] < min(lo, cfg.BackoffMax*8/10) || delays[i] > min(hi, cfg.BackoffMax) {
-			t.Fatalf("reconnect delays %v: #%d does not double the one before (capped at %v)", delays, i, cfg.BackoffMax)
+		if lo, hi := delays[i-1]*2*8/10, delays[i-1]*2*100/80; delays[i] < min(lo, cfg.Session.BackoffMax*8/10) || delays[i] > min(hi, cfg.Session.BackoffMax) {
+			t.Fatalf("reconnect delays %v: #%d does not double the one before (capped at %v)", delays, i, cfg.Session.BackoffMax)
 		}
 	}
 	r.start(addr)
-	waitfor.True(t, "the worker live on the restarted server", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).Live })
+	waitfor.True(t, "the worker live on the restarted server", func() bool { return r.srv.WorkerStatus(cfg.Session.WorkerID).Live })
 }
 
 // retryDelays are the retry_in delays of a worker's failed connects.
@@ -166,8 +166,8 @@ func dialedWorkerSetup(t *testing.T, db *storage.DB) (*realServer, Config, strin
 		t.Fatal(err)
 	}
 	cfg := testConfig(t, "", newBlockingExecutor())
-	cfg.Listener = ln
-	cfg.InsecureListen = true
+	cfg.Session.Listener = ln
+	cfg.Session.InsecureListen = true
 	return r, cfg, "ws://" + ln.Addr().String() + "/proto"
 }
 
@@ -200,12 +200,12 @@ func TestServerDialedWorkerAccepted(t *testing.T) {
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		r, cfg, url := dialedWorkerSetup(t, db)
 		// The server dials at once and retries: the worker is not up yet.
-		token := r.registerDialed(r.project.ID, cfg.WorkerID, url)
+		token := r.registerDialed(r.project.ID, cfg.Session.WorkerID, url)
 		file := writeAcceptedTokens(t, "# the server's token, as hex SHA-256", r.project.ID+":"+sha256Hex(token))
-		cfg.ServerTokens = LoadServerTokens(file, cfg.WorkerID, cfg.Logger)
+		cfg.Session.ServerTokens = LoadServerTokens(file, cfg.Session.WorkerID, cfg.Session.Logger)
 		startWorker(t, cfg)
 		waitfor.True(t, "the dialed session", func() bool {
-			st := r.srv.WorkerStatus(cfg.WorkerID)
+			st := r.srv.WorkerStatus(cfg.Session.WorkerID)
 			return st.Live && st.DialedURL == url && slices.Equal(st.Projects, []string{r.project.ID})
 		})
 	})
@@ -214,13 +214,13 @@ func TestServerDialedWorkerAccepted(t *testing.T) {
 func TestServerDialedWorkerRejectsWrongToken(t *testing.T) {
 	t.Parallel()
 	r, cfg, url := dialedWorkerSetup(t, openSQLite(t))
-	r.registerDialed(r.project.ID, cfg.WorkerID, url)
+	r.registerDialed(r.project.ID, cfg.Session.WorkerID, url)
 	file := writeAcceptedTokens(t, "*:"+sha256Hex("a token of another server"))
-	cfg.ServerTokens = LoadServerTokens(file, cfg.WorkerID, cfg.Logger)
+	cfg.Session.ServerTokens = LoadServerTokens(file, cfg.Session.WorkerID, cfg.Session.Logger)
 	startWorker(t, cfg)
 	want := "worker rejected connection (code 401): unknown worker id or wrong token"
-	waitfor.True(t, "the 401 as offline reason", func() bool { return r.srv.WorkerStatus(cfg.WorkerID).OfflineReason == want })
-	if r.srv.WorkerStatus(cfg.WorkerID).Live {
+	waitfor.True(t, "the 401 as offline reason", func() bool { return r.srv.WorkerStatus(cfg.Session.WorkerID).OfflineReason == want })
+	if r.srv.WorkerStatus(cfg.Session.WorkerID).Live {
 		t.Fatal("a rejected server holds a session")
 	}
 }

@@ -69,14 +69,14 @@ func TestServerDialedOverTLS(t *testing.T) {
 	r.stop()
 	r.cfg.DialTLS = &tls.Config{RootCAs: pool}
 	r.start("127.0.0.1:0")
-	cfg.InsecureListen = false
-	cfg.TLSCertFile, cfg.TLSKeyFile = certFile, keyFile
+	cfg.Session.InsecureListen = false
+	cfg.Session.TLSCertFile, cfg.Session.TLSKeyFile = certFile, keyFile
 	url = "wss" + strings.TrimPrefix(url, "ws")
-	token := r.registerDialed(r.project.ID, cfg.WorkerID, url)
-	cfg.ServerTokens = LoadServerTokens(writeAcceptedTokens(t, r.project.ID+":"+sha256Hex(token)), cfg.WorkerID, cfg.Logger)
+	token := r.registerDialed(r.project.ID, cfg.Session.WorkerID, url)
+	cfg.Session.ServerTokens = LoadServerTokens(writeAcceptedTokens(t, r.project.ID+":"+sha256Hex(token)), cfg.Session.WorkerID, cfg.Session.Logger)
 	startWorker(t, cfg)
 	waitfor.True(t, "the dialed TLS session", func() bool {
-		st := r.srv.WorkerStatus(cfg.WorkerID)
+		st := r.srv.WorkerStatus(cfg.Session.WorkerID)
 		return st.Live && st.DialedURL == url && slices.Equal(st.Projects, []string{r.project.ID})
 	})
 }

@@ -31,19 +31,19 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.MaxBuilds < 0 || cfg.MaxEvals < 0 {
 		return nil, errors.New("max concurrent builds and evals may not be negative")
 	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = prometheus.NewRegistry()
+	if cfg.Session.Metrics == nil {
+		cfg.Session.Metrics = prometheus.NewRegistry() // the shell's and the worker's series
 	}
 	w := &Worker{
 		cfg:   cfg,
 		slots: newSlots(cfg.MaxEvals, cfg.MaxBuilds),
 	}
 	var err error
-	if w.shell, err = workersession.New(cfg.Session(), w); err != nil {
+	if w.shell, err = workersession.New(cfg.Session, w); err != nil {
 		return nil, err
 	}
 	w.log = w.shell.Logger()
-	if w.m, err = newWorkerMetrics(cfg.Metrics); err != nil {
+	if w.m, err = newWorkerMetrics(cfg.Session.Metrics); err != nil {
 		return nil, err
 	}
 	w.hw = w.hostCapabilities() // measures the core score
@@ -52,7 +52,7 @@ func New(cfg Config) (*Worker, error) {
 }
 
 // ID is the worker's ID.
-func (w *Worker) ID() string { return w.cfg.WorkerID }
+func (w *Worker) ID() string { return w.shell.ID() }
 
 // Connected reports whether a session with a server is established now.
 func (w *Worker) Connected() bool { return w.shell.Connected() }
@@ -64,7 +64,7 @@ func (w *Worker) Connected() bool { return w.shell.Connected() }
 // start) end it early.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker starting", "server", w.shell.ServerLabel(), "peers", w.shell.Peers(),
-		"capabilities", w.cfg.Capabilities.Names(), "architectures", w.hw.Architectures)
+		"capabilities", w.shell.Capabilities().Names(), "architectures", w.hw.Architectures)
 	return w.shell.Run(ctx)
 }
 

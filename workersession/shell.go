@@ -14,6 +14,7 @@ import (
 
 	"gradient.dev/gradient/gitsource"
 	"gradient.dev/gradient/internal/httpguard"
+	"gradient.dev/gradient/wire"
 )
 
 // Shell is the worker's end of its sessions, as authority is the
@@ -64,6 +65,10 @@ func New(cfg Config, h Handler) (*Shell, error) {
 
 // ID is the worker's ID.
 func (sh *Shell) ID() string { return sh.cfg.WorkerID }
+
+// Capabilities are what the shell offers in each handshake (Config's,
+// without core and cache).
+func (sh *Shell) Capabilities() wire.GradientCapabilities { return sh.cfg.Capabilities }
 
 // Logger is the shell's logger, with the worker's ID.
 func (sh *Shell) Logger() *slog.Logger { return sh.log }

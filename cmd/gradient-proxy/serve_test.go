@@ -30,6 +30,7 @@ import (
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
@@ -154,9 +155,14 @@ func TestServeHoldsTheTenantsSession(t *testing.T) {
 	})
 	// The proxy's own worker connects to its /proto as gradient-worker
 	// would, with WORKER_ID:TOKEN as its peers.
-	testworld.RunWorker(t, worker.Config{ServerURL: "ws" + strings.TrimPrefix(base, "http") + "/proto",
-		WorkerID: downstreamWorker.ID, Peers: downstreamWorker.ID + ":" + workerToken, Capabilities: wire.GradientCapabilities{Build: true},
-		CPUCoreScore: 100, BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond})
+	testworld.RunWorker(t, worker.Config{
+		Session: workersession.Config{
+			ServerURL: "ws" + strings.TrimPrefix(base, "http") + "/proto",
+			WorkerID:  downstreamWorker.ID, Peers: downstreamWorker.ID + ":" + workerToken, Capabilities: wire.GradientCapabilities{Build: true},
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		},
+		CPUCoreScore: 100,
+	})
 	waitfor.Within(t, 15*time.Second, "the downstream worker's session in the proxy's metrics", func() bool {
 		return metrics().Value("gradient_proxy_downstream_workers_connected", nil) == 1
 	})

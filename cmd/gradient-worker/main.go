@@ -26,6 +26,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 func main() {
@@ -94,7 +95,7 @@ func run(ctx context.Context, abort <-chan struct{}, args []string, getenv func(
 	}
 	cfg.Executor = executor
 	registry := metrics.NewRegistry() // with the Go runtime and process series
-	cfg.Metrics = registry
+	cfg.Session.Metrics = registry
 	if executor.GC, err = storeGC(ctx, opts, nixStore, executor.GCRootsDir, registry, log); err != nil {
 		return err
 	}
@@ -121,7 +122,7 @@ func run(ctx context.Context, abort <-chan struct{}, args []string, getenv func(
 // logStart is the one line saying what the worker runs with: paths of
 // files with secrets, never their contents or inline tokens.
 func logStart(log *slog.Logger, opts options, cfg worker.Config) {
-	attrs := []any{"server_url", gitsource.Redact(opts.ServerURL), "worker_id", cfg.WorkerID,
+	attrs := []any{"server_url", gitsource.Redact(opts.ServerURL), "worker_id", cfg.Session.WorkerID,
 		slog.Group("capabilities", "fetch", opts.Fetch, "eval", opts.Eval, "build", opts.Build, "federate", opts.Federate), "build_slots", opts.MaxBuilds, "eval_slots", opts.MaxEvals, "drain_timeout", opts.DrainTimeout.String(),
 		"architectures", opts.Architectures, "system_features", opts.SystemFeatures,
 		"peers_file", opts.PeersFile, "inline_peers", opts.Peers != "", "accepted_server_tokens_file", opts.AcceptedTokenFile,
@@ -210,18 +211,21 @@ func workerConfig(opts options, log *slog.Logger) (worker.Config, error) {
 		return worker.Config{}, err
 	}
 	cfg := worker.Config{
-		ServerURL: opts.ServerURL, WorkerID: id,
-		PeersFile: opts.PeersFile, Peers: opts.Peers,
-		Capabilities: wire.GradientCapabilities{Fetch: opts.Fetch, Eval: opts.Eval, Build: opts.Build, Federate: opts.Federate},
-		MaxBuilds:    opts.MaxBuilds, MaxEvals: opts.MaxEvals, DrainTimeout: opts.DrainTimeout, ListenTimeouts: opts.HTTP,
+		Session: workersession.Config{
+			ServerURL: opts.ServerURL, WorkerID: id,
+			PeersFile: opts.PeersFile, Peers: opts.Peers,
+			Capabilities:   wire.GradientCapabilities{Fetch: opts.Fetch, Eval: opts.Eval, Build: opts.Build, Federate: opts.Federate},
+			ListenTimeouts: opts.HTTP,
+			ListenAddr:     opts.ListenAddr, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile,
+			InsecureListen: opts.InsecureListen,
+			Logger:         log,
+		},
+		MaxBuilds: opts.MaxBuilds, MaxEvals: opts.MaxEvals, DrainTimeout: opts.DrainTimeout,
 		Architectures: opts.Architectures, SystemFeatures: opts.SystemFeatures,
 		CPUCoreScore: opts.CPUCoreScore, Zone: opts.Zone, Endpoint: opts.Endpoint,
-		ListenAddr: opts.ListenAddr, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile,
-		InsecureListen: opts.InsecureListen,
-		Logger:         log,
 	}
 	if opts.AcceptedTokenFile != "" {
-		cfg.ServerTokens = worker.LoadServerTokens(opts.AcceptedTokenFile, id, log)
+		cfg.Session.ServerTokens = worker.LoadServerTokens(opts.AcceptedTokenFile, id, log)
 	}
 	return cfg, nil
 }

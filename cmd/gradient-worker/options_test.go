@@ -19,6 +19,7 @@ import (
 	"gradient.dev/gradient/nix/narsig"
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -107,8 +108,8 @@ func TestWorkerConfigCreatesIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, worker.IDFileName))
-	if err != nil || strings.TrimSpace(string(b)) != cfg.WorkerID || cfg.ServerTokens != nil {
-		t.Fatalf("id file %q (%v), config id %q", b, err, cfg.WorkerID)
+	if err != nil || strings.TrimSpace(string(b)) != cfg.Session.WorkerID || cfg.Session.ServerTokens != nil {
+		t.Fatalf("id file %q (%v), config id %q", b, err, cfg.Session.WorkerID)
 	}
 	if err := os.WriteFile(filepath.Join(dir, worker.IDFileName), []byte("garbage"), 0o644); err != nil {
 		t.Fatal(err)
@@ -186,7 +187,7 @@ func TestStartupLineHidesSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs strings.Builder
-	logStart(slog.New(slog.NewTextHandler(&logs, nil)), opts, worker.Config{WorkerID: "w-1"})
+	logStart(slog.New(slog.NewTextHandler(&logs, nil)), opts, worker.Config{Session: workersession.Config{WorkerID: "w-1"}})
 	line := logs.String()
 	for _, secret := range []string{"url-password", token} {
 		if strings.Contains(line, secret) {

@@ -16,6 +16,7 @@ import (
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/storage"
 )
 
@@ -41,7 +42,8 @@ func newAdminServer(t *testing.T) *adminServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(db, server.Config{AdminTokenHash: hex.EncodeToString(sum[:]), DialKey: key, Logger: slog.New(slog.DiscardHandler)})
+	srv := server.New(db, server.Config{AdminTokenHash: hex.EncodeToString(sum[:]), DialKey: key,
+		DeployKeys: deploykeys.New(db, key), Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		hs.Close()

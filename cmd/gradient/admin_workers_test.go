@@ -14,6 +14,7 @@ import (
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 // A live worker's host — what its session reported in
@@ -34,10 +35,12 @@ func TestWorkerListShowsTheLiveHost(t *testing.T) {
 		t.Fatalf("no worker ID and peers line in:\n%s", out)
 	}
 	w, err := worker.New(worker.Config{
-		ServerURL: "ws" + strings.TrimPrefix(s.url, "http") + "/proto", WorkerID: id, Peers: line[1],
-		Capabilities:  wire.GradientCapabilities{Build: true},
+		Session: workersession.Config{
+			ServerURL: "ws" + strings.TrimPrefix(s.url, "http") + "/proto", WorkerID: id, Peers: line[1],
+			Capabilities: wire.GradientCapabilities{Build: true},
+			Heartbeat:    20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		},
 		Architectures: []string{"x86_64-linux", "aarch64-linux"}, SystemFeatures: []string{"kvm"}, MaxBuilds: 5, CPUCoreScore: 321,
-		Heartbeat: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -104,9 +107,11 @@ func TestWorkerListDropsThePastReasonOnceLive(t *testing.T) {
 	}
 	run := func() (stop func()) {
 		w, err := worker.New(worker.Config{
-			ServerURL: "ws" + strings.TrimPrefix(s.url, "http") + "/proto", WorkerID: id, Peers: line[1],
-			Capabilities: wire.GradientCapabilities{Build: true}, Logger: slog.New(slog.DiscardHandler),
-			BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+			Session: workersession.Config{
+				ServerURL: "ws" + strings.TrimPrefix(s.url, "http") + "/proto", WorkerID: id, Peers: line[1],
+				Capabilities: wire.GradientCapabilities{Build: true}, Logger: slog.New(slog.DiscardHandler),
+				BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+			},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"gradient.dev/gradient/proxy/admin/admintest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 // proxyEnv is what the proxy commands see: the proxy and its token.
@@ -85,9 +86,14 @@ func TestProxyCommandsEndToEnd(t *testing.T) {
 	fails(exitFail, "federate is never granted", "worker", "create", "acme", "--name", "w3", "--capabilities", "federate")
 	fails(exitUsage, "--name is required", "worker", "create", "acme")
 
-	testworld.RunWorker(t, worker.Config{ServerURL: p.ProtoURL, WorkerID: created.ID, Peers: created.ID + ":" + created.Token,
-		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, Architectures: []string{"x86_64-linux"},
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour})
+	testworld.RunWorker(t, worker.Config{
+		Session: workersession.Config{
+			ServerURL: p.ProtoURL, WorkerID: created.ID, Peers: created.ID + ":" + created.Token,
+			Capabilities:   wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour,
+		},
+		Architectures: []string{"x86_64-linux"},
+	})
 	waitfor.True(t, "w1 live in worker list", func() bool {
 		return regexp.MustCompile(created.ID + `\s+w1\s+acme\s+fetch,build\s+live`).MatchString(run("worker", "list", "--tenant", "acme"))
 	})

@@ -41,6 +41,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 // upOptions are the flags of gradient up.
@@ -551,16 +552,18 @@ func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []
 		}
 		wlog := u.log.With("worker", name)
 		w, err := worker.New(worker.Config{
-			ServerURL: url, WorkerID: id, Peers: u.project.ID + ":" + token,
-			Capabilities:   wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+			Session: workersession.Config{
+				ServerURL: url, WorkerID: id, Peers: u.project.ID + ":" + token,
+				Capabilities:   wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+				BackoffInitial: 100 * time.Millisecond, BackoffMax: 2 * time.Second,
+				Logger:  wlog,
+				Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"worker": name}, u.srv.Metrics()),
+			},
 			Architectures:  archs,
 			SystemFeatures: features,
 			CPUCoreScore:   upCPUCoreScore,
-			BackoffInitial: 100 * time.Millisecond, BackoffMax: 2 * time.Second,
-			Executor: &nixexec.Executor{Nix: n, Logger: wlog, AllowLocalRepositories: true},
-			TempDir:  tmp,
-			Logger:   wlog,
-			Metrics:  prometheus.WrapRegistererWith(prometheus.Labels{"worker": name}, u.srv.Metrics()),
+			Executor:       &nixexec.Executor{Nix: n, Logger: wlog, AllowLocalRepositories: true},
+			TempDir:        tmp,
 		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

@@ -89,8 +89,8 @@ func Register(tb testing.TB, db *storage.DB, projectID string) (workerID, peers 
 // SIGTERM would and waits for it).
 func RunWorker(tb testing.TB, cfg worker.Config) {
 	tb.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	if cfg.Session.Logger == nil {
+		cfg.Session.Logger = slog.New(slog.DiscardHandler)
 	}
 	w, err := worker.New(cfg)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 func TestMain(m *testing.M) {
@@ -148,10 +149,12 @@ type sessions struct {
 // --server-url ws://PROXY/proto and the peers line WORKER_ID:TOKEN.
 func runWorker(t *testing.T, p *admintest.Proxy, id, token string) {
 	testworld.RunWorker(t, worker.Config{
-		ServerURL: p.ProtoURL, WorkerID: id, Peers: id + ":" + token,
-		Capabilities:  wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+		Session: workersession.Config{
+			ServerURL: p.ProtoURL, WorkerID: id, Peers: id + ":" + token,
+			Capabilities:   wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour,
+		},
 		Architectures: []string{"x86_64-linux"}, MaxBuilds: 2,
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour,
 	})
 }
 

@@ -135,17 +135,19 @@ func runWorker(t *testing.T, proxyURL, workerID, token, arch string, slots int) 
 	t.Helper()
 	d := &downstreamWorker{done: make(chan struct{})}
 	w, err := worker.New(worker.Config{
-		ServerURL: proxyURL, WorkerID: workerID, Peers: workerID + ":" + token,
-		Capabilities:  wire.GradientCapabilities{Federate: true, Fetch: true, Eval: true, Build: true},
-		Architectures: []string{arch}, MaxBuilds: slots, CPUCoreScore: 100,
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour,
-		OnRejected: func(code uint16, _ string) bool {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			d.rejected = &code
-			return true
+		Session: workersession.Config{
+			ServerURL: proxyURL, WorkerID: workerID, Peers: workerID + ":" + token,
+			Capabilities:   wire.GradientCapabilities{Federate: true, Fetch: true, Eval: true, Build: true},
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour,
+			OnRejected: func(code uint16, _ string) bool {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				d.rejected = &code
+				return true
+			},
+			Logger: slog.New(slog.DiscardHandler),
 		},
-		Logger: slog.New(slog.DiscardHandler),
+		Architectures: []string{arch}, MaxBuilds: slots, CPUCoreScore: 100,
 	})
 	if err != nil {
 		t.Fatal(err)

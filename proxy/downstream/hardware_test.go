@@ -12,6 +12,7 @@ import (
 	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 // runHeartbeatingWorker is a real worker behind the proxy that sends its
@@ -19,11 +20,13 @@ import (
 func runHeartbeatingWorker(t *testing.T, proxyURL, workerID, token string, score uint32) {
 	t.Helper()
 	w, err := worker.New(worker.Config{
-		ServerURL: proxyURL, WorkerID: workerID, Peers: workerID + ":" + token,
-		Capabilities:  wire.GradientCapabilities{Build: true},
+		Session: workersession.Config{
+			ServerURL: proxyURL, WorkerID: workerID, Peers: workerID + ":" + token,
+			Capabilities:   wire.GradientCapabilities{Build: true},
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: 20 * time.Millisecond,
+			Logger: slog.New(slog.DiscardHandler),
+		},
 		Architectures: []string{"x86_64-linux"}, MaxBuilds: 1, CPUCoreScore: score,
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: 20 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -81,10 +81,16 @@ func TestEndToEndFromZeroVMs(t *testing.T) {
 	proxyID, proxyPeers := testworld.Register(t, db, project.ID)
 	_, proxyToken, _ := strings.Cut(proxyPeers, ":")
 	evalID, evalPeers := testworld.Register(t, db, project.ID)
-	testworld.RunWorker(t, worker.Config{ServerURL: serverURL, WorkerID: evalID, Peers: evalPeers,
-		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true}, CPUCoreScore: 1,
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, TempDir: t.TempDir(),
-		Executor: &nixexec.Executor{Nix: nixtest.New(t), Logger: quiet, AllowLocalRepositories: true}})
+	testworld.RunWorker(t, worker.Config{
+		Session: workersession.Config{
+			ServerURL: serverURL, WorkerID: evalID, Peers: evalPeers,
+			Capabilities:   wire.GradientCapabilities{Fetch: true, Eval: true},
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		},
+		CPUCoreScore: 1,
+		TempDir:      t.TempDir(),
+		Executor:     &nixexec.Executor{Nix: nixtest.New(t), Logger: quiet, AllowLocalRepositories: true},
+	})
 
 	// The proxy's database: the tenant, its link, its Hetzner workers.
 	store, err := proxystore.Open(ctx, sqldbtest.SQLiteURL(t), box)

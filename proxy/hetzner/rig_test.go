@@ -23,6 +23,7 @@ import (
 	"gradient.dev/gradient/storage/sqldb"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 func TestMain(m *testing.M) {
@@ -303,11 +304,13 @@ func (r *rig) boot(s *fakeServer) {
 		return
 	}
 	w, err := worker.New(worker.Config{
-		ServerURL: env[EnvServerURL], WorkerID: env[EnvWorkerID], Peers: env[EnvPeers],
-		Capabilities:  wire.GradientCapabilities{Build: true},
+		Session: workersession.Config{
+			ServerURL: env[EnvServerURL], WorkerID: env[EnvWorkerID], Peers: env[EnvPeers],
+			Capabilities:   wire.GradientCapabilities{Build: true},
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour,
+			Logger: slog.New(slog.DiscardHandler),
+		},
 		Architectures: []string{"x86_64-linux"}, MaxBuilds: slots, CPUCoreScore: 100,
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour,
-		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		r.t.Errorf("the VM's worker does not start: %v", err)

@@ -17,6 +17,7 @@ import (
 	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
+	"gradient.dev/gradient/workersession"
 )
 
 // relayFrom forwards every connection to target from the source address
@@ -63,18 +64,21 @@ func runWorker(t *testing.T, env map[string]string, url string) (rejected chan u
 	t.Helper()
 	rejected, established = make(chan uint16, 16), make(chan struct{}, 16)
 	w, err := worker.New(worker.Config{
-		ServerURL: url, WorkerID: env[EnvWorkerID], Peers: env[EnvPeers],
-		Capabilities: wire.GradientCapabilities{Build: true}, Architectures: []string{x86}, MaxBuilds: 1, CPUCoreScore: 100,
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour,
-		Logger:        slog.New(slog.DiscardHandler),
-		OnEstablished: func() { established <- struct{}{} },
-		OnRejected: func(code uint16, _ string) bool {
-			select {
-			case rejected <- code:
-			default:
-			}
-			return false
+		Session: workersession.Config{
+			ServerURL: url, WorkerID: env[EnvWorkerID], Peers: env[EnvPeers],
+			Capabilities:   wire.GradientCapabilities{Build: true},
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Heartbeat: time.Hour,
+			Logger:        slog.New(slog.DiscardHandler),
+			OnEstablished: func() { established <- struct{}{} },
+			OnRejected: func(code uint16, _ string) bool {
+				select {
+				case rejected <- code:
+				default:
+				}
+				return false
+			},
 		},
+		Architectures: []string{x86}, MaxBuilds: 1, CPUCoreScore: 100,
 	})
 	if err != nil {
 		t.Fatal(err)

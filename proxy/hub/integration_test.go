@@ -213,9 +213,12 @@ func (w *fedWorld) startWorkerStore(name, url string) (id, store string) {
 	}
 	n := nixtest.Trusting(w.t, w.cache.PublicKey())
 	testworld.RunWorker(w.t, worker.Config{
-		ServerURL: url, WorkerID: row.ID, Peers: row.ID + ":" + token,
-		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
-		Heartbeat: 500 * time.Millisecond, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Session: workersession.Config{
+			ServerURL: url, WorkerID: row.ID, Peers: row.ID + ":" + token,
+			Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+			Heartbeat:    500 * time.Millisecond, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		},
+		CPUCoreScore: 1,
 		Executor: &nixexec.Executor{Nix: n, Logger: slog.New(slog.DiscardHandler),
 			AllowLocalRepositories: true},
 		TempDir: w.t.TempDir(),

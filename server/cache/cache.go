@@ -66,9 +66,6 @@ type Config struct {
 	// Presign tunes presigned transfers, used when NarStore is a
 	// narstore.Presigner.
 	Presign PresignOptions
-	// NarinfoHook, if set, rewrites every signed narinfo (tests only:
-	// they tamper with it to check that Nix refuses a bad signature).
-	NarinfoHook func([]byte) []byte
 }
 
 func (c *Config) defaults() {

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -125,9 +124,6 @@ func (bc *Cache) serveNarinfo(w http.ResponseWriter, r *http.Request) {
 	}
 	bc.metrics.narinfos.WithLabelValues(cacheLabel(c), "hit").Inc()
 	bc.served.note(c.ID, hash, time.Now())
-	if hook := bc.cfg.NarinfoHook; hook != nil {
-		body = hook(bytes.Clone(body))
-	}
 	w.Header().Set("X-Cache", "HIT")
 	writeText(w, r, "text/x-nix-narinfo", body)
 }

@@ -28,6 +28,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 // browserFlake: a build that prints a line a second, one whose log holds
@@ -253,11 +254,14 @@ func (w *browserWorld) startWorker() {
 	id, peers := testworld.Register(w.t, w.db, w.project.ID)
 	w.workerID = id
 	testworld.RunWorker(w.t, worker.Config{
-		ServerURL: w.wsURL, WorkerID: id, Peers: peers,
-		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
-		Heartbeat: time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Executor: &nixexec.Executor{Nix: w.nix(), Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: true},
-		TempDir:  w.t.TempDir(),
+		Session: workersession.Config{
+			ServerURL: w.wsURL, WorkerID: id, Peers: peers,
+			Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+			Heartbeat:    time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		},
+		CPUCoreScore: 1,
+		Executor:     &nixexec.Executor{Nix: w.nix(), Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: true},
+		TempDir:      w.t.TempDir(),
 	})
 }
 

@@ -57,7 +57,7 @@ type Keys struct {
 }
 
 // New opens the keys db holds with box (the server's secret key); a nil
-// box generates and opens none (ErrNoSecretKey).
+// box, like a nil *Keys, generates and opens none (ErrNoSecretKey).
 func New(db *storage.DB, box *sealbox.Box) *Keys {
 	return &Keys{db: db, box: box}
 }
@@ -65,7 +65,7 @@ func New(db *storage.DB, box *sealbox.Box) *Keys {
 // Generate makes a new deploy key for the project, replacing any earlier
 // one, and returns its public half.
 func (k *Keys) Generate(ctx context.Context, p storage.Project, comment string) (string, error) {
-	if k.box == nil {
+	if k == nil || k.box == nil {
 		return "", ErrNoSecretKey
 	}
 	public, private, err := newDeployKey(comment)
@@ -83,6 +83,9 @@ func (k *Keys) Generate(ctx context.Context, p storage.Project, comment string) 
 // Private returns the project's private deploy key, or nil when the
 // project has none. A key sealed under another secret key is an error.
 func (k *Keys) Private(ctx context.Context, projectID string) ([]byte, error) {
+	if k == nil || k.box == nil {
+		return nil, ErrNoSecretKey
+	}
 	key, err := k.db.DeployKey(ctx, projectID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, nil

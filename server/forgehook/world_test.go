@@ -29,6 +29,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
@@ -214,11 +215,14 @@ func (w *world) states(commit, context string) []string {
 func (w *world) startWorker() {
 	id, peers := testworld.Register(w.t, w.db, w.project.ID)
 	testworld.RunWorker(w.t, worker.Config{
-		ServerURL: w.url, WorkerID: id, Peers: peers,
-		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
-		Heartbeat: 2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Executor: &nixexec.Executor{Nix: nixtest.New(w.t), Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: true},
-		TempDir:  w.t.TempDir(),
+		Session: workersession.Config{
+			ServerURL: w.url, WorkerID: id, Peers: peers,
+			Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+			Heartbeat:    2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		},
+		CPUCoreScore: 1,
+		Executor:     &nixexec.Executor{Nix: nixtest.New(w.t), Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: true},
+		TempDir:      w.t.TempDir(),
 	})
 }
 

@@ -24,6 +24,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 // gcFlake's outputs reference each other: app → lib → base, app → data.
@@ -70,9 +71,12 @@ func TestCollectionEndToEndWithRealNix(t *testing.T) {
 	for range 2 {
 		id, peers := testworld.Register(t, db, project.ID)
 		testworld.RunWorker(t, worker.Config{
-			ServerURL: wsURL, WorkerID: id, Peers: peers,
-			Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1,
-			Heartbeat: 2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+			Session: workersession.Config{
+				ServerURL: wsURL, WorkerID: id, Peers: peers,
+				Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true},
+				Heartbeat:    2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+			},
+			CPUCoreScore: 1,
 			Executor: &nixexec.Executor{Nix: nixtest.Trusting(t, cache.PublicKey()), Logger: slog.New(slog.DiscardHandler),
 				AllowLocalRepositories: true},
 			TempDir: t.TempDir(),

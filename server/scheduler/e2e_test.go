@@ -23,6 +23,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
@@ -106,13 +107,16 @@ func (w *world) startWorker() string {
 func (w *world) startWorkerWith(caps wire.GradientCapabilities) string {
 	id, peers := testworld.Register(w.t, w.db, w.project.ID)
 	testworld.RunWorker(w.t, worker.Config{
-		ServerURL: w.url, WorkerID: id, Peers: peers,
-		Capabilities: caps, CPUCoreScore: 1,
-		Heartbeat: 2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Session: workersession.Config{
+			ServerURL: w.url, WorkerID: id, Peers: peers,
+			Capabilities: caps,
+			Heartbeat:    2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+			Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, w.metrics),
+		},
+		CPUCoreScore: 1,
 		Executor: &nixexec.Executor{Nix: nixtest.Trusting(w.t, w.cache.PublicKey()), Logger: slog.New(slog.DiscardHandler), SSH: w.ssh,
 			AllowLocalRepositories: true}, // the world's repository is local
 		TempDir: w.t.TempDir(),
-		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, w.metrics),
 	})
 	return id
 }
@@ -305,7 +309,7 @@ func TestPrivateRepositoryWithDeployKey(t *testing.T) {
 	if ev.Status != storage.EvaluationFailed || !strings.Contains(ev.Error, "Could not read from remote repository") {
 		t.Fatalf("evaluation without a deploy key: %s (%q), want a failed fetch", ev.Status, ev.Error)
 	}
-	srv := server.New(w.db, server.Config{DialKey: w.secrets, Logger: slog.New(slog.DiscardHandler)})
+	srv := server.New(w.db, server.Config{DialKey: w.secrets, DeployKeys: deploykeys.New(w.db, w.secrets), Logger: slog.New(slog.DiscardHandler)})
 	defer srv.Close()
 	if _, err := srv.GenerateDeployKey(t.Context(), w.project, "test"); err != nil {
 		t.Fatal(err)

@@ -828,7 +828,7 @@ func TestDrainingWorkerGetsNoJobs(t *testing.T) {
 // Credential right before the AssignJob (docs/protocol/jobs.md §5.2), and no other.
 func TestDeployKeyGoesWithTheFetch(t *testing.T) {
 	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{})
-	srv := server.New(e.db, server.Config{DialKey: e.secrets, Logger: slog.New(slog.DiscardHandler)})
+	srv := server.New(e.db, server.Config{DialKey: e.secrets, DeployKeys: deploykeys.New(e.db, e.secrets), Logger: slog.New(slog.DiscardHandler)})
 	defer srv.Close()
 	project, err := e.db.Project(t.Context(), e.project)
 	if err != nil {

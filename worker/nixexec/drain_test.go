@@ -11,6 +11,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 // drainFlake's builds: one that ends by itself a few seconds after it
@@ -60,13 +61,16 @@ func TestStopDrainsRunningBuild(t *testing.T) {
 				Outputs: []wire.DerivationOutput{{Name: "out", Path: d.Outputs["out"].Path}}}
 			id, peers := testworld.Register(t, tw.db, tw.project.ID)
 			w, err := worker.New(worker.Config{
-				ServerURL: tw.url, WorkerID: id, Peers: peers,
-				Capabilities: wire.GradientCapabilities{Build: true}, CPUCoreScore: 1, Heartbeat: time.Hour,
-				BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+				Session: workersession.Config{
+					ServerURL: tw.url, WorkerID: id, Peers: peers,
+					Capabilities: wire.GradientCapabilities{Build: true}, Heartbeat: time.Hour,
+					BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+					Logger: slog.New(slog.DiscardHandler),
+				},
+				CPUCoreScore: 1,
 				Executor:     &nixexec.Executor{Nix: n, Logger: slog.New(slog.DiscardHandler)},
 				TempDir:      t.TempDir(),
 				DrainTimeout: c.drain,
-				Logger:       slog.New(slog.DiscardHandler),
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
@@ -253,11 +254,14 @@ func (tw *testWorld) startWorker(t *testing.T, caps wire.GradientCapabilities, a
 	n.TrustedKeys = tw.keys
 	id, peers := testworld.Register(t, tw.db, tw.project.ID)
 	testworld.RunWorker(t, worker.Config{
-		ServerURL: tw.url, WorkerID: id, Peers: peers,
-		Capabilities: caps, CPUCoreScore: 1, Heartbeat: time.Hour,
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Executor: &nixexec.Executor{Nix: n, Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: allowLocal},
-		TempDir:  t.TempDir(),
+		Session: workersession.Config{
+			ServerURL: tw.url, WorkerID: id, Peers: peers,
+			Capabilities: caps, Heartbeat: time.Hour,
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		},
+		CPUCoreScore: 1,
+		Executor:     &nixexec.Executor{Nix: n, Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: allowLocal},
+		TempDir:      t.TempDir(),
 	})
 	return id, n
 }

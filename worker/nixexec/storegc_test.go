@@ -18,6 +18,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 // gcFlake: lone is referenced by nothing; slow uses hello's output and
@@ -70,9 +71,12 @@ func TestStoreGCBetweenJobsKeepsRunningJobsPaths(t *testing.T) {
 	go gc.Run(ctx)
 	id, peers := testworld.Register(t, tw.db, tw.project.ID)
 	testworld.RunWorker(t, worker.Config{
-		ServerURL: tw.url, WorkerID: id, Peers: peers,
-		Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, CPUCoreScore: 1, Heartbeat: time.Hour,
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Session: workersession.Config{
+			ServerURL: tw.url, WorkerID: id, Peers: peers,
+			Capabilities: wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}, Heartbeat: time.Hour,
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		},
+		CPUCoreScore: 1,
 		Executor: &nixexec.Executor{Nix: n, Logger: slog.New(slog.DiscardHandler), AllowLocalRepositories: true,
 			GCRootsDir: filepath.Join(t.TempDir(), "gcroots"), GC: gc},
 		TempDir: t.TempDir(),

@@ -28,6 +28,7 @@ import (
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
+	"gradient.dev/gradient/workersession"
 )
 
 // plantingServer is a hand-encoded server (the protocol, no server
@@ -165,10 +166,17 @@ func TestPlantedInputAddressedPathRefused(t *testing.T) {
 	_, strangerKey, _ := ed25519.GenerateKey(rand.Reader)
 
 	srv := newPlantingServer(t)
-	w, err := worker.New(worker.Config{ServerURL: srv.url, WorkerID: storage.NewID(),
-		Capabilities: wire.GradientCapabilities{Fetch: true}, CPUCoreScore: 1, Heartbeat: time.Hour,
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, TempDir: t.TempDir(),
-		Executor: &nixexec.Executor{Nix: n, Logger: slog.New(slog.DiscardHandler)}, Logger: slog.New(slog.DiscardHandler)})
+	w, err := worker.New(worker.Config{
+		Session: workersession.Config{
+			ServerURL: srv.url, WorkerID: storage.NewID(),
+			Capabilities: wire.GradientCapabilities{Fetch: true}, Heartbeat: time.Hour,
+			BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+			Logger: slog.New(slog.DiscardHandler),
+		},
+		CPUCoreScore: 1,
+		TempDir:      t.TempDir(),
+		Executor:     &nixexec.Executor{Nix: n, Logger: slog.New(slog.DiscardHandler)},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
@@ -19,25 +20,25 @@ func benchEnv(b *testing.B) *cacheProtoEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { db.Close() })
-	return newCacheProtoEnv(b, db, Config{})
+	return newCacheProtoEnv(b, db, server.Config{})
 }
 
 // BenchmarkNarPullOverSession streams one 16 MiB incompressible object
 // over a worker session on loopback, again and again.
 func BenchmarkNarPullOverSession(b *testing.B) {
 	e := benchEnv(b)
-	p := e.putPath(b, e.cache.ID, testStorePath("blob"), randomNar(16<<20))
+	p := e.putPath(b, e.Cache.ID, testStorePath("blob"), randomNar(16<<20))
 	w := e.projectWorker()
 	b.SetBytes(p.FileSize)
 	b.ReportAllocs()
 	for b.Loop() {
-		send(b, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{p.StorePath}})
-		recvAs[*wire.NarStreamHeader](b, w.sess)
+		send(b, w.Sess, &wire.NarRequest{JobID: "j", Paths: []string{p.StorePath}})
+		recvAs[*wire.NarStreamHeader](b, w.Sess)
 		var n int
 		for {
-			c := recvAs[*wire.NarPush](b, w.sess)
+			c := recvAs[*wire.NarPush](b, w.Sess)
 			n += len(c.Data)
-			w.sess.Reader.Release()
+			w.Sess.Reader.Release()
 			if c.IsFinal {
 				break
 			}
@@ -62,7 +63,7 @@ func BenchmarkNarUploadOverSession(b *testing.B) {
 		id++
 		path := testStorePath("blob")
 		e.produce(path) // an output of the job the session holds: uploads are scoped to it
-		if _, out := uploadNar(b, w.sess, id, path, c); !isOk(out) {
+		if _, out := uploadNar(b, w.Sess, id, path, c); !isOk(out) {
 			b.Fatalf("upload: %+v", out)
 		}
 	}
@@ -86,10 +87,10 @@ func BenchmarkSmallUploadsOneByOne(b *testing.B) {
 func benchSmallUploads(b *testing.B, transfers, pending int) {
 	e := benchEnv(b)
 	w := e.projectWorker()
-	client := worker.NewCacheClient(w.sess.Send)
+	client := worker.NewCacheClient(w.Sess.Send)
 	go func() {
 		for {
-			m, err := w.sess.Recv(context.Background())
+			m, err := w.Sess.Recv(context.Background())
 			if err != nil {
 				return
 			}

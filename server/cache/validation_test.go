@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"crypto/sha256"
@@ -8,6 +8,7 @@ import (
 
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nixbase32"
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -35,7 +36,7 @@ var badMetadata = []struct {
 // fields with 400 and a reason, before anything is stored or signed.
 func TestAdminPushRefusesBadMetadata(t *testing.T) {
 	t.Parallel()
-	e := newCacheEnv(t, Config{})
+	e := newCacheEnv(t, server.Config{})
 	nar := []byte("a NAR")
 	sum := sha256.Sum256(nar)
 	for _, c := range badMetadata {
@@ -58,7 +59,7 @@ func TestAdminPushRefusesBadMetadata(t *testing.T) {
 	if paths, err := e.db.ListCachePaths(t.Context(), e.cache.ID); err != nil || len(paths) != 0 {
 		t.Fatalf("paths recorded: %v, %v", paths, err)
 	}
-	if keys, err := e.srv.cfg.NarStore.(*narstore.Local).Keys(); err != nil || len(keys) != 0 {
+	if keys, err := e.store.(*narstore.Local).Keys(); err != nil || len(keys) != 0 {
 		t.Fatalf("objects stored: %v, %v", keys, err)
 	}
 	// The same push with good values goes through.
@@ -74,7 +75,7 @@ func TestAdminPushRefusesBadMetadata(t *testing.T) {
 func TestWorkerUploadRefusesBadMetadata(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		w := e.projectWorker()
 		for i, c := range badMetadata {
 			up := compressNar(t, randomNar(5000))
@@ -92,12 +93,12 @@ func TestWorkerUploadRefusesBadMetadata(t *testing.T) {
 			if c.ca != "" {
 				up.meta.CA = &c.ca
 			}
-			_, out := uploadNar(t, w.sess, uint64(i+1), path, up)
+			_, out := uploadNar(t, w.Sess, uint64(i+1), path, up)
 			if r, ok := out.(*wire.UploadRejected); !ok || !strings.Contains(r.Reason, c.reason) {
 				t.Errorf("%s: outcome %+v, want Rejected naming %q", c.name, out, c.reason)
 			}
 			if hash, err := storage.StorePathHash(path); err == nil {
-				if _, err := db.CachePath(t.Context(), e.cache.ID, hash); err == nil {
+				if _, err := db.CachePath(t.Context(), e.Cache.ID, hash); err == nil {
 					t.Errorf("%s: the path was recorded", c.name)
 				}
 			}

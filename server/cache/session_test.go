@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"gradient.dev/gradient/internal/waitfor"
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/storage"
@@ -26,7 +27,7 @@ func dialCtx(t *testing.T) context.Context {
 
 func mustCacheSession(t *testing.T, e *cacheProtoEnv, cache, auth string) *session.WorkerSession {
 	t.Helper()
-	s, err := dialCacheSession(dialCtx(t), e.url, cache, auth)
+	s, err := dialCacheSession(dialCtx(t), e.URL, cache, auth)
 	if err != nil {
 		t.Fatalf("cache session: %v", err)
 	}
@@ -37,8 +38,8 @@ func mustCacheSession(t *testing.T, e *cacheProtoEnv, cache, auth string) *sessi
 func TestCacheSessionAccess(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
-		p := e.putPath(t, e.cache.ID, testStorePath("p"), randomNar(4000)) // "main" is private
+		e := newCacheProtoEnv(t, db, server.Config{})
+		p := e.putPath(t, e.Cache.ID, testStorePath("p"), randomNar(4000)) // "main" is private
 		pub, err := db.CreateCache(t.Context(), storage.NewCache{Name: "pub", Public: true})
 		if err != nil {
 			t.Fatal(err)
@@ -73,11 +74,11 @@ func TestCacheSessionAccess(t *testing.T) {
 
 		// Private: no key or a wrong one → 401 on the upgrade.
 		for _, auth := range []string{"", "Bearer GRADnope"} {
-			if _, err := dialCacheSession(dialCtx(t), e.url, "main", auth); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			if _, err := dialCacheSession(dialCtx(t), e.URL, "main", auth); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
 				t.Fatalf("private cache with %q: %v", auth, err)
 			}
 		}
-		_, key, err := db.CreateCacheKey(t.Context(), e.cache.ID)
+		_, key, err := db.CreateCacheKey(t.Context(), e.Cache.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +89,7 @@ func TestCacheSessionAccess(t *testing.T) {
 				t.Fatalf("with key: %+v", st)
 			}
 		}
-		if _, err := dialCacheSession(dialCtx(t), e.url, "nope", ""); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
+		if _, err := dialCacheSession(dialCtx(t), e.URL, "nope", ""); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
 			t.Fatalf("unknown cache: %v", err)
 		}
 	})
@@ -97,18 +98,18 @@ func TestCacheSessionAccess(t *testing.T) {
 func TestCacheSessionLimits(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{AnonymousCacheSessionsPerIP: 2})
-		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+		e := newCacheProtoEnv(t, db, server.Config{AnonymousCacheSessionsPerIP: 2})
+		if err := db.SetCachePublic(t.Context(), e.Cache.ID, true); err != nil {
 			t.Fatal(err)
 		}
-		_, key, err := db.CreateCacheKey(t.Context(), e.cache.ID)
+		_, key, err := db.CreateCacheKey(t.Context(), e.Cache.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Per-IP cap on anonymous sessions; keyed sessions are not capped.
 		a := mustCacheSession(t, e, "main", "")
 		b := mustCacheSession(t, e, "main", "")
-		if _, err := dialCacheSession(dialCtx(t), e.url, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+		if _, err := dialCacheSession(dialCtx(t), e.URL, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
 			t.Fatalf("third anonymous session: %v", err)
 		}
 		mustCacheSession(t, e, "main", "Bearer "+key)
@@ -128,19 +129,24 @@ func TestCacheSessionLimits(t *testing.T) {
 			t.Fatalf("oversize: got %+v, %v; want close 1009", m, err)
 		}
 		// Permits came back: anonymous sessions open again.
-		waitfor.True(t, "per-IP permits released", func() bool { return e.srv.cache.AnonymousSessionsForTest() == 0 })
-		mustCacheSession(t, e, "main", "")
+		waitfor.True(t, "per-IP permits released: an anonymous session opens again", func() bool {
+			s, err := dialCacheSession(dialCtx(t), e.URL, "main", "")
+			if err == nil {
+				t.Cleanup(func() { s.Close(session.CloseNormal, "test over") })
+			}
+			return err == nil
+		})
 	})
 }
 
 func TestCacheSessionAnonymousDisabled(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{DisableAnonymousCache: true})
-		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+		e := newCacheProtoEnv(t, db, server.Config{DisableAnonymousCache: true})
+		if err := db.SetCachePublic(t.Context(), e.Cache.ID, true); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := dialCacheSession(dialCtx(t), e.url, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+		if _, err := dialCacheSession(dialCtx(t), e.URL, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
 			t.Fatalf("anonymous with anonymous access off: %v", err)
 		}
 	})
@@ -149,12 +155,12 @@ func TestCacheSessionAnonymousDisabled(t *testing.T) {
 func TestCacheSessionCountsAgainstMaxConnections(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{MaxConnections: 1})
-		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+		e := newCacheProtoEnv(t, db, server.Config{MaxConnections: 1})
+		if err := db.SetCachePublic(t.Context(), e.Cache.ID, true); err != nil {
 			t.Fatal(err)
 		}
 		mustCacheSession(t, e, "main", "")
-		if _, err := dialCacheSession(dialCtx(t), e.url, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+		if _, err := dialCacheSession(dialCtx(t), e.URL, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
 			t.Fatalf("over MaxConnections: %v", err)
 		}
 	})
@@ -163,15 +169,15 @@ func TestCacheSessionCountsAgainstMaxConnections(t *testing.T) {
 func TestCacheSessionIdleClose(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{CacheSessionIdleTimeout: 50 * time.Millisecond})
-		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+		e := newCacheProtoEnv(t, db, server.Config{CacheSessionIdleTimeout: 50 * time.Millisecond})
+		if err := db.SetCachePublic(t.Context(), e.Cache.ID, true); err != nil {
 			t.Fatal(err)
 		}
 		s := mustCacheSession(t, e, "main", "")
 		if _, err := s.Recv(dialCtx(t)); !errors.Is(err, session.ErrClosed) {
 			t.Fatalf("idle session: %v", err)
 		}
-		waitfor.True(t, "idle close logged", func() bool { return strings.Contains(e.logs.String(), "idle: no NAR transfer") })
+		waitfor.True(t, "idle close logged", func() bool { return strings.Contains(e.Logs.String(), "idle: no NAR transfer") })
 	})
 }
 
@@ -180,11 +186,11 @@ func TestCacheSessionIdleClose(t *testing.T) {
 func TestCacheSessionRejectsOtherMessages(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
-		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+		e := newCacheProtoEnv(t, db, server.Config{})
+		if err := db.SetCachePublic(t.Context(), e.Cache.ID, true); err != nil {
 			t.Fatal(err)
 		}
-		p := e.putPath(t, e.cache.ID, testStorePath("p"), randomNar(4000))
+		p := e.putPath(t, e.Cache.ID, testStorePath("p"), randomNar(4000))
 		s := mustCacheSession(t, e, "main", "")
 		for _, m := range []wire.ClientMessage{
 			&wire.UploadChunk{RequestID: 1, Offset: 0, Data: []byte("chunk")},
@@ -220,13 +226,13 @@ func TestCacheSessionGrantsCacheOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	e := newCacheProtoEnv(t, db, Config{})
-	if err := e.db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+	e := newCacheProtoEnv(t, db, server.Config{})
+	if err := e.DB.SetCachePublic(t.Context(), e.Cache.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	ctx := dialCtx(t)
 	quiet := slog.New(slog.DiscardHandler)
-	tr, err := session.Dial(ctx, strings.TrimSuffix(e.url, "/proto")+"/cache/main/proto", session.DialOptions{Logger: quiet})
+	tr, err := session.Dial(ctx, strings.TrimSuffix(e.URL, "/proto")+"/cache/main/proto", session.DialOptions{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

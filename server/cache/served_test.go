@@ -1,9 +1,12 @@
-package server
+package cache_test
 
 import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/adminapi"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
@@ -18,33 +21,32 @@ func TestSessionPullsCountAsServedForTheSizeCap(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-				e := newCacheProtoEnv(t, db, Config{})
+				e := newCacheProtoEnv(t, db, server.Config{AdminTokenHash: servertest.SHA256Hex(servertest.AdminToken)})
 				ctx := t.Context()
-				older := e.putPath(t, e.cache.ID, testStorePath("older"), randomNar(4000))
+				older := e.putPath(t, e.Cache.ID, testStorePath("older"), randomNar(4000))
 				time.Sleep(5 * time.Millisecond) // distinct upload times
-				newer := e.putPath(t, e.cache.ID, testStorePath("newer"), randomNar(4000))
+				newer := e.putPath(t, e.Cache.ID, testStorePath("newer"), randomNar(4000))
 				time.Sleep(5 * time.Millisecond)
 
 				w := e.projectWorker()
 				switch how {
 				case "NarRequest":
-					send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{older.StorePath}})
-					pullStream(t, w.sess, nil)
+					send(t, w.Sess, &wire.NarRequest{JobID: "j", Paths: []string{older.StorePath}})
+					pullStream(t, w.Sess, nil)
 				default:
-					send(t, w.sess, &wire.CacheQuery{QueryID: "p", Paths: []string{older.StorePath}, Mode: wire.QueryPull})
-					if st := recvAs[*wire.CacheStatus](t, w.sess); len(st.Cached) != 1 || !st.Cached[0].Cached {
+					send(t, w.Sess, &wire.CacheQuery{QueryID: "p", Paths: []string{older.StorePath}, Mode: wire.QueryPull})
+					if st := recvAs[*wire.CacheStatus](t, w.Sess); len(st.Cached) != 1 || !st.Cached[0].Cached {
 						t.Fatalf("Pull: %+v", st)
 					}
 				}
 				// Room for one of the two.
 				max := older.FileSize + newer.FileSize - 1
-				if err := db.SetCacheMaxBytes(ctx, e.cache.ID, &max); err != nil {
+				if err := db.SetCacheMaxBytes(ctx, e.Cache.ID, &max); err != nil {
 					t.Fatal(err)
 				}
-				rep, err := e.srv.collector.Run(ctx, false)
-				if err != nil {
-					t.Fatal(err)
-				}
+				var rep adminapi.GCReport
+				admin := &servertest.Admin{T: t, Base: e.httpURL(), Token: servertest.AdminToken}
+				admin.Must(200, "POST", "/api/v1/gc", nil, &rep)
 				if len(rep.Paths) != 1 || rep.Paths[0].StorePath != newer.StorePath {
 					t.Fatalf("evicted %+v; want only the newer path nobody pulled", rep.Paths)
 				}

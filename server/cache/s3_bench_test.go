@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"gradient.dev/gradient/internal/s3test"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/narstore/s3store"
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
 )
 
@@ -24,7 +25,7 @@ func BenchmarkS3NarDownload(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := newCacheEnv(b, Config{NarStore: nars})
+	e := newCacheEnv(b, server.Config{NarStore: nars})
 	nar := randomNar(16 << 20)
 	obj, err := nars.Put(b.Context(), bytes.NewReader(nar), nil)
 	if err != nil {

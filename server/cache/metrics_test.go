@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"io"
@@ -6,13 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
 )
 
 // /metrics answers without credentials, so a private cache's name must
 // not appear there once an authorized client has used the cache.
 func TestMetricsDoNotNamePrivateCaches(t *testing.T) {
-	e := newCacheEnv(t, Config{})
+	e := newCacheEnv(t, server.Config{})
 	private, err := e.db.CreateCache(t.Context(), storage.NewCache{Name: "acme-internal", KeyName: "gradient-test-acme"})
 	if err != nil {
 		t.Fatal(err)

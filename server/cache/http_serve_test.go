@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/storage"
 )
 
@@ -22,7 +24,7 @@ func (e *cacheEnv) putObject(t testing.TB, storePath string, nar []byte) storage
 // putObjectIn is putObject into the cache with ID cacheID.
 func (e *cacheEnv) putObjectIn(t testing.TB, cacheID, storePath string, nar []byte) storage.CachePath {
 	t.Helper()
-	obj, err := e.srv.cfg.NarStore.Put(t.Context(), bytes.NewReader(nar), nil)
+	obj, err := e.store.Put(t.Context(), bytes.NewReader(nar), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,7 @@ func (e *cacheEnv) putObjectIn(t testing.TB, cacheID, storePath string, nar []by
 }
 
 func TestBinaryCacheHTTP(t *testing.T) {
-	e := newCacheEnv(t, Config{})
+	e := newCacheEnv(t, server.Config{})
 	p := e.putObject(t, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", bytes.Repeat([]byte("nar "), 10000))
 	do := func(method, path string) (*http.Response, string) {
 		req, _ := http.NewRequest(method, e.url+path, nil)
@@ -91,7 +93,7 @@ func TestBinaryCacheHTTP(t *testing.T) {
 // BenchmarkNarDownload measures NAR throughput of the HTTP cache over
 // loopback: one 16 MiB incompressible object, fetched again and again.
 func BenchmarkNarDownload(b *testing.B) {
-	e := newCacheEnv(b, Config{})
+	e := newCacheEnv(b, server.Config{})
 	nar := make([]byte, 16<<20)
 	rand.Read(nar)
 	p := e.putObject(b, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", nar)
@@ -116,12 +118,12 @@ func BenchmarkNarDownload(b *testing.B) {
 // cache) must still make the cache answer 404 at once, and a new upload
 // of the path must be served again.
 func TestBinaryCacheNarinfoAfterDelete(t *testing.T) {
-	e := newCacheEnv(t, Config{})
+	e := newCacheEnv(t, server.Config{})
 	const storePath = "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob"
 	narinfo := e.url + "/cache/main/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr.narinfo"
 	status := func(method, url string) int {
 		req, _ := http.NewRequest(method, url, nil)
-		req.Header.Set("Authorization", "Bearer "+testAdminToken)
+		req.Header.Set("Authorization", "Bearer "+servertest.AdminToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -170,7 +172,7 @@ func TestBinaryCacheNarinfoAfterDelete(t *testing.T) {
 // an unsatisfiable one 416, and a download broken off and resumed with
 // Range and If-Range adds up to the object.
 func TestNarDownloadRanges(t *testing.T) {
-	e := newCacheEnv(t, Config{})
+	e := newCacheEnv(t, server.Config{})
 	nar := make([]byte, 300_000)
 	rand.Read(nar) // incompressible: the object is about as large
 	p := e.putObject(t, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", nar)
@@ -228,7 +230,7 @@ func TestNarDownloadRanges(t *testing.T) {
 
 // Narinfos carry Access-Control-Allow-Origin: * (docs/protocol/cache.md §9).
 func TestNarinfoAllowsAnyOrigin(t *testing.T) {
-	e := newCacheEnv(t, Config{})
+	e := newCacheEnv(t, server.Config{})
 	e.putObject(t, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", []byte("nar"))
 	for path, want := range map[string]int{
 		"/cache/main/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr.narinfo": 200,

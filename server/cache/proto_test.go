@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/cache"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -21,24 +22,24 @@ import (
 func TestCacheQueryModes(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		dep := testStorePath("dep")
-		e.putPath(t, e.cache.ID, dep, randomNar(1000))
-		have := e.putPath(t, e.cache.ID, testStorePath("have"), randomNar(5000), dep)
+		e.putPath(t, e.Cache.ID, dep, randomNar(1000))
+		have := e.putPath(t, e.Cache.ID, testStorePath("have"), randomNar(5000), dep)
 		missing := testStorePath("missing")
 		w := e.projectWorker()
 		paths := []string{have.StorePath, missing, "/nix/store/short-hash"}
 
-		send(t, w.sess, &wire.CacheQuery{QueryID: "n", Paths: paths, Mode: wire.QueryNormal})
-		st := recvAs[*wire.CacheStatus](t, w.sess)
+		send(t, w.Sess, &wire.CacheQuery{QueryID: "n", Paths: paths, Mode: wire.QueryNormal})
+		st := recvAs[*wire.CacheStatus](t, w.Sess)
 		if st.QueryID != "n" || len(st.Cached) != 1 || st.Cached[0].Path != have.StorePath || !st.Cached[0].Cached ||
 			*st.Cached[0].FileSize != uint64(have.FileSize) || *st.Cached[0].NarSize != uint64(have.NarSize) ||
 			st.Cached[0].NarHash != nil || st.Cached[0].References != nil {
 			t.Fatalf("Normal: %+v", st)
 		}
 
-		send(t, w.sess, &wire.CacheQuery{QueryID: "p", Paths: paths, Mode: wire.QueryPull})
-		st = recvAs[*wire.CacheStatus](t, w.sess)
+		send(t, w.Sess, &wire.CacheQuery{QueryID: "p", Paths: paths, Mode: wire.QueryPull})
+		st = recvAs[*wire.CacheStatus](t, w.Sess)
 		if st.QueryID != "p" || len(st.Cached) != 3 || st.Cached[1].Cached || st.Cached[2].Cached {
 			t.Fatalf("Pull: %+v", st)
 		}
@@ -50,14 +51,14 @@ func TestCacheQueryModes(t *testing.T) {
 		// The signature is the cache key's over the narinfo fingerprint.
 		name, sig, _ := strings.Cut((*got.Signatures)[0], ":")
 		raw, _ := base64.StdEncoding.DecodeString(sig)
-		key, err := db.CacheSigningKey(t.Context(), e.cache.ID)
+		key, err := db.CacheSigningKey(t.Context(), e.Cache.ID)
 		if err != nil || name != key.Name || !ed25519.Verify(key.Private.Public().(ed25519.PublicKey), cache.Fingerprint(have), raw) {
 			t.Fatalf("signature %q does not verify (%v)", (*got.Signatures)[0], err)
 		}
 
 		e.produce(paths[:2]...)
-		send(t, w.sess, &wire.CacheQuery{JobID: "job", QueryID: "u", Paths: paths[:2], Mode: wire.QueryPush})
-		st = recvAs[*wire.CacheStatus](t, w.sess)
+		send(t, w.Sess, &wire.CacheQuery{JobID: "job", QueryID: "u", Paths: paths[:2], Mode: wire.QueryPush})
+		st = recvAs[*wire.CacheStatus](t, w.Sess)
 		if len(st.Cached) != 2 || !st.Cached[0].Cached || st.Cached[1].Cached || st.Cached[0].FileSize != nil {
 			t.Fatalf("Push: %+v", st)
 		}
@@ -66,31 +67,31 @@ func TestCacheQueryModes(t *testing.T) {
 		for i := range many {
 			many[i] = missing
 		}
-		send(t, w.sess, &wire.CacheQuery{QueryID: "big", Paths: many, Mode: wire.QueryNormal})
-		if ce := recvAs[*wire.CacheError](t, w.sess); ce.QueryID != "big" || !strings.Contains(ce.Message, "at most 1000 paths") {
+		send(t, w.Sess, &wire.CacheQuery{QueryID: "big", Paths: many, Mode: wire.QueryNormal})
+		if ce := recvAs[*wire.CacheError](t, w.Sess); ce.QueryID != "big" || !strings.Contains(ce.Message, "at most 1000 paths") {
 			t.Fatalf("oversized query: %+v", ce)
 		}
 
 		// Known derivations are those some evaluation built; a .drv that
 		// is merely cached is not (its outputs may not exist yet).
 		drv := testStorePath("x.drv")
-		e.putPath(t, e.cache.ID, drv, randomNar(100))
-		send(t, w.sess, &wire.QueryKnownDerivations{QueryID: "k0", DrvPaths: []string{drv}})
-		if kd := recvAs[*wire.KnownDerivations](t, w.sess); kd.QueryID != "k0" || len(kd.Known) != 0 {
+		e.putPath(t, e.Cache.ID, drv, randomNar(100))
+		send(t, w.Sess, &wire.QueryKnownDerivations{QueryID: "k0", DrvPaths: []string{drv}})
+		if kd := recvAs[*wire.KnownDerivations](t, w.Sess); kd.QueryID != "k0" || len(kd.Known) != 0 {
 			t.Fatalf("known derivations before a build: %+v", kd)
 		}
-		out := buildDerivation(t, e.db, e.project.ID, drv)
-		send(t, w.sess, &wire.QueryKnownDerivations{QueryID: "k1", DrvPaths: []string{drv}})
-		if kd := recvAs[*wire.KnownDerivations](t, w.sess); kd.QueryID != "k1" || len(kd.Known) != 0 {
+		out := buildDerivation(t, e.DB, e.Project.ID, drv)
+		send(t, w.Sess, &wire.QueryKnownDerivations{QueryID: "k1", DrvPaths: []string{drv}})
+		if kd := recvAs[*wire.KnownDerivations](t, w.Sess); kd.QueryID != "k1" || len(kd.Known) != 0 {
 			t.Fatalf("known derivations with the output not cached: %+v", kd)
 		}
-		e.putPath(t, e.cache.ID, out, randomNar(100))
-		send(t, w.sess, &wire.QueryKnownDerivations{QueryID: "k", DrvPaths: []string{drv, testStorePath("y.drv")}})
-		if kd := recvAs[*wire.KnownDerivations](t, w.sess); kd.QueryID != "k" || !slices.Equal(kd.Known, []string{drv}) {
+		e.putPath(t, e.Cache.ID, out, randomNar(100))
+		send(t, w.Sess, &wire.QueryKnownDerivations{QueryID: "k", DrvPaths: []string{drv, testStorePath("y.drv")}})
+		if kd := recvAs[*wire.KnownDerivations](t, w.Sess); kd.QueryID != "k" || !slices.Equal(kd.Known, []string{drv}) {
 			t.Fatalf("known derivations: %+v", kd)
 		}
-		send(t, w.sess, &wire.EvalCachePull{JobID: "j", Fingerprint: "f"})
-		if r := recvAs[*wire.EvalCachePullResult](t, w.sess); r.JobID != "j" {
+		send(t, w.Sess, &wire.EvalCachePull{JobID: "j", Fingerprint: "f"})
+		if r := recvAs[*wire.EvalCachePullResult](t, w.Sess); r.JobID != "j" {
 			t.Fatalf("eval cache: %+v", r)
 		} else if _, miss := r.Outcome.(*wire.EvalCacheMiss); !miss {
 			t.Fatalf("eval cache: %+v", r.Outcome)
@@ -103,42 +104,42 @@ func TestCacheQueryModes(t *testing.T) {
 func TestCacheAccessRule(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		other, err := db.CreateCache(t.Context(), storage.NewCache{Name: "other"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		secret := e.putPath(t, other.ID, testStorePath("secret"), randomNar(2000))
-		mine := e.putPath(t, e.cache.ID, testStorePath("mine"), randomNar(2000))
+		mine := e.putPath(t, e.Cache.ID, testStorePath("mine"), randomNar(2000))
 
 		w := e.projectWorker()
-		send(t, w.sess, &wire.CacheQuery{QueryID: "q", Paths: []string{secret.StorePath, mine.StorePath}, Mode: wire.QueryPull})
-		st := recvAs[*wire.CacheStatus](t, w.sess)
+		send(t, w.Sess, &wire.CacheQuery{QueryID: "q", Paths: []string{secret.StorePath, mine.StorePath}, Mode: wire.QueryPull})
+		st := recvAs[*wire.CacheStatus](t, w.Sess)
 		if len(st.Cached) != 2 || st.Cached[0].Cached || !st.Cached[1].Cached {
 			t.Fatalf("project worker sees %+v", st)
 		}
-		send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{secret.StorePath}})
-		if u := recvAs[*wire.NarUnavailable](t, w.sess); u.StorePath != secret.StorePath {
+		send(t, w.Sess, &wire.NarRequest{JobID: "j", Paths: []string{secret.StorePath}})
+		if u := recvAs[*wire.NarUnavailable](t, w.Sess); u.StorePath != secret.StorePath {
 			t.Fatalf("%+v", u)
 		}
 
 		// A cache peer of "other" reads it, not "main", and its uploads
 		// land in "other" only.
 		peer := e.cachePeerWorker(other)
-		send(t, peer.sess, &wire.CacheQuery{QueryID: "q", Paths: []string{secret.StorePath, mine.StorePath}, Mode: wire.QueryNormal})
-		st = recvAs[*wire.CacheStatus](t, peer.sess)
+		send(t, peer.Sess, &wire.CacheQuery{QueryID: "q", Paths: []string{secret.StorePath, mine.StorePath}, Mode: wire.QueryNormal})
+		st = recvAs[*wire.CacheStatus](t, peer.Sess)
 		if len(st.Cached) != 1 || st.Cached[0].Path != secret.StorePath {
 			t.Fatalf("cache peer sees %+v", st)
 		}
 		path := testStorePath("out")
-		if _, out := uploadNar(t, peer.sess, 1, path, compressNar(t, randomNar(3000))); !isOk(out) {
+		if _, out := uploadNar(t, peer.Sess, 1, path, compressNar(t, randomNar(3000))); !isOk(out) {
 			t.Fatalf("upload: %+v", out)
 		}
 		hash, _ := storage.StorePathHash(path)
 		if _, err := db.CachePath(t.Context(), other.ID, hash); err != nil {
 			t.Fatalf("not in the peer's cache: %v", err)
 		}
-		if _, err := db.CachePath(t.Context(), e.cache.ID, hash); err == nil {
+		if _, err := db.CachePath(t.Context(), e.Cache.ID, hash); err == nil {
 			t.Fatal("the upload reached a cache the peer may not write")
 		}
 	})
@@ -149,9 +150,9 @@ func isOk(o wire.UploadOutcome) bool { _, ok := o.(*wire.UploadOk); return ok }
 func TestNarPullAndResume(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
-		big := e.putPath(t, e.cache.ID, testStorePath("big"), randomNar(3<<20)) // incompressible: 3 MiB object
-		small := e.putPath(t, e.cache.ID, testStorePath("small"), randomNar(100))
+		e := newCacheProtoEnv(t, db, server.Config{})
+		big := e.putPath(t, e.Cache.ID, testStorePath("big"), randomNar(3<<20)) // incompressible: 3 MiB object
+		small := e.putPath(t, e.Cache.ID, testStorePath("small"), randomNar(100))
 		want := func(p storage.CachePath) []byte {
 			obj, _, err := e.store.Open(t.Context(), p.ObjectKey)
 			if err != nil {
@@ -162,32 +163,32 @@ func TestNarPullAndResume(t *testing.T) {
 			return b
 		}
 		w := e.projectWorker()
-		send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{small.StorePath}})
-		got, h := pullStream(t, w.sess, nil)
+		send(t, w.Sess, &wire.NarRequest{JobID: "j", Paths: []string{small.StorePath}})
+		got, h := pullStream(t, w.Sess, nil)
 		if h.TotalBytes != uint64(small.FileSize) || !bytes.Equal(got, want(small)) {
 			t.Fatalf("small: %d bytes, header %+v", len(got), h)
 		}
 
 		// Take the first chunk of the big one, then drop the connection.
-		send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{big.StorePath}})
-		h = recvAs[*wire.NarStreamHeader](t, w.sess)
-		first := recvAs[*wire.NarPush](t, w.sess)
+		send(t, w.Sess, &wire.NarRequest{JobID: "j", Paths: []string{big.StorePath}})
+		h = recvAs[*wire.NarStreamHeader](t, w.Sess)
+		first := recvAs[*wire.NarPush](t, w.Sess)
 		if first.Offset != 0 || first.IsFinal || len(first.Data) != 512<<10 {
 			t.Fatalf("first chunk: offset %d, %d bytes, final %v", first.Offset, len(first.Data), first.IsFinal)
 		}
 		prefix := bytes.Clone(first.Data)
-		w.sess.Close(1000, "drop")
+		w.Sess.Close(1000, "drop")
 
 		w2 := e.projectWorker()
-		send(t, w2.sess, &wire.NarRequestResume{JobID: "j", StorePath: big.StorePath, ReceivedBytes: uint64(len(prefix)), StreamToken: h.StreamToken})
-		h2 := recvAs[*wire.NarStreamHeader](t, w2.sess)
-		next := recvAs[*wire.NarPush](t, w2.sess)
+		send(t, w2.Sess, &wire.NarRequestResume{JobID: "j", StorePath: big.StorePath, ReceivedBytes: uint64(len(prefix)), StreamToken: h.StreamToken})
+		h2 := recvAs[*wire.NarStreamHeader](t, w2.Sess)
+		next := recvAs[*wire.NarPush](t, w2.Sess)
 		if h2.StreamToken != h.StreamToken || next.Offset != uint64(len(prefix)) {
 			t.Fatalf("resume restarted at %d (token %q, was %q)", next.Offset, h2.StreamToken, h.StreamToken)
 		}
 		got = append(prefix, next.Data...)
 		for !next.IsFinal {
-			next = recvAs[*wire.NarPush](t, w2.sess)
+			next = recvAs[*wire.NarPush](t, w2.Sess)
 			got = append(got[:next.Offset], next.Data...)
 		}
 		if !bytes.Equal(got, want(big)) {
@@ -195,9 +196,9 @@ func TestNarPullAndResume(t *testing.T) {
 		}
 
 		// A stale token restarts from 0.
-		send(t, w2.sess, &wire.NarRequestResume{JobID: "j", StorePath: big.StorePath, ReceivedBytes: 1000, StreamToken: "stale"})
-		recvAs[*wire.NarStreamHeader](t, w2.sess)
-		if p := recvAs[*wire.NarPush](t, w2.sess); p.Offset != 0 {
+		send(t, w2.Sess, &wire.NarRequestResume{JobID: "j", StorePath: big.StorePath, ReceivedBytes: 1000, StreamToken: "stale"})
+		recvAs[*wire.NarStreamHeader](t, w2.Sess)
+		if p := recvAs[*wire.NarPush](t, w2.Sess); p.Offset != 0 {
 			t.Fatalf("stale token resumed at %d", p.Offset)
 		}
 	})
@@ -209,20 +210,20 @@ func TestNarPullAndResume(t *testing.T) {
 func TestResumeStopsTheStreamInFlight(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		const size = 48 << 20 // far more than the lanes and sockets hold
-		big := e.putPath(t, e.cache.ID, testStorePath("big"), randomNar(size))
-		small := e.putPath(t, e.cache.ID, testStorePath("small"), randomNar(100))
+		big := e.putPath(t, e.Cache.ID, testStorePath("big"), randomNar(size))
+		small := e.putPath(t, e.Cache.ID, testStorePath("small"), randomNar(100))
 		w := e.projectWorker()
-		send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{big.StorePath}})
-		h := recvAs[*wire.NarStreamHeader](t, w.sess)
-		first := recvAs[*wire.NarPush](t, w.sess)
+		send(t, w.Sess, &wire.NarRequest{JobID: "j", Paths: []string{big.StorePath}})
+		h := recvAs[*wire.NarStreamHeader](t, w.Sess)
+		first := recvAs[*wire.NarPush](t, w.Sess)
 		got := bytes.Clone(first.Data)
 		// The old stream is blocked on the unread socket meanwhile.
-		send(t, w.sess, &wire.NarRequestResume{JobID: "j", StorePath: big.StorePath, ReceivedBytes: uint64(len(got)), StreamToken: h.StreamToken})
+		send(t, w.Sess, &wire.NarRequestResume{JobID: "j", StorePath: big.StorePath, ReceivedBytes: uint64(len(got)), StreamToken: h.StreamToken})
 		headers, finals, chunks := 0, 0, 0
 		for finals == 0 {
-			switch m := recvAs[wire.ServerMessage](t, w.sess).(type) {
+			switch m := recvAs[wire.ServerMessage](t, w.Sess).(type) {
 			case *wire.NarStreamHeader:
 				headers++
 			case *wire.NarPush:
@@ -235,9 +236,9 @@ func TestResumeStopsTheStreamInFlight(t *testing.T) {
 		}
 		// Whatever the old stream still sends comes before the next
 		// path's stream ends.
-		send(t, w.sess, &wire.NarRequest{JobID: "j", Paths: []string{small.StorePath}})
+		send(t, w.Sess, &wire.NarRequest{JobID: "j", Paths: []string{small.StorePath}})
 		for done := false; !done; {
-			switch m := recvAs[wire.ServerMessage](t, w.sess).(type) {
+			switch m := recvAs[wire.ServerMessage](t, w.Sess).(type) {
 			case *wire.NarPush:
 				if m.StorePath == small.StorePath {
 					done = m.IsFinal
@@ -266,8 +267,8 @@ func TestResumeStopsTheStreamInFlight(t *testing.T) {
 func TestUploadThenServedOverHTTP(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
-		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+		e := newCacheProtoEnv(t, db, server.Config{})
+		if err := db.SetCachePublic(t.Context(), e.Cache.ID, true); err != nil {
 			t.Fatal(err)
 		}
 		dep := testStorePath("dep")
@@ -276,12 +277,12 @@ func TestUploadThenServedOverHTTP(t *testing.T) {
 		c := compressNar(t, nar, dep) // a full-path reference
 		e.produce(path)
 		w := e.projectWorker()
-		grant, out := uploadNar(t, w.sess, 7, path, c)
+		grant, out := uploadNar(t, w.Sess, 7, path, c)
 		if _, pass := grant.(*wire.GrantPassthrough); !pass || !isOk(out) {
 			t.Fatalf("grant %+v, outcome %+v", grant, out)
 		}
 		// Once stored, a second request is skipped.
-		if grant, out := uploadNar(t, w.sess, 8, path, c); !isOk(out) {
+		if grant, out := uploadNar(t, w.Sess, 8, path, c); !isOk(out) {
 			t.Fatalf("second upload: %+v %+v", grant, out)
 		} else if _, skip := grant.(*wire.GrantSkip); !skip {
 			t.Fatalf("second upload granted %+v, want Skip", grant)
@@ -316,7 +317,7 @@ func TestUploadThenServedOverHTTP(t *testing.T) {
 func TestUploadRejectsCorruption(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		w := e.projectWorker()
 		for i, corrupt := range []func(c *compressed){
 			func(c *compressed) { c.zst[len(c.zst)/2] ^= 0xff },                               // a flipped byte in a chunk
@@ -327,12 +328,12 @@ func TestUploadRejectsCorruption(t *testing.T) {
 			corrupt(&c)
 			path := testStorePath("bad")
 			e.produce(path)
-			_, out := uploadNar(t, w.sess, uint64(i+1), path, c)
+			_, out := uploadNar(t, w.Sess, uint64(i+1), path, c)
 			if _, rejected := out.(*wire.UploadRejected); !rejected {
 				t.Fatalf("case %d: outcome %+v, want Rejected", i, out)
 			}
 			hash, _ := storage.StorePathHash(path)
-			if _, err := db.CachePath(t.Context(), e.cache.ID, hash); err == nil {
+			if _, err := db.CachePath(t.Context(), e.Cache.ID, hash); err == nil {
 				t.Fatalf("case %d: the path was recorded", i)
 			}
 		}
@@ -345,7 +346,7 @@ func TestUploadRejectsCorruption(t *testing.T) {
 func TestConcurrentUploadsOfOnePath(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		path := testStorePath("same")
 		e.produce(path)
 		nar := randomNar(2 << 20)
@@ -355,7 +356,7 @@ func TestConcurrentUploadsOfOnePath(t *testing.T) {
 			wg.Go(func() {
 				// Each worker compresses on its own; the objects would
 				// be equal anyway, but only one upload may store.
-				if _, out := uploadNar(t, w.sess, uint64(i+1), path, compressNar(t, nar)); !isOk(out) {
+				if _, out := uploadNar(t, w.Sess, uint64(i+1), path, compressNar(t, nar)); !isOk(out) {
 					t.Errorf("worker %d: %+v", i, out)
 				}
 			})
@@ -373,26 +374,26 @@ func TestUploadsGoToTheJobsProjectCaches(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		ctx := t.Context()
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		other, err := db.CreateCache(ctx, storage.NewCache{Name: "other"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.SubscribeProject(ctx, e.bare.ID, other.ID); err != nil {
+		if _, err := db.SubscribeProject(ctx, e.Bare.ID, other.ID); err != nil {
 			t.Fatal(err)
 		}
-		id := newWorkerID(t)
-		w := e.mustConnect(id, map[string]string{
-			e.project.ID: e.register(storage.PeerProject, e.project.ID, id),
-			e.bare.ID:    e.register(storage.PeerProject, e.bare.ID, id),
+		id := storage.NewID()
+		w := e.MustConnect(id, map[string]string{
+			e.Project.ID: e.Register(storage.PeerProject, e.Project.ID, id),
+			e.Bare.ID:    e.Register(storage.PeerProject, e.Bare.ID, id),
 		})
 		path := testStorePath("out")
 		e.produce(path)
-		if _, out := uploadNar(t, w.sess, 1, path, compressNar(t, randomNar(4096))); !isOk(out) {
+		if _, out := uploadNar(t, w.Sess, 1, path, compressNar(t, randomNar(4096))); !isOk(out) {
 			t.Fatalf("upload: %+v", out)
 		}
 		hash, _ := storage.StorePathHash(path)
-		if _, err := db.CachePath(ctx, e.cache.ID, hash); err != nil {
+		if _, err := db.CachePath(ctx, e.Cache.ID, hash); err != nil {
 			t.Errorf("the job's project cache lacks the upload: %v", err)
 		}
 		if _, err := db.CachePath(ctx, other.ID, hash); !errors.Is(err, storage.ErrNotFound) {

@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/internal/nixtest"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/storepath"
@@ -47,20 +49,20 @@ func caUpload(t *testing.T, method storepath.Method, digest [32]byte, name strin
 }
 
 // uploadAs is uploadNar under job.
-func uploadAs(t *testing.T, w *testWorker, job string, id uint64, path string, c compressed) wire.UploadOutcome {
+func uploadAs(t *testing.T, w *servertest.Worker, job string, id uint64, path string, c compressed) wire.UploadOutcome {
 	t.Helper()
-	send(t, w.sess, &wire.UploadRequest{JobID: job, RequestID: id, Object: &wire.UploadNar{StorePath: path}, Size: c.meta.NarSize})
-	grant, outcome := awaitGrant(t, w.sess, id)
+	send(t, w.Sess, &wire.UploadRequest{JobID: job, RequestID: id, Object: &wire.UploadNar{StorePath: path}, Size: c.meta.NarSize})
+	grant, outcome := awaitGrant(t, w.Sess, id)
 	if outcome != nil {
 		return outcome
 	}
 	if _, skip := grant.(*wire.GrantSkip); skip {
 		return &wire.UploadOk{}
 	}
-	sendChunks(t, w.sess, id, c.zst)
+	sendChunks(t, w.Sess, id, c.zst)
 	meta := c.meta
-	send(t, w.sess, &wire.UploadFinished{RequestID: id, Metadata: &meta})
-	return recvAs[*wire.UploadCommitted](t, w.sess).Outcome
+	send(t, w.Sess, &wire.UploadFinished{RequestID: id, Metadata: &meta})
+	return recvAs[*wire.UploadCommitted](t, w.Sess).Outcome
 }
 
 // rejected fails t unless out is Rejected with a reason naming each of
@@ -83,8 +85,8 @@ func rejected(t *testing.T, what string, out wire.UploadOutcome, words ...string
 func (e *cacheProtoEnv) notStored(t *testing.T, what, path string, caches ...storage.Cache) {
 	t.Helper()
 	hash, _ := storage.StorePathHash(path)
-	for _, c := range append(caches, e.cache) {
-		if _, err := e.db.CachePath(t.Context(), c.ID, hash); !errors.Is(err, storage.ErrNotFound) {
+	for _, c := range append(caches, e.Cache) {
+		if _, err := e.DB.CachePath(t.Context(), c.ID, hash); !errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("%s: %s is in cache %s (%v)", what, path, c.Name, err)
 		}
 	}
@@ -95,12 +97,12 @@ func (e *cacheProtoEnv) notStored(t *testing.T, what, path string, caches ...sto
 func TestUploadsOnlyOfTheSessionsJob(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
-		id := newWorkerID(t)
-		w := e.mustConnect(id, map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)})
+		e := newCacheProtoEnv(t, db, server.Config{})
+		id := storage.NewID()
+		w := e.MustConnect(id, map[string]string{e.Project.ID: e.Register(storage.PeerProject, e.Project.ID, id)})
 		out, foreign := testStorePath("out"), testStorePath("foreign")
-		e.jobs.set("build-a", id, authority.JobProducts{Project: e.project.ID, What: "build of /nix/store/a.drv", Outputs: []string{out}})
-		e.jobs.set("build-b", newWorkerID(t), authority.JobProducts{Project: e.project.ID, What: "build of /nix/store/b.drv", Outputs: []string{foreign}})
+		e.jobs.set("build-a", id, authority.JobProducts{Project: e.Project.ID, What: "build of /nix/store/a.drv", Outputs: []string{out}})
+		e.jobs.set("build-b", storage.NewID(), authority.JobProducts{Project: e.Project.ID, What: "build of /nix/store/b.drv", Outputs: []string{foreign}})
 
 		rejected(t, "not an output", uploadAs(t, w, "build-a", 1, foreign, compressNar(t, randomNar(3000))),
 			foreign, "not an output of job build-a", "/nix/store/a.drv")
@@ -111,9 +113,9 @@ func TestUploadsOnlyOfTheSessionsJob(t *testing.T) {
 		e.notStored(t, "refused uploads", foreign)
 
 		// A Push query without the job finds nothing to skip either.
-		e.putPath(t, e.cache.ID, foreign, randomNar(100))
-		send(t, w.sess, &wire.CacheQuery{JobID: "build-b", QueryID: "q", Paths: []string{foreign}, Mode: wire.QueryPush})
-		if st := recvAs[*wire.CacheStatus](t, w.sess); len(st.Cached) != 1 || st.Cached[0].Cached {
+		e.putPath(t, e.Cache.ID, foreign, randomNar(100))
+		send(t, w.Sess, &wire.CacheQuery{JobID: "build-b", QueryID: "q", Paths: []string{foreign}, Mode: wire.QueryPush})
+		if st := recvAs[*wire.CacheStatus](t, w.Sess); len(st.Cached) != 1 || st.Cached[0].Cached {
 			t.Errorf("Push query for a job not held: %+v", st)
 		}
 
@@ -121,7 +123,7 @@ func TestUploadsOnlyOfTheSessionsJob(t *testing.T) {
 			t.Fatalf("the job's own output: %+v", got)
 		}
 		hash, _ := storage.StorePathHash(out)
-		if _, err := db.CachePath(t.Context(), e.cache.ID, hash); err != nil {
+		if _, err := db.CachePath(t.Context(), e.Cache.ID, hash); err != nil {
 			t.Errorf("the output is not in the project's cache: %v", err)
 		}
 	})
@@ -134,20 +136,20 @@ func TestUploadsStayInTheJobsProject(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		ctx := t.Context()
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		cacheB, err := db.CreateCache(ctx, storage.NewCache{Name: "b"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.SubscribeProject(ctx, e.bare.ID, cacheB.ID); err != nil {
+		if _, err := db.SubscribeProject(ctx, e.Bare.ID, cacheB.ID); err != nil {
 			t.Fatal(err)
 		}
-		id := newWorkerID(t)
-		w := e.mustConnect(id, map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)})
+		id := storage.NewID()
+		w := e.MustConnect(id, map[string]string{e.Project.ID: e.Register(storage.PeerProject, e.Project.ID, id)})
 		path := testStorePath("b-out")
-		e.jobs.set("job-of-b", newWorkerID(t), authority.JobProducts{Project: e.bare.ID, What: "build of b", Outputs: []string{path}})
+		e.jobs.set("job-of-b", storage.NewID(), authority.JobProducts{Project: e.Bare.ID, What: "build of b", Outputs: []string{path}})
 		rejected(t, "B's job", uploadAs(t, w, "job-of-b", 1, path, compressNar(t, randomNar(2000))), "no running job of this session produces")
-		e.jobs.set("job-of-b", id, authority.JobProducts{Project: e.bare.ID, What: "build of b", Outputs: []string{path}})
+		e.jobs.set("job-of-b", id, authority.JobProducts{Project: e.Bare.ID, What: "build of b", Outputs: []string{path}})
 		rejected(t, "B's job without serving B", uploadAs(t, w, "job-of-b", 2, path, compressNar(t, randomNar(2000))), "may write no cache")
 		e.notStored(t, "project B", path, cacheB)
 	})
@@ -159,9 +161,9 @@ func TestUploadsStayInTheJobsProject(t *testing.T) {
 func TestEvaluationUploadsMustCertifyThemselves(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		w := e.projectWorker()
-		e.jobs.set("eval", "", authority.JobProducts{Project: e.project.ID, What: "evaluation of x@y", ContentAddressed: true})
+		e.jobs.set("eval", "", authority.JobProducts{Project: e.Project.ID, What: "evaluation of x@y", ContentAddressed: true})
 		dep := testStorePath("dep")
 		good := "derive(...)"
 		drv, drvUp := caUpload(t, storepath.Text, sha256.Sum256([]byte(good)), "good.drv", fileNar(good), dep)
@@ -244,9 +246,9 @@ func TestContentAddressedBuildOutputs(t *testing.T) {
 	forged.meta.CA = &infos[0].CA
 
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		w := e.projectWorker()
-		e.jobs.set("ca-build", "", authority.JobProducts{Project: e.project.ID, What: "build of caout.drv", ContentAddressed: true})
+		e.jobs.set("ca-build", "", authority.JobProducts{Project: e.Project.ID, What: "build of caout.drv", ContentAddressed: true})
 		rejected(t, "forged output", uploadAs(t, w, "ca-build", 1, path, forged), "the NAR's sha256 hash is")
 		e.notStored(t, "forged output", path)
 		if out := uploadAs(t, w, "ca-build", 2, path, up); !isOk(out) {
@@ -263,21 +265,21 @@ func TestUploadsFollowSubscriptionChanges(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		ctx := t.Context()
-		e := newCacheProtoEnv(t, db, Config{AdminTokenHash: sha256Hex(testAdminToken)})
+		e := newCacheProtoEnv(t, db, server.Config{AdminTokenHash: servertest.SHA256Hex(servertest.AdminToken)})
 		second, err := db.CreateCache(ctx, storage.NewCache{Name: "second"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.SubscribeProject(ctx, e.project.ID, second.ID); err != nil {
+		if _, err := db.SubscribeProject(ctx, e.Project.ID, second.ID); err != nil {
 			t.Fatal(err)
 		}
 		w := e.projectWorker()
-		admin := &adminEnv{t: t, db: db, base: strings.TrimSuffix("http"+strings.TrimPrefix(e.url, "ws"), "/proto"), token: testAdminToken}
-		sub := projectPath("ops/web") + "/caches/second"
+		admin := &servertest.Admin{T: t, Base: strings.TrimSuffix("http"+strings.TrimPrefix(e.URL, "ws"), "/proto"), Token: servertest.AdminToken}
+		sub := servertest.ProjectPath("ops/web") + "/caches/second"
 		in := func(what, path string, want ...storage.Cache) {
 			t.Helper()
 			hash, _ := storage.StorePathHash(path)
-			for _, c := range []storage.Cache{e.cache, second} {
+			for _, c := range []storage.Cache{e.Cache, second} {
 				_, err := db.CachePath(ctx, c.ID, hash)
 				switch {
 				case slices.ContainsFunc(want, func(w storage.Cache) bool { return w.ID == c.ID }) && err != nil:
@@ -291,15 +293,15 @@ func TestUploadsFollowSubscriptionChanges(t *testing.T) {
 			t.Helper()
 			path := testStorePath(name)
 			e.produce(path)
-			if _, out := uploadNar(t, w.sess, id, path, compressNar(t, randomNar(1000))); !isOk(out) {
+			if _, out := uploadNar(t, w.Sess, id, path, compressNar(t, randomNar(1000))); !isOk(out) {
 				t.Fatalf("upload of %s: %+v", name, out)
 			}
 			return path
 		}
-		in("both subscribed", upload(1, "first"), e.cache, second)
-		admin.must(204, "DELETE", sub, nil, nil)
-		in("after unsubscribing second", upload(2, "after-unsubscribe"), e.cache)
-		admin.must(201, "PUT", sub, nil, nil)
-		in("after subscribing second again", upload(3, "after-subscribe"), e.cache, second)
+		in("both subscribed", upload(1, "first"), e.Cache, second)
+		admin.Must(204, "DELETE", sub, nil, nil)
+		in("after unsubscribing second", upload(2, "after-unsubscribe"), e.Cache)
+		admin.Must(201, "PUT", sub, nil, nil)
+		in("after subscribing second again", upload(3, "after-subscribe"), e.Cache, second)
 	})
 }

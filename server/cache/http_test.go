@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,9 +19,11 @@ import (
 	"testing"
 
 	"gradient.dev/gradient/internal/testlog"
+	"gradient.dev/gradient/server"
 
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/server/admin"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/storage"
 )
 
@@ -27,12 +31,13 @@ import (
 type cacheEnv struct {
 	t     *testing.T
 	db    *storage.DB
-	srv   *Server
+	srv   *server.Server
+	store narstore.Store // cfg.NarStore
 	url   string
 	cache storage.Cache
 }
 
-func newCacheEnv(t testing.TB, cfg Config) *cacheEnv {
+func newCacheEnv(t testing.TB, cfg server.Config) *cacheEnv {
 	t.Helper()
 	db, err := storage.Open(t.Context(), "sqlite://"+filepath.Join(t.TempDir(), "gradient.db"))
 	if err != nil {
@@ -42,7 +47,7 @@ func newCacheEnv(t testing.TB, cfg Config) *cacheEnv {
 }
 
 // newCacheEnvOn is newCacheEnv on a given database, which it closes.
-func newCacheEnvOn(t testing.TB, db *storage.DB, cfg Config) *cacheEnv {
+func newCacheEnvOn(t testing.TB, db *storage.DB, cfg server.Config) *cacheEnv {
 	t.Helper()
 	tt, _ := t.(*testing.T)  // nil in benchmarks, which never use it
 	if cfg.NarStore == nil { // a test may bring its own (S3)
@@ -53,9 +58,11 @@ func newCacheEnvOn(t testing.TB, db *storage.DB, cfg Config) *cacheEnv {
 		cfg.NarStore = store
 	}
 	logs := &testlog.Buffer{}
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg.AdminTokenHash = sha256Hex(testAdminToken)
-	srv := New(db, cfg)
+	if cfg.Logger == nil { // a benchmark may bring a quiet one
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	cfg.AdminTokenHash = servertest.SHA256Hex(servertest.AdminToken)
+	srv := server.New(db, cfg)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		srv.Close()
@@ -69,7 +76,7 @@ func newCacheEnvOn(t testing.TB, db *storage.DB, cfg Config) *cacheEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cacheEnv{t: tt, db: db, srv: srv, url: hs.URL, cache: c}
+	return &cacheEnv{t: tt, db: db, srv: srv, store: cfg.NarStore, url: hs.URL, cache: c}
 }
 
 // upload PUTs a NAR with its metadata through the admin API.
@@ -81,7 +88,7 @@ func (e *cacheEnv) upload(cache, storePath string, nar []byte, narHash string, n
 // uploadWith PUTs a NAR with the given X-Nix-* headers.
 func (e *cacheEnv) uploadWith(cache string, nar []byte, headers map[string]string) (int, []byte) {
 	req, _ := http.NewRequest("PUT", e.url+"/api/v1/caches/"+cache+"/paths", bytes.NewReader(nar))
-	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	req.Header.Set("Authorization", "Bearer "+servertest.AdminToken)
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
@@ -206,7 +213,7 @@ func buildAndPush(t *testing.T, e *cacheEnv, src *nixStore, cache string) (hello
 }
 
 func TestNixCopiesFromCacheWithSignatures(t *testing.T) {
-	e := newCacheEnv(t, Config{})
+	e := newCacheEnv(t, server.Config{})
 	src := newNixStore(t)
 	hello, greet := buildAndPush(t, e, src, "main")
 	cacheURL := e.url + "/cache/main"
@@ -243,20 +250,11 @@ func TestNixCopiesFromCacheWithSignatures(t *testing.T) {
 
 // (c) A narinfo changed after signing is refused.
 func TestNixRefusesTamperedNarinfo(t *testing.T) {
-	e := newCacheEnv(t, Config{narinfoHook: func(b []byte) []byte {
-		// Drop the references: the signed fingerprint no longer matches.
-		var out []string
-		for _, line := range strings.Split(string(b), "\n") {
-			if !strings.HasPrefix(line, "References:") {
-				out = append(out, line)
-			}
-		}
-		return []byte(strings.Join(out, "\n"))
-	}})
+	e := newCacheEnv(t, server.Config{})
 	src := newNixStore(t)
 	_, greet := buildAndPush(t, e, src, "main")
 	dst := newNixStore(t, "require-sigs = true", "trusted-public-keys = "+e.cache.PublicKey())
-	_, err := dst.run("nix", "copy", "--from", e.url+"/cache/main", "--to", dst.root, greet.Path)
+	_, err := dst.run("nix", "copy", "--from", tamperingProxy(t, e.url)+"/cache/main", "--to", dst.root, greet.Path)
 	if err == nil || !strings.Contains(err.Error(), "signature") {
 		t.Fatalf("nix copy of a tampered narinfo: %v", err)
 	}
@@ -265,8 +263,43 @@ func TestNixRefusesTamperedNarinfo(t *testing.T) {
 	}
 }
 
+// tamperingProxy serves target's responses with every narinfo's
+// References dropped: the signed fingerprint no longer matches.
+func tamperingProxy(t *testing.T, target string) string {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if !strings.HasSuffix(resp.Request.URL.Path, ".narinfo") || resp.StatusCode != http.StatusOK {
+			return nil
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		var out []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(line, "References:") {
+				out = append(out, line)
+			}
+		}
+		tampered := []byte(strings.Join(out, "\n"))
+		resp.Body = io.NopCloser(bytes.NewReader(tampered))
+		resp.ContentLength = int64(len(tampered))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(tampered)))
+		resp.Header.Del("ETag")
+		return nil
+	}
+	hs := httptest.NewServer(proxy)
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
 func TestUploadRefusesMismatchedNar(t *testing.T) {
-	e := newCacheEnv(t, Config{})
+	e := newCacheEnv(t, server.Config{})
 	src := newNixStore(t)
 	hello, _ := buildAndPush(t, e, src, "main")
 	nar := []byte(src.must("nix", "store", "dump-path", hello.Path))
@@ -282,7 +315,7 @@ func TestUploadRefusesMismatchedNar(t *testing.T) {
 	if _, err := e.db.CachePath(t.Context(), e.cache.ID, "0mdqa9w1p6cmli6976v4wi0sw9r4p5pr"); err == nil {
 		t.Fatal("a refused upload was recorded")
 	}
-	keys, _ := e.srv.cfg.NarStore.(*narstore.Local).Keys()
+	keys, _ := e.store.(*narstore.Local).Keys()
 	if len(keys) != 2 {
 		t.Fatalf("objects %v: want only the two pushed paths", keys)
 	}
@@ -295,7 +328,7 @@ func TestUploadRefusesMismatchedNar(t *testing.T) {
 // (d) Private caches. Nix 2.8 cannot send a custom Authorization header,
 // but it sends netrc credentials as HTTP Basic, which the cache accepts.
 func TestPrivateCache(t *testing.T) {
-	e := newCacheEnv(t, Config{})
+	e := newCacheEnv(t, server.Config{})
 	private, err := e.db.CreateCache(t.Context(), storage.NewCache{Name: "secret", KeyName: "gradient-test-secret"})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"crypto/sha256"
@@ -7,6 +7,7 @@ import (
 
 	"gradient.dev/gradient/internal/zstdbound/zstdboundtest"
 	"gradient.dev/gradient/nixbase32"
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
@@ -18,7 +19,7 @@ import (
 func TestUploadRejectsAWindowBeyondTheBound(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newCacheProtoEnv(t, db, Config{})
+		e := newCacheProtoEnv(t, db, server.Config{})
 		w := e.projectWorker()
 		nar := randomNar(100 << 10)
 		zst := zstdboundtest.WithWindowLog(28, nar)
@@ -29,12 +30,12 @@ func TestUploadRejectsAWindowBeyondTheBound(t *testing.T) {
 		}}
 		path := testStorePath("wide")
 		e.produce(path)
-		_, out := uploadNar(t, w.sess, 1, path, c)
+		_, out := uploadNar(t, w.Sess, 1, path, c)
 		if r, rejected := out.(*wire.UploadRejected); !rejected || !strings.Contains(r.Reason, "zstd") {
 			t.Fatalf("outcome %+v, want Rejected naming the zstd stream", out)
 		}
 		hash, _ := storage.StorePathHash(path)
-		if _, err := db.CachePath(t.Context(), e.cache.ID, hash); err == nil {
+		if _, err := db.CachePath(t.Context(), e.Cache.ID, hash); err == nil {
 			t.Fatal("the path was recorded")
 		}
 	})

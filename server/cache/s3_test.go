@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"bytes"
@@ -13,7 +13,9 @@ import (
 	"gradient.dev/gradient/internal/s3test"
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/narstore/s3store"
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/cache"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
@@ -46,11 +48,11 @@ func newS3EnvTTL(t *testing.T, db *storage.DB, presign cache.PresignOptions, ttl
 	if presign.MultipartThreshold == 0 {
 		presign.MultipartThreshold = 6 << 20
 	}
-	e := newCacheProtoEnv(t, db, Config{NarStore: nars, NarPresign: presign})
-	if err := db.SetCachePublic(t.Context(), e.testEnv.cache.ID, true); err != nil {
+	e := newCacheProtoEnv(t, db, server.Config{NarStore: nars, NarPresign: presign})
+	if err := db.SetCachePublic(t.Context(), e.Env.Cache.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	return &s3Env{cacheProtoEnv: e, s3: srv, nars: nars, cache: e.testEnv.cache}
+	return &s3Env{cacheProtoEnv: e, s3: srv, nars: nars, cache: e.Env.Cache}
 }
 
 // httpPut sends body to a presigned URL as a worker does.
@@ -131,11 +133,11 @@ func TestS3PresignedUploadsAndDownloads(t *testing.T) {
 		e.produce(small, large)
 		w := e.projectWorker()
 
-		grant, out := presignedUpload(t, w.sess, 1, small, cs, cs.zst)
+		grant, out := presignedUpload(t, w.Sess, 1, small, cs, cs.zst)
 		if _, put := grant.(*wire.GrantPut); !put || !isOk(out) {
 			t.Fatalf("small: grant %T, outcome %+v", grant, out)
 		}
-		grant, out = presignedUpload(t, w.sess, 2, large, cl, cl.zst)
+		grant, out = presignedUpload(t, w.Sess, 2, large, cl, cl.zst)
 		if mp, ok := grant.(*wire.PresignedMultipart); !ok || mp.PartSize != 5<<20 || !isOk(out) {
 			t.Fatalf("large: grant %+v, outcome %+v", grant, out)
 		}
@@ -143,15 +145,15 @@ func TestS3PresignedUploadsAndDownloads(t *testing.T) {
 			t.Fatalf("staging left: %q", left)
 		}
 		// Stored once: a second request is skipped.
-		if grant, _ := uploadNar(t, w.sess, 3, small, cs); grant == nil {
+		if grant, _ := uploadNar(t, w.Sess, 3, small, cs); grant == nil {
 			t.Fatal("no grant")
 		} else if _, skip := grant.(*wire.GrantSkip); !skip {
 			t.Fatalf("second upload granted %T", grant)
 		}
 
 		// Pull answers carry presigned URLs that fetch the objects.
-		send(t, w.sess, &wire.CacheQuery{QueryID: "p", Paths: []string{small, large}, Mode: wire.QueryPull})
-		st := recvAs[*wire.CacheStatus](t, w.sess)
+		send(t, w.Sess, &wire.CacheQuery{QueryID: "p", Paths: []string{small, large}, Mode: wire.QueryPull})
+		st := recvAs[*wire.CacheStatus](t, w.Sess)
 		for i, want := range [][]byte{cs.zst, cl.zst} {
 			got := st.Cached[i]
 			if !got.Cached || got.URL == nil {
@@ -238,7 +240,7 @@ func TestS3StreamThrough(t *testing.T) {
 		c := compressNar(t, randomNar(1<<20))
 		e.produce(path)
 		w := e.projectWorker()
-		grant, out := uploadNar(t, w.sess, 1, path, c)
+		grant, out := uploadNar(t, w.Sess, 1, path, c)
 		if _, pass := grant.(*wire.GrantPassthrough); !pass || !isOk(out) {
 			t.Fatalf("grant %T, outcome %+v", grant, out)
 		}
@@ -284,7 +286,7 @@ func TestS3PresignedUploadFailures(t *testing.T) {
 
 		path := testStorePath("liar")
 		e.produce(path)
-		_, out := presignedUpload(t, w.sess, 1, path, declared, other.zst)
+		_, out := presignedUpload(t, w.Sess, 1, path, declared, other.zst)
 		if _, rejected := out.(*wire.UploadRejected); !rejected {
 			t.Fatalf("other bytes: %+v, want Rejected", out)
 		}
@@ -294,13 +296,13 @@ func TestS3PresignedUploadFailures(t *testing.T) {
 		// UploadFinished without an upload.
 		path = testStorePath("nothing")
 		e.produce(path)
-		send(t, w.sess, &wire.UploadRequest{JobID: "job", RequestID: 2, Object: &wire.UploadNar{StorePath: path}, Size: declared.meta.NarSize})
-		if g, _ := awaitGrant(t, w.sess, 2); g == nil {
+		send(t, w.Sess, &wire.UploadRequest{JobID: "job", RequestID: 2, Object: &wire.UploadNar{StorePath: path}, Size: declared.meta.NarSize})
+		if g, _ := awaitGrant(t, w.Sess, 2); g == nil {
 			t.Fatal("no grant")
 		}
 		meta := declared.meta
-		send(t, w.sess, &wire.UploadFinished{RequestID: 2, Metadata: &meta})
-		if out := recvAs[*wire.UploadCommitted](t, w.sess).Outcome; func() bool { _, ok := out.(*wire.UploadRejected); return !ok }() {
+		send(t, w.Sess, &wire.UploadFinished{RequestID: 2, Metadata: &meta})
+		if out := recvAs[*wire.UploadCommitted](t, w.Sess).Outcome; func() bool { _, ok := out.(*wire.UploadRejected); return !ok }() {
 			t.Fatalf("nothing uploaded: %+v, want Rejected", out)
 		}
 		notRecorded(path)
@@ -308,10 +310,10 @@ func TestS3PresignedUploadFailures(t *testing.T) {
 		// Chunks on a presigned grant are refused.
 		path = testStorePath("chunks")
 		e.produce(path)
-		send(t, w.sess, &wire.UploadRequest{JobID: "job", RequestID: 3, Object: &wire.UploadNar{StorePath: path}, Size: declared.meta.NarSize})
-		awaitGrant(t, w.sess, 3)
-		send(t, w.sess, &wire.UploadChunk{RequestID: 3, Data: declared.zst[:100]})
-		if out := recvAs[*wire.UploadCommitted](t, w.sess).Outcome; func() bool { _, ok := out.(*wire.UploadRejected); return !ok }() {
+		send(t, w.Sess, &wire.UploadRequest{JobID: "job", RequestID: 3, Object: &wire.UploadNar{StorePath: path}, Size: declared.meta.NarSize})
+		awaitGrant(t, w.Sess, 3)
+		send(t, w.Sess, &wire.UploadChunk{RequestID: 3, Data: declared.zst[:100]})
+		if out := recvAs[*wire.UploadCommitted](t, w.Sess).Outcome; func() bool { _, ok := out.(*wire.UploadRejected); return !ok }() {
 			t.Fatalf("chunks on a presigned grant: %+v", out)
 		}
 		bucketEmpty()
@@ -320,13 +322,13 @@ func TestS3PresignedUploadFailures(t *testing.T) {
 		// a commit; what it left is swept once it is back.
 		path = testStorePath("down")
 		e.produce(path)
-		send(t, w.sess, &wire.UploadRequest{JobID: "job", RequestID: 4, Object: &wire.UploadNar{StorePath: path}, Size: declared.meta.NarSize})
-		g, _ := awaitGrant(t, w.sess, 4)
+		send(t, w.Sess, &wire.UploadRequest{JobID: "job", RequestID: 4, Object: &wire.UploadNar{StorePath: path}, Size: declared.meta.NarSize})
+		g, _ := awaitGrant(t, w.Sess, 4)
 		httpPut(t, g.(*wire.GrantPut).URL, declared.zst)
 		e.s3.Stop()
 		meta = declared.meta
-		send(t, w.sess, &wire.UploadFinished{RequestID: 4, Metadata: &meta})
-		if out := recvAs[*wire.UploadCommitted](t, w.sess).Outcome; func() bool { _, ok := out.(*wire.UploadRetry); return !ok }() {
+		send(t, w.Sess, &wire.UploadFinished{RequestID: 4, Metadata: &meta})
+		if out := recvAs[*wire.UploadCommitted](t, w.Sess).Outcome; func() bool { _, ok := out.(*wire.UploadRetry); return !ok }() {
 			t.Fatalf("store down: %+v, want Retry", out)
 		}
 		e.s3.Restart(t)
@@ -344,10 +346,10 @@ func TestS3PresignedUploadFailures(t *testing.T) {
 		path = testStorePath("gone")
 		e.produce(path)
 		w2 := e.projectWorker()
-		send(t, w2.sess, &wire.UploadRequest{JobID: "job", RequestID: 5, Object: &wire.UploadNar{StorePath: path}, Size: declared.meta.NarSize})
-		g, _ = awaitGrant(t, w2.sess, 5)
+		send(t, w2.Sess, &wire.UploadRequest{JobID: "job", RequestID: 5, Object: &wire.UploadNar{StorePath: path}, Size: declared.meta.NarSize})
+		g, _ = awaitGrant(t, w2.Sess, 5)
 		httpPut(t, g.(*wire.GrantPut).URL, declared.zst)
-		w2.sess.Close(session.CloseNormal, "worker leaves")
+		w2.Sess.Close(session.CloseNormal, "worker leaves")
 		bucketEmpty()
 		notRecorded(path)
 	})
@@ -362,7 +364,7 @@ func TestNixCopiesFromS3ThroughRedirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newCacheEnv(t, Config{NarStore: nars})
+	e := newCacheEnv(t, server.Config{NarStore: nars})
 	src := newNixStore(t)
 	hello, greet := buildAndPush(t, e, src, "main")
 	cacheURL := e.url + "/cache/main"
@@ -394,7 +396,7 @@ func TestNixCopiesFromS3ThroughRedirect(t *testing.T) {
 	}
 	// The store's URLs name 127.0.0.1: `gradient server status` says so.
 	req, _ := http.NewRequest(http.MethodGet, e.url+"/api/v1/server", nil)
-	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	req.Header.Set("Authorization", "Bearer "+servertest.AdminToken)
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -416,16 +418,16 @@ func TestS3ExpiredGrantRetried(t *testing.T) {
 		c := compressNar(t, randomNar(100<<10))
 		e.produce(path)
 		w := e.projectWorker()
-		send(t, w.sess, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: path}, Size: c.meta.NarSize})
-		g, _ := awaitGrant(t, w.sess, 1)
+		send(t, w.Sess, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: path}, Size: c.meta.NarSize})
+		g, _ := awaitGrant(t, w.Sess, 1)
 		if _, put := g.(*wire.GrantPut); !put {
 			t.Fatalf("granted %T", g)
 		}
-		if out := recvAs[*wire.UploadCommitted](t, w.sess).Outcome; func() bool { _, ok := out.(*wire.UploadRetry); return !ok }() {
+		if out := recvAs[*wire.UploadCommitted](t, w.Sess).Outcome; func() bool { _, ok := out.(*wire.UploadRetry); return !ok }() {
 			t.Fatalf("expired grant: %+v, want Retry", out)
 		}
 		// The worker could not finish in time: its retry is relayed.
-		if grant, out := uploadNar(t, w.sess, 2, path, c); !isOk(out) {
+		if grant, out := uploadNar(t, w.Sess, 2, path, c); !isOk(out) {
 			t.Fatalf("retry after expiry: %T %+v", grant, out)
 		} else if _, pass := grant.(*wire.GrantPassthrough); !pass {
 			t.Fatalf("retry after expiry granted %T, want Passthrough", grant)
@@ -443,12 +445,12 @@ func TestS3CancelledGrantFallsBackToPassthrough(t *testing.T) {
 		c := compressNar(t, randomNar(300<<10))
 		e.produce(path)
 		w := e.projectWorker()
-		send(t, w.sess, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: path}, Size: c.meta.NarSize})
-		if g, _ := awaitGrant(t, w.sess, 1); func() bool { _, ok := g.(*wire.GrantPut); return !ok }() {
+		send(t, w.Sess, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: path}, Size: c.meta.NarSize})
+		if g, _ := awaitGrant(t, w.Sess, 1); func() bool { _, ok := g.(*wire.GrantPut); return !ok }() {
 			t.Fatalf("first grant %T, want Put", g)
 		}
-		send(t, w.sess, &wire.UploadCancel{RequestID: 1})
-		grant, out := uploadNar(t, w.sess, 2, path, c)
+		send(t, w.Sess, &wire.UploadCancel{RequestID: 1})
+		grant, out := uploadNar(t, w.Sess, 2, path, c)
 		if _, pass := grant.(*wire.GrantPassthrough); !pass || !isOk(out) {
 			t.Fatalf("after a cancelled presigned grant: %T, %+v; want Passthrough and Ok", grant, out)
 		}
@@ -457,7 +459,7 @@ func TestS3CancelledGrantFallsBackToPassthrough(t *testing.T) {
 		other := testStorePath("other")
 		e.produce(other)
 		oc := compressNar(t, randomNar(1000))
-		if grant, out := presignedUpload(t, w.sess, 3, other, oc, oc.zst); !isOk(out) {
+		if grant, out := presignedUpload(t, w.Sess, 3, other, oc, oc.zst); !isOk(out) {
 			t.Fatalf("other path: %T %+v", grant, out)
 		}
 	})

@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"crypto/rand"
@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"gradient.dev/gradient/server"
 )
 
 // The binary cache is measured side by side with nginx serving the same
@@ -120,9 +122,8 @@ func fetch(b *testing.B, url string) []byte {
 
 // benchCache is our cache with one 16 MiB NAR and nginx serving copies.
 func benchCache(b *testing.B) (ourNar, ourInfo, nginxNar, nginxInfo string) {
-	e := newCacheEnv(b, Config{})
 	// Measure serving, not debug logging into a test buffer.
-	e.srv.log = slog.New(slog.DiscardHandler)
+	e := newCacheEnv(b, server.Config{Logger: slog.New(slog.DiscardHandler)})
 	nar := make([]byte, 16<<20)
 	rand.Read(nar)
 	p := e.putObject(b, "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", nar)

@@ -1,4 +1,4 @@
-package server
+package cache_test
 
 import (
 	"bytes"
@@ -17,20 +17,22 @@ import (
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nixbase32"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
 
-// cacheProtoEnv is testEnv with a NAR store and, unless the test brings
+// cacheProtoEnv is servertest.Env with a NAR store and, unless the test brings
 // its own job loop, testJobs.
 type cacheProtoEnv struct {
-	*testEnv
+	*servertest.Env
 	store *narstore.Local
 	jobs  *testJobs
 }
 
-func newCacheProtoEnv(t testing.TB, db *storage.DB, cfg Config) *cacheProtoEnv {
+func newCacheProtoEnv(t testing.TB, db *storage.DB, cfg server.Config) *cacheProtoEnv {
 	t.Helper()
 	// A test that brings its own store (S3) gets a nil store field.
 	var store *narstore.Local
@@ -45,7 +47,7 @@ func newCacheProtoEnv(t testing.TB, db *storage.DB, cfg Config) *cacheProtoEnv {
 	if cfg.Jobs == nil {
 		cfg.Jobs = jobs
 	}
-	return &cacheProtoEnv{testEnv: newEnv(t, db, cfg), store: store, jobs: jobs}
+	return &cacheProtoEnv{Env: servertest.NewEnv(t, db, cfg), store: store, jobs: jobs}
 }
 
 // produce makes paths outputs of the build job "job" of the env's
@@ -54,7 +56,7 @@ func (e *cacheProtoEnv) produce(paths ...string) {
 	e.jobs.mu.Lock()
 	defer e.jobs.mu.Unlock()
 	j := e.jobs.jobs["job"]
-	j.products.Project, j.products.What = e.project.ID, "build of a test derivation"
+	j.products.Project, j.products.What = e.Project.ID, "build of a test derivation"
 	j.products.Outputs = append(j.products.Outputs, paths...)
 	e.jobs.jobs["job"] = j
 }
@@ -92,19 +94,19 @@ func (j *testJobs) set(id, holder string, p authority.JobProducts) {
 }
 
 func (e *cacheProtoEnv) httpURL() string {
-	return "http" + strings.TrimSuffix(strings.TrimPrefix(e.url, "ws"), "/proto")
+	return "http" + strings.TrimSuffix(strings.TrimPrefix(e.URL, "ws"), "/proto")
 }
 
 // projectWorker connects a worker registered for the env's project.
-func (e *cacheProtoEnv) projectWorker() *testWorker {
-	id := newWorkerID(e.t)
-	return e.mustConnect(id, map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)})
+func (e *cacheProtoEnv) projectWorker() *servertest.Worker {
+	id := storage.NewID()
+	return e.MustConnect(id, map[string]string{e.Project.ID: e.Register(storage.PeerProject, e.Project.ID, id)})
 }
 
 // cachePeerWorker connects a worker registered as a peer of cache.
-func (e *cacheProtoEnv) cachePeerWorker(cache storage.Cache) *testWorker {
-	id := newWorkerID(e.t)
-	return e.mustConnect(id, map[string]string{cache.ID: e.register(storage.PeerCache, cache.ID, id)})
+func (e *cacheProtoEnv) cachePeerWorker(cache storage.Cache) *servertest.Worker {
+	id := storage.NewID()
+	return e.MustConnect(id, map[string]string{cache.ID: e.Register(storage.PeerCache, cache.ID, id)})
 }
 
 // testStorePath is a fresh store path named name, no Nix needed.
@@ -128,7 +130,7 @@ func (e *cacheProtoEnv) putPath(t testing.TB, cacheID, path string, nar []byte, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := e.db.PutCachePath(t.Context(), storage.CachePath{
+	p, _, err := e.DB.PutCachePath(t.Context(), storage.CachePath{
 		CacheID: cacheID, StorePath: path, NarHash: obj.NarHashText(), NarSize: obj.NarSize,
 		FileHash: obj.FileHashText(), FileSize: obj.FileSize, Compression: narstore.Compression,
 		ObjectKey: obj.Key, References: refs,
