@@ -206,12 +206,12 @@ func TestS3PullURLsForSmallObjects(t *testing.T) {
 				path string
 				c    compressed
 			}{{tiny, ct}, {big, cb}} {
-				if _, out := presignedUpload(t, w.sess, uint64(i+1), u.path, u.c, u.c.zst); !isOk(out) {
+				if _, out := presignedUpload(t, w.Sess, uint64(i+1), u.path, u.c, u.c.zst); !isOk(out) {
 					t.Fatalf("upload %s: %+v", u.path, out)
 				}
 			}
-			send(t, w.sess, &wire.CacheQuery{QueryID: "p", Paths: []string{tiny, big}, Mode: wire.QueryPull})
-			st := recvAs[*wire.CacheStatus](t, w.sess)
+			send(t, w.Sess, &wire.CacheQuery{QueryID: "p", Paths: []string{tiny, big}, Mode: wire.QueryPull})
+			st := recvAs[*wire.CacheStatus](t, w.Sess)
 			if len(st.Cached) != 2 || !st.Cached[0].Cached || !st.Cached[1].Cached {
 				t.Fatalf("pull answer: %+v", st.Cached)
 			}
