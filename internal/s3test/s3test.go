@@ -54,14 +54,13 @@ func required() bool {
 	return os.Getenv("CI") == "true" || os.Getenv("GRADIENT_REQUIRE_S3") == "1"
 }
 
-// Binary finds versitygw: $VERSITYGW, /root/go/bin, $GOPATH/bin (or
+// Binary finds versitygw: $VERSITYGW (.ci/run sets it), $GOPATH/bin (or
 // ~/go/bin), then PATH. It returns "" when there is none.
 func Binary() string {
 	var candidates []string
 	if p := os.Getenv("VERSITYGW"); p != "" {
 		candidates = append(candidates, p)
 	}
-	candidates = append(candidates, "/root/go/bin/versitygw")
 	gopath := os.Getenv("GOPATH")
 	if gopath == "" {
 		if home, err := os.UserHomeDir(); err == nil {
