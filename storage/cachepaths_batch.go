@@ -6,6 +6,8 @@ import (
 	"errors"
 	"slices"
 	"strings"
+
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // An evaluation uploads every .drv as its own object, and each commit
@@ -34,8 +36,8 @@ const insertCachePathSQL = `INSERT INTO cache_paths (cache_id, store_hash, store
 
 const selectCachePathSQL = `SELECT ` + cachePathColumns + ` FROM cache_paths WHERE cache_id = $1 AND store_hash = $2`
 
-func (db *DB) newCachePathBatcher() *batcher[cachePathPut, cachePathPut] {
-	return &batcher[cachePathPut, cachePathPut]{max: cachePathBatchMax, run: db.putCachePaths}
+func (db *DB) newCachePathBatcher() *sqldb.Batcher[cachePathPut, cachePathPut] {
+	return &sqldb.Batcher[cachePathPut, cachePathPut]{Max: cachePathBatchMax, Run: db.putCachePaths}
 }
 
 // putCachePaths inserts the rows in one transaction, in order, and

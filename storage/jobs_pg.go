@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // PostgreSQL versions of the two hottest state changes. Each statement
@@ -79,8 +81,8 @@ const (
 	batchLanes = 2
 )
 
-func (db *DB) newClaimBatcher() *batcher[claimCall, bool] {
-	return &batcher[claimCall, bool]{max: maxBatch, lanes: batchLanes, run: db.claimJobsPG}
+func (db *DB) newClaimBatcher() *sqldb.Batcher[claimCall, bool] {
+	return &sqldb.Batcher[claimCall, bool]{Max: maxBatch, Lanes: batchLanes, Run: db.claimJobsPG}
 }
 
 // claimJobsPG runs claimJobsSQL (claimJobSQL for one call) and reports
@@ -124,7 +126,7 @@ func (db *DB) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error
 
 // claimJobPG is ClaimJob on PostgreSQL.
 func (db *DB) claimJobPG(ctx context.Context, jobID, workerID, assignmentID string) error {
-	claimed, err := db.claims.do(ctx, claimCall{jobID, workerID, assignmentID})
+	claimed, err := db.claims.Do(ctx, claimCall{jobID, workerID, assignmentID})
 	switch {
 	case constraintOf(err) == uniqueViolation:
 		return conflict("job %s already has an open assignment", jobID)
@@ -240,8 +242,8 @@ type completion struct {
 	othersStillToRun int    // capped at finishCheckBound
 }
 
-func (db *DB) newCompletionBatcher() *batcher[completeCall, completion] {
-	return &batcher[completeCall, completion]{max: maxBatch, lanes: batchLanes, run: db.completeBuildsPG}
+func (db *DB) newCompletionBatcher() *sqldb.Batcher[completeCall, completion] {
+	return &sqldb.Batcher[completeCall, completion]{Max: maxBatch, Lanes: batchLanes, Run: db.completeBuildsPG}
 }
 
 // completeBuildsPG runs completeBuildsSQL (completeBuildSQL for one
@@ -335,7 +337,7 @@ const readyDependentsPG = `WITH ` + lazyCommitCTE + `, r AS (
 // that RecoverInterruptedWork finishes (ReadyStrandedBuilds,
 // FinishDoneEvaluations).
 func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string, end bool) ([]string, error) {
-	c, err := db.completions.do(ctx, completeCall{assignmentID, info, end})
+	c, err := db.completions.Do(ctx, completeCall{assignmentID, info, end})
 	if err != nil {
 		return nil, err
 	}

@@ -4,28 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
-	"strings"
+
+	"gradient.dev/gradient/storage/sqldb"
 )
 
-// inList appends values to args as query parameters and returns the
-// placeholders naming them ("$3, $4, $5"), for an IN (...) list. Callers
-// keep a list to a few hundred values: both engines cap the parameters of
-// one statement.
-func inList(args []any, values []string) ([]any, string) {
-	var b strings.Builder
-	for i, v := range values {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		args = append(args, v)
-		b.WriteString("$" + strconv.Itoa(len(args)))
-	}
-	return args, b.String()
-}
+// inList is sqldb.InList.
+func inList(args []any, values []string) ([]any, string) { return sqldb.InList(args, values) }
 
 // inListMax is the most values an IN list of one query carries.
-const inListMax = 500
+const inListMax = sqldb.InListMax
 
 // queryByIDs runs query, whose %[1]s stands for the condition "is one of
 // ids", and scans its rows: on PostgreSQL once, with the IDs as one array

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // InTx runs fn in a transaction, committing when fn returns nil. On
@@ -87,3 +89,22 @@ func Collect[T any](rows *sql.Rows, err error, scan func(*sql.Rows) (T, error)) 
 	}
 	return out, rows.Err()
 }
+
+// InList appends values to args as query parameters and returns the
+// placeholders naming them ("$3, $4, $5"), for an IN (...) list. Callers
+// keep a list to InListMax values: both engines cap the parameters of one
+// statement.
+func InList(args []any, values []string) ([]any, string) {
+	var b strings.Builder
+	for i, v := range values {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		args = append(args, v)
+		b.WriteString("$" + strconv.Itoa(len(args)))
+	}
+	return args, b.String()
+}
+
+// InListMax is the most values an IN list of one query carries.
+const InListMax = 500
