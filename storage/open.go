@@ -20,13 +20,8 @@ const (
 type DB struct {
 	base   *sqldb.DB // the engine layer: connection, migrations, writer queue
 	sql    *sql.DB   // base's pool, for the queries
-	keyed  *sql.DB   // base's pool for statements that go by key (claims, completions)
 	engine Engine
 
-	// On PostgreSQL, concurrent claims and completions share statements
-	// (see batcher); nil on SQLite, which runs one writer at a time.
-	claims      *sqldb.Batcher[claimCall, bool]
-	completions *sqldb.Batcher[completeCall, completion]
 	// Narinfo rows of concurrent upload commits share a transaction
 	// (putCachePaths), on either engine.
 	cachePaths *sqldb.Batcher[cachePathPut, cachePathPut]
@@ -59,13 +54,8 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{base: base, sql: base.SQL(), keyed: base.Keyed(), engine: base.Engine()}
+	db := &DB{base: base, sql: base.SQL(), engine: base.Engine()}
 	db.cachePaths = db.newCachePathBatcher()
-	if db.engine == EnginePostgres {
-		// On PostgreSQL, concurrent claims and completions share
-		// statements; SQLite runs one writer at a time.
-		db.claims, db.completions = db.newClaimBatcher(), db.newCompletionBatcher()
-	}
 	return db, nil
 }
 
@@ -87,20 +77,9 @@ func (db *DB) Close() error { return db.base.Close() }
 // statement prepared once: SQLite otherwise parses the SQL on every call,
 // which costs more than the lookup itself.
 func (db *DB) hotRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return db.hotRowOn(ctx, db.sql, query, args...)
-}
-
-// keyedRow is hotRow on the keyed pool (sqldb.DB.Keyed), for statements
-// whose plans must go by key however small their tables were when the
-// plan was made.
-func (db *DB) keyedRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return db.hotRowOn(ctx, db.keyed, query, args...)
-}
-
-func (db *DB) hotRowOn(ctx context.Context, pool *sql.DB, query string, args ...any) *sql.Row {
-	st, err := db.preparedOn(ctx, pool, query)
+	st, err := db.prepared(ctx, query)
 	if err != nil {
-		return pool.QueryRowContext(ctx, query, args...) // reports the error
+		return db.sql.QueryRowContext(ctx, query, args...) // reports the error
 	}
 	return st.QueryRowContext(ctx, args...)
 }
@@ -118,11 +97,6 @@ func (db *DB) hotQuery(ctx context.Context, query string, args ...any) (*sql.Row
 // (sqldb.DB.Prepared).
 func (db *DB) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
 	return db.base.Prepared(ctx, db.sql, query)
-}
-
-// preparedOn is prepared on a pool of db: db.sql or db.keyed.
-func (db *DB) preparedOn(ctx context.Context, pool *sql.DB, query string) (*sql.Stmt, error) {
-	return db.base.Prepared(ctx, pool, query)
 }
 
 // postgresMaxConns bounds the server's PostgreSQL connections.

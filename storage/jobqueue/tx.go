@@ -1,34 +1,18 @@
-package storage
+package jobqueue
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/sqldb"
 )
 
-// jobTx runs fn in a transaction like inTx, retrying it when PostgreSQL
-// aborted it as a deadlock victim or a serialization failure: queue
-// transactions touch several rows of an evaluation and may meet in any
-// order.
-func (db *DB) jobTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	var err error
-	for range 5 {
-		err = db.inTx(ctx, fn)
-		if !retryableTxError(err) {
-			return err
-		}
-	}
-	return err
-}
-
-func retryableTxError(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code == "40P01" || pgErr.Code == "40001"
-	}
-	return false
+// jobTx runs fn in a transaction, retrying it when PostgreSQL aborted it
+// as a deadlock victim or a serialization failure: queue transactions
+// touch several rows of an evaluation and may meet in any order.
+func (q *Queue) jobTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return q.base.InTxRetrying(ctx, fn)
 }
 
 // stmt returns the statement for query prepared once on db (see
@@ -36,24 +20,24 @@ func retryableTxError(err error) bool {
 // preparations, so a hot query is parsed once per connection instead of
 // once per call (SQLite parses every unprepared statement anew). Only for
 // constant query strings.
-func (db *DB) stmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
-	st, err := db.prepared(ctx, query)
+func (q *Queue) stmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	st, err := q.prepared(ctx, query)
 	if err != nil {
 		return nil, err
 	}
 	return tx.StmtContext(ctx, st), nil
 }
 
-func (db *DB) txExec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
-	st, err := db.stmt(ctx, tx, query)
+func (q *Queue) txExec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+	st, err := q.stmt(ctx, tx, query)
 	if err != nil {
 		return nil, err
 	}
 	return st.ExecContext(ctx, args...)
 }
 
-func (db *DB) txQuery(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
-	st, err := db.stmt(ctx, tx, query)
+func (q *Queue) txQuery(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
+	st, err := q.stmt(ctx, tx, query)
 	if err != nil {
 		return nil, err
 	}
@@ -73,8 +57,8 @@ func (r txRow) Scan(dest ...any) error {
 	return r.row.Scan(dest...)
 }
 
-func (db *DB) txRow(ctx context.Context, tx *sql.Tx, query string, args ...any) txRow {
-	st, err := db.stmt(ctx, tx, query)
+func (q *Queue) txRow(ctx context.Context, tx *sql.Tx, query string, args ...any) txRow {
+	st, err := q.stmt(ctx, tx, query)
 	if err != nil {
 		return txRow{err: err}
 	}
@@ -87,12 +71,12 @@ func (db *DB) txRow(ctx context.Context, tx *sql.Tx, query string, args ...any) 
 // with synchronous=NORMAL, which in WAL mode survives a crash of the
 // process but may lose the last commits to one of the machine; the
 // transaction runs on a connection switched to FULL for it.
-func (db *DB) durableJobTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	if db.engine != EngineSQLite {
-		return db.jobTx(ctx, fn)
+func (q *Queue) durableJobTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if q.engine != storage.EngineSQLite {
+		return q.jobTx(ctx, fn)
 	}
-	defer db.base.LockWriter()()
-	conn, err := db.sql.Conn(ctx)
+	defer q.base.LockWriter()()
+	conn, err := q.sql.Conn(ctx)
 	if err != nil {
 		return err
 	}
@@ -106,7 +90,7 @@ func (db *DB) durableJobTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 		conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`)
 	}()
 	tx, err := conn.BeginTx(ctx, nil)
-	return runTx(tx, err, fn)
+	return sqldb.RunTx(tx, err, fn)
 }
 
 // lazyCommit lets a PostgreSQL transaction commit without waiting for its
@@ -118,19 +102,19 @@ func (db *DB) durableJobTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 // jobs. Creating evaluations (the queued work itself) and cancelling them
 // stay synchronous (durableJobTx). SQLite runs with synchronous=NORMAL in
 // WAL mode, which already trades the same durability for speed.
-func (db *DB) lazyCommit(ctx context.Context, tx *sql.Tx) error {
-	if db.engine != EnginePostgres {
+func (q *Queue) lazyCommit(ctx context.Context, tx *sql.Tx) error {
+	if q.engine != storage.EnginePostgres {
 		return nil
 	}
-	_, err := db.txExec(ctx, tx, `SELECT set_config('synchronous_commit', 'off', true)`)
+	_, err := q.txExec(ctx, tx, `SELECT set_config('synchronous_commit', 'off', true)`)
 	return err
 }
 
 // forUpdate is the row-locking suffix of a SELECT: PostgreSQL needs it to
 // serialise concurrent completions in one evaluation; SQLite transactions
 // hold the database write lock (BEGIN IMMEDIATE) and have no such clause.
-func (db *DB) forUpdate() string {
-	if db.engine == EnginePostgres {
+func (q *Queue) forUpdate() string {
+	if q.engine == storage.EnginePostgres {
 		return ` FOR UPDATE`
 	}
 	return ``

@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/sqldb"
 )
 
@@ -81,18 +82,18 @@ const (
 	batchLanes = 2
 )
 
-func (db *DB) newClaimBatcher() *sqldb.Batcher[claimCall, bool] {
-	return &sqldb.Batcher[claimCall, bool]{Max: maxBatch, Lanes: batchLanes, Run: db.claimJobsPG}
+func (q *Queue) newClaimBatcher() *sqldb.Batcher[claimCall, bool] {
+	return &sqldb.Batcher[claimCall, bool]{Max: maxBatch, Lanes: batchLanes, Run: q.claimJobsPG}
 }
 
 // claimJobsPG runs claimJobsSQL (claimJobSQL for one call) and reports
 // for each call whether it claimed its job.
-func (db *DB) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error) {
+func (q *Queue) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error) {
 	if len(calls) == 1 {
 		c := calls[0]
 		var n int
 		err := retryingStatement(func() error {
-			return db.keyedRow(ctx, claimJobSQL, c.jobID, c.assignmentID, c.workerID, nowMillis()).Scan(&n)
+			return q.keyedRow(ctx, claimJobSQL, c.jobID, c.assignmentID, c.workerID, sqldb.NowMillis()).Scan(&n)
 		})
 		return []bool{n == 1}, err
 	}
@@ -100,14 +101,14 @@ func (db *DB) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error
 	for i, c := range calls {
 		jobs[i], assignments[i], workers[i] = c.jobID, c.assignmentID, c.workerID
 	}
-	st, err := db.preparedOn(ctx, db.keyed, claimJobsSQL)
+	st, err := q.preparedOn(ctx, q.keyed, claimJobsSQL)
 	if err != nil {
 		return nil, err
 	}
 	var claimed []string
 	err = retryingStatement(func() error {
-		rows, err := st.QueryContext(ctx, jobs, assignments, workers, nowMillis())
-		claimed, err = collect(rows, err, scanString)
+		rows, err := st.QueryContext(ctx, jobs, assignments, workers, sqldb.NowMillis())
+		claimed, err = sqldb.Collect(rows, err, scanString)
 		return err
 	})
 	if err != nil {
@@ -125,15 +126,15 @@ func (db *DB) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error
 }
 
 // claimJobPG is ClaimJob on PostgreSQL.
-func (db *DB) claimJobPG(ctx context.Context, jobID, workerID, assignmentID string) error {
-	claimed, err := db.claims.Do(ctx, claimCall{jobID, workerID, assignmentID})
+func (q *Queue) claimJobPG(ctx context.Context, jobID, workerID, assignmentID string) error {
+	claimed, err := q.claims.Do(ctx, claimCall{jobID, workerID, assignmentID})
 	switch {
-	case constraintOf(err) == uniqueViolation:
-		return conflict("job %s already has an open assignment", jobID)
+	case sqldb.ConstraintOf(err) == sqldb.UniqueViolation:
+		return sqldb.Conflict("job %s already has an open assignment", jobID)
 	case err != nil:
 		return err
 	case !claimed:
-		return db.explainUnclaimed(ctx, jobID)
+		return q.explainUnclaimed(ctx, jobID)
 	}
 	return nil
 }
@@ -143,7 +144,7 @@ func (db *DB) claimJobPG(ctx context.Context, jobID, workerID, assignmentID stri
 func retryingStatement(run func() error) error {
 	var err error
 	for range 5 {
-		if err = run(); !retryableTxError(err) {
+		if err = run(); !sqldb.RetryableTxError(err) {
 			return err
 		}
 	}
@@ -151,15 +152,15 @@ func retryingStatement(run func() error) error {
 }
 
 // explainUnclaimed names why a claim of a job changed nothing.
-func (db *DB) explainUnclaimed(ctx context.Context, jobID string) error {
-	ok, err := exists(ctx, db.sql, `SELECT 1 FROM jobs WHERE id = $1`, jobID)
+func (q *Queue) explainUnclaimed(ctx context.Context, jobID string) error {
+	ok, err := sqldb.Exists(ctx, q.sql, `SELECT 1 FROM jobs WHERE id = $1`, jobID)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return notFound("job %s", jobID)
+		return sqldb.NotFound("job %s", jobID)
 	}
-	return conflict("job %s is not pending", jobID)
+	return sqldb.Conflict("job %s is not pending", jobID)
 }
 
 // openAssignment is "closed_at IS NULL" in a form no index serves: given
@@ -242,14 +243,14 @@ type completion struct {
 	othersStillToRun int    // capped at finishCheckBound
 }
 
-func (db *DB) newCompletionBatcher() *sqldb.Batcher[completeCall, completion] {
-	return &sqldb.Batcher[completeCall, completion]{Max: maxBatch, Lanes: batchLanes, Run: db.completeBuildsPG}
+func (q *Queue) newCompletionBatcher() *sqldb.Batcher[completeCall, completion] {
+	return &sqldb.Batcher[completeCall, completion]{Max: maxBatch, Lanes: batchLanes, Run: q.completeBuildsPG}
 }
 
 // completeBuildsPG runs completeBuildsSQL (completeBuildSQL for one
 // call); a call whose assignment completed nothing gets a completion that
 // is not closed.
-func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]completion, error) {
+func (q *Queue) completeBuildsPG(ctx context.Context, calls []completeCall) ([]completion, error) {
 	end := false
 	for _, c := range calls {
 		end = end || c.end
@@ -261,7 +262,7 @@ func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]com
 			c                           completion
 		)
 		err := retryingStatement(func() error {
-			return db.keyedRow(ctx, completeBuildSQL, calls[0].assignmentID, nowMillis(), calls[0].info, finishCheckBound, end).
+			return q.keyedRow(ctx, completeBuildSQL, calls[0].assignmentID, sqldb.NowMillis(), calls[0].info, finishCheckBound, end).
 				Scan(&closed, &evalID, &project, &dependents, &c.othersStillToRun)
 		})
 		c.closed, c.evalID, c.project, c.dependents = closed > 0, evalID.String, project.String, dependents.String
@@ -271,13 +272,13 @@ func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]com
 	for i, c := range calls {
 		ids[i], infos[i] = c.assignmentID, c.info
 	}
-	st, err := db.preparedOn(ctx, db.keyed, completeBuildsSQL)
+	st, err := q.preparedOn(ctx, q.keyed, completeBuildsSQL)
 	if err != nil {
 		return nil, err
 	}
 	var done map[string]completion
 	err = retryingStatement(func() error {
-		done, err = scanCompletions(st.QueryContext(ctx, ids, infos, nowMillis(), finishCheckBound, end))
+		done, err = scanCompletions(st.QueryContext(ctx, ids, infos, sqldb.NowMillis(), finishCheckBound, end))
 		return err
 	})
 	if err != nil {
@@ -336,19 +337,19 @@ const readyDependentsPG = `WITH ` + lazyCommitCTE + `, r AS (
 // re-checks what it depends on. A crash between the steps leaves work
 // that RecoverInterruptedWork finishes (ReadyStrandedBuilds,
 // FinishDoneEvaluations).
-func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string, end bool) ([]string, error) {
-	c, err := db.completions.Do(ctx, completeCall{assignmentID, info, end})
+func (q *Queue) completeBuildPG(ctx context.Context, assignmentID, info string, end bool) ([]string, error) {
+	c, err := q.completions.Do(ctx, completeCall{assignmentID, info, end})
 	if err != nil {
 		return nil, err
 	}
 	if !c.closed {
-		return nil, db.explainNotCompletable(ctx, assignmentID)
+		return nil, q.explainNotCompletable(ctx, assignmentID)
 	}
-	now := nowMillis()
+	now := sqldb.NowMillis()
 	var ready []string
 	if c.dependents != "" {
-		rows, err := db.sql.QueryContext(ctx, readyDependentsPG, c.evalID, strings.Split(c.dependents, ","), c.project, now)
-		if ready, err = collect(rows, err, scanString); err != nil {
+		rows, err := q.sql.QueryContext(ctx, readyDependentsPG, c.evalID, strings.Split(c.dependents, ","), c.project, now)
+		if ready, err = sqldb.Collect(rows, err, scanString); err != nil {
 			return nil, fmt.Errorf("build recorded; readying its dependents failed (ReadyStrandedBuilds retries): %w", err)
 		}
 	}
@@ -362,7 +363,7 @@ func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string, en
 	// or a whole batch in another lane (a batch's count leaves out its own
 	// builds), so the last one always sees fewer than finishCheckBound
 	// and checks.
-	if _, err := db.exec(ctx, finishEvaluationSQL, c.evalID, nowMillis()); err != nil {
+	if _, err := q.exec(ctx, finishEvaluationSQL, c.evalID, sqldb.NowMillis()); err != nil {
 		return ready, fmt.Errorf("build recorded; ending its evaluation failed (the next pass retries): %w", err)
 	}
 	return ready, nil
@@ -370,30 +371,30 @@ func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string, en
 
 // finishCheckBound: a completion that sees this many other builds of its
 // evaluation still to run cannot be the last one (see completeBuildPG).
-const finishCheckBound = postgresMaxConns + (batchLanes-1)*maxBatch + 1
+const finishCheckBound = sqldb.PostgresMaxConns + (batchLanes-1)*maxBatch + 1
 
 // explainNotCompletable names why an assignment could not complete a
 // build: closed, unknown, of a flake job, or its job not assigned.
-func (db *DB) explainNotCompletable(ctx context.Context, assignmentID string) error {
+func (q *Queue) explainNotCompletable(ctx context.Context, assignmentID string) error {
 	var jobID string
 	var closedAt sql.NullInt64
-	err := db.sql.QueryRowContext(ctx, `SELECT job_id, closed_at FROM job_assignments WHERE id = $1`, assignmentID).Scan(&jobID, &closedAt)
+	err := q.sql.QueryRowContext(ctx, `SELECT job_id, closed_at FROM job_assignments WHERE id = $1`, assignmentID).Scan(&jobID, &closedAt)
 	if errors.Is(err, sql.ErrNoRows) {
-		return notFound("assignment %s", assignmentID)
+		return sqldb.NotFound("assignment %s", assignmentID)
 	}
 	if err != nil {
 		return err
 	}
 	if closedAt.Valid {
-		return conflict("assignment %s is closed", assignmentID)
+		return sqldb.Conflict("assignment %s is closed", assignmentID)
 	}
-	var kind JobKind
-	var status JobStatus
-	if err := db.sql.QueryRowContext(ctx, `SELECT kind, status FROM jobs WHERE id = $1`, jobID).Scan(&kind, &status); err != nil {
+	var kind storage.JobKind
+	var status storage.JobStatus
+	if err := q.sql.QueryRowContext(ctx, `SELECT kind, status FROM jobs WHERE id = $1`, jobID).Scan(&kind, &status); err != nil {
 		return err
 	}
-	if kind != JobBuild {
-		return invalid("assignment %s is of a flake job", assignmentID)
+	if kind != storage.JobBuild {
+		return sqldb.Invalid("assignment %s is of a flake job", assignmentID)
 	}
-	return conflict("job %s is %s, not assigned", jobID, status)
+	return sqldb.Conflict("job %s is %s, not assigned", jobID, status)
 }
