@@ -12,7 +12,7 @@ import (
 
 // An evaluation uploads every .drv as its own object, and each commit
 // writes one narinfo row. Rows of commits arriving together go in one
-// transaction (batcher): on SQLite each transaction of its own rewrote
+// transaction (sqldb.Batcher): on SQLite each transaction of its own rewrote
 // the table's and indexes' pages into the WAL, and on PostgreSQL it is a
 // WAL flush each. PutCachePath still returns only after its row's
 // transaction committed, so an acknowledged upload's row is as durable

@@ -8,18 +8,9 @@ import (
 	"gradient.dev/gradient/storage/sqldb"
 )
 
-// The durable job queue (see migrations/0004_jobs.sql).
-//
-// An evaluation of a project's commit owns one flake job. Its worker
-// reports the derivations it discovered (AddDiscoveredDerivations): each
-// becomes a waiting build. When the flake job completes, every build whose
-// dependencies are built becomes queued with a pending build job; each
-// completed build readies its dependents the same way. Jobs are claimed by
-// opening an assignment (at most one open per job) and end through
-// CompleteFlakeJob, CompleteBuild, FailJob, ReleaseAssignment or
-// CancelEvaluation. Every state change is one short transaction; the
-// scheduler keeps its hot state in memory and reads the queue back with
-// PendingJobs after a restart (RecoverInterruptedWork first).
+// The job queue's records: evaluations, builds, jobs and assignments (see
+// migrations/0004_jobs.sql). The queue itself, every state change and
+// read of them, is package storage/jobqueue.
 
 // EvaluationStatus is the state of an evaluation.
 type EvaluationStatus string

@@ -62,11 +62,6 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 // Engine reports which database engine db uses.
 func (db *DB) Engine() Engine { return db.engine }
 
-// ConcurrentWrites reports whether writes from several goroutines run
-// side by side (PostgreSQL) rather than queueing for one writer lock
-// (SQLite), where running them concurrently only adds lock waits.
-func (db *DB) ConcurrentWrites() bool { return db.engine == EnginePostgres }
-
 // Ping checks that the database is reachable.
 func (db *DB) Ping(ctx context.Context) error { return db.base.Ping(ctx) }
 

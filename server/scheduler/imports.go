@@ -11,7 +11,7 @@ import (
 
 // Import from derivation (docs/protocol/jobs.md §14): an evaluating worker asks for
 // derivations it reported to be built now; the scheduler queues them
-// (storage.RequestImports) and answers ImportResult once every one has
+// (jobqueue.RequestImports) and answers ImportResult once every one has
 // succeeded, or as soon as one failed. Requests live in memory: they
 // belong to the evaluating session, and a new session re-evaluates.
 

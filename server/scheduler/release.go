@@ -10,7 +10,7 @@ import (
 // A release that fails (a database error) leaves the job assigned in the
 // database under an assignment no session holds: no pass reads it as
 // pending and nothing reports on it, so without another try it would
-// wait for the next server start (storage.RecoverInterruptedWork). The
+// wait for the next server start (jobqueue.RecoverInterruptedWork). The
 // scheduler keeps such assignments in s.unreleased and tries each again
 // on every pass until the database takes it; both releases are
 // idempotent (an assignment closed already is left as it is), so a

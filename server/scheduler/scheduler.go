@@ -106,7 +106,7 @@ type Scheduler struct {
 	// logsDone: the log buffer wrote its last lines.
 	logsDone chan struct{}
 	// strandedCheck: a completion failed part-way; the next pass readies
-	// builds whose inputs are all built (storage.ReadyStrandedBuilds).
+	// builds whose inputs are all built (jobqueue.ReadyStrandedBuilds).
 	strandedCheck atomic.Bool
 
 	logs *logBuffer
@@ -445,7 +445,7 @@ func (s *Scheduler) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessa
 		a := s.owned(w, m.JobID, m.AssignmentID)
 		switch {
 		case a == nil:
-		case a.job.Kind == storage.JobBuild && s.db.ConcurrentWrites():
+		case a.job.Kind == storage.JobBuild && s.queue.ParallelCompletions():
 			// A build is recorded beside the session, so the worker's
 			// next RequestJob is served while the completion commits:
 			// its turnaround is then the longer of the two statements,
@@ -899,7 +899,7 @@ func (s *Scheduler) abortOpen(open []storage.OpenAssignment, reason string) int 
 }
 
 // RestartFailedBuilds runs an evaluation's failed builds again
-// (storage.RestartFailedBuilds) and queues them like any ready build:
+// (jobqueue.RestartFailedBuilds) and queues them like any ready build:
 // those whose outputs the project's caches hold meanwhile are marked
 // built instead of rebuilt. It returns how many builds restarted.
 func (s *Scheduler) RestartFailedBuilds(ctx context.Context, evalID string) (int, error) {

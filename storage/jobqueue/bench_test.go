@@ -193,7 +193,7 @@ func BenchmarkFillRequiredPaths(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if db.engine == storage.EnginePostgres {
+			if db.Engine() == storage.EnginePostgres {
 				// As autovacuum would have by now: plans from real row counts.
 				if _, err := db.sql.ExecContext(ctx, `ANALYZE`); err != nil {
 					b.Fatal(err)

@@ -3,7 +3,6 @@ package jobqueue
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/sqldb"
@@ -17,25 +16,26 @@ type Queue struct {
 	base   *sqldb.DB   // the engine layer: pools, transactions, writer queue
 	sql    *sql.DB     // base's pool, for the queries
 	keyed  *sql.DB     // base's pool for statements that go by key (claims, completions)
-	engine storage.Engine
-
-	// On PostgreSQL, concurrent claims and completions share statements
-	// (see sqldb.Batcher); nil on SQLite, which runs one writer at a time.
-	claims      *sqldb.Batcher[claimCall, bool]
-	completions *sqldb.Batcher[completeCall, completion]
+	engine engine      // what differs between SQLite and PostgreSQL
 }
 
 // New returns the job queue on db.
 func New(db *storage.DB) *Queue {
 	base := db.Base()
-	q := &Queue{store: db, base: base, sql: base.SQL(), keyed: base.Keyed(), engine: base.Engine()}
-	if q.engine == storage.EnginePostgres {
-		// On PostgreSQL, concurrent claims and completions share
-		// statements; SQLite runs one writer at a time.
-		q.claims, q.completions = q.newClaimBatcher(), q.newCompletionBatcher()
+	q := &Queue{store: db, base: base, sql: base.SQL(), keyed: base.Keyed()}
+	if base.Engine() == storage.EnginePostgres {
+		q.engine = newPostgres(q)
+	} else {
+		q.engine = sqlite{q}
 	}
 	return q
 }
+
+// ParallelCompletions reports whether build completions from several
+// goroutines run side by side, sharing statements (PostgreSQL), rather
+// than queueing for the one writer (SQLite). A caller gains by recording
+// completions off its own loop only when they do.
+func (q *Queue) ParallelCompletions() bool { return q.engine.parallelCompletions() }
 
 // prepared returns the statement for query, prepared once on q.sql
 // (sqldb.DB.Prepared).
@@ -67,33 +67,21 @@ func (q *Queue) exec(ctx context.Context, query string, args ...any) (sql.Result
 
 // queryByIDs runs query, whose %[1]s stands for the condition "is one of
 // ids", and scans its rows: on PostgreSQL once, with the IDs as one array
-// parameter (a prepared statement: IN lists of hundreds of parameters are
-// planned anew on every call); on SQLite once per sqldb.InListMax IDs.
+// parameter; on SQLite once per sqldb.InListMax IDs.
 func queryByIDs[T any](ctx context.Context, q *Queue, query string, ids []string, scan func(*sql.Rows) (T, error)) ([]T, error) {
 	return queryByIDsOn(ctx, q, q.sql, query, ids, scan)
 }
 
 // queryByIDsOn is queryByIDs on a pool of q: q.sql or q.keyed.
 func queryByIDsOn[T any](ctx context.Context, q *Queue, pool *sql.DB, query string, ids []string, scan func(*sql.Rows) (T, error)) ([]T, error) {
-	if q.engine == storage.EnginePostgres {
-		st, err := q.preparedOn(ctx, pool, fmt.Sprintf(query, "= ANY($1::text[])"))
-		if err != nil {
-			return nil, err
-		}
-		rows, err := st.QueryContext(ctx, ids)
-		return sqldb.Collect(rows, err, scan)
-	}
 	var out []T
-	for len(ids) > 0 {
-		n := min(len(ids), sqldb.InListMax)
-		args, in := sqldb.InList(nil, ids[:n])
-		ids = ids[n:]
-		rows, err := q.sql.QueryContext(ctx, fmt.Sprintf(query, "IN ("+in+")"), args...)
+	err := q.engine.queryByIDs(ctx, pool, query, ids, func(rows *sql.Rows, err error) error {
 		part, err := sqldb.Collect(rows, err, scan)
-		if err != nil {
-			return nil, err
-		}
 		out = append(out, part...)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -213,7 +213,7 @@ func (q *Queue) RestartFailedBuilds(ctx context.Context, evalID string) ([]strin
 		jobs = nil
 		var status storage.EvaluationStatus
 		err := tx.QueryRowContext(ctx,
-			`SELECT status FROM evaluations WHERE id = $1`+q.forUpdate(), evalID).Scan(&status)
+			`SELECT status FROM evaluations WHERE id = $1`+q.engine.forUpdate(), evalID).Scan(&status)
 		if errors.Is(err, sql.ErrNoRows) {
 			return sqldb.NotFound("evaluation %s", evalID)
 		}

@@ -44,54 +44,7 @@ func (q *Queue) ClaimJob(ctx context.Context, jobID, workerID string) (string, e
 		return "", err
 	}
 	assignmentID := storage.NewID()
-	if q.engine == storage.EnginePostgres {
-		if err := q.claimJobPG(ctx, jobID, workerID, assignmentID); err != nil {
-			return "", err
-		}
-		return assignmentID, nil
-	}
-	err = q.jobTx(ctx, func(tx *sql.Tx) error {
-		var kind storage.JobKind
-		if err := q.lazyCommit(ctx, tx); err != nil {
-			return err
-		}
-		var buildID sql.NullString
-		var evalID string
-		err := q.txRow(ctx, tx,
-			`UPDATE jobs SET status = 'assigned', attempts = attempts + 1
-			 WHERE id = $1 AND status = 'pending' RETURNING kind, build_id, evaluation_id`,
-			jobID).Scan(&kind, &buildID, &evalID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return q.jobMissing(ctx, tx, jobID, "is not pending")
-		}
-		if err != nil {
-			return err
-		}
-		now := sqldb.NowMillis()
-		_, err = q.txExec(ctx, tx,
-			`INSERT INTO job_assignments (id, job_id, worker_id, opened_at) VALUES ($1, $2, $3, $4)`,
-			assignmentID, jobID, workerID, now)
-		if sqldb.ConstraintOf(err) == sqldb.UniqueViolation {
-			return sqldb.Conflict("job %s already has an open assignment", jobID)
-		}
-		if err != nil {
-			return err
-		}
-		if kind == storage.JobBuild {
-			_, err = q.txExec(ctx, tx,
-				`UPDATE builds SET status = 'building', attempts = attempts + 1, worker_id = $2,
-				 started_at = $3, finished_at = NULL WHERE id = $1`,
-				buildID.String, workerID, now)
-		} else {
-			_, err = q.txExec(ctx, tx,
-				`UPDATE evaluations SET status = `+claimedEvaluationStatus+`,
-				 attempts = attempts + 1,
-				 started_at = COALESCE(started_at, $2) WHERE id = $1`,
-				evalID, now)
-		}
-		return err
-	})
-	if err != nil {
+	if err := q.engine.claim(ctx, jobID, workerID, assignmentID); err != nil {
 		return "", err
 	}
 	return assignmentID, nil
@@ -191,7 +144,7 @@ func (q *Queue) ReleaseAssignment(ctx context.Context, assignmentID, outcome str
 	}
 	return q.jobTx(ctx, func(tx *sql.Tx) error {
 		jobID, err := q.closeAssignment(ctx, tx, assignmentID, outcome)
-		if err := q.lazyCommit(ctx, tx); err != nil {
+		if err := q.engine.lazyCommit(ctx, tx); err != nil {
 			return err
 		}
 		if errors.Is(err, storage.ErrConflict) {
@@ -220,7 +173,7 @@ func (q *Queue) ReleaseLostAssignment(ctx context.Context, assignmentID string, 
 	maxLost = max(maxLost, 1)
 	err = q.jobTx(ctx, func(tx *sql.Tx) error {
 		failed = false
-		if err := q.lazyCommit(ctx, tx); err != nil {
+		if err := q.engine.lazyCommit(ctx, tx); err != nil {
 			return err
 		}
 		jobID, err := q.closeAssignment(ctx, tx, assignmentID, OutcomeWorkerLost)
@@ -420,27 +373,18 @@ func (q *Queue) AddDiscoveredDerivations(ctx context.Context, evalID string, drv
 			edges = append(edges, e)
 		}
 	}
-	// PostgreSQL takes many rows per statement (one round trip each). On
-	// SQLite, which has no round trips, one prepared row at a time is
-	// cheaper: a statement of many rows was parsed anew for every batch,
-	// and binding its $n parameters takes time quadratic in their number.
-	buildsPer, edgesPer := 100, 300
-	var insertBuild, insertEdge *sql.Stmt
-	if q.engine == storage.EngineSQLite {
-		buildsPer, edgesPer = 1, 1
-		// Prepared before the transaction: preparing needs a connection
-		// of its own (see prepared).
-		if insertBuild, err = q.prepared(ctx, discoveredBuildsSQL(1)); err != nil {
-			return err
-		}
-		if insertEdge, err = q.prepared(ctx, discoveredEdgesSQL(1)); err != nil {
-			return err
-		}
+	// Rows per statement by engine (discoveredInserts); statements are
+	// prepared before the transaction: preparing needs a connection of
+	// its own (see prepared).
+	ins, err := q.engine.discoveredInserts(ctx)
+	if err != nil {
+		return err
 	}
+	buildsPer, edgesPer, insertBuild, insertEdge := ins.buildsPer, ins.edgesPer, ins.build, ins.edge
 	return q.jobTx(ctx, func(tx *sql.Tx) error {
 		var status storage.EvaluationStatus
 		err := tx.QueryRowContext(ctx,
-			`SELECT status FROM evaluations WHERE id = $1`+q.forUpdate(), evalID).Scan(&status)
+			`SELECT status FROM evaluations WHERE id = $1`+q.engine.forUpdate(), evalID).Scan(&status)
 		if errors.Is(err, sql.ErrNoRows) {
 			return sqldb.NotFound("evaluation %s", evalID)
 		}
@@ -690,7 +634,7 @@ func (q *Queue) QueueReadyBuilds(ctx context.Context, evalID string, ids []strin
 	var ready []string
 	err = q.jobTx(ctx, func(tx *sql.Tx) error {
 		ready = nil
-		if err := q.lazyCommit(ctx, tx); err != nil {
+		if err := q.engine.lazyCommit(ctx, tx); err != nil {
 			return err
 		}
 		var project string
@@ -724,26 +668,7 @@ func (q *Queue) queueBuildsByID(ctx context.Context, tx *sql.Tx, evalID string, 
 	const update = `UPDATE builds SET status = 'queued'
 		WHERE CASE WHEN evaluation_id = $1 AND status = 'waiting' THEN true ELSE false END AND ` +
 		readyCondition + ` AND id `
-	if q.engine == storage.EnginePostgres {
-		if _, err := q.txExec(ctx, tx, `SET LOCAL enable_seqscan = off`); err != nil {
-			return nil, err
-		}
-		rows, err := q.txQuery(ctx, tx, update+`= ANY($2::text[]) RETURNING id`, evalID, ids)
-		return sqldb.Collect(rows, err, scanString)
-	}
-	var out []string
-	for len(ids) > 0 {
-		n := min(len(ids), sqldb.InListMax)
-		args, in := sqldb.InList([]any{evalID}, ids[:n])
-		ids = ids[n:]
-		rows, err := tx.QueryContext(ctx, update+`IN (`+in+`) RETURNING id`, args...)
-		part, err := sqldb.Collect(rows, err, scanString)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, part...)
-	}
-	return out, nil
+	return q.engine.queueBuildsByID(ctx, tx, update, evalID, ids)
 }
 
 // CompleteFetch ends a fetch-only assignment of a flake job (docs/protocol/jobs.md §6,
@@ -758,7 +683,7 @@ func (q *Queue) CompleteFetch(ctx context.Context, assignmentID string) error {
 		return err
 	}
 	return q.jobTx(ctx, func(tx *sql.Tx) error {
-		if err := q.lazyCommit(ctx, tx); err != nil {
+		if err := q.engine.lazyCommit(ctx, tx); err != nil {
 			return err
 		}
 		jobID, err := q.closeAssignment(ctx, tx, assignmentID, OutcomeFetched)
@@ -786,7 +711,7 @@ func (q *Queue) CompleteFetch(ctx context.Context, assignmentID string) error {
 // completeAssignment closes an open assignment as completed and ends its
 // job as done, which must be of kind.
 func (q *Queue) completeAssignment(ctx context.Context, tx *sql.Tx, assignmentID string, kind storage.JobKind) (jobRef, error) {
-	if err := q.lazyCommit(ctx, tx); err != nil {
+	if err := q.engine.lazyCommit(ctx, tx); err != nil {
 		return jobRef{}, err
 	}
 	jobID, err := q.closeAssignment(ctx, tx, assignmentID, OutcomeCompleted)
@@ -853,37 +778,7 @@ func (q *Queue) completeBuild(ctx context.Context, assignmentID string, outputs 
 	if err != nil {
 		return nil, err
 	}
-	if q.engine == storage.EnginePostgres {
-		return q.completeBuildPG(ctx, assignmentID, info, end)
-	}
-	var ready []string
-	err = q.jobTx(ctx, func(tx *sql.Tx) error {
-		ready = nil
-		job, err := q.completeAssignment(ctx, tx, assignmentID, storage.JobBuild)
-		if err != nil {
-			return err
-		}
-		var drv string
-		err = q.txRow(ctx, tx,
-			`UPDATE builds SET status = 'succeeded', output_info = $2, finished_at = $3,
-			 failure_kind = NULL, error = NULL WHERE id = $1 RETURNING drv_path`,
-			job.buildID, info, sqldb.NowMillis()).Scan(&drv)
-		if err != nil {
-			return err
-		}
-		builds, err := q.readyDependents(ctx, tx, job.evalID, drv)
-		if err != nil {
-			return err
-		}
-		if ready, err = q.insertBuildJobs(ctx, tx, job, builds); err != nil {
-			return err
-		}
-		if len(ready) == 0 && end {
-			return q.finishEvaluationIfDone(ctx, tx, job.evalID)
-		}
-		return nil
-	})
-	return ready, err
+	return q.engine.completeBuild(ctx, assignmentID, info, end)
 }
 
 // readyDependents queues the waiting dependents of a build that just
@@ -897,15 +792,12 @@ func (q *Queue) completeBuild(ctx context.Context, assignmentID string, outputs 
 // waiting build, on every completion, which costs as much as the
 // evaluation is large.
 func (q *Queue) readyDependents(ctx context.Context, tx *sql.Tx, evalID, drv string) ([]string, error) {
-	edges := "build_edges e"
-	if q.engine == storage.EngineSQLite {
-		edges += " INDEXED BY build_edges_by_dependency"
-	}
+	edges := q.engine.edgesByDependency()
 	rows, err := q.txQuery(ctx, tx,
 		`SELECT b.id FROM `+edges+` CROSS JOIN builds b
 		 WHERE e.evaluation_id = $1 AND e.dependency_drv_path = $2
 		   AND b.evaluation_id = e.evaluation_id AND b.drv_path = e.drv_path AND b.status = 'waiting'
-		 ORDER BY b.id`+strings.Replace(q.forUpdate(), "UPDATE", "UPDATE OF b", 1), evalID, drv)
+		 ORDER BY b.id`+strings.Replace(q.engine.forUpdate(), "UPDATE", "UPDATE OF b", 1), evalID, drv)
 	waiting, err := sqldb.Collect(rows, err, scanString)
 	if err != nil || len(waiting) == 0 {
 		return nil, err
@@ -944,33 +836,7 @@ func (q *Queue) insertBuildJobs(ctx context.Context, tx *sql.Tx, job jobRef, bui
 			ids[0], job.evalID, builds[0], job.projectID, now)
 		return ids, err
 	}
-	if q.engine == storage.EnginePostgres {
-		// One statement with arrays: an evaluation may ready thousands.
-		_, err := q.txExec(ctx, tx,
-			`INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at)
-			 SELECT u.id, 'build', $1, u.build_id, $2, 'pending', $3, 0, $3
-			 FROM unnest($4::text[], $5::text[]) AS u(id, build_id)`,
-			job.evalID, job.projectID, now, ids, builds)
-		return ids, err
-	}
-	for start := 0; start < len(builds); start += 200 {
-		end := min(start+200, len(builds))
-		var sb strings.Builder
-		sb.WriteString(`INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at) VALUES `)
-		args := []any{job.evalID, job.projectID, now}
-		for i := start; i < end; i++ {
-			if i > start {
-				sb.WriteString(", ")
-			}
-			n := len(args)
-			fmt.Fprintf(&sb, "($%d, 'build', $1, $%d, $2, 'pending', $3, 0, $3)", n+1, n+2)
-			args = append(args, ids[i], builds[i])
-		}
-		if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
-			return nil, err
-		}
-	}
-	return ids, nil
+	return ids, q.engine.insertBuildJobs(ctx, tx, job, ids, builds, now)
 }
 
 // finishEvaluationIfDone ends a building evaluation whose builds have all
@@ -980,11 +846,8 @@ func (q *Queue) insertBuildJobs(ctx context.Context, tx *sql.Tx, job jobRef, bui
 // at once the later one sees the other's result (the UPDATE after the lock
 // reads a fresh snapshot).
 func (q *Queue) finishEvaluationIfDone(ctx context.Context, tx *sql.Tx, evalID string) error {
-	if q.engine == storage.EnginePostgres {
-		var one int
-		if err := q.txRow(ctx, tx, `SELECT 1 FROM evaluations WHERE id = $1 FOR UPDATE`, evalID).Scan(&one); err != nil {
-			return err
-		}
+	if err := q.engine.lockEvaluation(ctx, tx, evalID); err != nil {
+		return err
 	}
 	_, err := q.txExec(ctx, tx, finishEvaluationSQL, evalID, sqldb.NowMillis())
 	return err
@@ -1001,7 +864,7 @@ const finishEvaluationSQL = `UPDATE evaluations SET finished_at = $2,
 
 // ReadyStrandedBuilds queues, in every building evaluation, the waiting
 // builds whose dependencies are all built. Completions ready their
-// dependents right after their own commit (completeBuildPG); this covers a
+// dependents right after their own commit (postgres.completeBuild); this covers a
 // crash or an error between the two. It returns the jobs it made pending.
 func (q *Queue) ReadyStrandedBuilds(ctx context.Context) ([]string, error) {
 	rows, err := q.sql.QueryContext(ctx, `SELECT id, project_id FROM evaluations WHERE status = 'building'`)
@@ -1042,7 +905,7 @@ const doneEvaluationsSQL = `SELECT e.id FROM evaluations e WHERE e.status = 'bui
 
 // FinishDoneEvaluations ends every building evaluation none of whose
 // builds is left to run. A completion ends its evaluation right after its
-// own commit (see completeBuildPG); this sweep covers a crash or an error
+// own commit (see postgres.completeBuild); this sweep covers a crash or an error
 // between the two, and runs at start-up and on every scheduler pass.
 func (q *Queue) FinishDoneEvaluations(ctx context.Context) (int, error) {
 	rows, err := q.sql.QueryContext(ctx, doneEvaluationsSQL)
@@ -1092,7 +955,7 @@ func (q *Queue) FailJob(ctx context.Context, assignmentID string, kind storage.F
 	var out storage.FailOutcome
 	err = q.jobTx(ctx, func(tx *sql.Tx) error {
 		out = storage.FailOutcome{}
-		if err := q.lazyCommit(ctx, tx); err != nil {
+		if err := q.engine.lazyCommit(ctx, tx); err != nil {
 			return err
 		}
 		jobID, err := q.closeAssignment(ctx, tx, assignmentID, outcomeFailedPrefix+string(kind))
@@ -1209,7 +1072,7 @@ func (q *Queue) CancelEvaluation(ctx context.Context, evalID string) ([]storage.
 		open = nil
 		var status storage.EvaluationStatus
 		err := tx.QueryRowContext(ctx,
-			`SELECT status FROM evaluations WHERE id = $1`+q.forUpdate(), evalID).Scan(&status)
+			`SELECT status FROM evaluations WHERE id = $1`+q.engine.forUpdate(), evalID).Scan(&status)
 		if errors.Is(err, sql.ErrNoRows) {
 			return sqldb.NotFound("evaluation %s", evalID)
 		}

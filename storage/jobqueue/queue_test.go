@@ -902,3 +902,14 @@ func TestEvaluationKeepsItsWildcards(t *testing.T) {
 		}
 	})
 }
+
+// The scheduler records completions beside its session loop only where
+// they run side by side: on PostgreSQL, not behind SQLite's one writer.
+func TestParallelCompletionsOnlyOnPostgres(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *testDB) {
+		if got, want := db.ParallelCompletions(), db.Engine() == storage.EnginePostgres; got != want {
+			t.Fatalf("ParallelCompletions on %s = %v, want %v", db.Engine(), got, want)
+		}
+	})
+}

@@ -90,7 +90,7 @@ func TestCollectionAndCachedMarkingNeverLoseARow(t *testing.T) {
 					t.Fatalf("the first transaction ended before its hook: mark %v, delete %v", markErr, delErr)
 				}
 				go second()
-				if db.engine == storage.EnginePostgres {
+				if db.Engine() == storage.EnginePostgres {
 					waitfor.True(t, "the second transaction waits for the first one's row lock", func() bool {
 						return waitingOnLock(ctx, t, db, secondSQL)
 					})

@@ -24,7 +24,7 @@ func BenchmarkClaimCompleteQueued(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/queued=%d", e.name, size), func(b *testing.B) {
 				db := openTestDB(b, e.url(b))
 				jobs := benchBuildJobs(b, db, b.N+size)
-				if db.engine == storage.EnginePostgres {
+				if db.Engine() == storage.EnginePostgres {
 					if _, err := db.sql.ExecContext(b.Context(), `ANALYZE`); err != nil {
 						b.Fatal(err)
 					}

@@ -3,9 +3,6 @@ package jobqueue
 import (
 	"context"
 	"database/sql"
-
-	"gradient.dev/gradient/storage"
-	"gradient.dev/gradient/storage/sqldb"
 )
 
 // jobTx runs fn in a transaction, retrying it when PostgreSQL aborted it
@@ -67,55 +64,7 @@ func (q *Queue) txRow(ctx context.Context, tx *sql.Tx, query string, args ...any
 
 // durableJobTx is jobTx for the writes that create or drop queued work
 // (an evaluation and its flake job, a cancel): committed, they survive a
-// power loss. PostgreSQL commits so by default. SQLite connections run
-// with synchronous=NORMAL, which in WAL mode survives a crash of the
-// process but may lose the last commits to one of the machine; the
-// transaction runs on a connection switched to FULL for it.
+// power loss (engine.durableTx).
 func (q *Queue) durableJobTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	if q.engine != storage.EngineSQLite {
-		return q.jobTx(ctx, fn)
-	}
-	defer q.base.LockWriter()()
-	conn, err := q.sql.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = FULL`); err != nil {
-		return err
-	}
-	defer func() {
-		// Back to the pool's setting; should this fail, the connection
-		// only stays slower.
-		conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`)
-	}()
-	tx, err := conn.BeginTx(ctx, nil)
-	return sqldb.RunTx(tx, err, fn)
-}
-
-// lazyCommit lets a PostgreSQL transaction commit without waiting for its
-// WAL flush (synchronous_commit off, for this transaction only). Used for
-// the hot state changes of running work (claim, complete, fail, release):
-// a crash may lose the last few of them, but the WAL keeps transactions
-// in order, so what survives is a consistent earlier state, and
-// RecoverInterruptedWork turns its open assignments back into pending
-// jobs. Creating evaluations (the queued work itself) and cancelling them
-// stay synchronous (durableJobTx). SQLite runs with synchronous=NORMAL in
-// WAL mode, which already trades the same durability for speed.
-func (q *Queue) lazyCommit(ctx context.Context, tx *sql.Tx) error {
-	if q.engine != storage.EnginePostgres {
-		return nil
-	}
-	_, err := q.txExec(ctx, tx, `SELECT set_config('synchronous_commit', 'off', true)`)
-	return err
-}
-
-// forUpdate is the row-locking suffix of a SELECT: PostgreSQL needs it to
-// serialise concurrent completions in one evaluation; SQLite transactions
-// hold the database write lock (BEGIN IMMEDIATE) and have no such clause.
-func (q *Queue) forUpdate() string {
-	if q.engine == storage.EnginePostgres {
-		return ` FOR UPDATE`
-	}
-	return ``
+	return q.engine.durableTx(ctx, fn)
 }
