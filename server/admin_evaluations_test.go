@@ -40,8 +40,9 @@ func (e *adminEnv) text(path string) (int, string, string) {
 // hello fails permanently after logging.
 func runEvaluation(t *testing.T, db *storage.DB, evalID, worker string) (hello, lib storage.Build) {
 	t.Helper()
+	queue := jobqueue.New(db)
 	ctx := t.Context()
-	jobs, err := jobqueue.New(db).PendingJobs(ctx)
+	jobs, err := queue.PendingJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,16 +55,16 @@ func runEvaluation(t *testing.T, db *storage.DB, evalID, worker string) (hello, 
 	if flake == "" {
 		t.Fatalf("no flake job for %s", evalID)
 	}
-	a, err := jobqueue.New(db).ClaimJob(ctx, flake, worker)
+	a, err := queue.ClaimJob(ctx, flake, worker)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := jobqueue.New(db).AppendJobLog(ctx, flake, []byte("evaluating packages.x86_64-linux.*\n")); err != nil {
+	if err := queue.AppendJobLog(ctx, flake, []byte("evaluating packages.x86_64-linux.*\n")); err != nil {
 		t.Fatal(err)
 	}
 	drv := func(n string) string { return "/nix/store/" + strings.Repeat("a", 32) + "-" + n + ".drv" }
 	out := func(n string) string { return "/nix/store/" + strings.Repeat("b", 32) + "-" + n }
-	err = jobqueue.New(db).AddDiscoveredDerivations(ctx, evalID, []storage.DiscoveredBuild{
+	err = queue.AddDiscoveredDerivations(ctx, evalID, []storage.DiscoveredBuild{
 		{Attr: "packages.x86_64-linux.hello", DrvPath: drv("hello"), Architecture: "x86_64-linux",
 			Outputs: []storage.BuildOutputPath{{Name: "out", Path: out("hello")}}, Dependencies: []string{drv("lib")}},
 		{DrvPath: drv("lib"), Architecture: "x86_64-linux", Outputs: []storage.BuildOutputPath{{Name: "out", Path: out("lib")}}},
@@ -71,40 +72,40 @@ func runEvaluation(t *testing.T, db *storage.DB, evalID, worker string) (hello, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready, err := jobqueue.New(db).CompleteFlakeJob(ctx, a)
+	ready, err := queue.CompleteFlakeJob(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	step := func(ids []string) storage.PendingJob {
 		t.Helper()
-		jobs, err := jobqueue.New(db).PendingJobsByID(ctx, ids)
+		jobs, err := queue.PendingJobsByID(ctx, ids)
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("ready jobs %v: %v", jobs, err)
 		}
 		return jobs[0]
 	}
 	libJob := step(ready)
-	a, err = jobqueue.New(db).ClaimJob(ctx, libJob.JobID, worker)
+	a, err = queue.ClaimJob(ctx, libJob.JobID, worker)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ready, err = jobqueue.New(db).CompleteBuild(ctx, a, []storage.BuildOutputInfo{{Name: "out", StorePath: out("lib"), NarSize: 42}}); err != nil {
+	if ready, err = queue.CompleteBuild(ctx, a, []storage.BuildOutputInfo{{Name: "out", StorePath: out("lib"), NarSize: 42}}); err != nil {
 		t.Fatal(err)
 	}
 	helloJob := step(ready)
-	if a, err = jobqueue.New(db).ClaimJob(ctx, helloJob.JobID, worker); err != nil {
+	if a, err = queue.ClaimJob(ctx, helloJob.JobID, worker); err != nil {
 		t.Fatal(err)
 	}
-	if err := jobqueue.New(db).AppendJobLog(ctx, helloJob.JobID, []byte("building hello\nerror: boom\n")); err != nil {
+	if err := queue.AppendJobLog(ctx, helloJob.JobID, []byte("building hello\nerror: boom\n")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := jobqueue.New(db).FailJob(ctx, a, storage.FailurePermanent, "builder failed with exit code 1", 3); err != nil {
+	if _, _, err := queue.FailJob(ctx, a, storage.FailurePermanent, "builder failed with exit code 1", 3); err != nil {
 		t.Fatal(err)
 	}
-	if hello, err = jobqueue.New(db).Build(ctx, helloJob.BuildID); err != nil {
+	if hello, err = queue.Build(ctx, helloJob.BuildID); err != nil {
 		t.Fatal(err)
 	}
-	if lib, err = jobqueue.New(db).Build(ctx, libJob.BuildID); err != nil {
+	if lib, err = queue.Build(ctx, libJob.BuildID); err != nil {
 		t.Fatal(err)
 	}
 	return hello, lib

@@ -282,18 +282,19 @@ func dialCacheSession(ctx context.Context, baseWS, cache, authorization string) 
 // It returns the output path.
 func buildDerivation(t *testing.T, db *storage.DB, projectID, drv string) string {
 	t.Helper()
+	queue := jobqueue.New(db)
 	ctx := t.Context()
-	ev, err := jobqueue.New(db).CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: projectID, RepositoryURL: "https://example.invalid/x.git", Commit: "c0ffee"})
+	ev, err := queue.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: projectID, RepositoryURL: "https://example.invalid/x.git", Commit: "c0ffee"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	claim := func() string {
 		t.Helper()
-		jobs, err := jobqueue.New(db).PendingJobs(ctx)
+		jobs, err := queue.PendingJobs(ctx)
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("pending jobs %+v, %v", jobs, err)
 		}
-		id, err := jobqueue.New(db).ClaimJob(ctx, jobs[0].JobID, storage.NewID())
+		id, err := queue.ClaimJob(ctx, jobs[0].JobID, storage.NewID())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,14 +302,14 @@ func buildDerivation(t *testing.T, db *storage.DB, projectID, drv string) string
 	}
 	flake := claim()
 	out := testStorePath("x-out")
-	if err := jobqueue.New(db).AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{{Attr: "x", DrvPath: drv, Architecture: "x86_64-linux",
+	if err := queue.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{{Attr: "x", DrvPath: drv, Architecture: "x86_64-linux",
 		Outputs: []storage.BuildOutputPath{{Name: "out", Path: out}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobqueue.New(db).CompleteFlakeJob(ctx, flake); err != nil {
+	if _, err := queue.CompleteFlakeJob(ctx, flake); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobqueue.New(db).CompleteBuild(ctx, claim(), []storage.BuildOutputInfo{{Name: "out", StorePath: out}}); err != nil {
+	if _, err := queue.CompleteBuild(ctx, claim(), []storage.BuildOutputInfo{{Name: "out", StorePath: out}}); err != nil {
 		t.Fatal(err)
 	}
 	return out

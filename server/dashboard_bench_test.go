@@ -24,6 +24,7 @@ import (
 // returns its ID and a session cookie of the admin scope.
 func benchEvaluation(b *testing.B, db *storage.DB, n int) (evalID, build, job string) {
 	b.Helper()
+	queue := jobqueue.New(db)
 	ctx := context.Background()
 	team, err := db.CreateTeam(ctx, "bench")
 	if err != nil {
@@ -33,16 +34,16 @@ func benchEvaluation(b *testing.B, db *storage.DB, n int) (evalID, build, job st
 	if err != nil {
 		b.Fatal(err)
 	}
-	ev, err := jobqueue.New(db).CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: p.ID, RepositoryURL: p.Repository,
+	ev, err := queue.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: p.ID, RepositoryURL: p.Repository,
 		Commit: strings.Repeat("b", 40), Wildcards: []string{"packages.x86_64-linux.*"}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	jobs, err := jobqueue.New(db).PendingJobs(ctx)
+	jobs, err := queue.PendingJobs(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := jobqueue.New(db).ClaimJob(ctx, jobs[0].JobID, storage.NewID())
+	a, err := queue.ClaimJob(ctx, jobs[0].JobID, storage.NewID())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,20 +55,20 @@ func benchEvaluation(b *testing.B, db *storage.DB, n int) (evalID, build, job st
 			Outputs: []storage.BuildOutputPath{{Name: "out", Path: "/nix/store/" + hash + "-" + name}}, Architecture: "x86_64-linux"}
 	}
 	for start := 0; start < n; start += 1000 {
-		if err := jobqueue.New(db).AddDiscoveredDerivations(ctx, ev.ID, drvs[start:min(start+1000, n)]); err != nil {
+		if err := queue.AddDiscoveredDerivations(ctx, ev.ID, drvs[start:min(start+1000, n)]); err != nil {
 			b.Fatal(err)
 		}
 	}
-	ready, err := jobqueue.New(db).CompleteFlakeJob(ctx, a)
+	ready, err := queue.CompleteFlakeJob(ctx, a)
 	if err != nil {
 		b.Fatal(err)
 	}
-	pending, err := jobqueue.New(db).PendingJobsByID(ctx, ready[:min(len(ready), 10)])
+	pending, err := queue.PendingJobsByID(ctx, ready[:min(len(ready), 10)])
 	if err != nil {
 		b.Fatal(err)
 	}
 	for i, j := range pending {
-		a, err := jobqueue.New(db).ClaimJob(ctx, j.JobID, storage.NewID())
+		a, err := queue.ClaimJob(ctx, j.JobID, storage.NewID())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -75,7 +76,7 @@ func benchEvaluation(b *testing.B, db *storage.DB, n int) (evalID, build, job st
 			build, job = j.BuildID, j.JobID // left building
 			continue
 		}
-		if _, _, err := jobqueue.New(db).FailJob(ctx, a, storage.FailurePermanent, "boom", 1); err != nil {
+		if _, _, err := queue.FailJob(ctx, a, storage.FailurePermanent, "boom", 1); err != nil {
 			b.Fatal(err)
 		}
 	}

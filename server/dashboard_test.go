@@ -72,13 +72,14 @@ func (b *browser) csrf(page string) string {
 // whose log is log, and one running build.
 func failedBuildWithLog(t *testing.T, db *storage.DB, projectID string, log string) (evalID, failedID, runningID, runningJob string) {
 	t.Helper()
+	queue := jobqueue.New(db)
 	ctx := t.Context()
-	ev, err := jobqueue.New(db).CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: projectID, RepositoryURL: "https://example.invalid/x.git",
+	ev, err := queue.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: projectID, RepositoryURL: "https://example.invalid/x.git",
 		Commit: strings.Repeat("a", 40), Wildcards: []string{"packages.x86_64-linux.*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := jobqueue.New(db).PendingJobs(ctx)
+	jobs, err := queue.PendingJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func failedBuildWithLog(t *testing.T, db *storage.DB, projectID string, log stri
 			flake = j.JobID
 		}
 	}
-	a, err := jobqueue.New(db).ClaimJob(ctx, flake, worker)
+	a, err := queue.ClaimJob(ctx, flake, worker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,30 +98,30 @@ func failedBuildWithLog(t *testing.T, db *storage.DB, projectID string, log stri
 	out := func(n string) []storage.BuildOutputPath {
 		return []storage.BuildOutputPath{{Name: "out", Path: "/nix/store/" + strings.Repeat(n, 32) + "-" + n}}
 	}
-	if err := jobqueue.New(db).AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{
+	if err := queue.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{
 		{Attr: "packages.x86_64-linux.bad", DrvPath: drv("b"), Outputs: out("b"), Architecture: "x86_64-linux"},
 		{Attr: "packages.x86_64-linux.slow", DrvPath: drv("s"), Outputs: out("s"), Architecture: "x86_64-linux"},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ready, err := jobqueue.New(db).CompleteFlakeJob(ctx, a)
+	ready, err := queue.CompleteFlakeJob(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pending, err := jobqueue.New(db).PendingJobsByID(ctx, ready)
+	pending, err := queue.PendingJobsByID(ctx, ready)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, j := range pending {
-		a, err := jobqueue.New(db).ClaimJob(ctx, j.JobID, worker)
+		a, err := queue.ClaimJob(ctx, j.JobID, worker)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if j.Attr == "packages.x86_64-linux.bad" {
-			if err := jobqueue.New(db).AppendJobLog(ctx, j.JobID, []byte(log)); err != nil {
+			if err := queue.AppendJobLog(ctx, j.JobID, []byte(log)); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := jobqueue.New(db).FailJob(ctx, a, storage.FailurePermanent, "builder failed with exit code 1", 1); err != nil {
+			if _, _, err := queue.FailJob(ctx, a, storage.FailurePermanent, "builder failed with exit code 1", 1); err != nil {
 				t.Fatal(err)
 			}
 			failedID = j.BuildID

@@ -95,14 +95,15 @@ func evalGitRepo(t *testing.T) (string, string) {
 // evaluation and returns the evaluation and the job.
 func flakeJobOf(t *testing.T, db *storage.DB, projectID string, skip int) (storage.Evaluation, string) {
 	t.Helper()
+	queue := jobqueue.New(db)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		evals, err := jobqueue.New(db).ListEvaluations(t.Context(), projectID, 0)
+		evals, err := queue.ListEvaluations(t.Context(), projectID, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(evals) > skip {
-			jobs, err := jobqueue.New(db).PendingJobs(t.Context())
+			jobs, err := queue.PendingJobs(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,6 +124,7 @@ func flakeJobOf(t *testing.T, db *storage.DB, projectID string, skip int) (stora
 // entry point) depending on lib; lib builds, hello fails permanently.
 func playEvaluation(t *testing.T, db *storage.DB, projectID, worker string) (ev storage.Evaluation, hello, lib string) {
 	t.Helper()
+	queue := jobqueue.New(db)
 	ctx := t.Context()
 	ev, flake := flakeJobOf(t, db, projectID, 0)
 	must := func(err error) {
@@ -131,36 +133,36 @@ func playEvaluation(t *testing.T, db *storage.DB, projectID, worker string) (ev 
 			t.Fatal(err)
 		}
 	}
-	a, err := jobqueue.New(db).ClaimJob(ctx, flake, worker)
+	a, err := queue.ClaimJob(ctx, flake, worker)
 	must(err)
-	must(jobqueue.New(db).AppendJobLog(ctx, flake, []byte("evaluating\n")))
+	must(queue.AppendJobLog(ctx, flake, []byte("evaluating\n")))
 	drv := func(n string) string { return "/nix/store/" + strings.Repeat("a", 32) + "-" + n + ".drv" }
 	out := func(n string) string { return "/nix/store/" + strings.Repeat("b", 32) + "-" + n }
-	must(jobqueue.New(db).AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{
+	must(queue.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{
 		{Attr: "packages.x86_64-linux.hello", DrvPath: drv("hello-2.12"), Architecture: "x86_64-linux",
 			Outputs: []storage.BuildOutputPath{{Name: "out", Path: out("hello-2.12")}}, Dependencies: []string{drv("lib-1.0")}},
 		{DrvPath: drv("lib-1.0"), Architecture: "x86_64-linux", Outputs: []storage.BuildOutputPath{{Name: "out", Path: out("lib-1.0")}}},
 	}))
-	ready, err := jobqueue.New(db).CompleteFlakeJob(ctx, a)
+	ready, err := queue.CompleteFlakeJob(ctx, a)
 	must(err)
 	next := func(ids []string) storage.PendingJob {
 		t.Helper()
-		jobs, err := jobqueue.New(db).PendingJobsByID(ctx, ids)
+		jobs, err := queue.PendingJobsByID(ctx, ids)
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("ready %v: %v", jobs, err)
 		}
 		return jobs[0]
 	}
 	libJob := next(ready)
-	a, err = jobqueue.New(db).ClaimJob(ctx, libJob.JobID, worker)
+	a, err = queue.ClaimJob(ctx, libJob.JobID, worker)
 	must(err)
-	ready, err = jobqueue.New(db).CompleteBuild(ctx, a, []storage.BuildOutputInfo{{Name: "out", StorePath: out("lib-1.0")}})
+	ready, err = queue.CompleteBuild(ctx, a, []storage.BuildOutputInfo{{Name: "out", StorePath: out("lib-1.0")}})
 	must(err)
 	helloJob := next(ready)
-	a, err = jobqueue.New(db).ClaimJob(ctx, helloJob.JobID, worker)
+	a, err = queue.ClaimJob(ctx, helloJob.JobID, worker)
 	must(err)
-	must(jobqueue.New(db).AppendJobLog(ctx, helloJob.JobID, []byte("building hello\nerror: boom\n")))
-	_, _, err = jobqueue.New(db).FailJob(ctx, a, storage.FailurePermanent, "builder failed\nwith exit code 1", 3)
+	must(queue.AppendJobLog(ctx, helloJob.JobID, []byte("building hello\nerror: boom\n")))
+	_, _, err = queue.FailJob(ctx, a, storage.FailurePermanent, "builder failed\nwith exit code 1", 3)
 	must(err)
 	return ev, helloJob.BuildID, libJob.BuildID
 }

@@ -110,13 +110,14 @@ func jobReady(jobs []storage.PendingJob, id string) time.Time {
 // countBuilds counts the builds of every evaluation in a status.
 func countBuilds(t *testing.T, db *storage.DB, status storage.BuildStatus) int {
 	t.Helper()
-	evs, err := jobqueue.New(db).ListEvaluations(t.Context(), "", 100)
+	queue := jobqueue.New(db)
+	evs, err := queue.ListEvaluations(t.Context(), "", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, ev := range evs {
-		builds, err := jobqueue.New(db).EvaluationBuilds(t.Context(), ev.ID)
+		builds, err := queue.EvaluationBuilds(t.Context(), ev.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
