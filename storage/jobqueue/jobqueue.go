@@ -77,7 +77,11 @@ func queryByIDsOn[T any](ctx context.Context, q *Queue, pool *sql.DB, query stri
 	var out []T
 	err := q.engine.queryByIDs(ctx, pool, query, ids, func(rows *sql.Rows, err error) error {
 		part, err := sqldb.Collect(rows, err, scan)
-		out = append(out, part...)
+		if out == nil {
+			out = part // one query, no copy (PostgreSQL's only one)
+		} else {
+			out = append(out, part...)
+		}
 		return err
 	})
 	if err != nil {
