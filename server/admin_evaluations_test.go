@@ -10,6 +10,7 @@ import (
 
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/wire"
 )
 
@@ -39,8 +40,9 @@ func (e *adminEnv) text(path string) (int, string, string) {
 // hello fails permanently after logging.
 func runEvaluation(t *testing.T, db *storage.DB, evalID, worker string) (hello, lib storage.Build) {
 	t.Helper()
+	queue := jobqueue.New(db)
 	ctx := t.Context()
-	jobs, err := db.PendingJobs(ctx)
+	jobs, err := queue.PendingJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,16 +55,16 @@ func runEvaluation(t *testing.T, db *storage.DB, evalID, worker string) (hello, 
 	if flake == "" {
 		t.Fatalf("no flake job for %s", evalID)
 	}
-	a, err := db.ClaimJob(ctx, flake, worker)
+	a, err := queue.ClaimJob(ctx, flake, worker)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.AppendJobLog(ctx, flake, []byte("evaluating packages.x86_64-linux.*\n")); err != nil {
+	if err := queue.AppendJobLog(ctx, flake, []byte("evaluating packages.x86_64-linux.*\n")); err != nil {
 		t.Fatal(err)
 	}
 	drv := func(n string) string { return "/nix/store/" + strings.Repeat("a", 32) + "-" + n + ".drv" }
 	out := func(n string) string { return "/nix/store/" + strings.Repeat("b", 32) + "-" + n }
-	err = db.AddDiscoveredDerivations(ctx, evalID, []storage.DiscoveredBuild{
+	err = queue.AddDiscoveredDerivations(ctx, evalID, []storage.DiscoveredBuild{
 		{Attr: "packages.x86_64-linux.hello", DrvPath: drv("hello"), Architecture: "x86_64-linux",
 			Outputs: []storage.BuildOutputPath{{Name: "out", Path: out("hello")}}, Dependencies: []string{drv("lib")}},
 		{DrvPath: drv("lib"), Architecture: "x86_64-linux", Outputs: []storage.BuildOutputPath{{Name: "out", Path: out("lib")}}},
@@ -70,40 +72,40 @@ func runEvaluation(t *testing.T, db *storage.DB, evalID, worker string) (hello, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready, err := db.CompleteFlakeJob(ctx, a)
+	ready, err := queue.CompleteFlakeJob(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	step := func(ids []string) storage.PendingJob {
 		t.Helper()
-		jobs, err := db.PendingJobsByID(ctx, ids)
+		jobs, err := queue.PendingJobsByID(ctx, ids)
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("ready jobs %v: %v", jobs, err)
 		}
 		return jobs[0]
 	}
 	libJob := step(ready)
-	a, err = db.ClaimJob(ctx, libJob.JobID, worker)
+	a, err = queue.ClaimJob(ctx, libJob.JobID, worker)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ready, err = db.CompleteBuild(ctx, a, []storage.BuildOutputInfo{{Name: "out", StorePath: out("lib"), NarSize: 42}}); err != nil {
+	if ready, err = queue.CompleteBuild(ctx, a, []storage.BuildOutputInfo{{Name: "out", StorePath: out("lib"), NarSize: 42}}); err != nil {
 		t.Fatal(err)
 	}
 	helloJob := step(ready)
-	if a, err = db.ClaimJob(ctx, helloJob.JobID, worker); err != nil {
+	if a, err = queue.ClaimJob(ctx, helloJob.JobID, worker); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.AppendJobLog(ctx, helloJob.JobID, []byte("building hello\nerror: boom\n")); err != nil {
+	if err := queue.AppendJobLog(ctx, helloJob.JobID, []byte("building hello\nerror: boom\n")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := db.FailJob(ctx, a, storage.FailurePermanent, "builder failed with exit code 1", 3); err != nil {
+	if _, _, err := queue.FailJob(ctx, a, storage.FailurePermanent, "builder failed with exit code 1", 3); err != nil {
 		t.Fatal(err)
 	}
-	if hello, err = db.Build(ctx, helloJob.BuildID); err != nil {
+	if hello, err = queue.Build(ctx, helloJob.BuildID); err != nil {
 		t.Fatal(err)
 	}
-	if lib, err = db.Build(ctx, libJob.BuildID); err != nil {
+	if lib, err = queue.Build(ctx, libJob.BuildID); err != nil {
 		t.Fatal(err)
 	}
 	return hello, lib
@@ -240,7 +242,7 @@ func TestAdminEvaluationsWithoutJobLoop(t *testing.T) {
 	t.Parallel()
 	e := newAdminEnvWith(t, Config{AdminTokenHash: sha256Hex(testAdminToken)})
 	p := newProjectAt(t, e.db, "ops", "web", "https://example.invalid/web.git", "main")
-	ev, err := e.db.CreateEvaluation(t.Context(), p.EvaluationAt(strings.Repeat("d", 40)))
+	ev, err := jobqueue.New(e.db).CreateEvaluation(t.Context(), p.EvaluationAt(strings.Repeat("d", 40)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,29 +267,29 @@ func TestAdminBuildProgress(t *testing.T) {
 	e, fake := newEvalEnv(t, Config{})
 	ctx := t.Context()
 	p := newProjectAt(t, e.db, "ops", "web", "https://example.invalid/web.git", "main")
-	ev, err := e.db.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: p.ID, RepositoryURL: p.Repository, Commit: strings.Repeat("a", 40)})
+	ev, err := jobqueue.New(e.db).CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: p.ID, RepositoryURL: p.Repository, Commit: strings.Repeat("a", 40)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	worker := storage.NewID()
-	pending, _ := e.db.PendingJobs(ctx)
-	flake, err := e.db.ClaimJob(ctx, pending[0].JobID, worker)
+	pending, _ := jobqueue.New(e.db).PendingJobs(ctx)
+	flake, err := jobqueue.New(e.db).ClaimJob(ctx, pending[0].JobID, worker)
 	if err != nil {
 		t.Fatal(err)
 	}
 	drv := storage.DiscoveredBuild{Attr: "packages.x86_64-linux.hello", DrvPath: "/nix/store/00000000000000000000000000000000-hello.drv",
 		Outputs: []storage.BuildOutputPath{{Name: "out", Path: "/nix/store/00000000000000000000000000000000-hello"}}, Architecture: "x86_64-linux"}
-	if err := e.db.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{drv}); err != nil {
+	if err := jobqueue.New(e.db).AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{drv}); err != nil {
 		t.Fatal(err)
 	}
-	ready, err := e.db.CompleteFlakeJob(ctx, flake)
+	ready, err := jobqueue.New(e.db).CompleteFlakeJob(ctx, flake)
 	if err != nil || len(ready) != 1 {
 		t.Fatalf("ready %v, %v", ready, err)
 	}
-	if _, err := e.db.ClaimJob(ctx, ready[0], worker); err != nil {
+	if _, err := jobqueue.New(e.db).ClaimJob(ctx, ready[0], worker); err != nil {
 		t.Fatal(err)
 	}
-	builds, _ := e.db.EvaluationBuilds(ctx, ev.ID)
+	builds, _ := jobqueue.New(e.db).EvaluationBuilds(ctx, ev.ID)
 	id := builds[0].ID
 	var bv admin.BuildView
 	e.must(200, "GET", "/api/v1/builds/"+id, nil, &bv)

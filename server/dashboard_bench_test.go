@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 )
 
@@ -23,6 +24,7 @@ import (
 // returns its ID and a session cookie of the admin scope.
 func benchEvaluation(b *testing.B, db *storage.DB, n int) (evalID, build, job string) {
 	b.Helper()
+	queue := jobqueue.New(db)
 	ctx := context.Background()
 	team, err := db.CreateTeam(ctx, "bench")
 	if err != nil {
@@ -32,16 +34,16 @@ func benchEvaluation(b *testing.B, db *storage.DB, n int) (evalID, build, job st
 	if err != nil {
 		b.Fatal(err)
 	}
-	ev, err := db.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: p.ID, RepositoryURL: p.Repository,
+	ev, err := queue.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: p.ID, RepositoryURL: p.Repository,
 		Commit: strings.Repeat("b", 40), Wildcards: []string{"packages.x86_64-linux.*"}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	jobs, err := db.PendingJobs(ctx)
+	jobs, err := queue.PendingJobs(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := db.ClaimJob(ctx, jobs[0].JobID, storage.NewID())
+	a, err := queue.ClaimJob(ctx, jobs[0].JobID, storage.NewID())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -53,20 +55,20 @@ func benchEvaluation(b *testing.B, db *storage.DB, n int) (evalID, build, job st
 			Outputs: []storage.BuildOutputPath{{Name: "out", Path: "/nix/store/" + hash + "-" + name}}, Architecture: "x86_64-linux"}
 	}
 	for start := 0; start < n; start += 1000 {
-		if err := db.AddDiscoveredDerivations(ctx, ev.ID, drvs[start:min(start+1000, n)]); err != nil {
+		if err := queue.AddDiscoveredDerivations(ctx, ev.ID, drvs[start:min(start+1000, n)]); err != nil {
 			b.Fatal(err)
 		}
 	}
-	ready, err := db.CompleteFlakeJob(ctx, a)
+	ready, err := queue.CompleteFlakeJob(ctx, a)
 	if err != nil {
 		b.Fatal(err)
 	}
-	pending, err := db.PendingJobsByID(ctx, ready[:min(len(ready), 10)])
+	pending, err := queue.PendingJobsByID(ctx, ready[:min(len(ready), 10)])
 	if err != nil {
 		b.Fatal(err)
 	}
 	for i, j := range pending {
-		a, err := db.ClaimJob(ctx, j.JobID, storage.NewID())
+		a, err := queue.ClaimJob(ctx, j.JobID, storage.NewID())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,7 +76,7 @@ func benchEvaluation(b *testing.B, db *storage.DB, n int) (evalID, build, job st
 			build, job = j.BuildID, j.JobID // left building
 			continue
 		}
-		if _, _, err := db.FailJob(ctx, a, storage.FailurePermanent, "boom", 1); err != nil {
+		if _, _, err := queue.FailJob(ctx, a, storage.FailurePermanent, "boom", 1); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -122,7 +124,7 @@ func BenchmarkDashboardEvaluationPage(b *testing.B) {
 			h := srv.Handler()
 			cookie := benchSession(b, db)
 			// A cursor in the middle of the queued builds.
-			page, _, err := db.BuildsPage(context.Background(), evalID, storage.BuildQueued, storage.BuildCursor{}, 1000)
+			page, _, err := jobqueue.New(db).BuildsPage(context.Background(), evalID, storage.BuildQueued, jobqueue.BuildCursor{}, 1000)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -214,7 +216,7 @@ func BenchmarkDashboardLogStream(b *testing.B) {
 	start := time.Now()
 	for sent := 0; sent < b.N; sent += 100 {
 		n := min(100, b.N-sent)
-		if err := db.AppendJobLog(ctx, job, chunk[:n*len(line)]); err != nil {
+		if err := jobqueue.New(db).AppendJobLog(ctx, job, chunk[:n*len(line)]); err != nil {
 			b.Fatal(err)
 		}
 	}

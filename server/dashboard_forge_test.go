@@ -10,6 +10,7 @@ import (
 
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 // A forge's evaluations on the dashboard: the project's list and the
@@ -45,19 +46,19 @@ func TestDashboardPullRequestApproval(t *testing.T) {
 	}
 	in := p.EvaluationAt(strings.Repeat("b", 40))
 	in.Source, in.PRNumber, in.TargetBranch, in.AwaitApproval = storage.SourcePR, 12, "main", true
-	pr, err := db.CreateEvaluation(ctx, in)
+	pr, err := jobqueue.New(db).CreateEvaluation(ctx, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in = p.EvaluationAt(strings.Repeat("c", 40))
 	in.Source = storage.SourcePush
-	if _, err := db.CreateEvaluation(ctx, in); err != nil {
+	if _, err := jobqueue.New(db).CreateEvaluation(ctx, in); err != nil {
 		t.Fatal(err)
 	}
 	// A forge's branch name reaches the page without its bidirectional overrides.
 	in = p.EvaluationAt(strings.Repeat("d", 40))
 	in.Source, in.PRNumber, in.TargetBranch = storage.SourcePR, 13, "rel\u202eease"
-	if _, err := db.CreateEvaluation(ctx, in); err != nil {
+	if _, err := jobqueue.New(db).CreateEvaluation(ctx, in); err != nil {
 		t.Fatal(err)
 	}
 	evalPage, approve := "/evaluations/"+pr.ID, "/evaluations/"+pr.ID+"/approve"
@@ -144,7 +145,7 @@ func TestDashboardPullRequestApproval(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("cross-site approve: %d", resp.StatusCode)
 	}
-	if e, err := db.Evaluation(ctx, pr.ID); err != nil || e.Status != storage.EvaluationWaiting {
+	if e, err := jobqueue.New(db).Evaluation(ctx, pr.ID); err != nil || e.Status != storage.EvaluationWaiting {
 		t.Fatalf("after the refused forms: %s %v", e.Status, err)
 	}
 
@@ -153,7 +154,7 @@ func TestDashboardPullRequestApproval(t *testing.T) {
 	if code != http.StatusSeeOther || h.Get("Location") != evalPage {
 		t.Fatalf("approve: %d to %q", code, h.Get("Location"))
 	}
-	if e, err := db.Evaluation(ctx, pr.ID); err != nil || e.Status != storage.EvaluationQueued {
+	if e, err := jobqueue.New(db).Evaluation(ctx, pr.ID); err != nil || e.Status != storage.EvaluationQueued {
 		t.Fatalf("after approval: %s %v", e.Status, err)
 	}
 	if _, body, _ := op.get(evalPage); strings.Contains(body, "waiting for approval") || strings.Contains(body, approveForm) {

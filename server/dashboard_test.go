@@ -14,6 +14,7 @@ import (
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 // browser is a cookie-keeping client that does not follow redirects.
@@ -71,13 +72,14 @@ func (b *browser) csrf(page string) string {
 // whose log is log, and one running build.
 func failedBuildWithLog(t *testing.T, db *storage.DB, projectID string, log string) (evalID, failedID, runningID, runningJob string) {
 	t.Helper()
+	queue := jobqueue.New(db)
 	ctx := t.Context()
-	ev, err := db.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: projectID, RepositoryURL: "https://example.invalid/x.git",
+	ev, err := queue.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: projectID, RepositoryURL: "https://example.invalid/x.git",
 		Commit: strings.Repeat("a", 40), Wildcards: []string{"packages.x86_64-linux.*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := db.PendingJobs(ctx)
+	jobs, err := queue.PendingJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +90,7 @@ func failedBuildWithLog(t *testing.T, db *storage.DB, projectID string, log stri
 			flake = j.JobID
 		}
 	}
-	a, err := db.ClaimJob(ctx, flake, worker)
+	a, err := queue.ClaimJob(ctx, flake, worker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,30 +98,30 @@ func failedBuildWithLog(t *testing.T, db *storage.DB, projectID string, log stri
 	out := func(n string) []storage.BuildOutputPath {
 		return []storage.BuildOutputPath{{Name: "out", Path: "/nix/store/" + strings.Repeat(n, 32) + "-" + n}}
 	}
-	if err := db.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{
+	if err := queue.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{
 		{Attr: "packages.x86_64-linux.bad", DrvPath: drv("b"), Outputs: out("b"), Architecture: "x86_64-linux"},
 		{Attr: "packages.x86_64-linux.slow", DrvPath: drv("s"), Outputs: out("s"), Architecture: "x86_64-linux"},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ready, err := db.CompleteFlakeJob(ctx, a)
+	ready, err := queue.CompleteFlakeJob(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pending, err := db.PendingJobsByID(ctx, ready)
+	pending, err := queue.PendingJobsByID(ctx, ready)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, j := range pending {
-		a, err := db.ClaimJob(ctx, j.JobID, worker)
+		a, err := queue.ClaimJob(ctx, j.JobID, worker)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if j.Attr == "packages.x86_64-linux.bad" {
-			if err := db.AppendJobLog(ctx, j.JobID, []byte(log)); err != nil {
+			if err := queue.AppendJobLog(ctx, j.JobID, []byte(log)); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := db.FailJob(ctx, a, storage.FailurePermanent, "builder failed with exit code 1", 1); err != nil {
+			if _, _, err := queue.FailJob(ctx, a, storage.FailurePermanent, "builder failed with exit code 1", 1); err != nil {
 				t.Fatal(err)
 			}
 			failedID = j.BuildID
@@ -310,7 +312,7 @@ func TestDashboardLogStream(t *testing.T) {
 		return bufio.NewReader(resp.Body), func() { resp.Body.Close() }
 	}
 	r, stop := stream("")
-	if err := e.db.AppendJobLog(t.Context(), job, []byte("line 1\nline 2\nhalf")); err != nil {
+	if err := jobqueue.New(e.db).AppendJobLog(t.Context(), job, []byte("line 1\nline 2\nhalf")); err != nil {
 		t.Fatal(err)
 	}
 	got := readEvents(t, r, 2, false)
@@ -318,7 +320,7 @@ func TestDashboardLogStream(t *testing.T) {
 		t.Fatalf("first events %+v", got)
 	}
 	stop()
-	if err := e.db.AppendJobLog(t.Context(), job, []byte(" line \x1b[1m3\x1b[0m\n<b>4</b>\n")); err != nil {
+	if err := jobqueue.New(e.db).AppendJobLog(t.Context(), job, []byte(" line \x1b[1m3\x1b[0m\n<b>4</b>\n")); err != nil {
 		t.Fatal(err)
 	}
 	r, stop = stream(got[1].id)
@@ -329,7 +331,7 @@ func TestDashboardLogStream(t *testing.T) {
 	}
 	// The build ends: the stream says so and closes.
 	var assignment string
-	open, err := e.db.OpenAssignments(t.Context())
+	open, err := jobqueue.New(e.db).OpenAssignments(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,10 +340,10 @@ func TestDashboardLogStream(t *testing.T) {
 			assignment = a.AssignmentID
 		}
 	}
-	if err := e.db.AppendJobLog(t.Context(), job, []byte("last, no newline")); err != nil {
+	if err := jobqueue.New(e.db).AppendJobLog(t.Context(), job, []byte("last, no newline")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.db.CompleteBuild(t.Context(), assignment, nil); err != nil {
+	if _, err := jobqueue.New(e.db).CompleteBuild(t.Context(), assignment, nil); err != nil {
 		t.Fatal(err)
 	}
 	got = readEvents(t, r, 2, true)

@@ -142,7 +142,7 @@ func (s *Server) pollProject(ctx context.Context, ctl EvaluationControl, p stora
 	}
 	// A pull request's evaluation is not the branch's; a push webhook's
 	// is, so its commit is not evaluated again.
-	latest, err := s.db.LatestBranchEvaluation(ctx, p.ID)
+	latest, err := s.queue.LatestBranchEvaluation(ctx, p.ID)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 	case err != nil:

@@ -15,6 +15,7 @@ import (
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/wire"
 )
 
@@ -44,7 +45,7 @@ func (f *fakeEvaluations) StartEvaluation(ctx context.Context, in storage.NewEva
 	f.started = append(f.started, in)
 	db := f.db
 	f.mu.Unlock()
-	return db.CreateEvaluation(ctx, in)
+	return jobqueue.New(db).CreateEvaluation(ctx, in)
 }
 
 func (f *fakeEvaluations) CancelEvaluation(ctx context.Context, id string) error {
@@ -52,7 +53,7 @@ func (f *fakeEvaluations) CancelEvaluation(ctx context.Context, id string) error
 	f.cancelled = append(f.cancelled, id)
 	db := f.db
 	f.mu.Unlock()
-	_, err := db.CancelEvaluation(ctx, id)
+	_, err := jobqueue.New(db).CancelEvaluation(ctx, id)
 	return err
 }
 
@@ -136,7 +137,7 @@ func newProjectAt(t *testing.T, db *storage.DB, team, name, repository, branch s
 
 func evaluationsOf(t *testing.T, db *storage.DB, projectID string) []storage.Evaluation {
 	t.Helper()
-	evals, err := db.ListEvaluations(t.Context(), projectID, 0)
+	evals, err := jobqueue.New(db).ListEvaluations(t.Context(), projectID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,12 +328,12 @@ func TestPollerSkipsPushedCommitsAndIgnoresPullRequests(t *testing.T) {
 	web := newProjectAt(t, e.db, "ops", "web", repo.dir, "main")
 	pushed := web.EvaluationAt(head)
 	pushed.Source = storage.SourcePush
-	if _, err := e.db.CreateEvaluation(ctx, pushed); err != nil {
+	if _, err := jobqueue.New(e.db).CreateEvaluation(ctx, pushed); err != nil {
 		t.Fatal(err)
 	}
 	pr := web.EvaluationAt("0123456789abcdef0123456789abcdef01234567")
 	pr.Source, pr.PRNumber, pr.TargetBranch = storage.SourcePR, 4, "main"
-	if _, err := e.db.CreateEvaluation(ctx, pr); err != nil {
+	if _, err := jobqueue.New(e.db).CreateEvaluation(ctx, pr); err != nil {
 		t.Fatal(err)
 	}
 	if started := e.srv.pollBranches(ctx); len(started) != 0 {

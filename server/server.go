@@ -26,6 +26,7 @@ import (
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 // Config is the server's configuration; zero values take the defaults of
@@ -184,6 +185,7 @@ func (c *Config) defaults() {
 type Server struct {
 	cfg     Config
 	db      *storage.DB
+	queue   *jobqueue.Queue // the branch poller's latest evaluations
 	log     *slog.Logger
 	metrics *serverMetrics
 	// auth runs the worker sessions: admission through policy, the live
@@ -224,6 +226,7 @@ func New(db *storage.DB, cfg Config) *Server {
 	s := &Server{
 		cfg:    cfg,
 		db:     db,
+		queue:  jobqueue.New(db),
 		log:    cfg.Logger,
 		ctx:    ctx,
 		cancel: cancel,

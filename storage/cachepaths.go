@@ -103,7 +103,7 @@ func (db *DB) PutCachePath(ctx context.Context, in CachePath) (p CachePath, crea
 	p = in
 	p.CacheID, p.References, p.Deriver = cacheID, refs, deriver
 	p.CreatedAt = fromMillis(nowMillis())
-	put, err := db.cachePaths.do(ctx, cachePathPut{row: p, hash: hash})
+	put, err := db.cachePaths.Do(ctx, cachePathPut{row: p, hash: hash})
 	return put.row, put.created, err
 }
 

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"slices"
 	"strings"
+
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // An evaluation uploads every .drv as its own object, and each commit
 // writes one narinfo row. Rows of commits arriving together go in one
-// transaction (batcher): on SQLite each transaction of its own rewrote
+// transaction (sqldb.Batcher): on SQLite each transaction of its own rewrote
 // the table's and indexes' pages into the WAL, and on PostgreSQL it is a
 // WAL flush each. PutCachePath still returns only after its row's
 // transaction committed, so an acknowledged upload's row is as durable
@@ -34,8 +36,8 @@ const insertCachePathSQL = `INSERT INTO cache_paths (cache_id, store_hash, store
 
 const selectCachePathSQL = `SELECT ` + cachePathColumns + ` FROM cache_paths WHERE cache_id = $1 AND store_hash = $2`
 
-func (db *DB) newCachePathBatcher() *batcher[cachePathPut, cachePathPut] {
-	return &batcher[cachePathPut, cachePathPut]{max: cachePathBatchMax, run: db.putCachePaths}
+func (db *DB) newCachePathBatcher() *sqldb.Batcher[cachePathPut, cachePathPut] {
+	return &sqldb.Batcher[cachePathPut, cachePathPut]{Max: cachePathBatchMax, Run: db.putCachePaths}
 }
 
 // putCachePaths inserts the rows in one transaction, in order, and

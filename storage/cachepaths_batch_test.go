@@ -36,10 +36,10 @@ func TestPutCachePathBatchFailureReachesOnlyItsCaller(t *testing.T) {
 		// so calls 1..n-1 form one batch.
 		b := db.cachePaths
 		release := make(chan struct{})
-		inner := b.run
+		inner := b.Run
 		var mu sync.Mutex
 		var sizes []int
-		b.run = func(ctx context.Context, puts []cachePathPut) ([]cachePathPut, error) {
+		b.Run = func(ctx context.Context, puts []cachePathPut) ([]cachePathPut, error) {
 			if len(puts) == 1 && puts[0].row.StorePath == batchTestPath(c.ID, 0).StorePath {
 				<-release
 			}
@@ -68,13 +68,13 @@ func TestPutCachePathBatchFailureReachesOnlyItsCaller(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		wg.Go(func() { put(0) })
-		for !b.isRunning() {
+		for b.Running() == 0 {
 			runtime.Gosched()
 		}
 		for i := 1; i < n; i++ {
 			wg.Go(func() { put(i) })
 		}
-		for b.waitingCount() < n-1 {
+		for b.Waiting() < n-1 {
 			runtime.Gosched()
 		}
 		close(release)

@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"database/sql"
-	"sync"
 
 	"gradient.dev/gradient/storage/sqldb"
 )
@@ -21,19 +20,11 @@ const (
 type DB struct {
 	base   *sqldb.DB // the engine layer: connection, migrations, writer queue
 	sql    *sql.DB   // base's pool, for the queries
-	keyed  *sql.DB   // base's pool for statements that go by key (claims, completions)
 	engine Engine
 
-	stmtMu sync.Mutex
-	stmts  map[stmtKey]*sql.Stmt // hot queries, prepared once (see hotRow)
-
-	// On PostgreSQL, concurrent claims and completions share statements
-	// (see batcher); nil on SQLite, which runs one writer at a time.
-	claims      *batcher[claimCall, bool]
-	completions *batcher[completeCall, completion]
 	// Narinfo rows of concurrent upload commits share a transaction
 	// (putCachePaths), on either engine.
-	cachePaths *batcher[cachePathPut, cachePathPut]
+	cachePaths *sqldb.Batcher[cachePathPut, cachePathPut]
 
 	// sealer, when set, seals caches' signing keys at rest (SealSecretsWith).
 	sealer SecretSealer
@@ -63,64 +54,29 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{base: base, sql: base.SQL(), keyed: base.Keyed(), engine: base.Engine()}
+	db := &DB{base: base, sql: base.SQL(), engine: base.Engine()}
 	db.cachePaths = db.newCachePathBatcher()
-	if db.engine == EnginePostgres {
-		// On PostgreSQL, concurrent claims and completions share
-		// statements; SQLite runs one writer at a time.
-		db.claims, db.completions = db.newClaimBatcher(), db.newCompletionBatcher()
-	}
 	return db, nil
 }
 
 // Engine reports which database engine db uses.
 func (db *DB) Engine() Engine { return db.engine }
 
-// ConcurrentWrites reports whether writes from several goroutines run
-// side by side (PostgreSQL) rather than queueing for one writer lock
-// (SQLite), where running them concurrently only adds lock waits.
-func (db *DB) ConcurrentWrites() bool { return db.engine == EnginePostgres }
-
 // Ping checks that the database is reachable.
 func (db *DB) Ping(ctx context.Context) error { return db.base.Ping(ctx) }
 
 // Close releases the prepared statements and the connection pool.
-func (db *DB) Close() error {
-	db.stmtMu.Lock()
-	for _, st := range db.stmts {
-		st.Close()
-	}
-	db.stmts = nil
-	db.stmtMu.Unlock()
-	return db.base.Close()
-}
+func (db *DB) Close() error { return db.base.Close() }
 
 // hotRow runs a query on a request's hot path (narinfo lookups) through a
 // statement prepared once: SQLite otherwise parses the SQL on every call,
 // which costs more than the lookup itself.
 func (db *DB) hotRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return db.hotRowOn(ctx, db.sql, query, args...)
-}
-
-// keyedRow is hotRow on the keyed pool (sqldb.DB.Keyed), for statements
-// whose plans must go by key however small their tables were when the
-// plan was made.
-func (db *DB) keyedRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return db.hotRowOn(ctx, db.keyed, query, args...)
-}
-
-func (db *DB) hotRowOn(ctx context.Context, pool *sql.DB, query string, args ...any) *sql.Row {
-	st, err := db.preparedOn(ctx, pool, query)
+	st, err := db.prepared(ctx, query)
 	if err != nil {
-		return pool.QueryRowContext(ctx, query, args...) // reports the error
+		return db.sql.QueryRowContext(ctx, query, args...) // reports the error
 	}
 	return st.QueryRowContext(ctx, args...)
-}
-
-// stmtKey names a prepared statement: its pool and its query.
-type stmtKey struct {
-	pool  *sql.DB
-	query string
 }
 
 // hotQuery is hotRow for a query of several rows.
@@ -132,38 +88,10 @@ func (db *DB) hotQuery(ctx context.Context, query string, args ...any) (*sql.Row
 	return st.QueryContext(ctx, args...)
 }
 
-// prepared returns the statement for query, prepared once on db. The
-// preparation runs without the lock: it needs a connection of its own,
-// and with a bounded pool every connection may belong to a transaction
-// waiting for this very statement.
+// prepared returns the statement for query, prepared once on db.sql
+// (sqldb.DB.Prepared).
 func (db *DB) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
-	return db.preparedOn(ctx, db.sql, query)
-}
-
-// preparedOn is prepared on a pool of db: db.sql or db.keyed.
-func (db *DB) preparedOn(ctx context.Context, pool *sql.DB, query string) (*sql.Stmt, error) {
-	key := stmtKey{pool, query}
-	db.stmtMu.Lock()
-	st, ok := db.stmts[key]
-	db.stmtMu.Unlock()
-	if ok {
-		return st, nil
-	}
-	st, err := pool.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	db.stmtMu.Lock()
-	defer db.stmtMu.Unlock()
-	if first, ok := db.stmts[key]; ok {
-		st.Close() // another caller was first
-		return first, nil
-	}
-	if db.stmts == nil {
-		db.stmts = map[stmtKey]*sql.Stmt{}
-	}
-	db.stmts[key] = st
-	return st, nil
+	return db.base.Prepared(ctx, db.sql, query)
 }
 
 // postgresMaxConns bounds the server's PostgreSQL connections.

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"time"
+
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // Team owns projects and team workers.
@@ -89,15 +91,5 @@ func (db *DB) DeleteTeam(ctx context.Context, id string) error {
 
 // affectedOne turns "no row changed" into ErrNotFound.
 func affectedOne(res sql.Result, err error, format string, args ...any) error {
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return notFound(format, args...)
-	}
-	return nil
+	return sqldb.AffectedOne(res, err, format, args...)
 }

@@ -13,6 +13,12 @@ func (db *DB) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return db.base.InTx(ctx, fn)
 }
 
+// jobTx is inTx retried after a deadlock or serialization failure
+// (sqldb.DB.InTxRetrying).
+func (db *DB) jobTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return db.base.InTxRetrying(ctx, fn)
+}
+
 // runTx runs fn in tx, which BeginTx returned with err, and commits when
 // fn returns nil, else rolls back.
 func runTx(tx *sql.Tx, err error, fn func(tx *sql.Tx) error) error { return sqldb.RunTx(tx, err, fn) }
@@ -35,4 +41,9 @@ func collect[T any](rows *sql.Rows, err error, scan func(*sql.Rows) (T, error)) 
 // with the write transactions.
 func (db *DB) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	return db.base.Exec(ctx, query, args...)
+}
+
+func scanString(r *sql.Rows) (string, error) {
+	var s string
+	return s, r.Scan(&s)
 }

@@ -16,6 +16,7 @@ import (
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/wire"
 )
 
@@ -28,11 +29,11 @@ func (j evalJobs) HandleJobMessage(*authority.LiveWorker, wire.ClientMessage) {}
 func (j evalJobs) SessionEnded(*authority.LiveWorker, string)                 {}
 
 func (j evalJobs) StartEvaluation(ctx context.Context, in storage.NewEvaluation) (storage.Evaluation, error) {
-	return j.db.CreateEvaluation(ctx, in)
+	return jobqueue.New(j.db).CreateEvaluation(ctx, in)
 }
 
 func (j evalJobs) CancelEvaluation(ctx context.Context, id string) error {
-	_, err := j.db.CancelEvaluation(ctx, id)
+	_, err := jobqueue.New(j.db).CancelEvaluation(ctx, id)
 	return err
 }
 
@@ -94,14 +95,15 @@ func evalGitRepo(t *testing.T) (string, string) {
 // evaluation and returns the evaluation and the job.
 func flakeJobOf(t *testing.T, db *storage.DB, projectID string, skip int) (storage.Evaluation, string) {
 	t.Helper()
+	queue := jobqueue.New(db)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		evals, err := db.ListEvaluations(t.Context(), projectID, 0)
+		evals, err := queue.ListEvaluations(t.Context(), projectID, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(evals) > skip {
-			jobs, err := db.PendingJobs(t.Context())
+			jobs, err := queue.PendingJobs(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,6 +124,7 @@ func flakeJobOf(t *testing.T, db *storage.DB, projectID string, skip int) (stora
 // entry point) depending on lib; lib builds, hello fails permanently.
 func playEvaluation(t *testing.T, db *storage.DB, projectID, worker string) (ev storage.Evaluation, hello, lib string) {
 	t.Helper()
+	queue := jobqueue.New(db)
 	ctx := t.Context()
 	ev, flake := flakeJobOf(t, db, projectID, 0)
 	must := func(err error) {
@@ -130,36 +133,36 @@ func playEvaluation(t *testing.T, db *storage.DB, projectID, worker string) (ev 
 			t.Fatal(err)
 		}
 	}
-	a, err := db.ClaimJob(ctx, flake, worker)
+	a, err := queue.ClaimJob(ctx, flake, worker)
 	must(err)
-	must(db.AppendJobLog(ctx, flake, []byte("evaluating\n")))
+	must(queue.AppendJobLog(ctx, flake, []byte("evaluating\n")))
 	drv := func(n string) string { return "/nix/store/" + strings.Repeat("a", 32) + "-" + n + ".drv" }
 	out := func(n string) string { return "/nix/store/" + strings.Repeat("b", 32) + "-" + n }
-	must(db.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{
+	must(queue.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{
 		{Attr: "packages.x86_64-linux.hello", DrvPath: drv("hello-2.12"), Architecture: "x86_64-linux",
 			Outputs: []storage.BuildOutputPath{{Name: "out", Path: out("hello-2.12")}}, Dependencies: []string{drv("lib-1.0")}},
 		{DrvPath: drv("lib-1.0"), Architecture: "x86_64-linux", Outputs: []storage.BuildOutputPath{{Name: "out", Path: out("lib-1.0")}}},
 	}))
-	ready, err := db.CompleteFlakeJob(ctx, a)
+	ready, err := queue.CompleteFlakeJob(ctx, a)
 	must(err)
 	next := func(ids []string) storage.PendingJob {
 		t.Helper()
-		jobs, err := db.PendingJobsByID(ctx, ids)
+		jobs, err := queue.PendingJobsByID(ctx, ids)
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("ready %v: %v", jobs, err)
 		}
 		return jobs[0]
 	}
 	libJob := next(ready)
-	a, err = db.ClaimJob(ctx, libJob.JobID, worker)
+	a, err = queue.ClaimJob(ctx, libJob.JobID, worker)
 	must(err)
-	ready, err = db.CompleteBuild(ctx, a, []storage.BuildOutputInfo{{Name: "out", StorePath: out("lib-1.0")}})
+	ready, err = queue.CompleteBuild(ctx, a, []storage.BuildOutputInfo{{Name: "out", StorePath: out("lib-1.0")}})
 	must(err)
 	helloJob := next(ready)
-	a, err = db.ClaimJob(ctx, helloJob.JobID, worker)
+	a, err = queue.ClaimJob(ctx, helloJob.JobID, worker)
 	must(err)
-	must(db.AppendJobLog(ctx, helloJob.JobID, []byte("building hello\nerror: boom\n")))
-	_, _, err = db.FailJob(ctx, a, storage.FailurePermanent, "builder failed\nwith exit code 1", 3)
+	must(queue.AppendJobLog(ctx, helloJob.JobID, []byte("building hello\nerror: boom\n")))
+	_, _, err = queue.FailJob(ctx, a, storage.FailurePermanent, "builder failed\nwith exit code 1", 3)
 	must(err)
 	return ev, helloJob.BuildID, libJob.BuildID
 }
@@ -280,11 +283,11 @@ func TestEvalStartWait(t *testing.T) {
 	// An evaluation without builds succeeds: exit 0 and its summary.
 	done := wait()
 	ev, flake := flakeJobOf(t, s.db, p.ID, 0)
-	a, err := s.db.ClaimJob(t.Context(), flake, storage.NewID())
+	a, err := jobqueue.New(s.db).ClaimJob(t.Context(), flake, storage.NewID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.db.CompleteFlakeJob(t.Context(), a); err != nil {
+	if _, err := jobqueue.New(s.db).CompleteFlakeJob(t.Context(), a); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
@@ -298,10 +301,10 @@ func TestEvalStartWait(t *testing.T) {
 	// final evaluation only.
 	done = wait("--json")
 	ev, flake = flakeJobOf(t, s.db, p.ID, 1)
-	if a, err = s.db.ClaimJob(t.Context(), flake, storage.NewID()); err != nil {
+	if a, err = jobqueue.New(s.db).ClaimJob(t.Context(), flake, storage.NewID()); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.db.FailJob(t.Context(), a, storage.FailurePermanent, "flake.nix: syntax error", 3); err != nil {
+	if _, _, err := jobqueue.New(s.db).FailJob(t.Context(), a, storage.FailurePermanent, "flake.nix: syntax error", 3); err != nil {
 		t.Fatal(err)
 	}
 	r = <-done

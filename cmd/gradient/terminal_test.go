@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 // hostileLog is what a build may print to take over the operator's
@@ -79,6 +80,7 @@ func TestTerminalGetsNoEscapesFromABuild(t *testing.T) {
 // an error that holds escapes too. It returns the build's ID.
 func hostileBuild(t *testing.T, db *storage.DB, projectID string) string {
 	t.Helper()
+	queue := jobqueue.New(db)
 	ctx := t.Context()
 	must := func(err error) {
 		t.Helper()
@@ -88,24 +90,24 @@ func hostileBuild(t *testing.T, db *storage.DB, projectID string) string {
 	}
 	worker := storage.NewID()
 	ev, flake := flakeJobOf(t, db, projectID, 0)
-	a, err := db.ClaimJob(ctx, flake, worker)
+	a, err := queue.ClaimJob(ctx, flake, worker)
 	must(err)
-	must(db.AppendJobLog(ctx, flake, []byte("evaluating\n"+hostileLog)))
+	must(queue.AppendJobLog(ctx, flake, []byte("evaluating\n"+hostileLog)))
 	drv := "/nix/store/" + strings.Repeat("a", 32) + "-hello-2.12.drv"
-	must(db.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{
+	must(queue.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{
 		{Attr: "packages.x86_64-linux.hello", DrvPath: drv, Architecture: "x86_64-linux",
 			Outputs: []storage.BuildOutputPath{{Name: "out", Path: "/nix/store/" + strings.Repeat("b", 32) + "-hello-2.12"}}},
 	}))
-	ready, err := db.CompleteFlakeJob(ctx, a)
+	ready, err := queue.CompleteFlakeJob(ctx, a)
 	must(err)
-	jobs, err := db.PendingJobsByID(ctx, ready)
+	jobs, err := queue.PendingJobsByID(ctx, ready)
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("ready %v: %v", jobs, err)
 	}
-	a, err = db.ClaimJob(ctx, jobs[0].JobID, worker)
+	a, err = queue.ClaimJob(ctx, jobs[0].JobID, worker)
 	must(err)
-	must(db.AppendJobLog(ctx, jobs[0].JobID, []byte(hostileLog)))
-	_, _, err = db.FailJob(ctx, a, storage.FailurePermanent, "builder failed \x1b]0;pwned-title\x07\x1b[2J", 3)
+	must(queue.AppendJobLog(ctx, jobs[0].JobID, []byte(hostileLog)))
+	_, _, err = queue.FailJob(ctx, a, storage.FailurePermanent, "builder failed \x1b]0;pwned-title\x07\x1b[2J", 3)
 	must(err)
 	return jobs[0].BuildID
 }

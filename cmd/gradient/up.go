@@ -38,6 +38,7 @@ import (
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
@@ -294,6 +295,7 @@ type upRun struct {
 	start   time.Time
 
 	db      *storage.DB
+	queue   *jobqueue.Queue // progress and cancel of the evaluations
 	sched   *scheduler.Scheduler
 	srv     *server.Server
 	httpSrv *http.Server
@@ -349,6 +351,7 @@ func (u *upRun) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	u.queue = jobqueue.New(u.db)
 	if nixErr != nil {
 		return nixErr
 	}
@@ -435,13 +438,13 @@ func (u *upRun) prepareDatabase(ctx context.Context, flakeLabel string) error {
 		return err
 	}
 	for _, p := range projects {
-		evals, err := u.db.ListEvaluations(ctx, p.ID, 1000)
+		evals, err := u.queue.ListEvaluations(ctx, p.ID, 1000)
 		if err != nil {
 			return err
 		}
 		for _, ev := range evals {
 			if !ev.Status.Terminal() {
-				if _, err := u.db.CancelEvaluation(ctx, ev.ID); err != nil {
+				if _, err := u.queue.CancelEvaluation(ctx, ev.ID); err != nil {
 					return fmt.Errorf("cancelling evaluation %s of an earlier run: %w", ev.ID, err)
 				}
 			}

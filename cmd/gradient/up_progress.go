@@ -50,7 +50,7 @@ func (u *upRun) evaluate(ctx context.Context) int {
 	var lastMark storage.BuildsMark
 	for {
 		if !lastRead.IsZero() {
-			if cur, err := u.db.Evaluation(ctx, ev.ID); err == nil && !cur.Status.Terminal() && cur.Status == lastEval {
+			if cur, err := u.queue.Evaluation(ctx, ev.ID); err == nil && !cur.Status.Terminal() && cur.Status == lastEval {
 				unchanged := true
 				if time.Since(lastRead) >= u.opts.poll {
 					mark, err := u.db.EvaluationBuildsMark(ctx, ev.ID)
@@ -151,11 +151,11 @@ func upEventOrder(changed, all []storage.Build) []storage.Build {
 }
 
 func (u *upRun) readEvaluation(ctx context.Context, id string) (storage.Evaluation, []storage.Build, error) {
-	ev, err := u.db.Evaluation(ctx, id)
+	ev, err := u.queue.Evaluation(ctx, id)
 	if err != nil {
 		return ev, nil, err
 	}
-	builds, err := u.db.EvaluationBuilds(ctx, id)
+	builds, err := u.queue.EvaluationBuilds(ctx, id)
 	if err != nil {
 		return ev, nil, err
 	}
@@ -226,7 +226,7 @@ func (u *upRun) interrupted(ctx context.Context, evalID string) int {
 func (u *upRun) printEvalMessages(evalID string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	text, err := u.db.EvaluationLog(ctx, evalID)
+	text, err := u.queue.EvaluationLog(ctx, evalID)
 	if err != nil {
 		return 0
 	}
@@ -267,7 +267,7 @@ func (u *upRun) verdict(ev storage.Evaluation, builds []storage.Build, evalError
 	if len(builds) == 0 {
 		if ev.Status == storage.EvaluationFailed {
 			fmt.Fprintf(u.stderr, "\ngradient up: the evaluation failed: %s\n", ev.Error)
-			if text, err := u.db.EvaluationLog(ctx, ev.ID); err == nil {
+			if text, err := u.queue.EvaluationLog(ctx, ev.ID); err == nil {
 				u.printTail("evaluation log", text)
 			}
 		} else if evalErrors > 0 {
@@ -310,7 +310,7 @@ func (u *upRun) verdict(ev storage.Evaluation, builds []storage.Build, evalError
 			fmt.Fprintf(u.stderr, ", %s", b.FailureKind)
 		}
 		fmt.Fprintf(u.stderr, "): %s\n", upFirstLine(b.Error))
-		if text, err := u.db.BuildLog(ctx, b.ID); err == nil {
+		if text, err := u.queue.BuildLog(ctx, b.ID); err == nil {
 			u.printTail("log of "+upShortAttr(b), text)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/worker"
 )
 
@@ -115,13 +116,14 @@ func RunWorker(tb testing.TB, cfg worker.Config) {
 func WaitForEvaluation(tb testing.TB, db *storage.DB, id, what string, timeout time.Duration,
 	cond func(storage.Evaluation, []storage.Build) bool) (storage.Evaluation, []storage.Build) {
 	tb.Helper()
+	jobs := jobqueue.New(db)
 	deadline := time.Now().Add(timeout)
 	for {
-		ev, err := db.Evaluation(tb.Context(), id)
+		ev, err := jobs.Evaluation(tb.Context(), id)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		builds, err := db.EvaluationBuilds(tb.Context(), id)
+		builds, err := jobs.EvaluationBuilds(tb.Context(), id)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -133,7 +135,7 @@ func WaitForEvaluation(tb testing.TB, db *storage.DB, id, what string, timeout t
 			for _, b := range builds {
 				states = append(states, b.Attr+"="+string(b.Status)+"/"+string(b.FailureKind)+" "+b.Error)
 			}
-			log, _ := db.EvaluationLog(tb.Context(), id)
+			log, _ := jobs.EvaluationLog(tb.Context(), id)
 			tb.Fatalf("evaluation %s: %s did not happen within %s (status %s, error %q, builds %v)\nlog:\n%s",
 				id, what, timeout, ev.Status, ev.Error, states, log)
 		}

@@ -27,6 +27,7 @@ import (
 	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
@@ -229,16 +230,16 @@ func TestEndToEndFromZeroVMs(t *testing.T) {
 	// The VM's worker builds the flake through the proxy.
 	var builds []storage.Build
 	waitfor.True(t, "the evaluation built on the VM", func() bool {
-		got, err := db.Evaluation(ctx, ev.ID)
+		got, err := jobqueue.New(db).Evaluation(ctx, ev.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got.Status.Terminal() {
 			if got.Status != storage.EvaluationSucceeded {
-				log, _ := db.EvaluationLog(ctx, ev.ID)
+				log, _ := jobqueue.New(db).EvaluationLog(ctx, ev.ID)
 				t.Fatalf("evaluation %s: %s\nlog:\n%s", got.Status, got.Error, log)
 			}
-			if builds, err = db.EvaluationBuilds(ctx, ev.ID); err != nil {
+			if builds, err = jobqueue.New(db).EvaluationBuilds(ctx, ev.ID); err != nil {
 				t.Fatal(err)
 			}
 			return true

@@ -28,6 +28,7 @@ import (
 	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
@@ -259,7 +260,7 @@ func TestEvaluationBuildsBehindTheProxy(t *testing.T) {
 	ev, builds := w.waitFor(w.evaluate("packages.x86_64-linux.*").ID, "the end", 3*time.Minute,
 		func(ev storage.Evaluation, _ []storage.Build) bool { return ev.Status.Terminal() })
 	if ev.Status != storage.EvaluationSucceeded {
-		log, _ := w.db.EvaluationLog(t.Context(), ev.ID)
+		log, _ := jobqueue.New(w.db).EvaluationLog(t.Context(), ev.ID)
 		t.Fatalf("evaluation %s: %s\nlog:\n%s", ev.Status, ev.Error, log)
 	}
 	b := byAttr(builds)

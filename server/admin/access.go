@@ -123,7 +123,7 @@ type RestartView struct {
 
 func (a *API) restartFailed(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	e, err := a.db.Evaluation(ctx, r.PathValue("id"))
+	e, err := a.queue.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (a *API) restartFailed(w http.ResponseWriter, r *http.Request) error {
 	}
 	n, err := ctl.RestartFailedBuilds(ctx, e.ID)
 	if err == nil {
-		e, err = a.db.Evaluation(ctx, e.ID)
+		e, err = a.queue.Evaluation(ctx, e.ID)
 	}
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"gradient.dev/gradient/internal/authgate"
 	"gradient.dev/gradient/secret"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 // The operator's JSON API, under /api/v1. Every request carries
@@ -184,9 +185,10 @@ type Config struct {
 
 // API serves the admin endpoints of one server.
 type API struct {
-	cfg Config
-	db  *storage.DB
-	log *slog.Logger
+	cfg   Config
+	db    *storage.DB
+	queue *jobqueue.Queue
+	log   *slog.Logger
 	// tokens checks the admin token: each argon2id check takes ~19 MiB,
 	// so at most a few run at once, and the token that matched is
 	// remembered, so the operator's requests skip the queue that wrong
@@ -205,7 +207,7 @@ func New(cfg Config) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &API{cfg: cfg, db: cfg.DB, log: cfg.Logger, tokens: secret.NewVerifier(adminVerifyConcurrency)}
+	a := &API{cfg: cfg, db: cfg.DB, queue: jobqueue.New(cfg.DB), log: cfg.Logger, tokens: secret.NewVerifier(adminVerifyConcurrency)}
 	a.tokens.Observe = cfg.ObserveTokenCheck
 	return a
 }

@@ -258,7 +258,7 @@ func (a *API) listEvaluations(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	evals, err := a.db.ListEvaluations(ctx, p.ID, limit)
+	evals, err := a.queue.ListEvaluations(ctx, p.ID, limit)
 	if err != nil {
 		return err
 	}
@@ -273,11 +273,11 @@ func (a *API) listEvaluations(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) showEvaluation(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	e, err := a.db.Evaluation(ctx, r.PathValue("id"))
+	e, err := a.queue.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	builds, err := a.db.EvaluationBuilds(ctx, e.ID)
+	builds, err := a.queue.EvaluationBuilds(ctx, e.ID)
 	if err != nil {
 		return err
 	}
@@ -292,7 +292,7 @@ func (a *API) showEvaluation(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) cancelEvaluation(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	e, err := a.db.Evaluation(ctx, r.PathValue("id"))
+	e, err := a.queue.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -303,7 +303,7 @@ func (a *API) cancelEvaluation(w http.ResponseWriter, r *http.Request) error {
 	if err := ctl.CancelEvaluation(ctx, e.ID); err != nil {
 		return err
 	}
-	if e, err = a.db.Evaluation(ctx, e.ID); err != nil {
+	if e, err = a.queue.Evaluation(ctx, e.ID); err != nil {
 		return err
 	}
 	a.log.Info("admin: evaluation cancelled", "evaluation", e.ID, "status", e.Status)
@@ -312,7 +312,7 @@ func (a *API) cancelEvaluation(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) showBuild(w http.ResponseWriter, r *http.Request) error {
-	b, err := a.db.Build(r.Context(), r.PathValue("id"))
+	b, err := a.queue.Build(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -321,13 +321,13 @@ func (a *API) showBuild(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) buildLog(w http.ResponseWriter, r *http.Request) error {
-	log, err := a.db.BuildLog(r.Context(), r.PathValue("id"))
+	log, err := a.queue.BuildLog(r.Context(), r.PathValue("id"))
 	a.writeLog(w, r, log, err)
 	return nil
 }
 
 func (a *API) evaluationLog(w http.ResponseWriter, r *http.Request) error {
-	log, err := a.db.EvaluationLog(r.Context(), r.PathValue("id"))
+	log, err := a.queue.EvaluationLog(r.Context(), r.PathValue("id"))
 	a.writeLog(w, r, log, err)
 	return nil
 }

@@ -237,7 +237,7 @@ func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request) error 
 
 func (a *API) approveEvaluation(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	e, err := a.db.Evaluation(ctx, r.PathValue("id"))
+	e, err := a.queue.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -256,7 +256,7 @@ func (a *API) approveEvaluation(w http.ResponseWriter, r *http.Request) error {
 	if a.cfg.StatusesChanged != nil {
 		a.cfg.StatusesChanged()
 	}
-	if e, err = a.db.Evaluation(ctx, e.ID); err != nil {
+	if e, err = a.queue.Evaluation(ctx, e.ID); err != nil {
 		return err
 	}
 	a.log.Info("admin: evaluation approved", "evaluation", e.ID, "pr", e.PRNumber)

@@ -21,6 +21,7 @@ import (
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/limit"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 // Sessions is what the cache needs of the authority (authority.Authority
@@ -111,6 +112,7 @@ type PresignOptions struct {
 type Cache struct {
 	cfg      Config
 	db       *storage.DB
+	queue    *jobqueue.Queue // the builds' derivations (BuiltDerivations)
 	log      *slog.Logger
 	metrics  *binaryCacheMetrics
 	gate     *authgate.Gate
@@ -136,6 +138,7 @@ func New(cfg Config) *Cache {
 	c := &Cache{
 		cfg:            cfg,
 		db:             cfg.DB,
+		queue:          jobqueue.New(cfg.DB),
 		log:            cfg.Logger,
 		metrics:        newBinaryCacheMetrics(),
 		gate:           cfg.Gate,

@@ -21,6 +21,7 @@ import (
 	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/wire"
 )
 
@@ -283,18 +284,19 @@ func dialCacheSession(ctx context.Context, baseWS, cache, authorization string) 
 // It returns the output path.
 func buildDerivation(t *testing.T, db *storage.DB, projectID, drv string) string {
 	t.Helper()
+	queue := jobqueue.New(db)
 	ctx := t.Context()
-	ev, err := db.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: projectID, RepositoryURL: "https://example.invalid/x.git", Commit: "c0ffee"})
+	ev, err := queue.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: projectID, RepositoryURL: "https://example.invalid/x.git", Commit: "c0ffee"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	claim := func() string {
 		t.Helper()
-		jobs, err := db.PendingJobs(ctx)
+		jobs, err := queue.PendingJobs(ctx)
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("pending jobs %+v, %v", jobs, err)
 		}
-		id, err := db.ClaimJob(ctx, jobs[0].JobID, storage.NewID())
+		id, err := queue.ClaimJob(ctx, jobs[0].JobID, storage.NewID())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,14 +304,14 @@ func buildDerivation(t *testing.T, db *storage.DB, projectID, drv string) string
 	}
 	flake := claim()
 	out := testStorePath("x-out")
-	if err := db.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{{Attr: "x", DrvPath: drv, Architecture: "x86_64-linux",
+	if err := queue.AddDiscoveredDerivations(ctx, ev.ID, []storage.DiscoveredBuild{{Attr: "x", DrvPath: drv, Architecture: "x86_64-linux",
 		Outputs: []storage.BuildOutputPath{{Name: "out", Path: out}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.CompleteFlakeJob(ctx, flake); err != nil {
+	if _, err := queue.CompleteFlakeJob(ctx, flake); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.CompleteBuild(ctx, claim(), []storage.BuildOutputInfo{{Name: "out", StorePath: out}}); err != nil {
+	if _, err := queue.CompleteBuild(ctx, claim(), []storage.BuildOutputInfo{{Name: "out", StorePath: out}}); err != nil {
 		t.Fatal(err)
 	}
 	return out

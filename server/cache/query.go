@@ -218,7 +218,7 @@ func (c *Conn) goKnownDerivations(q *wire.QueryKnownDerivations) {
 		// reads, not merely a cached .drv: a walk that stopped at a
 		// derivation still to be built would leave its dependents without
 		// their inputs.
-		built, err := c.s.db.BuiltDerivations(ctx, drvs)
+		built, err := c.s.queue.BuiltDerivations(ctx, drvs)
 		var outputs []string
 		for _, paths := range built {
 			outputs = append(outputs, paths...)

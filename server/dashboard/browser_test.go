@@ -25,6 +25,7 @@ import (
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
 	"gradient.dev/gradient/worker/nixexec"
@@ -146,8 +147,8 @@ func TestDashboardInBrowser(t *testing.T) {
 			return true
 		}
 		if time.Since(progress) > 5*time.Second {
-			b, err := w.db.Build(t.Context(), slow)
-			stored, _ := w.db.BuildLog(t.Context(), slow)
+			b, err := jobqueue.New(w.db).Build(t.Context(), slow)
+			stored, _ := jobqueue.New(w.db).BuildLog(t.Context(), slow)
 			t.Logf("no line streamed for 5 s (page shows %d ticks; stored: status %v, %d bytes, error %v): loading the page again", n, b.Status, len(stored), err)
 			w.Do(chromedp.Navigate(w.base + "/builds/" + slow))
 			first, progress = -1, time.Now()
@@ -159,7 +160,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	w.Shot("build-live")
 	// Streamed to the end: the page holds the stored log, each line once.
 	w.WaitText("#log-live", "The build ended: succeeded")
-	stored, err := w.db.BuildLog(t.Context(), slow)
+	stored, err := jobqueue.New(w.db).BuildLog(t.Context(), slow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	in := w.project.EvaluationAt(w.commit)
 	in.Wildcards = []string{"packages.x86_64-linux.flaky"}
 	in.Source, in.PRNumber, in.TargetBranch, in.AwaitApproval = storage.SourcePR, 3, "master", true
-	pr, err := w.db.CreateEvaluation(t.Context(), in)
+	pr, err := jobqueue.New(w.db).CreateEvaluation(t.Context(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ func (w *browserWorld) buildID(evalURL, attr string, status storage.BuildStatus)
 	evalID := evalURL[strings.LastIndex(evalURL, "/")+1:]
 	var id string
 	w.Until(attr+" "+string(status), func() bool {
-		builds, err := w.db.EvaluationBuilds(w.t.Context(), evalID)
+		builds, err := jobqueue.New(w.db).EvaluationBuilds(w.t.Context(), evalID)
 		if err != nil {
 			w.t.Fatal(err)
 		}

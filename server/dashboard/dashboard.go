@@ -21,6 +21,7 @@ import (
 	"gradient.dev/gradient/internal/webui"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 //go:embed templates/*.html
@@ -53,6 +54,7 @@ type Config struct {
 type Dashboard struct {
 	cfg   Config
 	db    *storage.DB
+	queue *jobqueue.Queue
 	log   *slog.Logger
 	pages map[string]*template.Template
 	logs  *logHub
@@ -69,8 +71,8 @@ func New(cfg Config) *Dashboard {
 	if cfg.LogPoll <= 0 {
 		cfg.LogPoll = 250 * time.Millisecond
 	}
-	d := &Dashboard{cfg: cfg, db: cfg.DB, log: cfg.Logger, pages: parsePages()}
-	d.logs = newLogHub(cfg.DB, cfg.Logger, cfg.LogPoll)
+	d := &Dashboard{cfg: cfg, db: cfg.DB, queue: jobqueue.New(cfg.DB), log: cfg.Logger, pages: parsePages()}
+	d.logs = newLogHub(d.queue, cfg.Logger, cfg.LogPoll)
 	return d
 }
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/internal/termsafe"
-	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 // Live build logs over Server-Sent Events. One tail per watched build
@@ -40,7 +40,7 @@ const (
 
 // logHub holds the tails of the builds being watched.
 type logHub struct {
-	db   *storage.DB
+	jobs *jobqueue.Queue
 	log  *slog.Logger
 	poll time.Duration
 
@@ -49,8 +49,8 @@ type logHub struct {
 	watchers int
 }
 
-func newLogHub(db *storage.DB, log *slog.Logger, poll time.Duration) *logHub {
-	return &logHub{db: db, log: log, poll: poll, tails: map[string]*tail{}}
+func newLogHub(jobs *jobqueue.Queue, log *slog.Logger, poll time.Duration) *logHub {
+	return &logHub{jobs: jobs, log: log, poll: poll, tails: map[string]*tail{}}
 }
 
 // tail is one build's log as far as read. Lock order: logHub.mu before
@@ -113,10 +113,10 @@ func (h *logHub) read(t *tail) {
 		}
 		// The status is read before the chunks: a build that ended had
 		// its log written out first, so no chunk comes after this read.
-		b, err := h.db.Build(ctx, t.buildID)
-		var chunks []storage.LogChunk
+		b, err := h.jobs.Build(ctx, t.buildID)
+		var chunks []jobqueue.LogChunk
 		if err == nil {
-			chunks, err = h.db.BuildLogChunks(ctx, t.buildID, after, tailChunks)
+			chunks, err = h.jobs.BuildLogChunks(ctx, t.buildID, after, tailChunks)
 		}
 		if err != nil {
 			h.log.Warn("dashboard: reading a build log failed", "build", t.buildID, "error", err)

@@ -16,6 +16,7 @@ import (
 	"gradient.dev/gradient/internal/termsafe"
 	"gradient.dev/gradient/server/admin"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 // buildsPerPage is the evaluation page's page of builds.
@@ -154,7 +155,7 @@ func (d *Dashboard) notReadable(w http.ResponseWriter, r *http.Request, v viewer
 // ---- overview ----
 
 type overviewData struct {
-	storage.Overview
+	jobqueue.Overview
 	BuildsPerMinute string
 	WorkersLive     int
 	WorkersBusy     int
@@ -169,7 +170,7 @@ type evalRow struct {
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, v viewer) {
 	ctx := r.Context()
-	o, err := d.db.ReadOverview(ctx, time.Now())
+	o, err := d.queue.ReadOverview(ctx, time.Now())
 	if err != nil {
 		d.internalError(w, r, v, err)
 		return
@@ -194,7 +195,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, v viewer) {
 		d.internalError(w, r, v, err)
 		return
 	}
-	recent, err := d.db.ListEvaluations(ctx, "", 20)
+	recent, err := d.queue.ListEvaluations(ctx, "", 20)
 	if err != nil {
 		d.internalError(w, r, v, err)
 		return
@@ -254,7 +255,7 @@ func (d *Dashboard) projects(w http.ResponseWriter, r *http.Request, v viewer) {
 	rows := make([]projectRow, 0, len(projects))
 	for _, p := range projects {
 		row := projectRow{ID: p.ID, Name: names[p.ID], Repository: gitsource.Redact(p.Repository), Branch: p.Branch, Public: public[p.ID]}
-		if e, err := d.db.LatestEvaluation(ctx, p.ID); err == nil {
+		if e, err := d.queue.LatestEvaluation(ctx, p.ID); err == nil {
 			ev := admin.EvaluationOf(e, row.Name)
 			row.Latest = &ev
 		}
@@ -296,7 +297,7 @@ func (d *Dashboard) project(w http.ResponseWriter, r *http.Request) {
 	if t, err := d.db.Team(ctx, p.TeamID); err == nil {
 		name = t.Name + "/" + p.Name
 	}
-	evals, err := d.db.ListEvaluations(ctx, p.ID, 50)
+	evals, err := d.queue.ListEvaluations(ctx, p.ID, 50)
 	if err != nil {
 		d.internalError(w, r, v, err)
 		return
@@ -304,7 +305,7 @@ func (d *Dashboard) project(w http.ResponseWriter, r *http.Request) {
 	data := projectData{ID: p.ID, Name: name, Repository: gitsource.Redact(p.Repository), Branch: p.Branch, Public: public, Wildcards: p.Wildcards}
 	for _, e := range evals {
 		row := evalRow{EvaluationView: admin.EvaluationOf(e, name)}
-		if row.Counts, err = d.db.BuildStatusCounts(ctx, e.ID); err != nil {
+		if row.Counts, err = d.queue.BuildStatusCounts(ctx, e.ID); err != nil {
 			d.internalError(w, r, v, err)
 			return
 		}
@@ -342,7 +343,7 @@ func (d *Dashboard) evaluation(w http.ResponseWriter, r *http.Request) {
 		d.internalError(w, r, v, err)
 		return
 	}
-	e, err := d.db.Evaluation(ctx, r.PathValue("id"))
+	e, err := d.queue.Evaluation(ctx, r.PathValue("id"))
 	if err != nil {
 		d.failErr(w, r, v, err)
 		return
@@ -356,21 +357,21 @@ func (d *Dashboard) evaluation(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	filter := storage.BuildStatus(q.Get("status"))
-	if filter != "" && !slices.Contains(storage.BuildPageOrder, filter) {
+	if filter != "" && !slices.Contains(jobqueue.BuildPageOrder, filter) {
 		d.fail(w, r, v, http.StatusBadRequest, "Unknown build status.")
 		return
 	}
-	cursor := storage.BuildCursor{Status: storage.BuildStatus(q.Get("after_status")), ID: q.Get("after")}
+	cursor := jobqueue.BuildCursor{Status: storage.BuildStatus(q.Get("after_status")), ID: q.Get("after")}
 	if (cursor.Status == "") != (cursor.ID == "") {
 		d.fail(w, r, v, http.StatusBadRequest, "Bad page cursor.")
 		return
 	}
-	builds, next, err := d.db.BuildsPage(ctx, e.ID, filter, cursor, buildsPerPage)
+	builds, next, err := d.queue.BuildsPage(ctx, e.ID, filter, cursor, buildsPerPage)
 	if err != nil {
 		d.failErr(w, r, v, err)
 		return
 	}
-	counts, err := d.db.BuildStatusCounts(ctx, e.ID)
+	counts, err := d.queue.BuildStatusCounts(ctx, e.ID)
 	if err != nil {
 		d.internalError(w, r, v, err)
 		return
@@ -384,7 +385,7 @@ func (d *Dashboard) evaluation(w http.ResponseWriter, r *http.Request) {
 	}
 	data := evaluationData{EvaluationView: admin.EvaluationOf(e, project), Branch: branch, Filter: filter, First: cursor.IsZero(),
 		Failed: counts[storage.BuildFailed], Cancellable: !e.Status.Terminal(), Waiting: e.Status == storage.EvaluationWaiting}
-	for _, s := range storage.BuildPageOrder {
+	for _, s := range jobqueue.BuildPageOrder {
 		data.Total += counts[s]
 		if counts[s] > 0 {
 			data.Counts = append(data.Counts, statusCount{Status: s, Text: strings.ReplaceAll(string(s), "_", " "), N: counts[s]})
@@ -438,12 +439,12 @@ func (d *Dashboard) readableBuild(w http.ResponseWriter, r *http.Request) (stora
 		d.internalError(w, r, v, err)
 		return storage.Build{}, storage.Evaluation{}, v, false
 	}
-	b, err := d.db.Build(ctx, r.PathValue("id"))
+	b, err := d.queue.Build(ctx, r.PathValue("id"))
 	if err != nil {
 		d.failErr(w, r, v, err)
 		return b, storage.Evaluation{}, v, false
 	}
-	e, err := d.db.Evaluation(ctx, b.EvaluationID)
+	e, err := d.queue.Evaluation(ctx, b.EvaluationID)
 	if err != nil {
 		d.failErr(w, r, v, err)
 		return b, e, v, false
@@ -464,7 +465,7 @@ func (d *Dashboard) build(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	log, err := d.db.BuildLog(ctx, b.ID)
+	log, err := d.queue.BuildLog(ctx, b.ID)
 	if err != nil {
 		d.internalError(w, r, v, err)
 		return
@@ -554,7 +555,7 @@ func (d *Dashboard) buildLog(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	log, err := d.db.BuildLog(r.Context(), b.ID)
+	log, err := d.queue.BuildLog(r.Context(), b.ID)
 	if err != nil {
 		d.internalError(w, r, v, err)
 		return

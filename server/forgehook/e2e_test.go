@@ -12,6 +12,7 @@ import (
 	"gradient.dev/gradient/server/forge"
 	"gradient.dev/gradient/server/forge/forgetest"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 // End to end with a real worker on real Nix: each test delivers a signed
@@ -90,7 +91,7 @@ func TestForkPullRequestApprovedByOperator(t *testing.T) {
 	})
 	// Nothing runs while it waits, workers or not.
 	time.Sleep(500 * time.Millisecond)
-	if e, _ := w.db.Evaluation(t.Context(), evals[0].ID); e.Status != storage.EvaluationWaiting {
+	if e, _ := jobqueue.New(w.db).Evaluation(t.Context(), evals[0].ID); e.Status != storage.EvaluationWaiting {
 		t.Fatalf("before approval: %s", e.Status)
 	}
 	var view admin.EvaluationView
@@ -100,7 +101,7 @@ func TestForkPullRequestApprovedByOperator(t *testing.T) {
 	if last := got[len(got)-1]; last.State != "success" {
 		t.Fatalf("statuses %+v", got)
 	}
-	if e, _ := w.db.Evaluation(t.Context(), evals[0].ID); e.PRNumber != 7 || e.Commit != head {
+	if e, _ := jobqueue.New(w.db).Evaluation(t.Context(), evals[0].ID); e.PRNumber != 7 || e.Commit != head {
 		t.Fatalf("evaluation %+v", e)
 	}
 }
@@ -144,7 +145,7 @@ func TestPullRequestNewHeadCancelsARunningEvaluation(t *testing.T) {
 	}
 	building := func(evalID string) func() bool {
 		return func() bool {
-			builds, err := w.db.EvaluationBuilds(t.Context(), evalID)
+			builds, err := jobqueue.New(w.db).EvaluationBuilds(t.Context(), evalID)
 			return err == nil && len(builds) == 1 && builds[0].Status == storage.BuildBuilding
 		}
 	}
@@ -162,7 +163,7 @@ func TestPullRequestNewHeadCancelsARunningEvaluation(t *testing.T) {
 	if len(evals) != 2 || evals[0].Commit != a || evals[0].Status != storage.EvaluationCancelled || evals[1].Commit != b {
 		t.Fatalf("evaluations %+v: want the first head's cancelled and the new head's", evals)
 	}
-	builds, err := w.db.EvaluationBuilds(t.Context(), evals[0].ID)
+	builds, err := jobqueue.New(w.db).EvaluationBuilds(t.Context(), evals[0].ID)
 	if err != nil || len(builds) != 1 || builds[0].Status != storage.BuildCancelled {
 		t.Fatalf("the first head's builds %+v (%v): want its running build cancelled", builds, err)
 	}
@@ -175,7 +176,7 @@ func TestPullRequestNewHeadCancelsARunningEvaluation(t *testing.T) {
 	if e := w.evaluations()[1]; e.Status != storage.EvaluationCancelled {
 		t.Fatalf("after the pull request closed: %+v", e)
 	}
-	builds, err = w.db.EvaluationBuilds(t.Context(), evals[1].ID)
+	builds, err = jobqueue.New(w.db).EvaluationBuilds(t.Context(), evals[1].ID)
 	if err != nil || len(builds) != 1 || builds[0].Status != storage.BuildCancelled {
 		t.Fatalf("the new head's builds %+v (%v): want its running build cancelled", builds, err)
 	}

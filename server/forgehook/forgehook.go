@@ -32,6 +32,7 @@ import (
 	"gradient.dev/gradient/server/forge"
 	"gradient.dev/gradient/server/forgelink"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 )
 
 // Evaluations is what a delivery does to evaluations: the job loop.
@@ -68,6 +69,7 @@ type Hooks struct {
 	log     *slog.Logger
 	metrics *metrics
 	queue   chan approval
+	jobs    *jobqueue.Queue // pull requests' evaluations
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -89,7 +91,7 @@ func New(cfg Config) *Hooks {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Hooks{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Metrics), queue: make(chan approval, queueSize),
-		ctx: ctx, cancel: cancel}
+		jobs: jobqueue.New(cfg.DB), ctx: ctx, cancel: cancel}
 	h.wg.Add(1)
 	go h.runApprovals()
 	return h
@@ -270,7 +272,7 @@ func (h *Hooks) start(ctx context.Context, p storage.Project, in storage.NewEval
 // pullRequest evaluates a pull request's new head (cancelling its older
 // heads' evaluations) or cancels them when it closes.
 func (h *Hooks) pullRequest(ctx context.Context, p storage.Project, link storage.ForgeLink, pr *forge.PullRequest) (int, string) {
-	open, err := h.cfg.DB.PullRequestEvaluations(ctx, p.ID, pr.Number)
+	open, err := h.jobs.PullRequestEvaluations(ctx, p.ID, pr.Number)
 	if err != nil {
 		h.log.Error("forge webhook: reading the pull request's evaluations failed", "project_id", p.ID, "error", err)
 		return http.StatusInternalServerError, "reading evaluations failed"
@@ -349,7 +351,7 @@ func (h *Hooks) approve(ctx context.Context, a approval) {
 		h.metrics.approvals.WithLabelValues("refused").Inc()
 		return
 	}
-	evals, err := h.cfg.DB.PullRequestEvaluations(ctx, a.projectID, a.comment.PRNumber)
+	evals, err := h.jobs.PullRequestEvaluations(ctx, a.projectID, a.comment.PRNumber)
 	if err != nil {
 		h.log.Warn("forge webhook: reading the pull request's evaluations failed", "error", err)
 		return

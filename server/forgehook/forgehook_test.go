@@ -9,6 +9,7 @@ import (
 	"gradient.dev/gradient/server/forge"
 	"gradient.dev/gradient/server/forge/forgetest"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 )
 
@@ -121,7 +122,7 @@ func TestForkPullRequestApprovedByComment(t *testing.T) {
 	if len(evals) != 1 || evals[0].Status != storage.EvaluationWaiting || evals[0].PRNumber != 5 || evals[0].TargetBranch != "master" {
 		t.Fatalf("evaluations %+v, want one waiting for approval", evals)
 	}
-	if jobs, err := w.db.PendingJobs(t.Context()); err != nil || len(jobs) != 0 {
+	if jobs, err := jobqueue.New(w.db).PendingJobs(t.Context()); err != nil || len(jobs) != 0 {
 		t.Fatalf("jobs queued before approval: %d, %v", len(jobs), err)
 	}
 	waitfor.True(t, "the forge shows the wait", func() bool {
@@ -138,7 +139,7 @@ func TestForkPullRequestApprovedByComment(t *testing.T) {
 		t.Fatalf("comment: %d", code)
 	}
 	waitfor.True(t, "the maintainer's comment approves", func() bool {
-		e, err := w.db.Evaluation(t.Context(), evals[0].ID)
+		e, err := jobqueue.New(w.db).Evaluation(t.Context(), evals[0].ID)
 		return err == nil && e.Status == storage.EvaluationQueued
 	})
 	if v := w.metricValue("gradient_server_forge_comment_approvals_total", "result", "refused"); v != 1 {

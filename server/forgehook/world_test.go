@@ -25,6 +25,7 @@ import (
 	"gradient.dev/gradient/server/forge/forgetest"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
@@ -189,7 +190,7 @@ func (w *world) deliverTo(path string, h http.Header, body []byte) int {
 // evaluations lists the project's evaluations, oldest first.
 func (w *world) evaluations() []storage.Evaluation {
 	w.t.Helper()
-	list, err := w.db.ListEvaluations(w.t.Context(), w.project.ID, 0)
+	list, err := jobqueue.New(w.db).ListEvaluations(w.t.Context(), w.project.ID, 0)
 	if err != nil {
 		w.t.Fatal(err)
 	}

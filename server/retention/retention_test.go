@@ -16,6 +16,7 @@ import (
 	"gradient.dev/gradient/nixbase32"
 	"gradient.dev/gradient/server/retention"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 )
 
@@ -98,7 +99,7 @@ func (w *world) record(cache storage.Cache, path string, obj narstore.Object, re
 // eval records a finished evaluation whose one build has drv and outputs.
 func (w *world) eval(status storage.EvaluationStatus, drv string, outputs ...string) string {
 	w.t.Helper()
-	e, err := w.db.CreateEvaluation(w.ctx, storage.NewEvaluation{ProjectID: w.proj.ID, RepositoryURL: "https://example.com/r.git",
+	e, err := jobqueue.New(w.db).CreateEvaluation(w.ctx, storage.NewEvaluation{ProjectID: w.proj.ID, RepositoryURL: "https://example.com/r.git",
 		Commit: strings.Repeat("a", 40), Wildcards: []string{"packages.x86_64-linux.*"}})
 	if err != nil {
 		w.t.Fatal(err)

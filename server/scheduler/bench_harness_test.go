@@ -28,6 +28,7 @@ import (
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 )
@@ -399,7 +400,7 @@ func waitEvaluation(b testing.TB, db *storage.DB, id string, timeout time.Durati
 	b.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		ev, err := db.Evaluation(context.Background(), id)
+		ev, err := jobqueue.New(db).Evaluation(context.Background(), id)
 		if err != nil {
 			b.Fatal(err)
 		}

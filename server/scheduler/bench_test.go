@@ -23,6 +23,7 @@ import (
 	"gradient.dev/gradient/internal/gctune"
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/wire"
 )
 
@@ -97,7 +98,7 @@ func (r *dispatchRig) evaluate(b *testing.B, n int, chain bool) storage.Evaluati
 	wait := 2*time.Minute + time.Duration(n/1000)*10*time.Second
 	deadline := time.Now().Add(wait)
 	for {
-		builds, err := r.db.EvaluationBuilds(context.Background(), ev.ID)
+		builds, err := jobqueue.New(r.db).EvaluationBuilds(context.Background(), ev.ID)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -92,7 +92,7 @@ func (s *Scheduler) cachedOutputs(ctx context.Context, cacheIDs []string, builds
 func (s *Scheduler) admit(ctx context.Context, evalID string, cacheIDs []string, ids []string) int {
 	queued := 0
 	for len(ids) > 0 {
-		jobs, err := s.db.PendingJobsByID(ctx, ids)
+		jobs, err := s.queue.PendingJobsByID(ctx, ids)
 		if err != nil {
 			s.log.Warn("reading newly ready jobs failed; the next pass picks them up", "error", err)
 			return queued
@@ -106,7 +106,7 @@ func (s *Scheduler) admit(ctx context.Context, evalID string, cacheIDs []string,
 		var next []string
 		cached := s.cachedOutputs(ctx, cacheIDs, builds)
 		if len(cached) > 0 {
-			if next, err = s.db.MarkBuildsCached(ctx, evalID, cached); err != nil {
+			if next, err = s.queue.MarkBuildsCached(ctx, evalID, cached); err != nil {
 				s.log.Warn("recording cached builds failed; they will be built", "evaluation", evalID, "error", err)
 				cached, next = nil, nil
 			} else {
@@ -143,7 +143,7 @@ func (s *Scheduler) skipCachedWaiting(ctx context.Context, evalID string, cacheI
 	if len(cacheIDs) == 0 {
 		return nil
 	}
-	waiting, err := s.db.WaitingBuilds(ctx, evalID)
+	waiting, err := s.queue.WaitingBuilds(ctx, evalID)
 	if err != nil {
 		s.log.Warn("looking for cached outputs failed", "evaluation", evalID, "error", err)
 		return nil
@@ -156,7 +156,7 @@ func (s *Scheduler) skipCachedWaiting(ctx context.Context, evalID string, cacheI
 	if len(cached) == 0 {
 		return nil
 	}
-	ready, err := s.db.MarkBuildsCached(ctx, evalID, cached)
+	ready, err := s.queue.MarkBuildsCached(ctx, evalID, cached)
 	if err != nil {
 		s.log.Warn("recording cached builds failed; they will be built", "evaluation", evalID, "error", err)
 		return nil

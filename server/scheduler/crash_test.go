@@ -19,6 +19,7 @@ import (
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 )
 
@@ -157,7 +158,7 @@ func crashWorld(t *testing.T, dbURL string) *world {
 // process (the CLI through the API) would; the server's next pass finds it.
 func (w *world) createEvaluation(wildcards ...string) storage.Evaluation {
 	w.t.Helper()
-	ev, err := w.db.CreateEvaluation(w.t.Context(), storage.NewEvaluation{ProjectID: w.project.ID, RepositoryURL: w.repo, Commit: w.commit, Wildcards: wildcards})
+	ev, err := jobqueue.New(w.db).CreateEvaluation(w.t.Context(), storage.NewEvaluation{ProjectID: w.project.ID, RepositoryURL: w.repo, Commit: w.commit, Wildcards: wildcards})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestServerKilledWhileBuilding(t *testing.T) {
 			t.Errorf("build %s: %s", b.Attr, b.Status)
 		}
 	}
-	open, err := w.db.OpenAssignments(t.Context())
+	open, err := jobqueue.New(w.db).OpenAssignments(t.Context())
 	if err != nil || len(open) != 0 {
 		t.Errorf("open assignments after the evaluation ended: %+v, %v", open, err)
 	}

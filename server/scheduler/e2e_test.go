@@ -19,6 +19,7 @@ import (
 	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 	"gradient.dev/gradient/worker"
@@ -156,7 +157,7 @@ func TestExampleFlakeOnThreeWorkers(t *testing.T) {
 	w.repo, w.commit = nixtest.Repo(t, map[string]string{"flake.nix": string(examples.FlakeNix)})
 	ev, builds := w.waitDone(w.evaluate("packages.x86_64-linux.*").ID)
 	if ev.Status != storage.EvaluationSucceeded {
-		log, _ := w.db.EvaluationLog(t.Context(), ev.ID)
+		log, _ := jobqueue.New(w.db).EvaluationLog(t.Context(), ev.ID)
 		t.Fatalf("evaluation %s: %s (%s)\nlog:\n%s", ev.Status, ev.Error, ev.FlakeSource, log)
 	}
 	b := byAttr(builds)
@@ -181,7 +182,7 @@ func TestExampleFlakeOnThreeWorkers(t *testing.T) {
 	if len(workers) < 2 {
 		t.Errorf("every build ran on one worker (%v); three idle workers should share the parallel builds", workers)
 	}
-	log, err := w.db.BuildLog(t.Context(), b["count"].ID)
+	log, err := jobqueue.New(w.db).BuildLog(t.Context(), b["count"].ID)
 	if err != nil || !strings.Contains(string(log), "the greeting has 3 words") {
 		t.Errorf("count's stored log %q, %v", log, err)
 	}
@@ -255,7 +256,7 @@ func TestSplitFetchAndEvaluate(t *testing.T) {
 	w.startWorkerWith(wire.GradientCapabilities{Fetch: true})
 	ev, builds := w.waitDone(w.evaluate("packages.x86_64-linux.greeting").ID)
 	if ev.Status != storage.EvaluationSucceeded || len(builds) != 1 || builds[0].WorkerID != evaluator {
-		log, _ := w.db.EvaluationLog(t.Context(), ev.ID)
+		log, _ := jobqueue.New(w.db).EvaluationLog(t.Context(), ev.ID)
 		t.Fatalf("evaluation %s (%q), builds %+v; want greeting built by the evaluator\nlog:\n%s", ev.Status, ev.Error, builds, log)
 	}
 	if ev.FlakeSource == "" {
@@ -290,7 +291,7 @@ func TestSplitEvaluationGetsPrivateInputsFromTheCache(t *testing.T) {
 	w.startWorkerWith(wire.GradientCapabilities{Eval: true, Build: true})
 	done, builds := w.waitDone(ev.ID)
 	if done.Status != storage.EvaluationSucceeded || len(builds) != 1 || builds[0].Status != storage.BuildSucceeded {
-		log, _ := w.db.EvaluationLog(t.Context(), ev.ID)
+		log, _ := jobqueue.New(w.db).EvaluationLog(t.Context(), ev.ID)
 		t.Fatalf("evaluation %s (%q), builds %+v\nlog:\n%s", done.Status, done.Error, builds, log)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"gradient.dev/gradient/narstore"
 	"gradient.dev/gradient/nixbase32"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 )
 
@@ -124,7 +125,7 @@ func TestServerKilledDuringEvaluationUploads(t *testing.T) {
 	for _, p := range after {
 		checkObject(t, store, p)
 	}
-	open, err := w.db.OpenAssignments(t.Context())
+	open, err := jobqueue.New(w.db).OpenAssignments(t.Context())
 	if err != nil || len(open) != 0 {
 		t.Errorf("open assignments after the evaluation ended: %+v, %v", open, err)
 	}

@@ -11,7 +11,7 @@ import (
 
 // Import from derivation (docs/protocol/jobs.md §14): an evaluating worker asks for
 // derivations it reported to be built now; the scheduler queues them
-// (storage.RequestImports) and answers ImportResult once every one has
+// (jobqueue.RequestImports) and answers ImportResult once every one has
 // succeeded, or as soon as one failed. Requests live in memory: they
 // belong to the evaluating session, and a new session re-evaluates.
 
@@ -30,7 +30,7 @@ func (s *Scheduler) importRequest(ctx context.Context, w *authority.LiveWorker, 
 		w.Send(authority.RefuseImport(m))
 		return
 	}
-	ready, unknown, err := s.db.RequestImports(ctx, a.job.EvaluationID, m.DrvPaths)
+	ready, unknown, err := s.queue.RequestImports(ctx, a.job.EvaluationID, m.DrvPaths)
 	if err != nil {
 		s.log.Warn("queueing an import from derivation failed", "job", m.JobID, "error", err)
 		w.Send(authority.RefuseImport(m))
@@ -39,7 +39,7 @@ func (s *Scheduler) importRequest(ctx context.Context, w *authority.LiveWorker, 
 	if len(unknown) > 0 {
 		// Not reported by this evaluation: fine if built before (its
 		// outputs are in the cache), else unknown.
-		built, err := s.db.BuiltDerivations(ctx, unknown)
+		built, err := s.queue.BuiltDerivations(ctx, unknown)
 		if err != nil {
 			s.log.Warn("looking up imported derivations failed", "job", m.JobID, "error", err)
 		}
@@ -72,7 +72,7 @@ func (s *Scheduler) answerImports(ctx context.Context, evalID string) {
 	}
 	s.mu.Unlock()
 	for _, r := range waiting {
-		builds, err := s.db.ImportBuilds(ctx, evalID, r.drvs)
+		builds, err := s.queue.ImportBuilds(ctx, evalID, r.drvs)
 		if err != nil {
 			s.log.Warn("checking imported builds failed", "job", r.jobID, "error", err)
 			continue

@@ -65,7 +65,7 @@ func (b *logBuffer) flushAll(ctx context.Context) {
 }
 
 func (b *logBuffer) write(ctx context.Context, jobID string, buf []byte) {
-	if err := b.s.db.AppendJobLog(ctx, jobID, buf); err != nil {
+	if err := b.s.queue.AppendJobLog(ctx, jobID, buf); err != nil {
 		b.s.log.Warn("storing a job's log failed", "job", jobID, "bytes", len(buf), "error", err)
 	}
 }

@@ -101,7 +101,7 @@ func (s *Scheduler) fillRequiredPaths(ids []string) {
 	if len(jobs) == 0 {
 		return
 	}
-	if err := s.db.FillRequiredPaths(s.ctx, jobs); err != nil {
+	if err := s.queue.FillRequiredPaths(s.ctx, jobs); err != nil {
 		s.log.Warn("reading the inputs of ready builds failed; they are offered without", "error", err)
 		return
 	}

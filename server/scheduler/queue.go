@@ -131,7 +131,7 @@ func (q *jobQueue) remove(id string) *storage.PendingJob {
 }
 
 // olderThan orders jobs by ready time, then ID (the order of
-// storage.PendingJobs).
+// jobqueue.PendingJobs).
 func olderThan(a, b *storage.PendingJob) bool {
 	if c := a.ReadyAt.Compare(b.ReadyAt); c != 0 {
 		return c < 0

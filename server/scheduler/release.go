@@ -10,7 +10,7 @@ import (
 // A release that fails (a database error) leaves the job assigned in the
 // database under an assignment no session holds: no pass reads it as
 // pending and nothing reports on it, so without another try it would
-// wait for the next server start (storage.RecoverInterruptedWork). The
+// wait for the next server start (jobqueue.RecoverInterruptedWork). The
 // scheduler keeps such assignments in s.unreleased and tries each again
 // on every pass until the database takes it; both releases are
 // idempotent (an assignment closed already is left as it is), so a
@@ -20,7 +20,7 @@ import (
 // owedRelease is an assignment whose release the database refused.
 type owedRelease struct {
 	a *assignment
-	// outcome is the assignment's outcome; storage.OutcomeWorkerLost
+	// outcome is the assignment's outcome; jobqueue.OutcomeWorkerLost
 	// with lost set releases it through ReleaseLostAssignment (the
 	// job's lost-worker count grows).
 	outcome string
@@ -31,7 +31,7 @@ type owedRelease struct {
 // queue, or, if the database refuses, keeps it for the next pass.
 // Called without s.mu held (it takes s.mu and waits on the database).
 func (s *Scheduler) release(ctx context.Context, a *assignment, outcome string) {
-	if err := s.db.ReleaseAssignment(ctx, a.id, outcome); err != nil {
+	if err := s.queue.ReleaseAssignment(ctx, a.id, outcome); err != nil {
 		s.owe(owedRelease{a: a, outcome: outcome}, err)
 		return
 	}
@@ -70,9 +70,9 @@ func (s *Scheduler) retryReleases(ctx context.Context) {
 		var failed bool
 		var err error
 		if r.lost {
-			failed, err = s.db.ReleaseLostAssignment(ctx, r.a.id, s.cfg.MaxLostWorkers)
+			failed, err = s.queue.ReleaseLostAssignment(ctx, r.a.id, s.cfg.MaxLostWorkers)
 		} else {
-			err = s.db.ReleaseAssignment(ctx, r.a.id, r.outcome)
+			err = s.queue.ReleaseAssignment(ctx, r.a.id, r.outcome)
 		}
 		if err != nil && !errors.Is(err, storage.ErrNotFound) {
 			if ctx.Err() == nil {

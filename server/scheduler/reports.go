@@ -7,6 +7,7 @@ import (
 
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/wire"
 )
 
@@ -26,7 +27,7 @@ func (s *Scheduler) assignResponse(ctx context.Context, w *authority.LiveWorker,
 	}
 	s.log.Info("worker declined job", "job", m.JobID, "worker", w.WorkerID, "reason", reason)
 	s.forget(a)
-	s.release(ctx, a, storage.OutcomeDeclined)
+	s.release(ctx, a, jobqueue.OutcomeDeclined)
 }
 
 // forget drops a finished assignment from the running set.
@@ -76,10 +77,10 @@ func (s *Scheduler) update(ctx context.Context, a *assignment, u wire.JobUpdateK
 	switch u := u.(type) {
 	case *wire.JobUpdateFetchResult:
 		if u.FlakeSource != nil {
-			err = s.db.SetFlakeSource(ctx, a.job.EvaluationID, *u.FlakeSource)
+			err = s.queue.SetFlakeSource(ctx, a.job.EvaluationID, *u.FlakeSource)
 		}
 	case *wire.JobUpdateEvaluatingFlake, *wire.JobUpdateEvaluatingDerivations:
-		err = s.db.SetEvaluationStatus(ctx, a.job.EvaluationID, storage.EvaluationEvaluating)
+		err = s.queue.SetEvaluationStatus(ctx, a.job.EvaluationID, storage.EvaluationEvaluating)
 	case *wire.JobUpdateEvalResult:
 		err = s.evalResult(ctx, a, u)
 	case *wire.JobUpdateBuildOutput:
@@ -120,12 +121,12 @@ func (s *Scheduler) evalResult(ctx context.Context, a *assignment, r *wire.JobUp
 				IsFixedOutput: d.IsFixedOutput, PreferLocalBuild: d.PreferLocalBuild,
 			}
 		}
-		if err := s.db.AddDiscoveredDerivations(ctx, a.job.EvaluationID, builds); err != nil {
+		if err := s.queue.AddDiscoveredDerivations(ctx, a.job.EvaluationID, builds); err != nil {
 			return err
 		}
 		s.streamBuilds(ctx, a, r.Derivations)
 	}
-	if err := s.db.AddEvaluationErrors(ctx, a.job.EvaluationID, r.Errors); err != nil {
+	if err := s.queue.AddEvaluationErrors(ctx, a.job.EvaluationID, r.Errors); err != nil {
 		return err
 	}
 	var text []byte
@@ -159,7 +160,7 @@ func (s *Scheduler) completed(ctx context.Context, a *assignment) {
 	outputs := a.outputs
 	s.jobs.beginCompleting(evalID)
 	s.mu.Unlock()
-	ready, err := s.db.CompleteBuildDeferEnd(ctx, a.id, outputs)
+	ready, err := s.queue.CompleteBuildDeferEnd(ctx, a.id, outputs)
 	s.mu.Lock()
 	s.jobs.endCompleting(evalID)
 	s.mu.Unlock()
@@ -198,7 +199,7 @@ func (s *Scheduler) endIfLast(ctx context.Context, evalID string) {
 	if busy {
 		return
 	}
-	if ended, err := s.db.EndEvaluationIfDone(ctx, evalID); err != nil {
+	if ended, err := s.queue.EndEvaluationIfDone(ctx, evalID); err != nil {
 		s.log.Warn("ending a finished evaluation failed; the next pass retries", "evaluation", evalID, "error", err)
 	} else if ended {
 		s.log.Info("evaluation finished", "evaluation", evalID)
@@ -207,14 +208,14 @@ func (s *Scheduler) endIfLast(ctx context.Context, evalID string) {
 
 // completedFlake records a completed flake job and streams its
 // evaluation's ready builds into the queue: the first chunk is readied
-// with the completion, the rest in chunks of storage.ReadyChunk, each
+// with the completion, the rest in chunks of jobqueue.ReadyChunk, each
 // assignable as soon as it commits, so the first assignment does not
 // wait for a large evaluation's last build. Builds whose outputs the
 // project's caches hold already are marked built on the way instead
 // (admit). A crash part-way leaves the rest to ReadyStrandedBuilds at
 // start; an error, to the next pass.
 func (s *Scheduler) completedFlake(ctx context.Context, a *assignment) {
-	ready, evalID, more, err := s.db.CompleteFlakeJobChunk(ctx, a.id, storage.ReadyChunk)
+	ready, evalID, more, err := s.queue.CompleteFlakeJobChunk(ctx, a.id, jobqueue.ReadyChunk)
 	if err != nil {
 		s.log.Warn("recording a completed job failed", "job", a.job.JobID, "error", err)
 		s.strandedCheck.Store(true)
@@ -225,14 +226,14 @@ func (s *Scheduler) completedFlake(ctx context.Context, a *assignment) {
 	caches := s.projectCaches(ctx, a.job.ProjectID)
 	total := s.admit(ctx, evalID, caches, ready)
 	if more {
-		rest, err := s.db.ReadyCandidates(ctx, evalID)
+		rest, err := s.queue.ReadyCandidates(ctx, evalID)
 		if err != nil {
 			s.log.Warn("reading the evaluation's ready builds failed; the next pass queues them", "evaluation", evalID, "error", err)
 			s.strandedCheck.Store(true)
 		}
 		for len(rest) > 0 {
-			n := min(len(rest), storage.ReadyChunk)
-			ids, err := s.db.QueueReadyBuilds(ctx, evalID, rest[:n])
+			n := min(len(rest), jobqueue.ReadyChunk)
+			ids, err := s.queue.QueueReadyBuilds(ctx, evalID, rest[:n])
 			if err != nil {
 				s.log.Warn("queueing the evaluation's ready builds failed; the next pass does", "evaluation", evalID, "error", err)
 				s.strandedCheck.Store(true)
@@ -253,12 +254,12 @@ func (s *Scheduler) completedFlake(ctx context.Context, a *assignment) {
 // fetched handles the completion of a fetch-only flake job: the job is
 // queued again, now for a worker to evaluate the fetched source.
 func (s *Scheduler) fetched(ctx context.Context, a *assignment) {
-	err := s.db.CompleteFetch(ctx, a.id)
+	err := s.queue.CompleteFetch(ctx, a.id)
 	if errors.Is(err, storage.ErrInvalid) {
 		// No FetchResult: nothing to evaluate. The job fails as a
 		// permanent failure would, ending the evaluation with the reason.
 		s.log.Warn("fetch-only job completed without its source", "job", a.job.JobID, "worker", a.workerID, "error", err)
-		if _, _, err := s.db.FailJob(ctx, a.id, storage.FailurePermanent, err.Error(), s.cfg.MaxAttempts); err != nil {
+		if _, _, err := s.queue.FailJob(ctx, a.id, storage.FailurePermanent, err.Error(), s.cfg.MaxAttempts); err != nil {
 			s.log.Warn("recording a failed job failed", "job", a.job.JobID, "error", err)
 		}
 		return
@@ -283,7 +284,7 @@ func (s *Scheduler) failed(ctx context.Context, a *assignment, m *wire.JobFailed
 	if len(m.MissingPaths) > 0 {
 		msg += " (missing: " + joinPaths(m.MissingPaths) + ")"
 	}
-	out, ready, err := s.db.FailJob(ctx, a.id, kind, msg, s.cfg.MaxAttempts)
+	out, ready, err := s.queue.FailJob(ctx, a.id, kind, msg, s.cfg.MaxAttempts)
 	if err != nil {
 		if !errors.Is(err, storage.ErrConflict) {
 			s.log.Warn("recording a failed job failed", "job", a.job.JobID, "error", err)

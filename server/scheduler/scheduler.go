@@ -24,6 +24,7 @@ import (
 
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/wire"
 )
 
@@ -93,10 +94,11 @@ const claimTries = 3
 
 // Scheduler implements authority.JobLoop over the database's job queue.
 type Scheduler struct {
-	db  *storage.DB
-	cfg Config
-	log *slog.Logger
-	m   *loopMetrics
+	db    *storage.DB
+	queue *jobqueue.Queue
+	cfg   Config
+	log   *slog.Logger
+	m     *loopMetrics
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -104,7 +106,7 @@ type Scheduler struct {
 	// logsDone: the log buffer wrote its last lines.
 	logsDone chan struct{}
 	// strandedCheck: a completion failed part-way; the next pass readies
-	// builds whose inputs are all built (storage.ReadyStrandedBuilds).
+	// builds whose inputs are all built (jobqueue.ReadyStrandedBuilds).
 	strandedCheck atomic.Bool
 
 	logs *logBuffer
@@ -173,7 +175,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Scheduler{
-		db: db, cfg: cfg, log: cfg.Logger.With("component", "scheduler"),
+		db: db, queue: jobqueue.New(db), cfg: cfg, log: cfg.Logger.With("component", "scheduler"),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
 		jobs: newJobStates(), sessions: map[uint64]*workerState{}, progress: map[string]buildProgress{},
 		unreleased: map[string]owedRelease{},
@@ -201,7 +203,7 @@ func (s *Scheduler) idleSessions(kind wire.JobKind) int {
 // closed, running builds and evaluations queued again), loads the queue
 // and starts the periodic pass. It must run before the first session.
 func (s *Scheduler) Start(ctx context.Context) error {
-	released, err := s.db.RecoverInterruptedWork(ctx)
+	released, err := s.queue.RecoverInterruptedWork(ctx)
 	if err != nil {
 		return err
 	}
@@ -250,7 +252,7 @@ func (s *Scheduler) loop() {
 			continue
 		}
 		if s.strandedCheck.Swap(false) {
-			ready, err := s.db.ReadyStrandedBuilds(s.ctx)
+			ready, err := s.queue.ReadyStrandedBuilds(s.ctx)
 			if err != nil {
 				s.strandedCheck.Store(true)
 				s.log.Warn("readying stranded builds failed; retrying on the next pass", "error", err)
@@ -259,7 +261,7 @@ func (s *Scheduler) loop() {
 				s.addPending(s.ctx, ready)
 			}
 		}
-		if n, err := s.db.FinishDoneEvaluations(s.ctx); err != nil && s.ctx.Err() == nil {
+		if n, err := s.queue.FinishDoneEvaluations(s.ctx); err != nil && s.ctx.Err() == nil {
 			s.log.Warn("ending finished evaluations failed", "error", err)
 		} else if n > 0 {
 			s.log.Info("ended evaluations whose builds were all done", "evaluations", n)
@@ -277,7 +279,7 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	s.mu.Lock()
 	mark := s.jobs.queue.seq
 	s.mu.Unlock()
-	ids, err := s.db.PendingJobIDs(ctx)
+	ids, err := s.queue.PendingJobIDs(ctx)
 	if err != nil {
 		return err
 	}
@@ -304,7 +306,7 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	if len(unknown) == 0 {
 		return nil
 	}
-	jobs, err := s.db.PendingJobsByID(ctx, unknown)
+	jobs, err := s.queue.PendingJobsByID(ctx, unknown)
 	if err != nil {
 		return err
 	}
@@ -329,7 +331,7 @@ func (s *Scheduler) addPending(ctx context.Context, ids []string) {
 	if len(ids) == 0 {
 		return
 	}
-	jobs, err := s.db.PendingJobsByID(ctx, ids)
+	jobs, err := s.queue.PendingJobsByID(ctx, ids)
 	if err != nil {
 		s.log.Warn("reading newly ready jobs failed; the next pass picks them up", "error", err)
 		return
@@ -388,9 +390,9 @@ func (s *Scheduler) SessionEnded(w *authority.LiveWorker, reason string) {
 	ctx := s.ctx
 	ids := make([]string, 0, len(lost))
 	for _, a := range lost {
-		failed, err := s.db.ReleaseLostAssignment(ctx, a.id, s.cfg.MaxLostWorkers)
+		failed, err := s.queue.ReleaseLostAssignment(ctx, a.id, s.cfg.MaxLostWorkers)
 		if err != nil {
-			s.owe(owedRelease{a: a, outcome: storage.OutcomeWorkerLost, lost: true}, err)
+			s.owe(owedRelease{a: a, outcome: jobqueue.OutcomeWorkerLost, lost: true}, err)
 			continue
 		}
 		if failed {
@@ -434,7 +436,7 @@ func (s *Scheduler) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessa
 			// An attribute that failed to evaluate fails the evaluation
 			// (after its builds); a build's messages only explain it.
 			if m.Level == wire.EvalLevelError && a.job.Kind == storage.JobFlake {
-				if err := s.db.AddEvaluationErrors(ctx, a.job.EvaluationID, []string{m.Source + ": " + m.Message}); err != nil {
+				if err := s.queue.AddEvaluationErrors(ctx, a.job.EvaluationID, []string{m.Source + ": " + m.Message}); err != nil {
 					s.log.Warn("recording an evaluation error failed", "job", m.JobID, "error", err)
 				}
 			}
@@ -443,7 +445,7 @@ func (s *Scheduler) HandleJobMessage(w *authority.LiveWorker, m wire.ClientMessa
 		a := s.owned(w, m.JobID, m.AssignmentID)
 		switch {
 		case a == nil:
-		case a.job.Kind == storage.JobBuild && s.db.ConcurrentWrites():
+		case a.job.Kind == storage.JobBuild && s.queue.ParallelCompletions():
 			// A build is recorded beside the session, so the worker's
 			// next RequestJob is served while the completion commits:
 			// its turnaround is then the longer of the two statements,
@@ -541,7 +543,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 			return
 		}
 		start := time.Now()
-		id, err := s.db.ClaimJob(ctx, job.JobID, w.WorkerID)
+		id, err := s.queue.ClaimJob(ctx, job.JobID, w.WorkerID)
 		if err != nil {
 			s.mu.Lock()
 			// A job lost to a race is gone; any other failure keeps it
@@ -569,7 +571,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 			s.jobs.unclaim(job, false)
 			s.mu.Unlock()
 			// The session ended while claiming: give the job back.
-			s.release(ctx, a, storage.OutcomeWorkerLost)
+			s.release(ctx, a, jobqueue.OutcomeWorkerLost)
 			return
 		}
 		s.jobs.run(a)
@@ -832,7 +834,7 @@ func evalLevel(l wire.EvalMessageLevel) string {
 // StartEvaluation queues an evaluation of a project's flake at a commit
 // and hands its flake job to an idle worker at once.
 func (s *Scheduler) StartEvaluation(ctx context.Context, in storage.NewEvaluation) (storage.Evaluation, error) {
-	ev, err := s.db.CreateEvaluation(ctx, in)
+	ev, err := s.queue.CreateEvaluation(ctx, in)
 	if err != nil {
 		return ev, err
 	}
@@ -847,7 +849,7 @@ func (s *Scheduler) StartEvaluation(ctx context.Context, in storage.NewEvaluatio
 // ApproveEvaluation lets a pull request's evaluation that waits for
 // approval run: its flake job is queued and handed out at once.
 func (s *Scheduler) ApproveEvaluation(ctx context.Context, evalID string) error {
-	if err := s.db.ApproveEvaluation(ctx, evalID); err != nil {
+	if err := s.queue.ApproveEvaluation(ctx, evalID); err != nil {
 		return err
 	}
 	s.log.Info("evaluation approved", "evaluation", evalID)
@@ -861,7 +863,7 @@ func (s *Scheduler) ApproveEvaluation(ctx context.Context, evalID string) error 
 // CancelEvaluation cancels an evaluation: its queued jobs are dropped and
 // the workers running its jobs get AbortJob.
 func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
-	open, err := s.db.CancelEvaluation(ctx, evalID)
+	open, err := s.queue.CancelEvaluation(ctx, evalID)
 	if err != nil {
 		return err
 	}
@@ -897,15 +899,15 @@ func (s *Scheduler) abortOpen(open []storage.OpenAssignment, reason string) int 
 }
 
 // RestartFailedBuilds runs an evaluation's failed builds again
-// (storage.RestartFailedBuilds) and queues them like any ready build:
+// (jobqueue.RestartFailedBuilds) and queues them like any ready build:
 // those whose outputs the project's caches hold meanwhile are marked
 // built instead of rebuilt. It returns how many builds restarted.
 func (s *Scheduler) RestartFailedBuilds(ctx context.Context, evalID string) (int, error) {
-	jobs, err := s.db.RestartFailedBuilds(ctx, evalID)
+	jobs, err := s.queue.RestartFailedBuilds(ctx, evalID)
 	if err != nil {
 		return 0, err
 	}
-	ev, err := s.db.Evaluation(ctx, evalID)
+	ev, err := s.queue.Evaluation(ctx, evalID)
 	if err != nil {
 		return len(jobs), err
 	}

@@ -17,6 +17,7 @@ import (
 	"gradient.dev/gradient/server/deploykeys"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 )
@@ -151,7 +152,7 @@ func leaf(name string) wire.DiscoveredDerivation {
 
 func (e *loopEnv) build(evalID string) storage.Build {
 	e.t.Helper()
-	builds, err := e.db.EvaluationBuilds(e.t.Context(), evalID)
+	builds, err := jobqueue.New(e.db).EvaluationBuilds(e.t.Context(), evalID)
 	if err != nil || len(builds) != 1 {
 		e.t.Fatalf("builds %+v, %v", builds, err)
 	}
@@ -528,7 +529,7 @@ func TestBuildLogIsCompleteAtTheEnd(t *testing.T) {
 		w.send(&wire.LogChunk{JobID: a.JobID, Data: line})
 	}
 	w.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
-	got, err := e.db.BuildLog(t.Context(), e.build(ev.ID).ID)
+	got, err := jobqueue.New(e.db).BuildLog(t.Context(), e.build(ev.ID).ID)
 	if err != nil || string(got) != string(want) {
 		t.Fatalf("stored log (%d bytes, %v) differs from the %d bytes sent", len(got), err, len(want))
 	}
@@ -547,7 +548,7 @@ func TestCachedOutputsAreNotRebuilt(t *testing.T) {
 	user := leaf("user")
 	user.Dependencies = []string{pushed.DrvPath}
 	ev := e.evaluate(pushed, user)
-	builds, err := e.db.EvaluationBuilds(t.Context(), ev.ID)
+	builds, err := jobqueue.New(e.db).EvaluationBuilds(t.Context(), ev.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -605,7 +606,7 @@ func TestConcurrentCompletionsOnPostgres(t *testing.T) {
 		t.Fatalf("assigned %s, want %s", got, top.DrvPath)
 	}
 	last.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
-	builds, err := e.db.EvaluationBuilds(t.Context(), ev.ID)
+	builds, err := jobqueue.New(e.db).EvaluationBuilds(t.Context(), ev.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,7 +616,7 @@ func TestConcurrentCompletionsOnPostgres(t *testing.T) {
 		}
 	}
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		got, err := e.db.Evaluation(t.Context(), ev.ID)
+		got, err := jobqueue.New(e.db).Evaluation(t.Context(), ev.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -738,14 +739,14 @@ func TestFlakeJobSplitForEvalOnlyWorker(t *testing.T) {
 	if src, ok := flake.Source.(*wire.FlakeSourceCached); !ok || src.StorePath != source {
 		t.Fatalf("follow-up source %+v, want the cached %s", flake.Source, source)
 	}
-	got, err := e.db.Evaluation(t.Context(), ev.ID)
+	got, err := jobqueue.New(e.db).Evaluation(t.Context(), ev.ID)
 	if err != nil || got.Status != storage.EvaluationEvaluating || got.FlakeSource != source {
 		t.Fatalf("evaluation after the follow-up's claim: %+v, %v", got, err)
 	}
 	evaluator.send(&wire.JobUpdate{JobID: ea.JobID, AssignmentID: ea.AssignmentID, Update: &wire.JobUpdateEvalResult{
 		Derivations: []wire.DiscoveredDerivation{leaf("one")}, Warnings: []string{}, Errors: []string{}}})
 	evaluator.send(&wire.JobCompleted{JobID: ea.JobID, AssignmentID: ea.AssignmentID})
-	if got, _ := e.db.Evaluation(t.Context(), ev.ID); got.Status != storage.EvaluationBuilding || got.Attempts != 1 {
+	if got, _ := jobqueue.New(e.db).Evaluation(t.Context(), ev.ID); got.Status != storage.EvaluationBuilding || got.Attempts != 1 {
 		t.Fatalf("evaluation %s after %d attempt(s), want building after 1 (the fetch does not count)", got.Status, got.Attempts)
 	}
 	if b := e.build(ev.ID); b.DrvPath != drv("one") || b.Status != storage.BuildQueued {
@@ -774,7 +775,7 @@ func TestFetchOnlyWorker(t *testing.T) {
 		t.Fatalf("fetch-only worker got steps %v", steps)
 	}
 	fetcher.send(&wire.JobCompleted{JobID: a.JobID, AssignmentID: a.AssignmentID})
-	if got, _ := e.db.Evaluation(t.Context(), silent.ID); got.Status != storage.EvaluationFailed || !strings.Contains(got.Error, "FetchResult") {
+	if got, _ := jobqueue.New(e.db).Evaluation(t.Context(), silent.ID); got.Status != storage.EvaluationFailed || !strings.Contains(got.Error, "FetchResult") {
 		t.Fatalf("evaluation whose fetch named no source: %s (%q), want failed naming the missing FetchResult", got.Status, got.Error)
 	}
 

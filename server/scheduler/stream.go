@@ -3,7 +3,7 @@ package scheduler
 import (
 	"context"
 
-	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/wire"
 )
 
@@ -17,13 +17,13 @@ func (s *Scheduler) streamBuilds(ctx context.Context, a *assignment, drvs []wire
 	for i, d := range drvs {
 		paths[i] = d.DrvPath
 	}
-	// In chunks, as at the evaluation's end (storage.ReadyChunk): each
+	// In chunks, as at the evaluation's end (jobqueue.ReadyChunk): each
 	// chunk's builds are assignable once its transaction commits, before
 	// a large batch's later ones are queued.
 	caches := s.projectCaches(ctx, a.job.ProjectID)
 	for len(paths) > 0 {
-		n := min(len(paths), storage.ReadyChunk)
-		ready, err := s.db.QueueStreamedBuilds(ctx, a.job.EvaluationID, paths[:n])
+		n := min(len(paths), jobqueue.ReadyChunk)
+		ready, err := s.queue.QueueStreamedBuilds(ctx, a.job.EvaluationID, paths[:n])
 		paths = paths[n:]
 		if err != nil {
 			s.log.Warn("queueing an evaluation's first builds failed; they wait for its end", "evaluation", a.job.EvaluationID, "error", err)
@@ -40,7 +40,7 @@ func (s *Scheduler) streamBuilds(ctx context.Context, a *assignment, drvs []wire
 // stopStreamedBuilds ends the builds an evaluation streamed when its
 // flake job failed for good: the workers running them get AbortJob.
 func (s *Scheduler) stopStreamedBuilds(ctx context.Context, evalID string) {
-	open, stopped, err := s.db.StopEvaluationBuilds(ctx, evalID)
+	open, stopped, err := s.queue.StopEvaluationBuilds(ctx, evalID)
 	if err != nil {
 		s.log.Warn("stopping a failed evaluation's builds failed", "evaluation", evalID, "error", err)
 		return

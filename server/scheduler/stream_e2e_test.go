@@ -10,6 +10,7 @@ import (
 
 	"gradient.dev/gradient/internal/nixtest"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 )
 
@@ -42,7 +43,7 @@ func TestBuildStartsBeforeTheEvaluationEnds(t *testing.T) {
 		}
 		return byAttr(bs)["quick"].Status == storage.BuildSucceeded
 	})
-	if got, err := w.db.Evaluation(t.Context(), ev.ID); err != nil || got.Status.Terminal() || got.Status == storage.EvaluationBuilding {
+	if got, err := jobqueue.New(w.db).Evaluation(t.Context(), ev.ID); err != nil || got.Status.Terminal() || got.Status == storage.EvaluationBuilding {
 		t.Fatalf("evaluation %+v, %v; want it still evaluating", got, err)
 	}
 	if _, ok := byAttr(builds)["slow"]; ok {

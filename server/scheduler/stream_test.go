@@ -10,6 +10,7 @@ import (
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/server/scheduler"
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
 	"gradient.dev/gradient/wire"
 )
@@ -22,7 +23,7 @@ func TestReadyBuildsStreamInChunks(t *testing.T) {
 	for _, engine := range testEngines {
 		t.Run(engine.name, func(t *testing.T) {
 			e := newLoopEnv(t, engine.url(t), scheduler.Config{})
-			n := 2*storage.ReadyChunk + 300
+			n := 2*jobqueue.ReadyChunk + 300
 			var leaves []wire.DiscoveredDerivation
 			for i := range n {
 				leaves = append(leaves, leaf(fmt.Sprintf("stream%05d", i)))
@@ -50,8 +51,8 @@ func TestReadyBuildsStreamInChunks(t *testing.T) {
 			if waitingThen == 0 {
 				t.Error("every build was queued before the first assignment: no chunks")
 			}
-			if len(chunks) < 3 || len(chunks[0]) > storage.ReadyChunk {
-				t.Errorf("chunks of %v jobs, want at least 3 of at most %d", lens(chunks), storage.ReadyChunk)
+			if len(chunks) < 3 || len(chunks[0]) > jobqueue.ReadyChunk {
+				t.Errorf("chunks of %v jobs, want at least 3 of at most %d", lens(chunks), jobqueue.ReadyChunk)
 			}
 			total := 0
 			for _, c := range chunks {
@@ -61,7 +62,7 @@ func TestReadyBuildsStreamInChunks(t *testing.T) {
 				t.Fatalf("%d jobs admitted, want %d", total, n)
 			}
 			// The rest go out in the database's order: oldest ready first.
-			pending, err := e.db.PendingJobs(t.Context())
+			pending, err := jobqueue.New(e.db).PendingJobs(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,13 +110,14 @@ func jobReady(jobs []storage.PendingJob, id string) time.Time {
 // countBuilds counts the builds of every evaluation in a status.
 func countBuilds(t *testing.T, db *storage.DB, status storage.BuildStatus) int {
 	t.Helper()
-	evs, err := db.ListEvaluations(t.Context(), "", 100)
+	queue := jobqueue.New(db)
+	evs, err := queue.ListEvaluations(t.Context(), "", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, ev := range evs {
-		builds, err := db.EvaluationBuilds(t.Context(), ev.ID)
+		builds, err := queue.EvaluationBuilds(t.Context(), ev.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +158,7 @@ func TestLastCompletionEndsTheEvaluation(t *testing.T) {
 
 func evaluationStatus(t *testing.T, db *storage.DB, id string) storage.EvaluationStatus {
 	t.Helper()
-	ev, err := db.Evaluation(t.Context(), id)
+	ev, err := jobqueue.New(db).Evaluation(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +172,7 @@ func TestPassResyncsTheQueue(t *testing.T) {
 	e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{Tick: 20 * time.Millisecond})
 	w := e.worker([]string{e.project}, allCaps, x86)
 	w.send(&wire.RequestJob{Kind: wire.JobKindFlake})
-	_, err := e.db.CreateEvaluation(t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "https://example.invalid/p.git", Commit: "abc"})
+	_, err := jobqueue.New(e.db).CreateEvaluation(t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "https://example.invalid/p.git", Commit: "abc"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +189,7 @@ func TestPassResyncsTheQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.db.CancelEvaluation(context.Background(), ev2.ID); err != nil {
+	if _, err := jobqueue.New(e.db).CancelEvaluation(context.Background(), ev2.ID); err != nil {
 		t.Fatal(err)
 	}
 	waitfor.True(t, "the cancelled job dropped from the queue", func() bool {

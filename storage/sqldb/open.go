@@ -42,6 +42,9 @@ type DB struct {
 	// SQLite lets one writer in at a time; the others would wait in its
 	// busy handler, which polls with sleeps of up to 100 ms.
 	writers sync.Mutex
+
+	stmtMu sync.Mutex
+	stmts  map[stmtKey]*sql.Stmt // hot queries, prepared once (Prepared)
 }
 
 // Open connects to the database at rawURL and applies schema's pending
@@ -133,8 +136,9 @@ func (db *DB) Engine() Engine { return db.engine }
 // Ping checks that the database is reachable.
 func (db *DB) Ping(ctx context.Context) error { return db.sql.PingContext(ctx) }
 
-// Close releases the connection pools.
+// Close releases the prepared statements and the connection pools.
 func (db *DB) Close() error {
+	db.closeStatements()
 	err := db.sql.Close()
 	if db.keyed != db.sql {
 		err = errors.Join(err, db.keyed.Close())

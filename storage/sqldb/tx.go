@@ -5,6 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // InTx runs fn in a transaction, committing when fn returns nil. On
@@ -13,6 +17,31 @@ func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	defer db.LockWriter()()
 	tx, err := db.sql.BeginTx(ctx, nil)
 	return RunTx(tx, err, fn)
+}
+
+// InTxRetrying is InTx, run again (up to five times in all) when
+// PostgreSQL aborted the transaction as a deadlock victim or a
+// serialization failure: for transactions that touch several rows which
+// others may lock in another order.
+func (db *DB) InTxRetrying(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	var err error
+	for range 5 {
+		err = db.InTx(ctx, fn)
+		if !RetryableTxError(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// RetryableTxError reports PostgreSQL's deadlock and serialization failures,
+// after which a transaction may run again.
+func RetryableTxError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40P01" || pgErr.Code == "40001"
+	}
+	return false
 }
 
 // LockWriter queues for SQLite's one writer and returns the unlock; a
@@ -86,4 +115,39 @@ func Collect[T any](rows *sql.Rows, err error, scan func(*sql.Rows) (T, error)) 
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// InList appends values to args as query parameters and returns the
+// placeholders naming them ("$3, $4, $5"), for an IN (...) list. Callers
+// keep a list to InListMax values: both engines cap the parameters of one
+// statement.
+func InList(args []any, values []string) ([]any, string) {
+	var b strings.Builder
+	for i, v := range values {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		args = append(args, v)
+		b.WriteString("$" + strconv.Itoa(len(args)))
+	}
+	return args, b.String()
+}
+
+// InListMax is the most values an IN list of one query carries.
+const InListMax = 500
+
+// AffectedOne turns a statement's result into NotFound(format, args...)
+// when it changed no row.
+func AffectedOne(res sql.Result, err error, format string, args ...any) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return NotFound(format, args...)
+	}
+	return nil
 }

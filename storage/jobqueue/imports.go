@@ -1,9 +1,12 @@
-package storage
+package jobqueue
 
 import (
 	"context"
 	"database/sql"
 	"slices"
+
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // Import from derivation (docs/protocol/jobs.md §14): while an evaluation runs, the
@@ -17,26 +20,26 @@ import (
 // builds they depend on, as needed now, and queues those whose inputs are
 // built. It returns the jobs it made pending and the drvPaths the
 // evaluation has no build for.
-func (db *DB) RequestImports(ctx context.Context, evalID string, drvPaths []string) (ready, unknown []string, err error) {
-	evalID, err = canonicalUUID("evaluation ID", evalID)
+func (q *Queue) RequestImports(ctx context.Context, evalID string, drvPaths []string) (ready, unknown []string, err error) {
+	evalID, err = sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, nil, err
 	}
 	if len(drvPaths) == 0 {
 		return nil, nil, nil
 	}
-	args, in := inList([]any{evalID}, drvPaths)
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+	args, in := sqldb.InList([]any{evalID}, drvPaths)
+	err = q.jobTx(ctx, func(tx *sql.Tx) error {
 		ready, unknown = nil, nil
 		var project string
 		if err := tx.QueryRowContext(ctx, `SELECT project_id FROM evaluations WHERE id = $1`, evalID).Scan(&project); err != nil {
 			if err == sql.ErrNoRows {
-				return notFound("evaluation %s", evalID)
+				return sqldb.NotFound("evaluation %s", evalID)
 			}
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT drv_path FROM builds WHERE evaluation_id = $1 AND drv_path IN (`+in+`)`, args...)
-		known, err := collect(rows, err, scanString)
+		known, err := sqldb.Collect(rows, err, scanString)
 		if err != nil {
 			return err
 		}
@@ -53,11 +56,11 @@ func (db *DB) RequestImports(ctx context.Context, evalID string, drvPaths []stri
 		}
 		rows, err = tx.QueryContext(ctx, `UPDATE builds SET status = 'queued'
 			WHERE evaluation_id = $1 AND status = 'waiting' AND for_import AND `+readyCondition+` RETURNING id`, evalID)
-		builds, err := collect(rows, err, scanString)
+		builds, err := sqldb.Collect(rows, err, scanString)
 		if err != nil {
 			return err
 		}
-		ready, err = db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: evalID, projectID: project}, builds)
+		ready, err = q.insertBuildJobs(ctx, tx, jobRef{kind: storage.JobBuild, evalID: evalID, projectID: project}, builds)
 		return err
 	})
 	return ready, unknown, err
@@ -65,19 +68,19 @@ func (db *DB) RequestImports(ctx context.Context, evalID string, drvPaths []stri
 
 // ImportBuilds returns the builds of drvPaths in the evaluation, by drv
 // path (absent: no such build).
-func (db *DB) ImportBuilds(ctx context.Context, evalID string, drvPaths []string) (map[string]Build, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) ImportBuilds(ctx context.Context, evalID string, drvPaths []string) (map[string]storage.Build, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]Build{}
+	out := map[string]storage.Build{}
 	if len(drvPaths) == 0 {
 		return out, nil
 	}
-	args, in := inList([]any{evalID}, drvPaths)
-	rows, err := db.sql.QueryContext(ctx, `SELECT `+buildColumns+` FROM builds
+	args, in := sqldb.InList([]any{evalID}, drvPaths)
+	rows, err := q.sql.QueryContext(ctx, `SELECT `+buildColumns+` FROM builds
 		WHERE evaluation_id = $1 AND drv_path IN (`+in+`)`, args...)
-	builds, err := collect(rows, err, func(r *sql.Rows) (Build, error) { return scanBuild(r) })
+	builds, err := sqldb.Collect(rows, err, func(r *sql.Rows) (storage.Build, error) { return scanBuild(r) })
 	for _, b := range builds {
 		out[b.DrvPath] = b
 	}

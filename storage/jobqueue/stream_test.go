@@ -1,7 +1,9 @@
-package storage
+package jobqueue
 
 import (
 	"testing"
+
+	"gradient.dev/gradient/storage"
 )
 
 // Builds stream while their evaluation evaluates: a batch's builds whose
@@ -10,17 +12,17 @@ import (
 // queued when that input is built. A failed evaluation stops them.
 func TestStreamedBuilds(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		earlier := newEvaluation(t, db)
-		old := startEvaluation(t, db, earlier.ID, NewID(), discovered("old", "packages.x.old"))
-		buildOK(t, db, old[drvPath("old")], NewID())
+		old := startEvaluation(t, db, earlier.ID, storage.NewID(), discovered("old", "packages.x.old"))
+		buildOK(t, db, old[drvPath("old")], storage.NewID())
 
 		e := newEvaluationIn(t, db, earlier.ProjectID)
-		flake := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, NewID())
+		flake := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, storage.NewID())
 		// a needs b, reported in a later batch; k needs old, which an
 		// earlier evaluation built (the worker was told it is known).
-		first := []DiscoveredBuild{discovered("a", "packages.x.a", "b"), discovered("c", "packages.x.c"), discovered("k", "packages.x.k", "old")}
+		first := []storage.DiscoveredBuild{discovered("a", "packages.x.a", "b"), discovered("c", "packages.x.c"), discovered("k", "packages.x.k", "old")}
 		if err := db.AddDiscoveredDerivations(ctx, e.ID, first); err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +34,7 @@ func TestStreamedBuilds(t *testing.T) {
 		if len(jobs) != 2 || jobs[drvPath("c")].JobID == "" || jobs[drvPath("k")].JobID == "" {
 			t.Fatalf("first batch queued %v, want c and k (a's input is not reported yet)", keys(jobs))
 		}
-		if err := db.AddDiscoveredDerivations(ctx, e.ID, []DiscoveredBuild{discovered("b", "")}); err != nil {
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, []storage.DiscoveredBuild{discovered("b", "")}); err != nil {
 			t.Fatal(err)
 		}
 		ready, err = db.QueueStreamedBuilds(ctx, e.ID, []string{drvPath("b")})
@@ -43,14 +45,14 @@ func TestStreamedBuilds(t *testing.T) {
 		if len(b) != 1 || b[drvPath("b")].JobID == "" {
 			t.Fatalf("second batch queued %v, want b", keys(b))
 		}
-		wantEvalStatus(t, db, e.ID, EvaluationFetching) // its flake job still runs
-		if next := buildOK(t, db, b[drvPath("b")], NewID()); len(next) != 1 || next[drvPath("a")].JobID == "" {
+		wantEvalStatus(t, db, e.ID, storage.EvaluationFetching) // its flake job still runs
+		if next := buildOK(t, db, b[drvPath("b")], storage.NewID()); len(next) != 1 || next[drvPath("a")].JobID == "" {
 			t.Fatalf("after b, while evaluating: %v, want a", keys(next))
 		}
 
 		// The evaluation fails: its streamed builds stop, running or not.
-		running := mustClaim(t, db, jobs[drvPath("c")].JobID, NewID())
-		if _, _, err := db.FailJob(ctx, flake, FailurePermanent, "evaluation broke", 1); err != nil {
+		running := mustClaim(t, db, jobs[drvPath("c")].JobID, storage.NewID())
+		if _, _, err := db.FailJob(ctx, flake, storage.FailurePermanent, "evaluation broke", 1); err != nil {
 			t.Fatal(err)
 		}
 		open, stopped, err := db.StopEvaluationBuilds(ctx, e.ID)

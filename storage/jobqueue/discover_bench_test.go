@@ -1,8 +1,10 @@
-package storage
+package jobqueue
 
 import (
 	"fmt"
 	"testing"
+
+	"gradient.dev/gradient/storage"
 )
 
 // BenchmarkAddDiscoveredDerivations records an evaluation's EvalResults
@@ -10,19 +12,15 @@ import (
 // an edge to the one before it, on SQLite.
 func BenchmarkAddDiscoveredDerivations(b *testing.B) {
 	ctx := b.Context()
-	db, err := Open(ctx, freshSQLiteURL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	db := openTestDB(b, freshSQLiteURL(b))
 	e, _ := benchEvaluationClaimed(b, db)
 	const perBatch = 50
-	batches := make([][]DiscoveredBuild, b.N)
+	batches := make([][]storage.DiscoveredBuild, b.N)
 	for n := range batches {
 		for i := n * perBatch; i < (n+1)*perBatch; i++ {
-			d := DiscoveredBuild{
+			d := storage.DiscoveredBuild{
 				Attr: fmt.Sprintf("packages.x86_64-linux.p%d", i), DrvPath: fmt.Sprintf("/nix/store/%032d-p.drv", i),
-				Outputs:      []BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%032d-p", i)}},
+				Outputs:      []storage.BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%032d-p", i)}},
 				Architecture: "x86_64-linux",
 			}
 			if i > 0 {

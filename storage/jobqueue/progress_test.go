@@ -1,9 +1,11 @@
-package storage
+package jobqueue
 
 import (
 	"fmt"
 	"path/filepath"
 	"testing"
+
+	"gradient.dev/gradient/storage"
 )
 
 // The mark of an evaluation's builds stays put while the evaluation only
@@ -11,10 +13,10 @@ import (
 // started or ended.
 func TestEvaluationBuildsMark(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		e := newEvaluation(t, db)
-		mark := func() BuildsMark {
+		mark := func() storage.BuildsMark {
 			t.Helper()
 			m, err := db.EvaluationBuildsMark(ctx, e.ID)
 			if err != nil {
@@ -23,9 +25,9 @@ func TestEvaluationBuildsMark(t *testing.T) {
 			return m
 		}
 		empty := mark()
-		worker := NewID()
+		worker := storage.NewID()
 		a := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, worker)
-		if err := db.AddDiscoveredDerivations(ctx, e.ID, []DiscoveredBuild{discovered("a", "packages.x86_64-linux.a"), discovered("b", "", "a")}); err != nil {
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, []storage.DiscoveredBuild{discovered("a", "packages.x86_64-linux.a"), discovered("b", "", "a")}); err != nil {
 			t.Fatal(err)
 		}
 		if got := mark(); got != empty {
@@ -46,7 +48,7 @@ func TestEvaluationBuildsMark(t *testing.T) {
 		if building == queued {
 			t.Fatal("starting a build left the mark")
 		}
-		if _, err := db.CompleteBuild(ctx, claim, []BuildOutputInfo{{Name: "out", StorePath: job.Outputs[0].Path, NarSize: 42, NarHash: "sha256:x"}}); err != nil {
+		if _, err := db.CompleteBuild(ctx, claim, []storage.BuildOutputInfo{{Name: "out", StorePath: job.Outputs[0].Path, NarSize: 42, NarHash: "sha256:x"}}); err != nil {
 			t.Fatal(err)
 		}
 		if done := mark(); done == building || done == queued {
@@ -61,23 +63,19 @@ func TestEvaluationBuildsMark(t *testing.T) {
 // What gradient up's poll reads during an evaluation that has discovered
 // 20,000 derivations: every build, or their mark.
 func BenchmarkEvaluationProgressPoll(b *testing.B) {
-	db, err := Open(b.Context(), "sqlite://"+filepath.Join(b.TempDir(), "gradient.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	db := openTestDB(b, "sqlite://"+filepath.Join(b.TempDir(), "gradient.db"))
 	ctx := b.Context()
 	e, _ := benchEvaluationClaimed(b, db)
-	if err := db.SetEvaluationStatus(ctx, e.ID, EvaluationEvaluating); err != nil {
+	if err := db.SetEvaluationStatus(ctx, e.ID, storage.EvaluationEvaluating); err != nil {
 		b.Fatal(err)
 	}
 	const n = 20000
 	for start := 0; start < n; start += 1000 {
-		var batch []DiscoveredBuild
+		var batch []storage.DiscoveredBuild
 		for i := start; i < start+1000; i++ {
-			batch = append(batch, DiscoveredBuild{
+			batch = append(batch, storage.DiscoveredBuild{
 				Attr: fmt.Sprintf("packages.x86_64-linux.p%d", i), DrvPath: fmt.Sprintf("/nix/store/%08d-p.drv", i),
-				Outputs:      []BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%08d-p", i)}},
+				Outputs:      []storage.BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%08d-p", i)}},
 				Architecture: "x86_64-linux",
 			})
 		}

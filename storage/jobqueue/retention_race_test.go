@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/internal/waitfor"
+	"gradient.dev/gradient/storage"
 )
 
 // The race docs/protocol/cache.md §10.1 closes: the scheduler marks a build
@@ -22,7 +23,7 @@ func TestCollectionAndCachedMarkingNeverLoseARow(t *testing.T) {
 	for _, order := range []string{"touch first", "delete first"} {
 		t.Run(order, func(t *testing.T) {
 			t.Parallel()
-			forEachEngine(t, func(t *testing.T, db *DB) {
+			forEachEngine(t, func(t *testing.T, db *testDB) {
 				ctx := t.Context()
 				e := newEvaluation(t, db)
 				cache := mustCache(t, db, "main")
@@ -30,14 +31,14 @@ func TestCollectionAndCachedMarkingNeverLoseARow(t *testing.T) {
 					t.Fatal(err)
 				}
 				const out = "/nix/store/0000000000000000000000000000aaaa-a"
-				hash, _ := StorePathHash(out)
-				if _, _, err := db.PutCachePath(ctx, CachePath{CacheID: cache.ID, StorePath: out,
+				hash, _ := storage.StorePathHash(out)
+				if _, _, err := db.PutCachePath(ctx, storage.CachePath{CacheID: cache.ID, StorePath: out,
 					NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73", NarSize: 1,
 					FileHash: "sha256:094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic", FileSize: 1,
 					Compression: "zstd", ObjectKey: "094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic"}); err != nil {
 					t.Fatal(err)
 				}
-				build := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"))[drvPath("a")].BuildID
+				build := startEvaluation(t, db, e.ID, storage.NewID(), discovered("a", "packages.x.a"))[drvPath("a")].BuildID
 
 				// The collection's mark ran before the evaluation used
 				// the row (nothing reaches it): the row is selected.
@@ -59,7 +60,7 @@ func TestCollectionAndCachedMarkingNeverLoseARow(t *testing.T) {
 						<-release
 					})
 				}
-				hooks := &GCHooks{}
+				hooks := &storage.GCHooks{}
 				if order == "touch first" {
 					hooks.CachedTouched = hold
 				} else {
@@ -67,10 +68,10 @@ func TestCollectionAndCachedMarkingNeverLoseARow(t *testing.T) {
 				}
 				db.SetGCHooksForTest(hooks)
 
-				outputs := map[string][]BuildOutputInfo{build: {{Name: "out", StorePath: out, NarSize: 1}}}
+				outputs := map[string][]storage.BuildOutputInfo{build: {{Name: "out", StorePath: out, NarSize: 1}}}
 				var wg sync.WaitGroup
 				var markErr, delErr error
-				var deleted []GCSweepEntry
+				var deleted []storage.GCSweepEntry
 				mark := func() { defer wg.Done(); _, markErr = db.MarkBuildsCached(ctx, e.ID, outputs) }
 				del := func() {
 					defer wg.Done()
@@ -89,7 +90,7 @@ func TestCollectionAndCachedMarkingNeverLoseARow(t *testing.T) {
 					t.Fatalf("the first transaction ended before its hook: mark %v, delete %v", markErr, delErr)
 				}
 				go second()
-				if db.engine == EnginePostgres {
+				if db.Engine() == storage.EnginePostgres {
 					waitfor.True(t, "the second transaction waits for the first one's row lock", func() bool {
 						return waitingOnLock(ctx, t, db, secondSQL)
 					})
@@ -108,14 +109,14 @@ func TestCollectionAndCachedMarkingNeverLoseARow(t *testing.T) {
 					if rowErr != nil || len(deleted) != 0 {
 						t.Fatalf("the row a cached build relies on was deleted (%v, deleted %d)", rowErr, len(deleted))
 					}
-					if b.Status != BuildSucceeded || !stillCached {
+					if b.Status != storage.BuildSucceeded || !stillCached {
 						t.Fatalf("build is %s, want succeeded from the cache", b.Status)
 					}
 				case "delete first":
 					if rowErr == nil || len(deleted) != 1 {
 						t.Fatalf("the row was not deleted (deleted %d)", len(deleted))
 					}
-					if b.Status == BuildSucceeded || stillCached {
+					if b.Status == storage.BuildSucceeded || stillCached {
 						t.Fatalf("build is %s (reported cached %v) although its output row is gone", b.Status, stillCached)
 					}
 				}
@@ -126,7 +127,7 @@ func TestCollectionAndCachedMarkingNeverLoseARow(t *testing.T) {
 
 // waitingOnLock reports whether a statement starting with prefix waits
 // for a lock in db's database.
-func waitingOnLock(ctx context.Context, t *testing.T, db *DB, prefix string) bool {
+func waitingOnLock(ctx context.Context, t *testing.T, db *testDB, prefix string) bool {
 	var n int
 	if err := db.sql.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
 		WHERE datname = current_database() AND wait_event_type = 'Lock' AND ltrim(query) LIKE $1`,

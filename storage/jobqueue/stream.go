@@ -1,9 +1,12 @@
-package storage
+package jobqueue
 
 import (
 	"context"
 	"database/sql"
 	"errors"
+
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // Builds stream while their evaluation evaluates (docs/protocol/jobs.md
@@ -27,8 +30,8 @@ const streamCondition = `NOT EXISTS (SELECT 1 FROM build_edges se
 // evaluation still evaluating whose inputs are all built (streamCondition
 // and readyCondition), and returns their pending jobs. Nothing for an
 // evaluation that is not evaluating.
-func (db *DB) QueueStreamedBuilds(ctx context.Context, evalID string, drvPaths []string) ([]string, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) QueueStreamedBuilds(ctx context.Context, evalID string, drvPaths []string) ([]string, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, err
 	}
@@ -36,10 +39,10 @@ func (db *DB) QueueStreamedBuilds(ctx context.Context, evalID string, drvPaths [
 		return nil, nil
 	}
 	var ready []string
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+	err = q.jobTx(ctx, func(tx *sql.Tx) error {
 		ready = nil
 		var project string
-		err := db.txRow(ctx, tx, `SELECT project_id FROM evaluations WHERE id = $1 AND status IN ('fetching', 'evaluating')`, evalID).Scan(&project)
+		err := q.txRow(ctx, tx, `SELECT project_id FROM evaluations WHERE id = $1 AND status IN ('fetching', 'evaluating')`, evalID).Scan(&project)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // ended, failed or cancelled meanwhile
 		}
@@ -48,19 +51,19 @@ func (db *DB) QueueStreamedBuilds(ctx context.Context, evalID string, drvPaths [
 		}
 		var builds []string
 		for rest := drvPaths; len(rest) > 0; {
-			n := min(len(rest), inListMax)
-			args, in := inList([]any{evalID}, rest[:n])
+			n := min(len(rest), sqldb.InListMax)
+			args, in := sqldb.InList([]any{evalID}, rest[:n])
 			rest = rest[n:]
-			rows, err := db.txQuery(ctx, tx, `UPDATE builds SET status = 'queued'
+			rows, err := q.txQuery(ctx, tx, `UPDATE builds SET status = 'queued'
 				WHERE evaluation_id = $1 AND status = 'waiting' AND drv_path IN (`+in+`)
 				AND `+readyCondition+` AND `+streamCondition+` RETURNING id`, args...)
-			part, err := collect(rows, err, scanString)
+			part, err := sqldb.Collect(rows, err, scanString)
 			if err != nil {
 				return err
 			}
 			builds = append(builds, part...)
 		}
-		ready, err = db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: evalID, projectID: project}, builds)
+		ready, err = q.insertBuildJobs(ctx, tx, jobRef{kind: storage.JobBuild, evalID: evalID, projectID: project}, builds)
 		return err
 	})
 	return ready, err
@@ -71,23 +74,23 @@ func (db *DB) QueueStreamedBuilds(ctx context.Context, evalID string, drvPaths [
 // (the failure already cancelled the waiting and queued builds). It
 // closes their open assignments, as cancelled, and returns them for the
 // workers to be told, and how many build jobs it ended.
-func (db *DB) StopEvaluationBuilds(ctx context.Context, evalID string) (open []OpenAssignment, stopped int, err error) {
-	evalID, err = canonicalUUID("evaluation ID", evalID)
+func (q *Queue) StopEvaluationBuilds(ctx context.Context, evalID string) (open []storage.OpenAssignment, stopped int, err error) {
+	evalID, err = sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, 0, err
 	}
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+	err = q.jobTx(ctx, func(tx *sql.Tx) error {
 		open, stopped = nil, 0
-		now := nowMillis()
+		now := sqldb.NowMillis()
 		rows, err := tx.QueryContext(ctx,
 			`UPDATE job_assignments SET closed_at = $2, outcome = $3
 			 WHERE closed_at IS NULL AND job_id IN (SELECT id FROM jobs WHERE evaluation_id = $1 AND kind = 'build' AND status IN ('pending', 'assigned'))
 			 RETURNING id, job_id, worker_id, opened_at`, evalID, now, OutcomeCancelled)
-		open, err = collect(rows, err, func(r *sql.Rows) (OpenAssignment, error) {
-			var a OpenAssignment
+		open, err = sqldb.Collect(rows, err, func(r *sql.Rows) (storage.OpenAssignment, error) {
+			var a storage.OpenAssignment
 			var opened int64
 			err := r.Scan(&a.AssignmentID, &a.JobID, &a.WorkerID, &opened)
-			a.OpenedAt = fromMillis(opened)
+			a.OpenedAt = sqldb.FromMillis(opened)
 			return a, err
 		})
 		if err != nil {

@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 import (
 	"errors"
@@ -6,17 +6,19 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"gradient.dev/gradient/storage"
 )
 
 // An evaluation that reported errors still builds what it found, then
 // ends failed with them, even when every build succeeded.
 func TestEvaluationErrorsFailTheEvaluation(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		e := newEvaluation(t, db)
-		a := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, NewID())
-		if err := db.AddDiscoveredDerivations(ctx, e.ID, []DiscoveredBuild{discovered("ok", "packages.x.ok")}); err != nil {
+		a := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, storage.NewID())
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, []storage.DiscoveredBuild{discovered("ok", "packages.x.ok")}); err != nil {
 			t.Fatal(err)
 		}
 		for _, msg := range []string{"nix-eval:packages.x.bad: boom", "target 'y' matched no derivations in the flake"} {
@@ -29,13 +31,13 @@ func TestEvaluationErrorsFailTheEvaluation(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, job := range pendingOf(t, db, ready) {
-			buildOK(t, db, job, NewID())
+			buildOK(t, db, job, storage.NewID())
 		}
 		got, err := db.Evaluation(ctx, e.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Status != EvaluationFailed || !strings.Contains(got.Error, "boom") || !strings.Contains(got.Error, "matched no derivations") {
+		if got.Status != storage.EvaluationFailed || !strings.Contains(got.Error, "boom") || !strings.Contains(got.Error, "matched no derivations") {
 			t.Fatalf("evaluation %s with error %q; want failed naming both errors", got.Status, got.Error)
 		}
 	})
@@ -45,10 +47,10 @@ func TestEvaluationErrorsFailTheEvaluation(t *testing.T) {
 // their outputs, and nothing else.
 func TestBuiltDerivations(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		e := newEvaluation(t, db)
-		ready := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", drvPath("a")))
-		buildOK(t, db, ready[drvPath("a")], NewID())
+		ready := startEvaluation(t, db, e.ID, storage.NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", drvPath("a")))
+		buildOK(t, db, ready[drvPath("a")], storage.NewID())
 		built, err := db.BuiltDerivations(t.Context(), []string{drvPath("a"), drvPath("b"), drvPath("zzz")})
 		if err != nil {
 			t.Fatal(err)
@@ -64,24 +66,24 @@ func TestBuiltDerivations(t *testing.T) {
 // end), and leaves running ones alone.
 func TestFinishDoneEvaluations(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		e := newEvaluation(t, db)
-		ready := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"))
-		buildOK(t, db, ready[drvPath("a")], NewID())
+		ready := startEvaluation(t, db, e.ID, storage.NewID(), discovered("a", "packages.x.a"))
+		buildOK(t, db, ready[drvPath("a")], storage.NewID())
 		// As if the process died before ending the evaluation.
 		if _, err := db.sql.ExecContext(ctx, `UPDATE evaluations SET status = 'building', finished_at = NULL WHERE id = $1`, e.ID); err != nil {
 			t.Fatal(err)
 		}
 		running := newEvaluationIn(t, db, e.ProjectID)
-		startEvaluation(t, db, running.ID, NewID(), discovered("b", "packages.x.b"))
+		startEvaluation(t, db, running.ID, storage.NewID(), discovered("b", "packages.x.b"))
 
 		n, err := db.FinishDoneEvaluations(ctx)
 		if err != nil || n != 1 {
 			t.Fatalf("FinishDoneEvaluations = %d, %v; want 1", n, err)
 		}
-		wantEvalStatus(t, db, e.ID, EvaluationSucceeded)
-		wantEvalStatus(t, db, running.ID, EvaluationBuilding)
+		wantEvalStatus(t, db, e.ID, storage.EvaluationSucceeded)
+		wantEvalStatus(t, db, running.ID, storage.EvaluationBuilding)
 	})
 }
 
@@ -89,11 +91,11 @@ func TestFinishDoneEvaluations(t *testing.T) {
 // completion and the readying of its dependents) is queued by the sweep.
 func TestReadyStrandedBuilds(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		e := newEvaluation(t, db)
-		ready := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", "a"))
-		next := buildOK(t, db, ready[drvPath("a")], NewID())
+		ready := startEvaluation(t, db, e.ID, storage.NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", "a"))
+		next := buildOK(t, db, ready[drvPath("a")], storage.NewID())
 		// As if the process died before b was readied.
 		if _, err := db.sql.ExecContext(ctx, `DELETE FROM jobs WHERE id = $1`, next[drvPath("b")].JobID); err != nil {
 			t.Fatal(err)
@@ -118,12 +120,12 @@ func TestReadyStrandedBuilds(t *testing.T) {
 // built while the evaluation still runs; other builds wait for its end.
 func TestRequestImports(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		e := newEvaluation(t, db)
-		flake := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, NewID())
+		flake := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, storage.NewID())
 		// gen ← ifd (imported); lib ← app (an ordinary root).
-		if err := db.AddDiscoveredDerivations(ctx, e.ID, []DiscoveredBuild{
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, []storage.DiscoveredBuild{
 			discovered("gen", ""), discovered("ifd", "other.x.ifd", "gen"),
 			discovered("lib", ""), discovered("app", "packages.x.app", "lib"),
 		}); err != nil {
@@ -140,13 +142,13 @@ func TestRequestImports(t *testing.T) {
 		if len(jobs) != 1 || jobs[drvPath("gen")].JobID == "" {
 			t.Fatalf("ready %v, want only gen (ifd's input) while evaluating", keys(jobs))
 		}
-		next := buildOK(t, db, jobs[drvPath("gen")], NewID())
+		next := buildOK(t, db, jobs[drvPath("gen")], storage.NewID())
 		if len(next) != 1 || next[drvPath("ifd")].JobID == "" {
 			t.Fatalf("after gen: %v, want ifd", keys(next))
 		}
-		buildOK(t, db, next[drvPath("ifd")], NewID())
+		buildOK(t, db, next[drvPath("ifd")], storage.NewID())
 		imported, err := db.ImportBuilds(ctx, e.ID, []string{drvPath("ifd")})
-		if err != nil || imported[drvPath("ifd")].Status != BuildSucceeded {
+		if err != nil || imported[drvPath("ifd")].Status != storage.BuildSucceeded {
 			t.Fatalf("import builds %v, %v", imported, err)
 		}
 		// The ordinary builds waited: lib is queued only now.
@@ -164,10 +166,10 @@ func TestRequestImports(t *testing.T) {
 // dependents become runnable.
 func TestMarkBuildsCached(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		e := newEvaluation(t, db)
-		ready := startEvaluation(t, db, e.ID, NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", "a"),
+		ready := startEvaluation(t, db, e.ID, storage.NewID(), discovered("a", "packages.x.a"), discovered("b", "packages.x.b", "a"),
 			discovered("c", "packages.x.c"))
 		a, c := ready[drvPath("a")], ready[drvPath("c")]
 		cache := mustCache(t, db, "main")
@@ -178,12 +180,12 @@ func TestMarkBuildsCached(t *testing.T) {
 		// (collected since the scheduler looked).
 		const aOut = "/nix/store/0000000000000000000000000000aaaa-a"
 		const cOut = "/nix/store/0000000000000000000000000000cccc-c"
-		if _, _, err := db.PutCachePath(ctx, CachePath{CacheID: cache.ID, StorePath: aOut, NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73",
+		if _, _, err := db.PutCachePath(ctx, storage.CachePath{CacheID: cache.ID, StorePath: aOut, NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73",
 			NarSize: 1, FileHash: "sha256:094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic", FileSize: 1,
 			Compression: "zstd", ObjectKey: "094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic"}); err != nil {
 			t.Fatal(err)
 		}
-		outputs := map[string][]BuildOutputInfo{a.BuildID: {{Name: "out", StorePath: aOut, NarSize: 1}},
+		outputs := map[string][]storage.BuildOutputInfo{a.BuildID: {{Name: "out", StorePath: aOut, NarSize: 1}},
 			c.BuildID: {{Name: "out", StorePath: cOut, NarSize: 1}}}
 		next, err := db.MarkBuildsCached(ctx, e.ID, outputs)
 		if err != nil {
@@ -195,10 +197,10 @@ func TestMarkBuildsCached(t *testing.T) {
 		if _, ok := outputs[c.BuildID]; ok || len(outputs) != 1 {
 			t.Fatalf("outputs after marking: %v; want only a (c's row is gone: c must be built)", outputs)
 		}
-		if got := buildByDrv(t, db, e.ID, "c"); got.Status == BuildSucceeded {
+		if got := buildByDrv(t, db, e.ID, "c"); got.Status == storage.BuildSucceeded {
 			t.Fatal("c was marked cached although its output has no row")
 		}
-		if got := buildByDrv(t, db, e.ID, "a"); got.Status != BuildSucceeded {
+		if got := buildByDrv(t, db, e.ID, "a"); got.Status != storage.BuildSucceeded {
 			t.Fatalf("a is %s, want succeeded", got.Status)
 		}
 		for _, j := range allPending(t, db) {
@@ -206,7 +208,7 @@ func TestMarkBuildsCached(t *testing.T) {
 				t.Fatal("the cached build's job is still pending")
 			}
 		}
-		if _, err := db.ClaimJob(ctx, a.JobID, NewID()); !errors.Is(err, ErrConflict) {
+		if _, err := db.ClaimJob(ctx, a.JobID, storage.NewID()); !errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("claiming the cached build's job: %v, want a conflict", err)
 		}
 	})
@@ -217,7 +219,7 @@ func TestMarkBuildsCached(t *testing.T) {
 // not every evaluation ever recorded (issue 21).
 func TestFinishDoneEvaluationsReadsOnlyBuildingOnes(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		e := newEvaluation(t, db)
 		if _, err := db.sql.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000)
@@ -229,7 +231,7 @@ func TestFinishDoneEvaluationsReadsOnlyBuildingOnes(t *testing.T) {
 			t.Fatal(err)
 		}
 		explain := `EXPLAIN `
-		if db.Engine() == EngineSQLite {
+		if db.Engine() == storage.EngineSQLite {
 			explain = `EXPLAIN QUERY PLAN `
 		}
 		rows, err := db.sql.QueryContext(ctx, explain+doneEvaluationsSQL)

@@ -1,9 +1,11 @@
-package storage
+package jobqueue
 
 import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"gradient.dev/gradient/storage"
 )
 
 // An evaluation's ready builds are queued in chunks: the flake job's
@@ -11,11 +13,11 @@ import (
 // rest; builds with unbuilt inputs stay waiting.
 func TestReadyBuildsInChunks(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		ev := newEvaluation(t, db)
-		flake := mustClaim(t, db, flakeJob(t, db, ev.ID).JobID, NewID())
-		var drvs []DiscoveredBuild
+		flake := mustClaim(t, db, flakeJob(t, db, ev.ID).JobID, storage.NewID())
+		var drvs []storage.DiscoveredBuild
 		for i := range 25 {
 			drvs = append(drvs, discovered(fmt.Sprintf("leaf%02d", i), ""))
 		}
@@ -27,7 +29,7 @@ func TestReadyBuildsInChunks(t *testing.T) {
 		if err != nil || evalID != ev.ID || !more || len(first) != 10 {
 			t.Fatalf("CompleteFlakeJobChunk = %d jobs, %s, more %v, %v; want 10 of %s and more", len(first), evalID, more, err, ev.ID)
 		}
-		wantEvalStatus(t, db, ev.ID, EvaluationBuilding)
+		wantEvalStatus(t, db, ev.ID, storage.EvaluationBuilding)
 		rest, err := db.ReadyCandidates(ctx, ev.ID)
 		if err != nil || len(rest) != 15 {
 			t.Fatalf("ReadyCandidates = %d, %v; want the 15 other leaves", len(rest), err)
@@ -49,7 +51,7 @@ func TestReadyBuildsInChunks(t *testing.T) {
 		if got := len(allPending(t, db)); got != 25 {
 			t.Fatalf("%d pending jobs, want the 25 leaves", got)
 		}
-		if b := buildByDrv(t, db, ev.ID, "top"); b.Status != BuildWaiting {
+		if b := buildByDrv(t, db, ev.ID, "top"); b.Status != storage.BuildWaiting {
 			t.Fatalf("top is %s, want waiting", b.Status)
 		}
 		if left, err := db.ReadyCandidates(ctx, ev.ID); err != nil || len(left) != 0 {
@@ -62,11 +64,11 @@ func TestReadyBuildsInChunks(t *testing.T) {
 // next start queues them (no build lost, none queued twice).
 func TestRecoveryQueuesTheRestOfAChunkedReadying(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		ev := newEvaluation(t, db)
-		flake := mustClaim(t, db, flakeJob(t, db, ev.ID).JobID, NewID())
-		var drvs []DiscoveredBuild
+		flake := mustClaim(t, db, flakeJob(t, db, ev.ID).JobID, storage.NewID())
+		var drvs []storage.DiscoveredBuild
 		for i := range 30 {
 			drvs = append(drvs, discovered(fmt.Sprintf("b%02d", i), ""))
 		}
@@ -97,9 +99,9 @@ func TestRecoveryQueuesTheRestOfAChunkedReadying(t *testing.T) {
 // EndEvaluationIfDone ends it once no build is left, and not before.
 func TestCompleteBuildDeferEnd(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
-		worker := NewID()
+		worker := storage.NewID()
 		ev := newEvaluation(t, db)
 		ready := startEvaluation(t, db, ev.ID, worker, discovered("a", "a"), discovered("b", "b"))
 		for i, name := range []string{"a", "b"} {
@@ -107,13 +109,13 @@ func TestCompleteBuildDeferEnd(t *testing.T) {
 			if _, err := db.CompleteBuildDeferEnd(ctx, a, nil); err != nil {
 				t.Fatal(err)
 			}
-			wantEvalStatus(t, db, ev.ID, EvaluationBuilding)
+			wantEvalStatus(t, db, ev.ID, storage.EvaluationBuilding)
 			ended, err := db.EndEvaluationIfDone(ctx, ev.ID)
 			if err != nil || ended != (i == 1) {
 				t.Fatalf("EndEvaluationIfDone after %d of 2 builds = %v, %v", i+1, ended, err)
 			}
 		}
-		wantEvalStatus(t, db, ev.ID, EvaluationSucceeded)
+		wantEvalStatus(t, db, ev.ID, storage.EvaluationSucceeded)
 		if ended, err := db.EndEvaluationIfDone(ctx, ev.ID); err != nil || ended {
 			t.Fatalf("EndEvaluationIfDone of an ended evaluation = %v, %v", ended, err)
 		}

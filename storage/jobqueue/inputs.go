@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 // What a build job needs in the worker's store before it can run: the
 // outputs of its derivation's direct input derivations (docs/protocol/jobs.md §3.1,
@@ -10,16 +10,10 @@ import (
 	"database/sql"
 	"slices"
 	"strings"
-)
 
-// RequiredPath is one output of a build's direct input derivation. Cached
-// is set, with the NAR's sizes, when a cache of the job's project holds it.
-type RequiredPath struct {
-	Path     string
-	Cached   bool
-	FileSize uint64
-	NarSize  uint64
-}
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/sqldb"
+)
 
 // requiredOutputsQuery lists (build ID, outputs JSON) of each direct input
 // derivation of the builds: builds of the same evaluation, and, for an
@@ -40,13 +34,13 @@ const requiredOutputsQuery = `SELECT b.id, d.outputs FROM builds b
 // FillRequiredPaths sets RequiredPaths of the build jobs among jobs
 // (JobID, Kind, BuildID and ProjectID are what it reads); a build without
 // inputs gets an empty, non-nil slice.
-func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
+func (q *Queue) FillRequiredPaths(ctx context.Context, jobs []storage.PendingJob) error {
 	project := map[string]string{} // by build ID
 	var ids []string
 	for i := range jobs {
 		j := &jobs[i]
 		j.RequiredPaths = nil
-		if j.Kind == JobBuild && j.BuildID != "" && project[j.BuildID] == "" {
+		if j.Kind == storage.JobBuild && j.BuildID != "" && project[j.BuildID] == "" {
 			project[j.BuildID] = j.ProjectID
 			ids = append(ids, j.BuildID)
 		}
@@ -58,27 +52,27 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 		buildID string
 		outputs sql.NullString
 	}
-	rows, err := queryByIDs(ctx, db, requiredOutputsQuery, ids, func(r *sql.Rows) (row, error) {
+	rows, err := queryByIDs(ctx, q, requiredOutputsQuery, ids, func(r *sql.Rows) (row, error) {
 		var x row
 		return x, r.Scan(&x.buildID, &x.outputs)
 	})
 	if err != nil {
 		return err
 	}
-	required := map[string][]RequiredPath{} // by build ID
+	required := map[string][]storage.RequiredPath{} // by build ID
 	// Many builds share inputs: decode each input's outputs once.
-	decoded := map[string][]BuildOutputPath{}
+	decoded := map[string][]storage.BuildOutputPath{}
 	for _, x := range rows {
 		outputs, ok := decoded[x.outputs.String]
 		if !ok {
-			if outputs, err = decodeJSON[[]BuildOutputPath](x.outputs, "build outputs"); err != nil {
+			if outputs, err = sqldb.DecodeJSON[[]storage.BuildOutputPath](x.outputs, "build outputs"); err != nil {
 				return err
 			}
 			decoded[x.outputs.String] = outputs
 		}
 		for _, o := range outputs {
 			if o.Path != "" {
-				required[x.buildID] = append(required[x.buildID], RequiredPath{Path: o.Path})
+				required[x.buildID] = append(required[x.buildID], storage.RequiredPath{Path: o.Path})
 			}
 		}
 	}
@@ -86,15 +80,15 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 	// paths of each project, for its caches.
 	byProject := map[string][]string{}
 	for buildID, paths := range required {
-		slices.SortFunc(paths, func(a, b RequiredPath) int { return strings.Compare(a.Path, b.Path) })
-		paths = slices.CompactFunc(paths, func(a, b RequiredPath) bool { return a.Path == b.Path })
+		slices.SortFunc(paths, func(a, b storage.RequiredPath) int { return strings.Compare(a.Path, b.Path) })
+		paths = slices.CompactFunc(paths, func(a, b storage.RequiredPath) bool { return a.Path == b.Path })
 		required[buildID] = paths
 		for _, p := range paths {
 			byProject[project[buildID]] = append(byProject[project[buildID]], p.Path)
 		}
 	}
 	for p, paths := range byProject {
-		cached, err := db.projectCachedPaths(ctx, p, paths)
+		cached, err := q.projectCachedPaths(ctx, p, paths)
 		if err != nil {
 			return err
 		}
@@ -104,16 +98,16 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 			}
 			for k := range paths {
 				if c, ok := cached[paths[k].Path]; ok {
-					paths[k] = RequiredPath{Path: c.StorePath, Cached: true, FileSize: uint64(max(c.FileSize, 0)), NarSize: uint64(max(c.NarSize, 0))}
+					paths[k] = storage.RequiredPath{Path: c.StorePath, Cached: true, FileSize: uint64(max(c.FileSize, 0)), NarSize: uint64(max(c.NarSize, 0))}
 				}
 			}
 		}
 	}
 	for i := range jobs {
-		if j := &jobs[i]; j.Kind == JobBuild {
+		if j := &jobs[i]; j.Kind == storage.JobBuild {
 			j.RequiredPaths = slices.Clone(required[j.BuildID])
 			if j.RequiredPaths == nil {
-				j.RequiredPaths = []RequiredPath{} // read: none
+				j.RequiredPaths = []storage.RequiredPath{} // read: none
 			}
 		}
 	}
@@ -122,8 +116,8 @@ func (db *DB) FillRequiredPaths(ctx context.Context, jobs []PendingJob) error {
 
 // projectCachedPaths returns, by store path, the rows of those of paths
 // that a cache the project subscribes to holds.
-func (db *DB) projectCachedPaths(ctx context.Context, projectID string, paths []string) (map[string]CachePath, error) {
-	caches, err := db.ProjectCaches(ctx, projectID)
+func (q *Queue) projectCachedPaths(ctx context.Context, projectID string, paths []string) (map[string]storage.CachePath, error) {
+	caches, err := q.store.ProjectCaches(ctx, projectID)
 	if err != nil || len(caches) == 0 {
 		return nil, err
 	}
@@ -133,16 +127,16 @@ func (db *DB) projectCachedPaths(ctx context.Context, projectID string, paths []
 	}
 	var hashes []string
 	for _, p := range paths {
-		if h, err := StorePathHash(p); err == nil {
+		if h, err := storage.StorePathHash(p); err == nil {
 			hashes = append(hashes, h)
 		}
 	}
 	slices.Sort(hashes)
 	hashes = slices.Compact(hashes)
-	out := map[string]CachePath{}
+	out := map[string]storage.CachePath{}
 	for len(hashes) > 0 {
-		n := min(len(hashes), inListMax)
-		found, err := db.FindCachePaths(ctx, cacheIDs, hashes[:n])
+		n := min(len(hashes), sqldb.InListMax)
+		found, err := q.store.FindCachePaths(ctx, cacheIDs, hashes[:n])
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 import (
 	"context"
@@ -6,18 +6,40 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/sqldb"
 )
 
-// PostgreSQL versions of the two hottest state changes. Each statement
+// postgres is the queue's engine on PostgreSQL. Writers run side by
+// side, so rows are locked where completions of one evaluation meet, and
+// the hot state changes commit without waiting for their WAL flush
+// (lazyCommit).
+//
+// The two hottest state changes have versions of their own. Each statement
 // costs far more than a row it changes (executor start-up on four tables,
 // a round trip), so they fold the generic statement sequence into
 // data-modifying CTEs over arrays of calls, and concurrent calls share
-// one statement (see batcher): ClaimJob is one statement for a whole
+// one statement (see sqldb.Batcher): ClaimJob is one statement for a whole
 // batch, CompleteBuild one for a batch plus, per call, one when it
 // readies dependents or may end the evaluation. A call alone runs a
 // cheaper one-call form of the same statement. The semantics are those
-// of the generic versions, which SQLite runs (it has no data-modifying
-// CTEs, and one writer).
+// of the generic versions, which SQLite runs (sqlite.go: it has no
+// data-modifying CTEs, and one writer).
+type postgres struct {
+	*Queue
+	claims      *sqldb.Batcher[claimCall, bool]
+	completions *sqldb.Batcher[completeCall, completion]
+}
+
+func newPostgres(q *Queue) *postgres {
+	pg := &postgres{Queue: q}
+	pg.claims, pg.completions = pg.newClaimBatcher(), pg.newCompletionBatcher()
+	return pg
+}
+
+// parallelCompletions: completions run side by side and share statements.
+func (*postgres) parallelCompletions() bool { return true }
 
 // lazyCommitCTE sets synchronous_commit off for the statement's
 // (implicit or explicit) transaction; see lazyCommit.
@@ -79,18 +101,18 @@ const (
 	batchLanes = 2
 )
 
-func (db *DB) newClaimBatcher() *batcher[claimCall, bool] {
-	return &batcher[claimCall, bool]{max: maxBatch, lanes: batchLanes, run: db.claimJobsPG}
+func (pg *postgres) newClaimBatcher() *sqldb.Batcher[claimCall, bool] {
+	return &sqldb.Batcher[claimCall, bool]{Max: maxBatch, Lanes: batchLanes, Run: pg.claimBatch}
 }
 
-// claimJobsPG runs claimJobsSQL (claimJobSQL for one call) and reports
+// claimBatch runs claimJobsSQL (claimJobSQL for one call) and reports
 // for each call whether it claimed its job.
-func (db *DB) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error) {
+func (pg *postgres) claimBatch(ctx context.Context, calls []claimCall) ([]bool, error) {
 	if len(calls) == 1 {
 		c := calls[0]
 		var n int
 		err := retryingStatement(func() error {
-			return db.keyedRow(ctx, claimJobSQL, c.jobID, c.assignmentID, c.workerID, nowMillis()).Scan(&n)
+			return pg.keyedRow(ctx, claimJobSQL, c.jobID, c.assignmentID, c.workerID, sqldb.NowMillis()).Scan(&n)
 		})
 		return []bool{n == 1}, err
 	}
@@ -98,14 +120,14 @@ func (db *DB) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error
 	for i, c := range calls {
 		jobs[i], assignments[i], workers[i] = c.jobID, c.assignmentID, c.workerID
 	}
-	st, err := db.preparedOn(ctx, db.keyed, claimJobsSQL)
+	st, err := pg.preparedOn(ctx, pg.keyed, claimJobsSQL)
 	if err != nil {
 		return nil, err
 	}
 	var claimed []string
 	err = retryingStatement(func() error {
-		rows, err := st.QueryContext(ctx, jobs, assignments, workers, nowMillis())
-		claimed, err = collect(rows, err, scanString)
+		rows, err := st.QueryContext(ctx, jobs, assignments, workers, sqldb.NowMillis())
+		claimed, err = sqldb.Collect(rows, err, scanString)
 		return err
 	})
 	if err != nil {
@@ -122,16 +144,16 @@ func (db *DB) claimJobsPG(ctx context.Context, calls []claimCall) ([]bool, error
 	return out, nil
 }
 
-// claimJobPG is ClaimJob on PostgreSQL.
-func (db *DB) claimJobPG(ctx context.Context, jobID, workerID, assignmentID string) error {
-	claimed, err := db.claims.do(ctx, claimCall{jobID, workerID, assignmentID})
+// claim is ClaimJob on PostgreSQL: concurrent claims share one statement.
+func (pg *postgres) claim(ctx context.Context, jobID, workerID, assignmentID string) error {
+	claimed, err := pg.claims.Do(ctx, claimCall{jobID, workerID, assignmentID})
 	switch {
-	case constraintOf(err) == uniqueViolation:
-		return conflict("job %s already has an open assignment", jobID)
+	case sqldb.ConstraintOf(err) == sqldb.UniqueViolation:
+		return sqldb.Conflict("job %s already has an open assignment", jobID)
 	case err != nil:
 		return err
 	case !claimed:
-		return db.explainUnclaimed(ctx, jobID)
+		return pg.explainUnclaimed(ctx, jobID)
 	}
 	return nil
 }
@@ -141,7 +163,7 @@ func (db *DB) claimJobPG(ctx context.Context, jobID, workerID, assignmentID stri
 func retryingStatement(run func() error) error {
 	var err error
 	for range 5 {
-		if err = run(); !retryableTxError(err) {
+		if err = run(); !sqldb.RetryableTxError(err) {
 			return err
 		}
 	}
@@ -149,15 +171,15 @@ func retryingStatement(run func() error) error {
 }
 
 // explainUnclaimed names why a claim of a job changed nothing.
-func (db *DB) explainUnclaimed(ctx context.Context, jobID string) error {
-	ok, err := exists(ctx, db.sql, `SELECT 1 FROM jobs WHERE id = $1`, jobID)
+func (pg *postgres) explainUnclaimed(ctx context.Context, jobID string) error {
+	ok, err := sqldb.Exists(ctx, pg.sql, `SELECT 1 FROM jobs WHERE id = $1`, jobID)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return notFound("job %s", jobID)
+		return sqldb.NotFound("job %s", jobID)
 	}
-	return conflict("job %s is not pending", jobID)
+	return sqldb.Conflict("job %s is not pending", jobID)
 }
 
 // openAssignment is "closed_at IS NULL" in a form no index serves: given
@@ -240,14 +262,14 @@ type completion struct {
 	othersStillToRun int    // capped at finishCheckBound
 }
 
-func (db *DB) newCompletionBatcher() *batcher[completeCall, completion] {
-	return &batcher[completeCall, completion]{max: maxBatch, lanes: batchLanes, run: db.completeBuildsPG}
+func (pg *postgres) newCompletionBatcher() *sqldb.Batcher[completeCall, completion] {
+	return &sqldb.Batcher[completeCall, completion]{Max: maxBatch, Lanes: batchLanes, Run: pg.completeBatch}
 }
 
-// completeBuildsPG runs completeBuildsSQL (completeBuildSQL for one
+// completeBatch runs completeBuildsSQL (completeBuildSQL for one
 // call); a call whose assignment completed nothing gets a completion that
 // is not closed.
-func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]completion, error) {
+func (pg *postgres) completeBatch(ctx context.Context, calls []completeCall) ([]completion, error) {
 	end := false
 	for _, c := range calls {
 		end = end || c.end
@@ -259,7 +281,7 @@ func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]com
 			c                           completion
 		)
 		err := retryingStatement(func() error {
-			return db.keyedRow(ctx, completeBuildSQL, calls[0].assignmentID, nowMillis(), calls[0].info, finishCheckBound, end).
+			return pg.keyedRow(ctx, completeBuildSQL, calls[0].assignmentID, sqldb.NowMillis(), calls[0].info, finishCheckBound, end).
 				Scan(&closed, &evalID, &project, &dependents, &c.othersStillToRun)
 		})
 		c.closed, c.evalID, c.project, c.dependents = closed > 0, evalID.String, project.String, dependents.String
@@ -269,13 +291,13 @@ func (db *DB) completeBuildsPG(ctx context.Context, calls []completeCall) ([]com
 	for i, c := range calls {
 		ids[i], infos[i] = c.assignmentID, c.info
 	}
-	st, err := db.preparedOn(ctx, db.keyed, completeBuildsSQL)
+	st, err := pg.preparedOn(ctx, pg.keyed, completeBuildsSQL)
 	if err != nil {
 		return nil, err
 	}
 	var done map[string]completion
 	err = retryingStatement(func() error {
-		done, err = scanCompletions(st.QueryContext(ctx, ids, infos, nowMillis(), finishCheckBound, end))
+		done, err = scanCompletions(st.QueryContext(ctx, ids, infos, sqldb.NowMillis(), finishCheckBound, end))
 		return err
 	})
 	if err != nil {
@@ -329,24 +351,24 @@ const readyDependentsPG = `WITH ` + lazyCommitCTE + `, r AS (
 	SELECT gen_random_uuid()::text, 'build', $1, r.id, $3, 'pending', $4, 0, $4 FROM r
 	RETURNING id`
 
-// completeBuildPG is CompleteBuild on PostgreSQL, without a transaction
+// completeBuild is CompleteBuild on PostgreSQL, without a transaction
 // around the steps: each statement is atomic, and each later step
 // re-checks what it depends on. A crash between the steps leaves work
 // that RecoverInterruptedWork finishes (ReadyStrandedBuilds,
 // FinishDoneEvaluations).
-func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string, end bool) ([]string, error) {
-	c, err := db.completions.do(ctx, completeCall{assignmentID, info, end})
+func (pg *postgres) completeBuild(ctx context.Context, assignmentID, info string, end bool) ([]string, error) {
+	c, err := pg.completions.Do(ctx, completeCall{assignmentID, info, end})
 	if err != nil {
 		return nil, err
 	}
 	if !c.closed {
-		return nil, db.explainNotCompletable(ctx, assignmentID)
+		return nil, pg.explainNotCompletable(ctx, assignmentID)
 	}
-	now := nowMillis()
+	now := sqldb.NowMillis()
 	var ready []string
 	if c.dependents != "" {
-		rows, err := db.sql.QueryContext(ctx, readyDependentsPG, c.evalID, strings.Split(c.dependents, ","), c.project, now)
-		if ready, err = collect(rows, err, scanString); err != nil {
+		rows, err := pg.sql.QueryContext(ctx, readyDependentsPG, c.evalID, strings.Split(c.dependents, ","), c.project, now)
+		if ready, err = sqldb.Collect(rows, err, scanString); err != nil {
 			return nil, fmt.Errorf("build recorded; readying its dependents failed (ReadyStrandedBuilds retries): %w", err)
 		}
 	}
@@ -360,38 +382,109 @@ func (db *DB) completeBuildPG(ctx context.Context, assignmentID, info string, en
 	// or a whole batch in another lane (a batch's count leaves out its own
 	// builds), so the last one always sees fewer than finishCheckBound
 	// and checks.
-	if _, err := db.exec(ctx, finishEvaluationSQL, c.evalID, nowMillis()); err != nil {
+	if _, err := pg.exec(ctx, finishEvaluationSQL, c.evalID, sqldb.NowMillis()); err != nil {
 		return ready, fmt.Errorf("build recorded; ending its evaluation failed (the next pass retries): %w", err)
 	}
 	return ready, nil
 }
 
 // finishCheckBound: a completion that sees this many other builds of its
-// evaluation still to run cannot be the last one (see completeBuildPG).
-const finishCheckBound = postgresMaxConns + (batchLanes-1)*maxBatch + 1
+// evaluation still to run cannot be the last one (see completeBuild).
+const finishCheckBound = sqldb.PostgresMaxConns + (batchLanes-1)*maxBatch + 1
 
 // explainNotCompletable names why an assignment could not complete a
 // build: closed, unknown, of a flake job, or its job not assigned.
-func (db *DB) explainNotCompletable(ctx context.Context, assignmentID string) error {
+func (pg *postgres) explainNotCompletable(ctx context.Context, assignmentID string) error {
 	var jobID string
 	var closedAt sql.NullInt64
-	err := db.sql.QueryRowContext(ctx, `SELECT job_id, closed_at FROM job_assignments WHERE id = $1`, assignmentID).Scan(&jobID, &closedAt)
+	err := pg.sql.QueryRowContext(ctx, `SELECT job_id, closed_at FROM job_assignments WHERE id = $1`, assignmentID).Scan(&jobID, &closedAt)
 	if errors.Is(err, sql.ErrNoRows) {
-		return notFound("assignment %s", assignmentID)
+		return sqldb.NotFound("assignment %s", assignmentID)
 	}
 	if err != nil {
 		return err
 	}
 	if closedAt.Valid {
-		return conflict("assignment %s is closed", assignmentID)
+		return sqldb.Conflict("assignment %s is closed", assignmentID)
 	}
-	var kind JobKind
-	var status JobStatus
-	if err := db.sql.QueryRowContext(ctx, `SELECT kind, status FROM jobs WHERE id = $1`, jobID).Scan(&kind, &status); err != nil {
+	var kind storage.JobKind
+	var status storage.JobStatus
+	if err := pg.sql.QueryRowContext(ctx, `SELECT kind, status FROM jobs WHERE id = $1`, jobID).Scan(&kind, &status); err != nil {
 		return err
 	}
-	if kind != JobBuild {
-		return invalid("assignment %s is of a flake job", assignmentID)
+	if kind != storage.JobBuild {
+		return sqldb.Invalid("assignment %s is of a flake job", assignmentID)
 	}
-	return conflict("job %s is %s, not assigned", jobID, status)
+	return sqldb.Conflict("job %s is %s, not assigned", jobID, status)
+}
+
+// queueBuildsByID runs update once, with the IDs as one array, and no
+// sequential scan in the transaction (see queueBuildsByID).
+func (pg *postgres) queueBuildsByID(ctx context.Context, tx *sql.Tx, update, evalID string, ids []string) ([]string, error) {
+	if _, err := pg.txExec(ctx, tx, `SET LOCAL enable_seqscan = off`); err != nil {
+		return nil, err
+	}
+	rows, err := pg.txQuery(ctx, tx, update+`= ANY($2::text[]) RETURNING id`, evalID, ids)
+	return sqldb.Collect(rows, err, scanString)
+}
+
+// insertBuildJobs inserts every job in one statement with arrays: an
+// evaluation may ready thousands.
+func (pg *postgres) insertBuildJobs(ctx context.Context, tx *sql.Tx, job jobRef, ids, builds []string, now int64) error {
+	_, err := pg.txExec(ctx, tx,
+		`INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at)
+			 SELECT u.id, 'build', $1, u.build_id, $2, 'pending', $3, 0, $3
+			 FROM unnest($4::text[], $5::text[]) AS u(id, build_id)`,
+		job.evalID, job.projectID, now, ids, builds)
+	return err
+}
+
+// durableTx is jobTx: PostgreSQL commits durably by default.
+func (pg *postgres) durableTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return pg.jobTx(ctx, fn)
+}
+
+// lazyCommit lets the transaction commit without waiting for its WAL
+// flush (synchronous_commit off, for this transaction only). Used for the
+// hot state changes of running work (claim, complete, fail, release): a
+// crash may lose the last few of them, but the WAL keeps transactions in
+// order, so what survives is a consistent earlier state, and
+// RecoverInterruptedWork turns its open assignments back into pending
+// jobs. Creating evaluations (the queued work itself) and cancelling them
+// stay synchronous (durableJobTx).
+func (pg *postgres) lazyCommit(ctx context.Context, tx *sql.Tx) error {
+	_, err := pg.txExec(ctx, tx, `SELECT set_config('synchronous_commit', 'off', true)`)
+	return err
+}
+
+// forUpdate locks the rows a SELECT reads: concurrent completions in one
+// evaluation serialise on them.
+func (*postgres) forUpdate() string { return ` FOR UPDATE` }
+
+// lockEvaluation locks the evaluation row, so that of two last builds
+// completing at once the later one sees the other's result (the UPDATE
+// after the lock reads a fresh snapshot).
+func (pg *postgres) lockEvaluation(ctx context.Context, tx *sql.Tx, evalID string) error {
+	var one int
+	return pg.txRow(ctx, tx, `SELECT 1 FROM evaluations WHERE id = $1 FOR UPDATE`, evalID).Scan(&one)
+}
+
+// edgesByDependency leaves the choice of index to the planner, which has
+// statistics.
+func (*postgres) edgesByDependency() string { return "build_edges e" }
+
+// discoveredInserts take many rows per statement: one round trip each.
+func (*postgres) discoveredInserts(context.Context) (discoveredInserts, error) {
+	return discoveredInserts{buildsPer: 100, edgesPer: 300}, nil
+}
+
+// queryByIDs runs query once, with the IDs as one array parameter (a
+// prepared statement: IN lists of hundreds of parameters are planned anew
+// on every call).
+func (pg *postgres) queryByIDs(ctx context.Context, pool *sql.DB, query string, ids []string, collect func(*sql.Rows, error) error) error {
+	st, err := pg.preparedOn(ctx, pool, fmt.Sprintf(query, "= ANY($1::text[])"))
+	if err != nil {
+		return err
+	}
+	return collect(st.QueryContext(ctx, ids))
 }

@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // TestKeyedPlansGoByKeyAfterTheTablesGrew (PostgreSQL): the claim and
@@ -85,7 +87,7 @@ func mustExec(t *testing.T, conn *sql.Conn, query string) {
 func explain(t *testing.T, conn *sql.Conn, query string) string {
 	t.Helper()
 	rows, err := conn.QueryContext(context.Background(), query)
-	lines, err := collect(rows, err, scanString)
+	lines, err := sqldb.Collect(rows, err, scanString)
 	if err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}

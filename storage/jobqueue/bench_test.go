@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 )
 
@@ -29,14 +30,10 @@ func BenchmarkClaimCompleteBuild(b *testing.B) {
 				name = e.name + "/parallel"
 			}
 			b.Run(name, func(b *testing.B) {
-				db, err := Open(b.Context(), e.url(b))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer db.Close()
+				db := openTestDB(b, e.url(b))
 				jobs := benchBuildJobs(b, db, b.N)
-				worker := NewID()
-				outputs := []BuildOutputInfo{{Name: "out", StorePath: "/nix/store/x-out", NarSize: 1, NarHash: "sha256:x"}}
+				worker := storage.NewID()
+				outputs := []storage.BuildOutputInfo{{Name: "out", StorePath: "/nix/store/x-out", NarSize: 1, NarHash: "sha256:x"}}
 				b.ReportAllocs()
 				b.ResetTimer()
 				if !parallel {
@@ -72,7 +69,7 @@ func BenchmarkClaimCompleteBuild(b *testing.B) {
 					}
 				})
 				b.StopTimer()
-				if ev, err := db.Evaluation(b.Context(), benchEvalOf(b, db, jobs)); err != nil || ev.Status != EvaluationSucceeded {
+				if ev, err := db.Evaluation(b.Context(), benchEvalOf(b, db, jobs)); err != nil || ev.Status != storage.EvaluationSucceeded {
 					b.Fatalf("evaluation after the run: %+v, %v", ev, err)
 				}
 			})
@@ -83,18 +80,18 @@ func BenchmarkClaimCompleteBuild(b *testing.B) {
 // benchEvaluationClaimed makes a team, a project and an evaluation whose
 // flake job a worker has claimed, as an evaluation is while its worker
 // reports derivations; it returns the evaluation and the assignment.
-func benchEvaluationClaimed(b *testing.B, db *DB) (Evaluation, string) {
+func benchEvaluationClaimed(b *testing.B, db *testDB) (storage.Evaluation, string) {
 	b.Helper()
 	ctx := b.Context()
 	team, err := db.CreateTeam(ctx, "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	project, err := db.CreateProject(ctx, NewProject{TeamID: team.ID, Name: "p", Repository: "r", Branch: "main"})
+	project, err := db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: "p", Repository: "r", Branch: "main"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := db.CreateEvaluation(ctx, NewEvaluation{ProjectID: project.ID, RepositoryURL: "r", Commit: "c"})
+	e, err := db.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: project.ID, RepositoryURL: "r", Commit: "c"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,7 +99,7 @@ func benchEvaluationClaimed(b *testing.B, db *DB) (Evaluation, string) {
 	if err != nil || len(pending) != 1 {
 		b.Fatalf("PendingJobs = %d, %v", len(pending), err)
 	}
-	a, err := db.ClaimJob(ctx, pending[0].JobID, NewID())
+	a, err := db.ClaimJob(ctx, pending[0].JobID, storage.NewID())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -111,16 +108,16 @@ func benchEvaluationClaimed(b *testing.B, db *DB) (Evaluation, string) {
 
 // benchBuildJobs makes an evaluation with n independent builds and returns
 // their pending jobs.
-func benchBuildJobs(b *testing.B, db *DB, n int) []string {
+func benchBuildJobs(b *testing.B, db *testDB, n int) []string {
 	b.Helper()
 	ctx := b.Context()
 	e, a := benchEvaluationClaimed(b, db)
 	for start := 0; start < n; start += 1000 {
-		var batch []DiscoveredBuild
+		var batch []storage.DiscoveredBuild
 		for i := start; i < min(start+1000, n); i++ {
-			batch = append(batch, DiscoveredBuild{
+			batch = append(batch, storage.DiscoveredBuild{
 				Attr: fmt.Sprintf("packages.x86_64-linux.p%d", i), DrvPath: fmt.Sprintf("/nix/store/%08d-p.drv", i),
-				Outputs:      []BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%08d-p", i)}},
+				Outputs:      []storage.BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%08d-p", i)}},
 				Architecture: "x86_64-linux",
 			})
 		}
@@ -135,7 +132,7 @@ func benchBuildJobs(b *testing.B, db *DB, n int) []string {
 	return ready
 }
 
-func benchEvalOf(b *testing.B, db *DB, jobs []string) string {
+func benchEvalOf(b *testing.B, db *testDB, jobs []string) string {
 	b.Helper()
 	list, err := db.ListEvaluations(b.Context(), "", 1)
 	if err != nil || len(list) != 1 {
@@ -151,38 +148,34 @@ func BenchmarkFillRequiredPaths(b *testing.B) {
 	for _, e := range benchEngines {
 		b.Run(e.name, func(b *testing.B) {
 			ctx := b.Context()
-			db, err := Open(ctx, e.url(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
+			db := openTestDB(b, e.url(b))
 			team, _ := db.CreateTeam(ctx, "bench")
-			project, err := db.CreateProject(ctx, NewProject{TeamID: team.ID, Name: "p", Repository: "r", Branch: "main"})
+			project, err := db.CreateProject(ctx, storage.NewProject{TeamID: team.ID, Name: "p", Repository: "r", Branch: "main"})
 			if err != nil {
 				b.Fatal(err)
 			}
-			cache, _ := db.CreateCache(ctx, NewCache{Name: "c"})
+			cache, _ := db.CreateCache(ctx, storage.NewCache{Name: "c"})
 			if _, err := db.SubscribeProject(ctx, project.ID, cache.ID); err != nil {
 				b.Fatal(err)
 			}
-			ev, err := db.CreateEvaluation(ctx, NewEvaluation{ProjectID: project.ID, RepositoryURL: "r", Commit: "c"})
+			ev, err := db.CreateEvaluation(ctx, storage.NewEvaluation{ProjectID: project.ID, RepositoryURL: "r", Commit: "c"})
 			if err != nil {
 				b.Fatal(err)
 			}
 			pending, _ := db.PendingJobs(ctx)
-			if _, err := db.ClaimJob(ctx, pending[0].JobID, NewID()); err != nil {
+			if _, err := db.ClaimJob(ctx, pending[0].JobID, storage.NewID()); err != nil {
 				b.Fatal(err)
 			}
 			out := func(i int) string { return fmt.Sprintf("/nix/store/%032d-lib", i) }
-			var libs, drvs []DiscoveredBuild
+			var libs, drvs []storage.DiscoveredBuild
 			var libDrvs []string
 			for i := range 20 {
-				d := DiscoveredBuild{DrvPath: fmt.Sprintf("/nix/store/%032d-lib.drv", i), Architecture: "x86_64-linux",
-					Outputs: []BuildOutputPath{{Name: "out", Path: out(i)}}}
+				d := storage.DiscoveredBuild{DrvPath: fmt.Sprintf("/nix/store/%032d-lib.drv", i), Architecture: "x86_64-linux",
+					Outputs: []storage.BuildOutputPath{{Name: "out", Path: out(i)}}}
 				libs = append(libs, d)
 				libDrvs = append(libDrvs, d.DrvPath)
 				if i%2 == 0 {
-					if _, _, err := db.PutCachePath(ctx, CachePath{CacheID: cache.ID, StorePath: out(i), NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73",
+					if _, _, err := db.PutCachePath(ctx, storage.CachePath{CacheID: cache.ID, StorePath: out(i), NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73",
 						NarSize: 2000, FileHash: "sha256:094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic", FileSize: 1000,
 						Compression: "zstd", ObjectKey: "094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic"}); err != nil {
 						b.Fatal(err)
@@ -190,8 +183,8 @@ func BenchmarkFillRequiredPaths(b *testing.B) {
 				}
 			}
 			for i := range 200 {
-				drvs = append(drvs, DiscoveredBuild{DrvPath: fmt.Sprintf("/nix/store/%032d-app.drv", i), Architecture: "x86_64-linux",
-					Outputs: []BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%032d-app", i)}}, Dependencies: libDrvs})
+				drvs = append(drvs, storage.DiscoveredBuild{DrvPath: fmt.Sprintf("/nix/store/%032d-app.drv", i), Architecture: "x86_64-linux",
+					Outputs: []storage.BuildOutputPath{{Name: "out", Path: fmt.Sprintf("/nix/store/%032d-app", i)}}, Dependencies: libDrvs})
 			}
 			if err := db.AddDiscoveredDerivations(ctx, ev.ID, append(libs, drvs...)); err != nil {
 				b.Fatal(err)
@@ -200,16 +193,16 @@ func BenchmarkFillRequiredPaths(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if db.engine == EnginePostgres {
+			if db.Engine() == storage.EnginePostgres {
 				// As autovacuum would have by now: plans from real row counts.
 				if _, err := db.sql.ExecContext(ctx, `ANALYZE`); err != nil {
 					b.Fatal(err)
 				}
 			}
-			var jobs []PendingJob
+			var jobs []storage.PendingJob
 			for _, bl := range builds {
 				if strings.HasSuffix(bl.DrvPath, "-app.drv") {
-					jobs = append(jobs, PendingJob{JobID: NewID(), Kind: JobBuild, BuildID: bl.ID, ProjectID: project.ID})
+					jobs = append(jobs, storage.PendingJob{JobID: storage.NewID(), Kind: storage.JobBuild, BuildID: bl.ID, ProjectID: project.ID})
 				}
 			}
 			b.ReportAllocs()

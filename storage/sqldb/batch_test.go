@@ -1,4 +1,4 @@
-package storage
+package sqldb
 
 import (
 	"context"
@@ -24,17 +24,17 @@ func times10(ins []int, hold chan struct{}) []int {
 
 // startHeld starts call 0, which holds the only lane, then calls
 // 1..n-1, and returns once all of those wait in line.
-func startHeld(t *testing.T, b *batcher[int, int], n int, call func(i int)) *sync.WaitGroup {
+func startHeld(t *testing.T, b *Batcher[int, int], n int, call func(i int)) *sync.WaitGroup {
 	t.Helper()
 	var wg sync.WaitGroup
 	wg.Go(func() { call(0) })
-	for !b.isRunning() {
+	for b.Running() == 0 {
 		runtime.Gosched()
 	}
 	for i := 1; i < n; i++ {
 		wg.Go(func() { call(i) })
 	}
-	for b.waitingCount() < n-1 {
+	for b.Waiting() < n-1 {
 		runtime.Gosched()
 	}
 	return &wg
@@ -45,7 +45,7 @@ func startHeld(t *testing.T, b *batcher[int, int], n int, call func(i int)) *syn
 func TestBatcherGroupsWaitingCalls(t *testing.T) {
 	release := make(chan struct{})
 	var batches, biggest atomic.Int64
-	b := &batcher[int, int]{max: 64, run: func(_ context.Context, ins []int) ([]int, error) {
+	b := &Batcher[int, int]{Max: 64, Run: func(_ context.Context, ins []int) ([]int, error) {
 		if len(ins) > 1 {
 			batches.Add(1)
 			biggest.Store(max(biggest.Load(), int64(len(ins))))
@@ -54,7 +54,7 @@ func TestBatcherGroupsWaitingCalls(t *testing.T) {
 	}}
 	const calls = 40
 	results := make([]int, calls)
-	wg := startHeld(t, b, calls, func(i int) { results[i], _ = b.do(t.Context(), i) })
+	wg := startHeld(t, b, calls, func(i int) { results[i], _ = b.Do(t.Context(), i) })
 	close(release)
 	wg.Wait()
 	for i, r := range results {
@@ -72,7 +72,7 @@ func TestBatcherGroupsWaitingCalls(t *testing.T) {
 func TestBatcherFallsBackToSingleCalls(t *testing.T) {
 	errOdd := errors.New("odd")
 	release := make(chan struct{})
-	b := &batcher[int, int]{max: 8, run: func(_ context.Context, ins []int) ([]int, error) {
+	b := &Batcher[int, int]{Max: 8, Run: func(_ context.Context, ins []int) ([]int, error) {
 		if len(ins) > 1 {
 			return nil, errors.New("statement failed")
 		}
@@ -82,7 +82,7 @@ func TestBatcherFallsBackToSingleCalls(t *testing.T) {
 		return times10(ins, release), nil
 	}}
 	errs, outs := make([]error, 20), make([]int, 20)
-	wg := startHeld(t, b, 20, func(i int) { outs[i], errs[i] = b.do(t.Context(), i) })
+	wg := startHeld(t, b, 20, func(i int) { outs[i], errs[i] = b.Do(t.Context(), i) })
 	close(release)
 	wg.Wait()
 	for i := range 20 {
@@ -90,7 +90,7 @@ func TestBatcherFallsBackToSingleCalls(t *testing.T) {
 			t.Errorf("call %d: %d, %v", i, outs[i], errs[i])
 		}
 	}
-	if b.isRunning() {
+	if b.Running() > 0 {
 		t.Error("batcher still marked running after every call returned")
 	}
 }
@@ -99,7 +99,7 @@ func TestBatcherFallsBackToSingleCalls(t *testing.T) {
 // once, no call is lost or answered twice, and the batcher ends idle.
 func TestBatcherStorm(t *testing.T) {
 	var served, running, most atomic.Int64
-	b := &batcher[int, int]{max: 5, lanes: 2, run: func(_ context.Context, ins []int) ([]int, error) {
+	b := &Batcher[int, int]{Max: 5, Lanes: 2, Run: func(_ context.Context, ins []int) ([]int, error) {
 		if len(ins) > 5 {
 			t.Errorf("batch of %d, max 5", len(ins))
 		}
@@ -115,7 +115,7 @@ func TestBatcherStorm(t *testing.T) {
 		wg.Go(func() {
 			for i := range 500 {
 				in := g*1000 + i
-				if out, err := b.do(t.Context(), in); err != nil || out != in*10 {
+				if out, err := b.Do(t.Context(), in); err != nil || out != in*10 {
 					t.Errorf("do(%d) = %d, %v", in, out, err)
 					return
 				}
@@ -123,22 +123,10 @@ func TestBatcherStorm(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if served.Load() != 16*500 || b.isRunning() {
-		t.Fatalf("served %d of %d calls; running %v", served.Load(), 16*500, b.isRunning())
+	if served.Load() != 16*500 || b.Running() > 0 {
+		t.Fatalf("served %d of %d calls; running %v", served.Load(), 16*500, b.Running() > 0)
 	}
 	if most.Load() > 2 {
 		t.Fatalf("%d batches ran at once, lanes 2", most.Load())
 	}
-}
-
-func (b *batcher[In, Out]) isRunning() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.running > 0
-}
-
-func (b *batcher[In, Out]) waitingCount() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.waiting)
 }

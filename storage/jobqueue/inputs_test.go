@@ -1,17 +1,19 @@
-package storage
+package jobqueue
 
 import (
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+
+	"gradient.dev/gradient/storage"
 )
 
 // A build's offer names the outputs of its direct input derivations, with
 // their sizes when the project's cache holds them (docs/protocol/jobs.md §3.1).
 func TestPendingJobsRequiredPaths(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		const (
 			knownOut = "/nix/store/0000000000000000000000000000kn0w-known"
@@ -19,8 +21,8 @@ func TestPendingJobsRequiredPaths(t *testing.T) {
 			libDev   = "/nix/store/2222222222222222222222222222lib1-lib-dev"
 			baseOut  = "/nix/store/3333333333333333333333333333bas3-base"
 		)
-		drv := func(name, out string, deps ...string) DiscoveredBuild {
-			d := DiscoveredBuild{DrvPath: drvPath(name), Outputs: []BuildOutputPath{{Name: "out", Path: out}},
+		drv := func(name, out string, deps ...string) storage.DiscoveredBuild {
+			d := storage.DiscoveredBuild{DrvPath: drvPath(name), Outputs: []storage.BuildOutputPath{{Name: "out", Path: out}},
 				Architecture: "x86_64-linux", Dependencies: []string{}}
 			for _, dep := range deps {
 				d.Dependencies = append(d.Dependencies, drvPath(dep))
@@ -38,14 +40,14 @@ func TestPendingJobsRequiredPaths(t *testing.T) {
 		}
 		put := func(cacheID, path string, fileSize, narSize int64) {
 			t.Helper()
-			p := CachePath{CacheID: cacheID, StorePath: path, NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73",
+			p := storage.CachePath{CacheID: cacheID, StorePath: path, NarHash: "sha256:0mdqa9w1p6cmli6976v4wi0sw9r4p5prkj7lzfd1877wk11c9c73",
 				NarSize: narSize, FileHash: "sha256:094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic", FileSize: fileSize,
 				Compression: "zstd", ObjectKey: "094qif9n4cq4fdg459qzbhg1c6wywawwaaivx0k0x8xhbyx4vwic"}
 			if _, _, err := db.PutCachePath(ctx, p); err != nil {
 				t.Fatal(err)
 			}
 		}
-		worker := NewID()
+		worker := storage.NewID()
 
 		// Two earlier evaluations built "known" (two rows name its
 		// output); only another project's cache holds it.
@@ -60,7 +62,7 @@ func TestPendingJobsRequiredPaths(t *testing.T) {
 		// app needs lib (two outputs, one cached) and base of its own
 		// evaluation, and "known", which this evaluation did not report.
 		lib := drv("lib", libOut)
-		lib.Outputs = append(lib.Outputs, BuildOutputPath{Name: "dev", Path: libDev})
+		lib.Outputs = append(lib.Outputs, storage.BuildOutputPath{Name: "dev", Path: libDev})
 		ev := newEvaluationIn(t, db, project.ID)
 		ready := startEvaluation(t, db, ev.ID, worker, drv("app", "/nix/store/4444444444444444444444444444app0-app", "lib", "base", "known"),
 			lib, drv("base", baseOut))
@@ -71,17 +73,17 @@ func TestPendingJobsRequiredPaths(t *testing.T) {
 		put(cache.ID, libOut, 80, 120)
 		buildOK(t, db, ready[drvPath("base")], worker)
 		a := mustClaim(t, db, ready[drvPath("lib")].JobID, worker)
-		ids, err := db.CompleteBuild(ctx, a, []BuildOutputInfo{{Name: "out", StorePath: libOut}, {Name: "dev", StorePath: libDev}})
+		ids, err := db.CompleteBuild(ctx, a, []storage.BuildOutputInfo{{Name: "out", StorePath: libOut}, {Name: "dev", StorePath: libDev}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []RequiredPath{
+		want := []storage.RequiredPath{
 			{Path: knownOut},
 			{Path: libOut, Cached: true, FileSize: 80, NarSize: 120},
 			{Path: libDev},
 			{Path: baseOut},
 		}
-		slices.SortFunc(want, func(a, b RequiredPath) int { return strings.Compare(a.Path, b.Path) })
+		slices.SortFunc(want, func(a, b storage.RequiredPath) int { return strings.Compare(a.Path, b.Path) })
 		app := pendingOf(t, db, ids)[drvPath("app")]
 		if app.RequiredPaths != nil {
 			t.Fatalf("PendingJobsByID read required paths %+v: only FillRequiredPaths does", app.RequiredPaths)
@@ -110,10 +112,10 @@ func TestPendingJobsRequiredPaths(t *testing.T) {
 // attempt not counted; its next claim is the evaluation.
 func TestCompleteFetch(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *DB) {
+	forEachEngine(t, func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		e := newEvaluation(t, db)
-		worker := NewID()
+		worker := storage.NewID()
 		// A worker lost while fetching: with a limit of two lost workers
 		// in a row, one more would fail the job, unless the fetch that
 		// completes starts the count over.
@@ -122,7 +124,7 @@ func TestCompleteFetch(t *testing.T) {
 			t.Fatalf("first lost worker: failed %v, %v", failed, err)
 		}
 		a := mustClaim(t, db, flakeJob(t, db, e.ID).JobID, worker)
-		if err := db.CompleteFetch(ctx, a); !errors.Is(err, ErrInvalid) {
+		if err := db.CompleteFetch(ctx, a); !errors.Is(err, storage.ErrInvalid) {
 			t.Fatalf("CompleteFetch without a recorded source: %v, want ErrInvalid", err)
 		}
 		if open, err := db.OpenAssignments(ctx); err != nil || len(open) != 1 || open[0].AssignmentID != a {
@@ -135,19 +137,19 @@ func TestCompleteFetch(t *testing.T) {
 		if err := db.CompleteFetch(ctx, a); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.CompleteFetch(ctx, a); !errors.Is(err, ErrConflict) {
+		if err := db.CompleteFetch(ctx, a); !errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("CompleteFetch twice: %v, want ErrConflict", err)
 		}
 		job := flakeJob(t, db, e.ID)
 		if job.FlakeSource != source || job.Attempts != 0 {
 			t.Fatalf("job after the fetch: source %q, attempts %d", job.FlakeSource, job.Attempts)
 		}
-		ev := wantEvalStatus(t, db, e.ID, EvaluationQueued)
+		ev := wantEvalStatus(t, db, e.ID, storage.EvaluationQueued)
 		if ev.Attempts != 0 {
 			t.Fatalf("evaluation attempts %d after a fetch, want 0", ev.Attempts)
 		}
 		evaluating := mustClaim(t, db, job.JobID, worker)
-		if ev := wantEvalStatus(t, db, e.ID, EvaluationEvaluating); ev.Attempts != 1 {
+		if ev := wantEvalStatus(t, db, e.ID, storage.EvaluationEvaluating); ev.Attempts != 1 {
 			t.Fatalf("evaluation attempts %d, want 1", ev.Attempts)
 		}
 		if failed, err := db.ReleaseLostAssignment(ctx, evaluating, 2); err != nil || failed {

@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // Assignment outcomes recorded by the queue itself.
@@ -31,64 +34,17 @@ const claimedEvaluationStatus = `CASE WHEN evaluations.flake_source IS NULL THEN
 // becomes assigned; a build job's build becomes building, a flake job's
 // evaluation fetching (evaluating, when its source is fetched already).
 // The attempt counts until it is released.
-func (db *DB) ClaimJob(ctx context.Context, jobID, workerID string) (string, error) {
-	jobID, err := canonicalUUID("job ID", jobID)
+func (q *Queue) ClaimJob(ctx context.Context, jobID, workerID string) (string, error) {
+	jobID, err := sqldb.CanonicalUUID("job ID", jobID)
 	if err != nil {
 		return "", err
 	}
-	workerID, err = canonicalUUID("worker ID", workerID)
+	workerID, err = sqldb.CanonicalUUID("worker ID", workerID)
 	if err != nil {
 		return "", err
 	}
-	assignmentID := NewID()
-	if db.engine == EnginePostgres {
-		if err := db.claimJobPG(ctx, jobID, workerID, assignmentID); err != nil {
-			return "", err
-		}
-		return assignmentID, nil
-	}
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
-		var kind JobKind
-		if err := db.lazyCommit(ctx, tx); err != nil {
-			return err
-		}
-		var buildID sql.NullString
-		var evalID string
-		err := db.txRow(ctx, tx,
-			`UPDATE jobs SET status = 'assigned', attempts = attempts + 1
-			 WHERE id = $1 AND status = 'pending' RETURNING kind, build_id, evaluation_id`,
-			jobID).Scan(&kind, &buildID, &evalID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return db.jobMissing(ctx, tx, jobID, "is not pending")
-		}
-		if err != nil {
-			return err
-		}
-		now := nowMillis()
-		_, err = db.txExec(ctx, tx,
-			`INSERT INTO job_assignments (id, job_id, worker_id, opened_at) VALUES ($1, $2, $3, $4)`,
-			assignmentID, jobID, workerID, now)
-		if constraintOf(err) == uniqueViolation {
-			return conflict("job %s already has an open assignment", jobID)
-		}
-		if err != nil {
-			return err
-		}
-		if kind == JobBuild {
-			_, err = db.txExec(ctx, tx,
-				`UPDATE builds SET status = 'building', attempts = attempts + 1, worker_id = $2,
-				 started_at = $3, finished_at = NULL WHERE id = $1`,
-				buildID.String, workerID, now)
-		} else {
-			_, err = db.txExec(ctx, tx,
-				`UPDATE evaluations SET status = `+claimedEvaluationStatus+`,
-				 attempts = attempts + 1,
-				 started_at = COALESCE(started_at, $2) WHERE id = $1`,
-				evalID, now)
-		}
-		return err
-	})
-	if err != nil {
+	assignmentID := storage.NewID()
+	if err := q.engine.claim(ctx, jobID, workerID, assignmentID); err != nil {
 		return "", err
 	}
 	return assignmentID, nil
@@ -96,34 +52,34 @@ func (db *DB) ClaimJob(ctx context.Context, jobID, workerID string) (string, err
 
 // jobMissing is the error for a job a statement did not find in the state
 // it wanted: ErrNotFound when the job does not exist, else ErrConflict.
-func (db *DB) jobMissing(ctx context.Context, tx *sql.Tx, jobID, why string) error {
-	ok, err := exists(ctx, tx, `SELECT 1 FROM jobs WHERE id = $1`, jobID)
+func (q *Queue) jobMissing(ctx context.Context, tx *sql.Tx, jobID, why string) error {
+	ok, err := sqldb.Exists(ctx, tx, `SELECT 1 FROM jobs WHERE id = $1`, jobID)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return notFound("job %s", jobID)
+		return sqldb.NotFound("job %s", jobID)
 	}
-	return conflict("job %s %s", jobID, why)
+	return sqldb.Conflict("job %s %s", jobID, why)
 }
 
 // closeAssignment closes an open assignment and returns its job. A closed
 // assignment is ErrConflict, an unknown one ErrNotFound.
-func (db *DB) closeAssignment(ctx context.Context, tx *sql.Tx, assignmentID, outcome string) (string, error) {
+func (q *Queue) closeAssignment(ctx context.Context, tx *sql.Tx, assignmentID, outcome string) (string, error) {
 	var jobID string
-	err := db.txRow(ctx, tx,
+	err := q.txRow(ctx, tx,
 		`UPDATE job_assignments SET closed_at = $2, outcome = $3
 		 WHERE id = $1 AND closed_at IS NULL RETURNING job_id`,
-		assignmentID, nowMillis(), outcome).Scan(&jobID)
+		assignmentID, sqldb.NowMillis(), outcome).Scan(&jobID)
 	if errors.Is(err, sql.ErrNoRows) {
-		ok, err := exists(ctx, tx, `SELECT 1 FROM job_assignments WHERE id = $1`, assignmentID)
+		ok, err := sqldb.Exists(ctx, tx, `SELECT 1 FROM job_assignments WHERE id = $1`, assignmentID)
 		if err != nil {
 			return "", err
 		}
 		if !ok {
-			return "", notFound("assignment %s", assignmentID)
+			return "", sqldb.NotFound("assignment %s", assignmentID)
 		}
-		return "", conflict("assignment %s is closed", assignmentID)
+		return "", sqldb.Conflict("assignment %s is closed", assignmentID)
 	}
 	return jobID, err
 }
@@ -133,14 +89,14 @@ func (db *DB) closeAssignment(ctx context.Context, tx *sql.Tx, assignmentID, out
 // counted. readyAt, when set, moves the job to the back of the queue.
 // failure, when set, is recorded as the last failure. A job that is not
 // assigned (cancelled meanwhile) is left alone.
-func (db *DB) requeue(ctx context.Context, tx *sql.Tx, jobID string, uncount bool, readyAt *int64, failure *jobFailure) (kind JobKind, attempts int, changed bool, err error) {
+func (q *Queue) requeue(ctx context.Context, tx *sql.Tx, jobID string, uncount bool, readyAt *int64, failure *jobFailure) (kind storage.JobKind, attempts int, changed bool, err error) {
 	back := 0
 	if uncount {
 		back = 1
 	}
 	var buildID sql.NullString
 	var evalID string
-	err = db.txRow(ctx, tx,
+	err = q.txRow(ctx, tx,
 		`UPDATE jobs SET status = 'pending', attempts = CASE WHEN attempts >= $2 THEN attempts - $2 ELSE 0 END,
 		 ready_at = COALESCE($3, ready_at)
 		 WHERE id = $1 AND status = 'assigned' RETURNING kind, build_id, evaluation_id, attempts`,
@@ -155,14 +111,14 @@ func (db *DB) requeue(ctx context.Context, tx *sql.Tx, jobID string, uncount boo
 	if failure != nil {
 		failureKind, message = string(failure.kind), failure.message
 	}
-	if kind == JobBuild {
-		_, err = db.txExec(ctx, tx,
+	if kind == storage.JobBuild {
+		_, err = q.txExec(ctx, tx,
 			`UPDATE builds SET status = 'queued', attempts = CASE WHEN attempts >= $2 THEN attempts - $2 ELSE 0 END,
 			 failure_kind = COALESCE($3, failure_kind), error = COALESCE($4, error)
 			 WHERE id = $1 AND status = 'building'`,
 			buildID.String, back, failureKind, message)
 	} else {
-		_, err = db.txExec(ctx, tx,
+		_, err = q.txExec(ctx, tx,
 			`UPDATE evaluations SET status = 'queued', attempts = CASE WHEN attempts >= $2 THEN attempts - $2 ELSE 0 END,
 			 error = COALESCE($3, error)
 			 WHERE id = $1 AND status IN ('fetching', 'evaluating')`,
@@ -172,7 +128,7 @@ func (db *DB) requeue(ctx context.Context, tx *sql.Tx, jobID string, uncount boo
 }
 
 type jobFailure struct {
-	kind    FailureKind
+	kind    storage.FailureKind
 	message string
 }
 
@@ -181,23 +137,23 @@ type jobFailure struct {
 // pool, keeping its place (ready_at); the attempt does not count. Its build
 // becomes queued again, its evaluation queued. An assignment closed
 // already is left as it is, without error.
-func (db *DB) ReleaseAssignment(ctx context.Context, assignmentID, outcome string) error {
-	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
+func (q *Queue) ReleaseAssignment(ctx context.Context, assignmentID, outcome string) error {
+	assignmentID, err := sqldb.CanonicalUUID("assignment ID", assignmentID)
 	if err != nil {
 		return err
 	}
-	return db.jobTx(ctx, func(tx *sql.Tx) error {
-		jobID, err := db.closeAssignment(ctx, tx, assignmentID, outcome)
-		if err := db.lazyCommit(ctx, tx); err != nil {
+	return q.jobTx(ctx, func(tx *sql.Tx) error {
+		jobID, err := q.closeAssignment(ctx, tx, assignmentID, outcome)
+		if err := q.engine.lazyCommit(ctx, tx); err != nil {
 			return err
 		}
-		if errors.Is(err, ErrConflict) {
+		if errors.Is(err, storage.ErrConflict) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		_, _, _, err = db.requeue(ctx, tx, jobID, true, nil, nil)
+		_, _, _, err = q.requeue(ctx, tx, jobID, true, nil, nil)
 		return err
 	})
 }
@@ -209,26 +165,26 @@ func (db *DB) ReleaseAssignment(ctx context.Context, assignmentID, outcome strin
 // at maxLost in a row the job fails for good instead (permanent failure,
 // cascading as FailJob), and failed is true. An assignment closed
 // already is left as it is, without error.
-func (db *DB) ReleaseLostAssignment(ctx context.Context, assignmentID string, maxLost int) (failed bool, err error) {
-	assignmentID, err = canonicalUUID("assignment ID", assignmentID)
+func (q *Queue) ReleaseLostAssignment(ctx context.Context, assignmentID string, maxLost int) (failed bool, err error) {
+	assignmentID, err = sqldb.CanonicalUUID("assignment ID", assignmentID)
 	if err != nil {
 		return false, err
 	}
 	maxLost = max(maxLost, 1)
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+	err = q.jobTx(ctx, func(tx *sql.Tx) error {
 		failed = false
-		if err := db.lazyCommit(ctx, tx); err != nil {
+		if err := q.engine.lazyCommit(ctx, tx); err != nil {
 			return err
 		}
-		jobID, err := db.closeAssignment(ctx, tx, assignmentID, OutcomeWorkerLost)
-		if errors.Is(err, ErrConflict) {
+		jobID, err := q.closeAssignment(ctx, tx, assignmentID, OutcomeWorkerLost)
+		if errors.Is(err, storage.ErrConflict) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
 		var lost int
-		err = db.txRow(ctx, tx, `UPDATE jobs SET lost_workers = lost_workers + 1
+		err = q.txRow(ctx, tx, `UPDATE jobs SET lost_workers = lost_workers + 1
 			WHERE id = $1 AND status = 'assigned' RETURNING lost_workers`, jobID).Scan(&lost)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // not running any more (cancelled meanwhile)
@@ -237,11 +193,11 @@ func (db *DB) ReleaseLostAssignment(ctx context.Context, assignmentID string, ma
 			return err
 		}
 		if lost < maxLost {
-			_, _, _, err = db.requeue(ctx, tx, jobID, true, nil, nil)
+			_, _, _, err = q.requeue(ctx, tx, jobID, true, nil, nil)
 			return err
 		}
 		failed = true
-		return db.failJob(ctx, tx, jobID, FailurePermanent,
+		return q.failJob(ctx, tx, jobID, storage.FailurePermanent,
 			fmt.Sprintf("%d workers in a row were lost while running it (does it crash or exhaust the worker?)", lost))
 	})
 	return failed, err
@@ -252,10 +208,10 @@ func (db *DB) ReleaseLostAssignment(ctx context.Context, assignmentID string, ma
 // job pending again without counting its attempt, every building build
 // queued and every fetching or evaluating evaluation queued. It returns
 // how many assignments it closed; running it again changes nothing.
-func (db *DB) RecoverInterruptedWork(ctx context.Context) (int, error) {
+func (q *Queue) RecoverInterruptedWork(ctx context.Context) (int, error) {
 	var released int
-	err := db.jobTx(ctx, func(tx *sql.Tx) error {
-		now := nowMillis()
+	err := q.jobTx(ctx, func(tx *sql.Tx) error {
+		now := sqldb.NowMillis()
 		res, err := tx.ExecContext(ctx,
 			`UPDATE job_assignments SET closed_at = $1, outcome = $2 WHERE closed_at IS NULL`,
 			now, OutcomeServerRestart)
@@ -286,25 +242,25 @@ func (db *DB) RecoverInterruptedWork(ctx context.Context) (int, error) {
 	}
 	// A crash between a build's commit and its dependents' readying or
 	// its evaluation's end.
-	if _, err := db.ReadyStrandedBuilds(ctx); err != nil {
+	if _, err := q.ReadyStrandedBuilds(ctx); err != nil {
 		return released, err
 	}
-	_, err = db.FinishDoneEvaluations(ctx)
+	_, err = q.FinishDoneEvaluations(ctx)
 	return released, err
 }
 
 // AddEvaluationErrors records errors an evaluation reported while it runs
 // (attributes that failed to evaluate, targets that matched nothing). The
 // evaluation still builds what it found, then ends failed with them.
-func (db *DB) AddEvaluationErrors(ctx context.Context, evalID string, errs []string) error {
+func (q *Queue) AddEvaluationErrors(ctx context.Context, evalID string, errs []string) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return err
 	}
-	_, err = db.exec(ctx, `UPDATE evaluations
+	_, err = q.exec(ctx, `UPDATE evaluations
 		SET eval_errors = COALESCE(eval_errors || CAST($2 AS TEXT), '') || CAST($3 AS TEXT)
 		WHERE id = $1 AND status IN ('queued', 'fetching', 'evaluating')`,
 		evalID, "\n", strings.Join(errs, "\n"))
@@ -314,21 +270,21 @@ func (db *DB) AddEvaluationErrors(ctx context.Context, evalID string, errs []str
 // SetEvaluationStatus records a fetching → evaluating step a worker
 // reported. Only an evaluation whose flake job runs (fetching or
 // evaluating) may change; any other is ErrConflict.
-func (db *DB) SetEvaluationStatus(ctx context.Context, evalID string, status EvaluationStatus) error {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) SetEvaluationStatus(ctx context.Context, evalID string, status storage.EvaluationStatus) error {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return err
 	}
-	if status != EvaluationFetching && status != EvaluationEvaluating {
-		return invalid("evaluation status %q cannot be reported by a worker", status)
+	if status != storage.EvaluationFetching && status != storage.EvaluationEvaluating {
+		return sqldb.Invalid("evaluation status %q cannot be reported by a worker", status)
 	}
-	res, err := db.exec(ctx,
+	res, err := q.exec(ctx,
 		`UPDATE evaluations SET status = $2 WHERE id = $1 AND status IN ('fetching', 'evaluating')`,
 		evalID, string(status))
-	if err := affectedOne(res, err, "running evaluation %s", evalID); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			if ok, qerr := exists(ctx, db.sql, `SELECT 1 FROM evaluations WHERE id = $1`, evalID); qerr == nil && ok {
-				return conflict("evaluation %s is not running", evalID)
+	if err := sqldb.AffectedOne(res, err, "running evaluation %s", evalID); err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			if ok, qerr := sqldb.Exists(ctx, q.sql, `SELECT 1 FROM evaluations WHERE id = $1`, evalID); qerr == nil && ok {
+				return sqldb.Conflict("evaluation %s is not running", evalID)
 			}
 		}
 		return err
@@ -337,14 +293,14 @@ func (db *DB) SetEvaluationStatus(ctx context.Context, evalID string, status Eva
 }
 
 // SetFlakeSource records the fetched source store path of an evaluation.
-func (db *DB) SetFlakeSource(ctx context.Context, evalID, storePath string) error {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) SetFlakeSource(ctx context.Context, evalID, storePath string) error {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return err
 	}
-	res, err := db.exec(ctx,
+	res, err := q.exec(ctx,
 		`UPDATE evaluations SET flake_source = $2 WHERE id = $1`, evalID, storePath)
-	return affectedOne(res, err, "evaluation %s", evalID)
+	return sqldb.AffectedOne(res, err, "evaluation %s", evalID)
 }
 
 // AddDiscoveredDerivations stores a batch of derivations an evaluation
@@ -352,8 +308,8 @@ func (db *DB) SetFlakeSource(ctx context.Context, evalID, storePath string) erro
 // come in any order and may repeat: a derivation already stored keeps its
 // row, except that a non-empty attr fills an empty one. Only an evaluation
 // whose flake job runs accepts derivations (else ErrConflict).
-func (db *DB) AddDiscoveredDerivations(ctx context.Context, evalID string, drvs []DiscoveredBuild) error {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) AddDiscoveredDerivations(ctx context.Context, evalID string, drvs []storage.DiscoveredBuild) error {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return err
 	}
@@ -364,10 +320,10 @@ func (db *DB) AddDiscoveredDerivations(ctx context.Context, evalID string, drvs 
 	}
 	var list []*row
 	byPath := map[string]*row{}
-	now := nowMillis()
+	now := sqldb.NowMillis()
 	for _, d := range drvs {
 		if strings.TrimSpace(d.DrvPath) == "" {
-			return invalid("discovered derivation without a drv path")
+			return sqldb.Invalid("discovered derivation without a drv path")
 		}
 		if r, dup := byPath[d.DrvPath]; dup {
 			if r.args[3] == "" && d.Attr != "" {
@@ -382,9 +338,9 @@ func (db *DB) AddDiscoveredDerivations(ctx context.Context, evalID string, drvs 
 		}
 		outputs := d.Outputs
 		if outputs == nil {
-			outputs = []BuildOutputPath{}
+			outputs = []storage.BuildOutputPath{}
 		}
-		outputsText, err := jsonText(outputs)
+		outputsText, err := sqldb.JSONText(outputs)
 		if err != nil {
 			return err
 		}
@@ -399,7 +355,7 @@ func (db *DB) AddDiscoveredDerivations(ctx context.Context, evalID string, drvs 
 		r := &row{
 			drv:   d.DrvPath,
 			edges: append([]string{}, d.Dependencies...),
-			args: []any{NewID(), evalID, d.DrvPath, d.Attr, d.Architecture, features, outputsText,
+			args: []any{storage.NewID(), evalID, d.DrvPath, d.Attr, d.Architecture, features, outputsText,
 				timeout, silent, d.IsFixedOutput, d.PreferLocalBuild, now},
 		}
 		byPath[d.DrvPath] = r
@@ -417,35 +373,26 @@ func (db *DB) AddDiscoveredDerivations(ctx context.Context, evalID string, drvs 
 			edges = append(edges, e)
 		}
 	}
-	// PostgreSQL takes many rows per statement (one round trip each). On
-	// SQLite, which has no round trips, one prepared row at a time is
-	// cheaper: a statement of many rows was parsed anew for every batch,
-	// and binding its $n parameters takes time quadratic in their number.
-	buildsPer, edgesPer := 100, 300
-	var insertBuild, insertEdge *sql.Stmt
-	if db.engine == EngineSQLite {
-		buildsPer, edgesPer = 1, 1
-		// Prepared before the transaction: preparing needs a connection
-		// of its own (see prepared).
-		if insertBuild, err = db.prepared(ctx, discoveredBuildsSQL(1)); err != nil {
-			return err
-		}
-		if insertEdge, err = db.prepared(ctx, discoveredEdgesSQL(1)); err != nil {
-			return err
-		}
+	// Rows per statement by engine (discoveredInserts); statements are
+	// prepared before the transaction: preparing needs a connection of
+	// its own (see prepared).
+	ins, err := q.engine.discoveredInserts(ctx)
+	if err != nil {
+		return err
 	}
-	return db.jobTx(ctx, func(tx *sql.Tx) error {
-		var status EvaluationStatus
+	buildsPer, edgesPer, insertBuild, insertEdge := ins.buildsPer, ins.edgesPer, ins.build, ins.edge
+	return q.jobTx(ctx, func(tx *sql.Tx) error {
+		var status storage.EvaluationStatus
 		err := tx.QueryRowContext(ctx,
-			`SELECT status FROM evaluations WHERE id = $1`+db.forUpdate(), evalID).Scan(&status)
+			`SELECT status FROM evaluations WHERE id = $1`+q.engine.forUpdate(), evalID).Scan(&status)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("evaluation %s", evalID)
+			return sqldb.NotFound("evaluation %s", evalID)
 		}
 		if err != nil {
 			return err
 		}
-		if status != EvaluationFetching && status != EvaluationEvaluating {
-			return conflict("evaluation %s is %s, not evaluating", evalID, status)
+		if status != storage.EvaluationFetching && status != storage.EvaluationEvaluating {
+			return sqldb.Conflict("evaluation %s is %s, not evaluating", evalID, status)
 		}
 		builds, edgeRows := txStatement(ctx, tx, insertBuild), txStatement(ctx, tx, insertEdge)
 		for start := 0; start < len(list); start += buildsPer {
@@ -543,7 +490,7 @@ func (t txInsert) exec(query func(rows int) string, rows int, args []any) error 
 // jobRef is what ending a job tells about it: its kind, evaluation,
 // project, build and attempts so far.
 type jobRef struct {
-	kind      JobKind
+	kind      storage.JobKind
 	evalID    string
 	projectID string
 	buildID   string
@@ -551,15 +498,15 @@ type jobRef struct {
 }
 
 // endJob marks an assigned job done (or failed) and returns it.
-func (db *DB) endJob(ctx context.Context, tx *sql.Tx, jobID string, status JobStatus) (jobRef, error) {
+func (q *Queue) endJob(ctx context.Context, tx *sql.Tx, jobID string, status storage.JobStatus) (jobRef, error) {
 	var j jobRef
 	var buildID sql.NullString
-	err := db.txRow(ctx, tx,
+	err := q.txRow(ctx, tx,
 		`UPDATE jobs SET status = $2 WHERE id = $1 AND status = 'assigned'
 		 RETURNING kind, evaluation_id, project_id, build_id, attempts`,
 		jobID, string(status)).Scan(&j.kind, &j.evalID, &j.projectID, &buildID, &j.attempts)
 	if errors.Is(err, sql.ErrNoRows) {
-		return j, db.jobMissing(ctx, tx, jobID, "is not assigned")
+		return j, q.jobMissing(ctx, tx, jobID, "is not assigned")
 	}
 	j.buildID = buildID.String
 	return j, err
@@ -586,16 +533,16 @@ const readyCondition = `NOT EXISTS (SELECT 1 FROM build_edges e
 // open is ErrConflict. It is CompleteFlakeJobChunk, then ReadyCandidates
 // and QueueReadyBuilds in chunks: a crash part-way leaves the rest to
 // ReadyStrandedBuilds at the next start.
-func (db *DB) CompleteFlakeJob(ctx context.Context, assignmentID string) ([]string, error) {
-	ready, evalID, more, err := db.CompleteFlakeJobChunk(ctx, assignmentID, ReadyChunk)
+func (q *Queue) CompleteFlakeJob(ctx context.Context, assignmentID string) ([]string, error) {
+	ready, evalID, more, err := q.CompleteFlakeJobChunk(ctx, assignmentID, ReadyChunk)
 	if !more || err != nil {
 		return ready, err
 	}
-	rest, err := db.ReadyCandidates(ctx, evalID)
+	rest, err := q.ReadyCandidates(ctx, evalID)
 	for len(rest) > 0 && err == nil {
 		n := min(len(rest), ReadyChunk)
 		var next []string
-		next, err = db.QueueReadyBuilds(ctx, evalID, rest[:n])
+		next, err = q.QueueReadyBuilds(ctx, evalID, rest[:n])
 		ready, rest = append(ready, next...), rest[n:]
 	}
 	return ready, err
@@ -616,40 +563,40 @@ const ReadyChunk = 1000
 // evaluation without ready builds ends at once (succeeded without builds,
 // failed with evaluation errors). An assignment that is not open is
 // ErrConflict.
-func (db *DB) CompleteFlakeJobChunk(ctx context.Context, assignmentID string, limit int) (ready []string, evalID string, more bool, err error) {
-	assignmentID, err = canonicalUUID("assignment ID", assignmentID)
+func (q *Queue) CompleteFlakeJobChunk(ctx context.Context, assignmentID string, limit int) (ready []string, evalID string, more bool, err error) {
+	assignmentID, err = sqldb.CanonicalUUID("assignment ID", assignmentID)
 	if err != nil {
 		return nil, "", false, err
 	}
 	limit = max(limit, 1)
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+	err = q.jobTx(ctx, func(tx *sql.Tx) error {
 		ready = nil
-		job, err := db.completeAssignment(ctx, tx, assignmentID, JobFlake)
+		job, err := q.completeAssignment(ctx, tx, assignmentID, storage.JobFlake)
 		if err != nil {
 			return err
 		}
 		evalID = job.evalID
-		if _, err := db.txExec(ctx, tx,
+		if _, err := q.txExec(ctx, tx,
 			`UPDATE evaluations SET status = 'building', error = NULL
 			 WHERE id = $1 AND status IN ('queued', 'fetching', 'evaluating')`, job.evalID); err != nil {
 			return err
 		}
 		// The first builds the index gives, without sorting the whole
 		// evaluation: the rest follow by primary key.
-		rows, err := db.txQuery(ctx, tx,
+		rows, err := q.txQuery(ctx, tx,
 			`UPDATE builds SET status = 'queued' WHERE status = 'waiting' AND id IN
 			 (SELECT id FROM builds WHERE evaluation_id = $1 AND status = 'waiting' AND `+readyCondition+` LIMIT $2)
 			 RETURNING id`, job.evalID, limit)
-		builds, err := collect(rows, err, scanString)
+		builds, err := sqldb.Collect(rows, err, scanString)
 		if err != nil {
 			return err
 		}
 		more = len(builds) == limit
-		if ready, err = db.insertBuildJobs(ctx, tx, job, builds); err != nil {
+		if ready, err = q.insertBuildJobs(ctx, tx, job, builds); err != nil {
 			return err
 		}
 		if len(ready) == 0 {
-			return db.finishEvaluationIfDone(ctx, tx, job.evalID)
+			return q.finishEvaluationIfDone(ctx, tx, job.evalID)
 		}
 		return nil
 	})
@@ -660,14 +607,14 @@ func (db *DB) CompleteFlakeJobChunk(ctx context.Context, assignmentID string, li
 // whose dependencies are all built: what QueueReadyBuilds may queue. It
 // reads without a lock, in one pass; nothing for an evaluation that is
 // not building.
-func (db *DB) ReadyCandidates(ctx context.Context, evalID string) ([]string, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) ReadyCandidates(ctx context.Context, evalID string) ([]string, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.sql.QueryContext(ctx, `SELECT id FROM builds WHERE evaluation_id = $1 AND status = 'waiting' AND `+
+	rows, err := q.sql.QueryContext(ctx, `SELECT id FROM builds WHERE evaluation_id = $1 AND status = 'waiting' AND `+
 		readyCondition+` AND EXISTS (SELECT 1 FROM evaluations v WHERE v.id = $1 AND v.status = 'building')`, evalID)
-	return collect(rows, err, scanString)
+	return sqldb.Collect(rows, err, scanString)
 }
 
 // QueueReadyBuilds queues, in one transaction, those of the builds ids of
@@ -676,8 +623,8 @@ func (db *DB) ReadyCandidates(ctx context.Context, evalID string) ([]string, err
 // primary key, so a call costs the same however many builds the
 // evaluation has: an evaluation's builds are queued in chunks, each
 // assignable as soon as its transaction commits.
-func (db *DB) QueueReadyBuilds(ctx context.Context, evalID string, ids []string) ([]string, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) QueueReadyBuilds(ctx context.Context, evalID string, ids []string) ([]string, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, err
 	}
@@ -685,24 +632,24 @@ func (db *DB) QueueReadyBuilds(ctx context.Context, evalID string, ids []string)
 		return nil, nil
 	}
 	var ready []string
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+	err = q.jobTx(ctx, func(tx *sql.Tx) error {
 		ready = nil
-		if err := db.lazyCommit(ctx, tx); err != nil {
+		if err := q.engine.lazyCommit(ctx, tx); err != nil {
 			return err
 		}
 		var project string
-		err := db.txRow(ctx, tx, `SELECT project_id FROM evaluations WHERE id = $1 AND status = 'building'`, evalID).Scan(&project)
+		err := q.txRow(ctx, tx, `SELECT project_id FROM evaluations WHERE id = $1 AND status = 'building'`, evalID).Scan(&project)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // ended or cancelled meanwhile
 		}
 		if err != nil {
 			return err
 		}
-		builds, err := db.queueBuildsByID(ctx, tx, evalID, ids)
+		builds, err := q.queueBuildsByID(ctx, tx, evalID, ids)
 		if err != nil {
 			return err
 		}
-		ready, err = db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: evalID, projectID: project}, builds)
+		ready, err = q.insertBuildJobs(ctx, tx, jobRef{kind: storage.JobBuild, evalID: evalID, projectID: project}, builds)
 		return err
 	})
 	return ready, err
@@ -710,7 +657,7 @@ func (db *DB) QueueReadyBuilds(ctx context.Context, evalID string, ids []string)
 
 // queueBuildsByID queues those of the builds ids (of evaluation evalID)
 // that are waiting with every dependency built, and returns them.
-func (db *DB) queueBuildsByID(ctx context.Context, tx *sql.Tx, evalID string, ids []string) ([]string, error) {
+func (q *Queue) queueBuildsByID(ctx context.Context, tx *sql.Tx, evalID string, ids []string) ([]string, error) {
 	// The chunk's builds are looked up by key, whatever the statistics
 	// say: given the evaluation and status plainly, PostgreSQL's planner
 	// (with the statistics of builds inserted moments ago) scans the
@@ -721,26 +668,7 @@ func (db *DB) queueBuildsByID(ctx context.Context, tx *sql.Tx, evalID string, id
 	const update = `UPDATE builds SET status = 'queued'
 		WHERE CASE WHEN evaluation_id = $1 AND status = 'waiting' THEN true ELSE false END AND ` +
 		readyCondition + ` AND id `
-	if db.engine == EnginePostgres {
-		if _, err := db.txExec(ctx, tx, `SET LOCAL enable_seqscan = off`); err != nil {
-			return nil, err
-		}
-		rows, err := db.txQuery(ctx, tx, update+`= ANY($2::text[]) RETURNING id`, evalID, ids)
-		return collect(rows, err, scanString)
-	}
-	var out []string
-	for len(ids) > 0 {
-		n := min(len(ids), inListMax)
-		args, in := inList([]any{evalID}, ids[:n])
-		ids = ids[n:]
-		rows, err := tx.QueryContext(ctx, update+`IN (`+in+`) RETURNING id`, args...)
-		part, err := collect(rows, err, scanString)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, part...)
-	}
-	return out, nil
+	return q.engine.queueBuildsByID(ctx, tx, update, evalID, ids)
 }
 
 // CompleteFetch ends a fetch-only assignment of a flake job (docs/protocol/jobs.md §6,
@@ -749,60 +677,55 @@ func (db *DB) queueBuildsByID(ctx context.Context, tx *sql.Tx, evalID string, id
 // evaluation must have its source recorded (FetchResult), else nothing
 // changes and the error is ErrInvalid. An assignment that is not open is
 // ErrConflict.
-func (db *DB) CompleteFetch(ctx context.Context, assignmentID string) error {
-	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
+func (q *Queue) CompleteFetch(ctx context.Context, assignmentID string) error {
+	assignmentID, err := sqldb.CanonicalUUID("assignment ID", assignmentID)
 	if err != nil {
 		return err
 	}
-	return db.jobTx(ctx, func(tx *sql.Tx) error {
-		if err := db.lazyCommit(ctx, tx); err != nil {
+	return q.jobTx(ctx, func(tx *sql.Tx) error {
+		if err := q.engine.lazyCommit(ctx, tx); err != nil {
 			return err
 		}
-		jobID, err := db.closeAssignment(ctx, tx, assignmentID, OutcomeFetched)
+		jobID, err := q.closeAssignment(ctx, tx, assignmentID, OutcomeFetched)
 		if err != nil {
 			return err
 		}
 		// The fetching worker survived: the count of lost workers starts over.
-		var kind JobKind
+		var kind storage.JobKind
 		var source sql.NullString
-		if err := db.txRow(ctx, tx, `UPDATE jobs SET lost_workers = 0 WHERE id = $1
+		if err := q.txRow(ctx, tx, `UPDATE jobs SET lost_workers = 0 WHERE id = $1
 			RETURNING kind, (SELECT flake_source FROM evaluations e WHERE e.id = jobs.evaluation_id)`, jobID).Scan(&kind, &source); err != nil {
 			return err
 		}
-		if kind != JobFlake {
-			return invalid("assignment %s is of a %s job, not a flake job", assignmentID, kind)
+		if kind != storage.JobFlake {
+			return sqldb.Invalid("assignment %s is of a %s job, not a flake job", assignmentID, kind)
 		}
 		if !source.Valid || source.String == "" {
-			return invalid("the fetch of assignment %s completed without a FetchResult naming the source", assignmentID)
+			return sqldb.Invalid("the fetch of assignment %s completed without a FetchResult naming the source", assignmentID)
 		}
-		_, _, _, err = db.requeue(ctx, tx, jobID, true, nil, nil)
+		_, _, _, err = q.requeue(ctx, tx, jobID, true, nil, nil)
 		return err
 	})
 }
 
 // completeAssignment closes an open assignment as completed and ends its
 // job as done, which must be of kind.
-func (db *DB) completeAssignment(ctx context.Context, tx *sql.Tx, assignmentID string, kind JobKind) (jobRef, error) {
-	if err := db.lazyCommit(ctx, tx); err != nil {
+func (q *Queue) completeAssignment(ctx context.Context, tx *sql.Tx, assignmentID string, kind storage.JobKind) (jobRef, error) {
+	if err := q.engine.lazyCommit(ctx, tx); err != nil {
 		return jobRef{}, err
 	}
-	jobID, err := db.closeAssignment(ctx, tx, assignmentID, OutcomeCompleted)
+	jobID, err := q.closeAssignment(ctx, tx, assignmentID, OutcomeCompleted)
 	if err != nil {
 		return jobRef{}, err
 	}
-	job, err := db.endJob(ctx, tx, jobID, JobDone)
+	job, err := q.endJob(ctx, tx, jobID, storage.JobDone)
 	if err != nil {
 		return jobRef{}, err
 	}
 	if job.kind != kind {
-		return jobRef{}, invalid("assignment %s is of a %s job, not a %s job", assignmentID, job.kind, kind)
+		return jobRef{}, sqldb.Invalid("assignment %s is of a %s job, not a %s job", assignmentID, job.kind, kind)
 	}
 	return job, nil
-}
-
-func scanString(r *sql.Rows) (string, error) {
-	var s string
-	return s, r.Scan(&s)
 }
 
 // CompleteBuild ends a build job's assignment successfully: the build
@@ -810,8 +733,8 @@ func scanString(r *sql.Rows) (string, error) {
 // built become queued, and the jobs made pending are returned. When every
 // build of the evaluation has ended, the evaluation succeeds, or fails if
 // any build failed. An assignment that is not open is ErrConflict.
-func (db *DB) CompleteBuild(ctx context.Context, assignmentID string, outputs []BuildOutputInfo) ([]string, error) {
-	return db.completeBuild(ctx, assignmentID, outputs, true)
+func (q *Queue) CompleteBuild(ctx context.Context, assignmentID string, outputs []storage.BuildOutputInfo) ([]string, error) {
+	return q.completeBuild(ctx, assignmentID, outputs, true)
 }
 
 // CompleteBuildDeferEnd is CompleteBuild without the check whether the
@@ -823,19 +746,19 @@ func (db *DB) CompleteBuild(ctx context.Context, assignmentID string, outputs []
 // same however large the evaluation. An evaluation left building by a
 // caller that did not check ends in FinishDoneEvaluations (every
 // scheduler pass and at start).
-func (db *DB) CompleteBuildDeferEnd(ctx context.Context, assignmentID string, outputs []BuildOutputInfo) ([]string, error) {
-	return db.completeBuild(ctx, assignmentID, outputs, false)
+func (q *Queue) CompleteBuildDeferEnd(ctx context.Context, assignmentID string, outputs []storage.BuildOutputInfo) ([]string, error) {
+	return q.completeBuild(ctx, assignmentID, outputs, false)
 }
 
 // EndEvaluationIfDone ends a building evaluation none of whose builds is
 // left to run (succeeded, or failed when a build failed or the evaluation
 // reported errors) and reports whether it did.
-func (db *DB) EndEvaluationIfDone(ctx context.Context, evalID string) (bool, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) EndEvaluationIfDone(ctx context.Context, evalID string) (bool, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return false, err
 	}
-	res, err := db.exec(ctx, finishEvaluationSQL, evalID, nowMillis())
+	res, err := q.exec(ctx, finishEvaluationSQL, evalID, sqldb.NowMillis())
 	if err != nil {
 		return false, err
 	}
@@ -843,49 +766,19 @@ func (db *DB) EndEvaluationIfDone(ctx context.Context, evalID string) (bool, err
 	return n > 0, err
 }
 
-func (db *DB) completeBuild(ctx context.Context, assignmentID string, outputs []BuildOutputInfo, end bool) ([]string, error) {
-	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
+func (q *Queue) completeBuild(ctx context.Context, assignmentID string, outputs []storage.BuildOutputInfo, end bool) ([]string, error) {
+	assignmentID, err := sqldb.CanonicalUUID("assignment ID", assignmentID)
 	if err != nil {
 		return nil, err
 	}
 	if outputs == nil {
-		outputs = []BuildOutputInfo{}
+		outputs = []storage.BuildOutputInfo{}
 	}
-	info, err := jsonText(outputs)
+	info, err := sqldb.JSONText(outputs)
 	if err != nil {
 		return nil, err
 	}
-	if db.engine == EnginePostgres {
-		return db.completeBuildPG(ctx, assignmentID, info, end)
-	}
-	var ready []string
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
-		ready = nil
-		job, err := db.completeAssignment(ctx, tx, assignmentID, JobBuild)
-		if err != nil {
-			return err
-		}
-		var drv string
-		err = db.txRow(ctx, tx,
-			`UPDATE builds SET status = 'succeeded', output_info = $2, finished_at = $3,
-			 failure_kind = NULL, error = NULL WHERE id = $1 RETURNING drv_path`,
-			job.buildID, info, nowMillis()).Scan(&drv)
-		if err != nil {
-			return err
-		}
-		builds, err := db.readyDependents(ctx, tx, job.evalID, drv)
-		if err != nil {
-			return err
-		}
-		if ready, err = db.insertBuildJobs(ctx, tx, job, builds); err != nil {
-			return err
-		}
-		if len(ready) == 0 && end {
-			return db.finishEvaluationIfDone(ctx, tx, job.evalID)
-		}
-		return nil
-	})
-	return ready, err
+	return q.engine.completeBuild(ctx, assignmentID, info, end)
 }
 
 // readyDependents queues the waiting dependents of a build that just
@@ -898,29 +791,26 @@ func (db *DB) completeBuild(ctx context.Context, assignmentID string, outputs []
 // evaluation (the primary key's prefix, which covers the query) or every
 // waiting build, on every completion, which costs as much as the
 // evaluation is large.
-func (db *DB) readyDependents(ctx context.Context, tx *sql.Tx, evalID, drv string) ([]string, error) {
-	edges := "build_edges e"
-	if db.engine == EngineSQLite {
-		edges += " INDEXED BY build_edges_by_dependency"
-	}
-	rows, err := db.txQuery(ctx, tx,
+func (q *Queue) readyDependents(ctx context.Context, tx *sql.Tx, evalID, drv string) ([]string, error) {
+	edges := q.engine.edgesByDependency()
+	rows, err := q.txQuery(ctx, tx,
 		`SELECT b.id FROM `+edges+` CROSS JOIN builds b
 		 WHERE e.evaluation_id = $1 AND e.dependency_drv_path = $2
 		   AND b.evaluation_id = e.evaluation_id AND b.drv_path = e.drv_path AND b.status = 'waiting'
-		 ORDER BY b.id`+strings.Replace(db.forUpdate(), "UPDATE", "UPDATE OF b", 1), evalID, drv)
-	waiting, err := collect(rows, err, scanString)
+		 ORDER BY b.id`+strings.Replace(q.engine.forUpdate(), "UPDATE", "UPDATE OF b", 1), evalID, drv)
+	waiting, err := sqldb.Collect(rows, err, scanString)
 	if err != nil || len(waiting) == 0 {
 		return nil, err
 	}
 	var ready []string
 	for len(waiting) > 0 {
-		n := min(len(waiting), inListMax)
-		args, in := inList([]any{evalID}, waiting[:n])
+		n := min(len(waiting), sqldb.InListMax)
+		args, in := sqldb.InList([]any{evalID}, waiting[:n])
 		waiting = waiting[n:]
-		rows, err := db.txQuery(ctx, tx,
+		rows, err := q.txQuery(ctx, tx,
 			`UPDATE builds SET status = 'queued' WHERE id IN (`+in+`) AND evaluation_id = $1 AND status = 'waiting'
 			 AND `+readyNow+` AND `+readyCondition+` RETURNING id`, args...)
-		part, err := collect(rows, err, scanString)
+		part, err := sqldb.Collect(rows, err, scanString)
 		if err != nil {
 			return nil, err
 		}
@@ -930,49 +820,23 @@ func (db *DB) readyDependents(ctx context.Context, tx *sql.Tx, evalID, drv strin
 }
 
 // insertBuildJobs adds a pending build job per queued build.
-func (db *DB) insertBuildJobs(ctx context.Context, tx *sql.Tx, job jobRef, builds []string) ([]string, error) {
+func (q *Queue) insertBuildJobs(ctx context.Context, tx *sql.Tx, job jobRef, builds []string) ([]string, error) {
 	if len(builds) == 0 {
 		return nil, nil
 	}
-	now := nowMillis()
+	now := sqldb.NowMillis()
 	ids := make([]string, len(builds))
 	for i := range ids {
-		ids[i] = NewID()
+		ids[i] = storage.NewID()
 	}
 	if len(builds) == 1 {
-		_, err := db.txExec(ctx, tx,
+		_, err := q.txExec(ctx, tx,
 			`INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at)
 			 VALUES ($1, 'build', $2, $3, $4, 'pending', $5, 0, $5)`,
 			ids[0], job.evalID, builds[0], job.projectID, now)
 		return ids, err
 	}
-	if db.engine == EnginePostgres {
-		// One statement with arrays: an evaluation may ready thousands.
-		_, err := db.txExec(ctx, tx,
-			`INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at)
-			 SELECT u.id, 'build', $1, u.build_id, $2, 'pending', $3, 0, $3
-			 FROM unnest($4::text[], $5::text[]) AS u(id, build_id)`,
-			job.evalID, job.projectID, now, ids, builds)
-		return ids, err
-	}
-	for start := 0; start < len(builds); start += 200 {
-		end := min(start+200, len(builds))
-		var sb strings.Builder
-		sb.WriteString(`INSERT INTO jobs (id, kind, evaluation_id, build_id, project_id, status, ready_at, attempts, created_at) VALUES `)
-		args := []any{job.evalID, job.projectID, now}
-		for i := start; i < end; i++ {
-			if i > start {
-				sb.WriteString(", ")
-			}
-			n := len(args)
-			fmt.Fprintf(&sb, "($%d, 'build', $1, $%d, $2, 'pending', $3, 0, $3)", n+1, n+2)
-			args = append(args, ids[i], builds[i])
-		}
-		if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
-			return nil, err
-		}
-	}
-	return ids, nil
+	return ids, q.engine.insertBuildJobs(ctx, tx, job, ids, builds, now)
 }
 
 // finishEvaluationIfDone ends a building evaluation whose builds have all
@@ -981,14 +845,11 @@ func (db *DB) insertBuildJobs(ctx context.Context, tx *sql.Tx, job jobRef, build
 // evaluation row is locked first, so that of two last builds completing
 // at once the later one sees the other's result (the UPDATE after the lock
 // reads a fresh snapshot).
-func (db *DB) finishEvaluationIfDone(ctx context.Context, tx *sql.Tx, evalID string) error {
-	if db.engine == EnginePostgres {
-		var one int
-		if err := db.txRow(ctx, tx, `SELECT 1 FROM evaluations WHERE id = $1 FOR UPDATE`, evalID).Scan(&one); err != nil {
-			return err
-		}
+func (q *Queue) finishEvaluationIfDone(ctx context.Context, tx *sql.Tx, evalID string) error {
+	if err := q.engine.lockEvaluation(ctx, tx, evalID); err != nil {
+		return err
 	}
-	_, err := db.txExec(ctx, tx, finishEvaluationSQL, evalID, nowMillis())
+	_, err := q.txExec(ctx, tx, finishEvaluationSQL, evalID, sqldb.NowMillis())
 	return err
 }
 
@@ -1003,12 +864,12 @@ const finishEvaluationSQL = `UPDATE evaluations SET finished_at = $2,
 
 // ReadyStrandedBuilds queues, in every building evaluation, the waiting
 // builds whose dependencies are all built. Completions ready their
-// dependents right after their own commit (completeBuildPG); this covers a
+// dependents right after their own commit (postgres.completeBuild); this covers a
 // crash or an error between the two. It returns the jobs it made pending.
-func (db *DB) ReadyStrandedBuilds(ctx context.Context) ([]string, error) {
-	rows, err := db.sql.QueryContext(ctx, `SELECT id, project_id FROM evaluations WHERE status = 'building'`)
+func (q *Queue) ReadyStrandedBuilds(ctx context.Context) ([]string, error) {
+	rows, err := q.sql.QueryContext(ctx, `SELECT id, project_id FROM evaluations WHERE status = 'building'`)
 	type evalRow struct{ id, project string }
-	evals, err := collect(rows, err, func(r *sql.Rows) (evalRow, error) {
+	evals, err := sqldb.Collect(rows, err, func(r *sql.Rows) (evalRow, error) {
 		var e evalRow
 		return e, r.Scan(&e.id, &e.project)
 	})
@@ -1017,15 +878,15 @@ func (db *DB) ReadyStrandedBuilds(ctx context.Context) ([]string, error) {
 	}
 	var ready []string
 	for _, e := range evals {
-		err := db.jobTx(ctx, func(tx *sql.Tx) error {
+		err := q.jobTx(ctx, func(tx *sql.Tx) error {
 			rows, err := tx.QueryContext(ctx,
 				`UPDATE builds SET status = 'queued' WHERE evaluation_id = $1 AND status = 'waiting' AND `+readyCondition+
 					` RETURNING id`, e.id)
-			builds, err := collect(rows, err, scanString)
+			builds, err := sqldb.Collect(rows, err, scanString)
 			if err != nil {
 				return err
 			}
-			ids, err := db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: e.id, projectID: e.project}, builds)
+			ids, err := q.insertBuildJobs(ctx, tx, jobRef{kind: storage.JobBuild, evalID: e.id, projectID: e.project}, builds)
 			ready = append(ready, ids...)
 			return err
 		})
@@ -1044,16 +905,16 @@ const doneEvaluationsSQL = `SELECT e.id FROM evaluations e WHERE e.status = 'bui
 
 // FinishDoneEvaluations ends every building evaluation none of whose
 // builds is left to run. A completion ends its evaluation right after its
-// own commit (see completeBuildPG); this sweep covers a crash or an error
+// own commit (see postgres.completeBuild); this sweep covers a crash or an error
 // between the two, and runs at start-up and on every scheduler pass.
-func (db *DB) FinishDoneEvaluations(ctx context.Context) (int, error) {
-	rows, err := db.sql.QueryContext(ctx, doneEvaluationsSQL)
-	ids, err := collect(rows, err, scanString)
+func (q *Queue) FinishDoneEvaluations(ctx context.Context) (int, error) {
+	rows, err := q.sql.QueryContext(ctx, doneEvaluationsSQL)
+	ids, err := sqldb.Collect(rows, err, scanString)
 	if err != nil {
 		return 0, err
 	}
 	for _, id := range ids {
-		if _, err := db.exec(ctx, finishEvaluationSQL, id, nowMillis()); err != nil {
+		if _, err := q.exec(ctx, finishEvaluationSQL, id, sqldb.NowMillis()); err != nil {
 			return 0, err
 		}
 	}
@@ -1063,8 +924,8 @@ func (db *DB) FinishDoneEvaluations(ctx context.Context) (int, error) {
 const anyBuildFailed = `EXISTS (SELECT 1 FROM builds WHERE evaluation_id = $1 AND status IN ('failed', 'dependency_failed'))`
 
 // retryable tells the failure kinds that may succeed on another try.
-func (k FailureKind) retryable() bool {
-	return k == FailureTransient || k == FailureInputsUnavailable || k == FailureSubstituteUnavailable
+func retryable(k storage.FailureKind) bool {
+	return k == storage.FailureTransient || k == storage.FailureInputsUnavailable || k == storage.FailureSubstituteUnavailable
 }
 
 // FailJob ends an assignment whose job failed, for flake and build jobs:
@@ -1082,71 +943,71 @@ func (k FailureKind) retryable() bool {
 // with message. It returns the jobs made pending (none so far: failures
 // ready nothing) for symmetry with CompleteBuild. An assignment that is not
 // open (e.g. closed by CancelEvaluation) is ErrConflict.
-func (db *DB) FailJob(ctx context.Context, assignmentID string, kind FailureKind, message string, maxAttempts int) (FailOutcome, []string, error) {
-	assignmentID, err := canonicalUUID("assignment ID", assignmentID)
+func (q *Queue) FailJob(ctx context.Context, assignmentID string, kind storage.FailureKind, message string, maxAttempts int) (storage.FailOutcome, []string, error) {
+	assignmentID, err := sqldb.CanonicalUUID("assignment ID", assignmentID)
 	if err != nil {
-		return FailOutcome{}, nil, err
+		return storage.FailOutcome{}, nil, err
 	}
 	if !kind.Valid() {
-		return FailOutcome{}, nil, invalid("unknown failure kind %q", kind)
+		return storage.FailOutcome{}, nil, sqldb.Invalid("unknown failure kind %q", kind)
 	}
 	maxAttempts = max(maxAttempts, 1)
-	var out FailOutcome
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
-		out = FailOutcome{}
-		if err := db.lazyCommit(ctx, tx); err != nil {
+	var out storage.FailOutcome
+	err = q.jobTx(ctx, func(tx *sql.Tx) error {
+		out = storage.FailOutcome{}
+		if err := q.engine.lazyCommit(ctx, tx); err != nil {
 			return err
 		}
-		jobID, err := db.closeAssignment(ctx, tx, assignmentID, outcomeFailedPrefix+string(kind))
+		jobID, err := q.closeAssignment(ctx, tx, assignmentID, outcomeFailedPrefix+string(kind))
 		if err != nil {
 			return err
 		}
 		// A report: its worker survived the job, so the count of lost
 		// workers starts over.
 		var attempts int
-		var status JobStatus
-		if err := db.txRow(ctx, tx, `UPDATE jobs SET lost_workers = 0 WHERE id = $1 RETURNING status, attempts`,
+		var status storage.JobStatus
+		if err := q.txRow(ctx, tx, `UPDATE jobs SET lost_workers = 0 WHERE id = $1 RETURNING status, attempts`,
 			jobID).Scan(&status, &attempts); err != nil {
 			return err
 		}
-		if status != JobAssigned {
-			return conflict("job %s is %s, not assigned", jobID, status)
+		if status != storage.JobAssigned {
+			return sqldb.Conflict("job %s is %s, not assigned", jobID, status)
 		}
 		failure := &jobFailure{kind: kind, message: message}
-		requeue := kind == FailureAborted || kind == FailureCanceled
+		requeue := kind == storage.FailureAborted || kind == storage.FailureCanceled
 		if requeue {
 			failure = nil // not a failure of the job
-		} else if kind.retryable() && attempts < maxAttempts {
+		} else if retryable(kind) && attempts < maxAttempts {
 			requeue = true
 		}
 		if requeue {
 			var readyAt *int64
 			if failure != nil {
-				now := nowMillis()
+				now := sqldb.NowMillis()
 				readyAt = &now
 			}
-			_, out.Attempts, _, err = db.requeue(ctx, tx, jobID, failure == nil, readyAt, failure)
+			_, out.Attempts, _, err = q.requeue(ctx, tx, jobID, failure == nil, readyAt, failure)
 			out.Requeued = true
 		} else {
 			out.Failed = true
-			err = db.failJob(ctx, tx, jobID, kind, message)
+			err = q.failJob(ctx, tx, jobID, kind, message)
 		}
 		if err != nil {
 			return err
 		}
-		return db.readOutcome(ctx, tx, jobID, &out)
+		return q.readOutcome(ctx, tx, jobID, &out)
 	})
 	return out, nil, err
 }
 
 // failJob fails an assigned job for good and cascades the failure.
-func (db *DB) failJob(ctx context.Context, tx *sql.Tx, jobID string, kind FailureKind, message string) error {
-	job, err := db.endJob(ctx, tx, jobID, JobFailed)
+func (q *Queue) failJob(ctx context.Context, tx *sql.Tx, jobID string, kind storage.FailureKind, message string) error {
+	job, err := q.endJob(ctx, tx, jobID, storage.JobFailed)
 	if err != nil {
 		return err
 	}
-	now := nowMillis()
-	if job.kind == JobFlake {
+	now := sqldb.NowMillis()
+	if job.kind == storage.JobFlake {
 		if _, err := tx.ExecContext(ctx,
 			`UPDATE evaluations SET status = 'failed', error = $2, finished_at = $3 WHERE id = $1`,
 			job.evalID, message, now); err != nil {
@@ -1182,18 +1043,18 @@ func (db *DB) failJob(ctx context.Context, tx *sql.Tx, jobID string, kind Failur
 		job.evalID); err != nil {
 		return err
 	}
-	return db.finishEvaluationIfDone(ctx, tx, job.evalID)
+	return q.finishEvaluationIfDone(ctx, tx, job.evalID)
 }
 
 // readOutcome fills the statuses a FailOutcome reports.
-func (db *DB) readOutcome(ctx context.Context, tx *sql.Tx, jobID string, out *FailOutcome) error {
+func (q *Queue) readOutcome(ctx context.Context, tx *sql.Tx, jobID string, out *storage.FailOutcome) error {
 	var build sql.NullString
 	err := tx.QueryRowContext(ctx,
 		`SELECT j.attempts, e.status, b.status FROM jobs j
 		 JOIN evaluations e ON e.id = j.evaluation_id
 		 LEFT JOIN builds b ON b.id = j.build_id WHERE j.id = $1`, jobID).
 		Scan(&out.Attempts, &out.EvaluationStatus, &build)
-	out.BuildStatus = BuildStatus(build.String)
+	out.BuildStatus = storage.BuildStatus(build.String)
 	return err
 }
 
@@ -1201,39 +1062,39 @@ func (db *DB) readOutcome(ctx context.Context, tx *sql.Tx, jobID string, out *Fa
 // are cancelled, and its open assignments closed ("cancelled") and
 // returned, so the server can send AbortJob for each. Cancelling a
 // cancelled evaluation changes nothing; a finished one is ErrConflict.
-func (db *DB) CancelEvaluation(ctx context.Context, evalID string) ([]OpenAssignment, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) CancelEvaluation(ctx context.Context, evalID string) ([]storage.OpenAssignment, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, err
 	}
-	var open []OpenAssignment
-	err = db.durableJobTx(ctx, func(tx *sql.Tx) error {
+	var open []storage.OpenAssignment
+	err = q.durableJobTx(ctx, func(tx *sql.Tx) error {
 		open = nil
-		var status EvaluationStatus
+		var status storage.EvaluationStatus
 		err := tx.QueryRowContext(ctx,
-			`SELECT status FROM evaluations WHERE id = $1`+db.forUpdate(), evalID).Scan(&status)
+			`SELECT status FROM evaluations WHERE id = $1`+q.engine.forUpdate(), evalID).Scan(&status)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("evaluation %s", evalID)
+			return sqldb.NotFound("evaluation %s", evalID)
 		}
 		if err != nil {
 			return err
 		}
 		switch status {
-		case EvaluationCancelled:
+		case storage.EvaluationCancelled:
 			return nil
-		case EvaluationSucceeded, EvaluationFailed:
-			return conflict("evaluation %s has %s", evalID, status)
+		case storage.EvaluationSucceeded, storage.EvaluationFailed:
+			return sqldb.Conflict("evaluation %s has %s", evalID, status)
 		}
-		now := nowMillis()
+		now := sqldb.NowMillis()
 		rows, err := tx.QueryContext(ctx,
 			`UPDATE job_assignments SET closed_at = $2, outcome = $3
 			 WHERE closed_at IS NULL AND job_id IN (SELECT id FROM jobs WHERE evaluation_id = $1 AND status IN ('pending', 'assigned'))
 			 RETURNING id, job_id, worker_id, opened_at`, evalID, now, OutcomeCancelled)
-		open, err = collect(rows, err, func(r *sql.Rows) (OpenAssignment, error) {
-			var a OpenAssignment
+		open, err = sqldb.Collect(rows, err, func(r *sql.Rows) (storage.OpenAssignment, error) {
+			var a storage.OpenAssignment
 			var opened int64
 			err := r.Scan(&a.AssignmentID, &a.JobID, &a.WorkerID, &opened)
-			a.OpenedAt = fromMillis(opened)
+			a.OpenedAt = sqldb.FromMillis(opened)
 			return a, err
 		})
 		if err != nil {

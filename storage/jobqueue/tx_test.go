@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 import (
 	"database/sql"

@@ -1,9 +1,11 @@
-package storage
+package jobqueue
 
 import (
 	"fmt"
 	"os"
 	"testing"
+
+	"gradient.dev/gradient/storage"
 )
 
 // BenchmarkClaimCompleteQueued measures one ClaimJob +
@@ -20,19 +22,15 @@ func BenchmarkClaimCompleteQueued(b *testing.B) {
 	for _, e := range benchEngines {
 		for _, size := range sizes {
 			b.Run(fmt.Sprintf("%s/queued=%d", e.name, size), func(b *testing.B) {
-				db, err := Open(b.Context(), e.url(b))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer db.Close()
+				db := openTestDB(b, e.url(b))
 				jobs := benchBuildJobs(b, db, b.N+size)
-				if db.engine == EnginePostgres {
+				if db.Engine() == storage.EnginePostgres {
 					if _, err := db.sql.ExecContext(b.Context(), `ANALYZE`); err != nil {
 						b.Fatal(err)
 					}
 				}
-				worker := NewID()
-				outputs := []BuildOutputInfo{{Name: "out", StorePath: "/nix/store/x-out", NarSize: 1, NarHash: "sha256:x"}}
+				worker := storage.NewID()
+				outputs := []storage.BuildOutputInfo{{Name: "out", StorePath: "/nix/store/x-out", NarSize: 1, NarHash: "sha256:x"}}
 				b.ReportAllocs()
 				b.ResetTimer()
 				for _, job := range jobs[:b.N] {

@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // What the dashboard reads of the job queue: an evaluation's builds in
@@ -16,13 +19,13 @@ import (
 
 // BuildPageOrder is the order of an evaluation's builds on the
 // dashboard: what needs attention first, succeeded last.
-var BuildPageOrder = []BuildStatus{BuildFailed, BuildDependencyFailed, BuildBuilding, BuildQueued,
-	BuildWaiting, BuildCancelled, BuildSucceeded}
+var BuildPageOrder = []storage.BuildStatus{storage.BuildFailed, storage.BuildDependencyFailed, storage.BuildBuilding, storage.BuildQueued,
+	storage.BuildWaiting, storage.BuildCancelled, storage.BuildSucceeded}
 
 // BuildCursor is where a page of builds ends: the status group and the
 // last build ID of the page. The zero cursor starts at the beginning.
 type BuildCursor struct {
-	Status BuildStatus
+	Status storage.BuildStatus
 	ID     string
 }
 
@@ -38,17 +41,17 @@ const MaxBuildPage = 1000
 // when this is the last). Each status group is one index range scan
 // (builds_by_status_id), so a page costs the same on page 1 and page 200
 // of an evaluation with 20,000 builds.
-func (db *DB) BuildsPage(ctx context.Context, evalID string, status BuildStatus, after BuildCursor, limit int) ([]Build, BuildCursor, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) BuildsPage(ctx context.Context, evalID string, status storage.BuildStatus, after BuildCursor, limit int) ([]storage.Build, BuildCursor, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, BuildCursor{}, err
 	}
 	if limit <= 0 || limit > MaxBuildPage {
-		return nil, BuildCursor{}, invalid("page size %d: want 1 to %d", limit, MaxBuildPage)
+		return nil, BuildCursor{}, sqldb.Invalid("page size %d: want 1 to %d", limit, MaxBuildPage)
 	}
 	order := BuildPageOrder
 	if status != "" {
-		order = []BuildStatus{status}
+		order = []storage.BuildStatus{status}
 	}
 	start := 0
 	if !after.IsZero() {
@@ -59,23 +62,23 @@ func (db *DB) BuildsPage(ctx context.Context, evalID string, status BuildStatus,
 			}
 		}
 		if start < 0 {
-			return nil, BuildCursor{}, invalid("page cursor status %q", after.Status)
+			return nil, BuildCursor{}, sqldb.Invalid("page cursor status %q", after.Status)
 		}
 	}
 	// One more than asked tells whether a next page exists. The ORDER BY
 	// names the index's columns, equal within the query, so that no plan
 	// (a generic one knows neither the status nor how rare it is) walks
 	// the primary key in ID order filtering every build of the table.
-	var builds []Build
+	var builds []storage.Build
 	for i := start; i < len(order) && len(builds) <= limit; i++ {
 		s, from := order[i], ""
 		if i == start {
 			from = after.ID
 		}
-		rows, err := db.sql.QueryContext(ctx, `SELECT `+buildColumns+` FROM builds
+		rows, err := q.sql.QueryContext(ctx, `SELECT `+buildColumns+` FROM builds
 			WHERE evaluation_id = $1 AND status = $2 AND id > $3 ORDER BY evaluation_id, status, id LIMIT `+fmt.Sprint(limit+1-len(builds)),
 			evalID, string(s), from)
-		part, err := collect(rows, err, func(r *sql.Rows) (Build, error) { return scanBuild(r) })
+		part, err := sqldb.Collect(rows, err, func(r *sql.Rows) (storage.Build, error) { return scanBuild(r) })
 		if err != nil {
 			return nil, BuildCursor{}, err
 		}
@@ -92,25 +95,25 @@ func (db *DB) BuildsPage(ctx context.Context, evalID string, status BuildStatus,
 
 // BuildStatusCounts returns how many builds of an evaluation are in each
 // status.
-func (db *DB) BuildStatusCounts(ctx context.Context, evalID string) (map[BuildStatus]int, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) BuildStatusCounts(ctx context.Context, evalID string) (map[storage.BuildStatus]int, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.sql.QueryContext(ctx,
+	rows, err := q.sql.QueryContext(ctx,
 		`SELECT status, COUNT(*) FROM builds WHERE evaluation_id = $1 GROUP BY status`, evalID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	counts := map[BuildStatus]int{}
+	counts := map[storage.BuildStatus]int{}
 	for rows.Next() {
 		var s string
 		var n int
 		if err := rows.Scan(&s, &n); err != nil {
 			return nil, err
 		}
-		counts[BuildStatus(s)] = n
+		counts[storage.BuildStatus(s)] = n
 	}
 	return counts, rows.Err()
 }
@@ -123,15 +126,15 @@ type LogChunk struct {
 
 // BuildLogChunks returns a build's log chunks after sequence number
 // afterSeq (0: from the start), in order, at most limit of them.
-func (db *DB) BuildLogChunks(ctx context.Context, buildID string, afterSeq int64, limit int) ([]LogChunk, error) {
-	buildID, err := canonicalUUID("build ID", buildID)
+func (q *Queue) BuildLogChunks(ctx context.Context, buildID string, afterSeq int64, limit int) ([]LogChunk, error) {
+	buildID, err := sqldb.CanonicalUUID("build ID", buildID)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.sql.QueryContext(ctx,
+	rows, err := q.sql.QueryContext(ctx,
 		`SELECT l.seq, l.data FROM job_logs l JOIN jobs j ON j.id = l.job_id
 		 WHERE j.build_id = $1 AND l.seq > $2 ORDER BY l.seq LIMIT `+fmt.Sprint(max(limit, 1)), buildID, afterSeq)
-	return collect(rows, err, func(r *sql.Rows) (LogChunk, error) {
+	return sqldb.Collect(rows, err, func(r *sql.Rows) (LogChunk, error) {
 		var c LogChunk
 		return c, r.Scan(&c.Seq, &c.Data)
 	})
@@ -148,7 +151,7 @@ type Overview struct {
 	FailedBuildsDay      int
 	FailedEvaluationsDay int
 	// RecentFailures are the latest failed builds of the last day.
-	RecentFailures []Build
+	RecentFailures []storage.Build
 }
 
 // activeOrRecent selects the evaluations of the last day and those still
@@ -157,10 +160,10 @@ type Overview struct {
 const activeOrRecent = `(e.created_at > $1 OR e.status IN ('queued', 'fetching', 'evaluating', 'building'))`
 
 // ReadOverview reads the overview at now.
-func (db *DB) ReadOverview(ctx context.Context, now time.Time) (Overview, error) {
+func (q *Queue) ReadOverview(ctx context.Context, now time.Time) (Overview, error) {
 	var o Overview
 	day := now.Add(-24 * time.Hour).UnixMilli()
-	err := db.sql.QueryRowContext(ctx, `SELECT
+	err := q.sql.QueryRowContext(ctx, `SELECT
 		COALESCE(SUM(CASE WHEN status IN ('fetching', 'evaluating', 'building') THEN 1 ELSE 0 END), 0),
 		COALESCE(SUM(CASE WHEN status = 'queued' THEN 1 ELSE 0 END), 0),
 		COALESCE(SUM(CASE WHEN status = 'failed' AND finished_at > $1 THEN 1 ELSE 0 END), 0)
@@ -168,7 +171,7 @@ func (db *DB) ReadOverview(ctx context.Context, now time.Time) (Overview, error)
 	if err != nil {
 		return o, err
 	}
-	err = db.sql.QueryRowContext(ctx, `SELECT
+	err = q.sql.QueryRowContext(ctx, `SELECT
 		COALESCE(SUM(CASE WHEN b.finished_at > $2 AND b.status IN ('succeeded', 'failed') THEN 1 ELSE 0 END), 0),
 		COALESCE(SUM(CASE WHEN b.finished_at > $1 AND b.status = 'failed' THEN 1 ELSE 0 END), 0)
 		FROM builds b JOIN evaluations e ON e.id = b.evaluation_id WHERE `+activeOrRecent,
@@ -176,10 +179,10 @@ func (db *DB) ReadOverview(ctx context.Context, now time.Time) (Overview, error)
 	if err != nil {
 		return o, err
 	}
-	rows, err := db.sql.QueryContext(ctx, `SELECT `+buildColumnsOf("b")+` FROM builds b
+	rows, err := q.sql.QueryContext(ctx, `SELECT `+buildColumnsOf("b")+` FROM builds b
 		JOIN evaluations e ON e.id = b.evaluation_id WHERE `+activeOrRecent+`
 		AND b.status = 'failed' AND b.finished_at > $1 ORDER BY b.finished_at DESC LIMIT 20`, day)
-	o.RecentFailures, err = collect(rows, err, func(r *sql.Rows) (Build, error) { return scanBuild(r) })
+	o.RecentFailures, err = sqldb.Collect(rows, err, func(r *sql.Rows) (storage.Build, error) { return scanBuild(r) })
 	return o, err
 }
 
@@ -200,37 +203,37 @@ func buildColumnsOf(alias string) string {
 // caches as on any run. It returns the jobs it made pending. An
 // evaluation that is not failed or building, or has no failed build
 // (e.g. its evaluation itself failed), is ErrConflict.
-func (db *DB) RestartFailedBuilds(ctx context.Context, evalID string) ([]string, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) RestartFailedBuilds(ctx context.Context, evalID string) ([]string, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, err
 	}
 	var jobs []string
-	err = db.durableJobTx(ctx, func(tx *sql.Tx) error {
+	err = q.durableJobTx(ctx, func(tx *sql.Tx) error {
 		jobs = nil
-		var status EvaluationStatus
+		var status storage.EvaluationStatus
 		err := tx.QueryRowContext(ctx,
-			`SELECT status FROM evaluations WHERE id = $1`+db.forUpdate(), evalID).Scan(&status)
+			`SELECT status FROM evaluations WHERE id = $1`+q.engine.forUpdate(), evalID).Scan(&status)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("evaluation %s", evalID)
+			return sqldb.NotFound("evaluation %s", evalID)
 		}
 		if err != nil {
 			return err
 		}
-		if status != EvaluationFailed && status != EvaluationBuilding {
-			return conflict("evaluation %s is %s: only a failed or building evaluation's failed builds restart", evalID, status)
+		if status != storage.EvaluationFailed && status != storage.EvaluationBuilding {
+			return sqldb.Conflict("evaluation %s is %s: only a failed or building evaluation's failed builds restart", evalID, status)
 		}
-		now := nowMillis()
+		now := sqldb.NowMillis()
 		rows, err := tx.QueryContext(ctx,
 			`UPDATE jobs SET status = 'pending', ready_at = $2, attempts = 0, lost_workers = 0
 			 WHERE evaluation_id = $1 AND kind = 'build' AND status = 'failed'
 			 AND build_id IN (SELECT id FROM builds WHERE evaluation_id = $1 AND status = 'failed')
 			 RETURNING id`, evalID, now)
-		if jobs, err = collect(rows, err, scanString); err != nil {
+		if jobs, err = sqldb.Collect(rows, err, scanString); err != nil {
 			return err
 		}
 		if len(jobs) == 0 {
-			return conflict("evaluation %s has no failed build to restart", evalID)
+			return sqldb.Conflict("evaluation %s has no failed build to restart", evalID)
 		}
 		for _, q := range []string{
 			`UPDATE builds SET status = 'queued', failure_kind = NULL, error = NULL, finished_at = NULL

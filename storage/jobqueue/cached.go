@@ -1,4 +1,4 @@
-package storage
+package jobqueue
 
 // Builds whose outputs exist already: derivations an earlier evaluation
 // built (the server's answer to QueryKnownDerivations), and builds whose
@@ -8,6 +8,9 @@ import (
 	"context"
 	"database/sql"
 	"slices"
+
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // BuiltDerivations returns those of drvPaths that some evaluation built
@@ -15,19 +18,19 @@ import (
 // QueryKnownDerivations with the ones whose outputs a worker can read, so
 // an evaluation need not report them again and its builds may depend on
 // them at once.
-func (db *DB) BuiltDerivations(ctx context.Context, drvPaths []string) (map[string][]string, error) {
+func (q *Queue) BuiltDerivations(ctx context.Context, drvPaths []string) (map[string][]string, error) {
 	built := map[string][]string{}
 	for len(drvPaths) > 0 {
-		n := min(len(drvPaths), inListMax)
-		args, in := inList(nil, drvPaths[:n])
+		n := min(len(drvPaths), sqldb.InListMax)
+		args, in := sqldb.InList(nil, drvPaths[:n])
 		drvPaths = drvPaths[n:]
-		rows, err := db.sql.QueryContext(ctx, `SELECT drv_path, outputs FROM builds
+		rows, err := q.sql.QueryContext(ctx, `SELECT drv_path, outputs FROM builds
 			WHERE status = 'succeeded' AND drv_path IN (`+in+`)`, args...)
 		type row struct {
 			drv     string
 			outputs sql.NullString
 		}
-		part, err := collect(rows, err, func(r *sql.Rows) (row, error) {
+		part, err := sqldb.Collect(rows, err, func(r *sql.Rows) (row, error) {
 			var x row
 			return x, r.Scan(&x.drv, &x.outputs)
 		})
@@ -35,7 +38,7 @@ func (db *DB) BuiltDerivations(ctx context.Context, drvPaths []string) (map[stri
 			return nil, err
 		}
 		for _, x := range part {
-			outputs, err := decodeJSON[[]BuildOutputPath](x.outputs, "build outputs")
+			outputs, err := sqldb.DecodeJSON[[]storage.BuildOutputPath](x.outputs, "build outputs")
 			if err != nil {
 				return nil, err
 			}
@@ -62,8 +65,8 @@ func (db *DB) BuiltDerivations(ctx context.Context, drvPaths []string) (map[stri
 // GCDeleteSelected): a build one of whose outputs has no row any more (a
 // collection deleted it since the caller looked) is not marked and is
 // removed from outputs, so the caller queues it to be built.
-func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[string][]BuildOutputInfo) ([]string, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) MarkBuildsCached(ctx context.Context, evalID string, outputs map[string][]storage.BuildOutputInfo) ([]string, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, err
 	}
@@ -71,30 +74,30 @@ func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[s
 		return nil, nil
 	}
 	var ready, gone []string
-	err = db.jobTx(ctx, func(tx *sql.Tx) error {
+	err = q.jobTx(ctx, func(tx *sql.Tx) error {
 		ready = nil
 		var project string
 		if err := tx.QueryRowContext(ctx, `SELECT project_id FROM evaluations WHERE id = $1`, evalID).Scan(&project); err != nil {
 			return err
 		}
-		now := nowMillis()
+		now := sqldb.NowMillis()
 		gone = gone[:0]
 		for buildID, out := range outputs {
 			hashes := make([]string, 0, len(out))
 			for _, o := range out {
-				if h, err := StorePathHash(o.StorePath); err == nil {
+				if h, err := storage.StorePathHash(o.StorePath); err == nil {
 					hashes = append(hashes, h)
 				}
 			}
 			// Sorted like a collection's batch: fewer deadlocks (retried anyway).
 			slices.Sort(hashes)
-			if all, err := touchCachePaths(ctx, tx, project, hashes, now); err != nil {
+			if all, err := storage.TouchCachePathsTx(ctx, tx, project, hashes, now); err != nil {
 				return err
 			} else if !all || len(hashes) != len(out) {
 				gone = append(gone, buildID)
 				continue
 			}
-			info, err := jsonText(out)
+			info, err := sqldb.JSONText(out)
 			if err != nil {
 				return err
 			}
@@ -113,15 +116,15 @@ func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[s
 		}
 		rows, err := tx.QueryContext(ctx, `UPDATE builds SET status = 'queued'
 			WHERE evaluation_id = $1 AND status = 'waiting' AND `+readyNow+` AND `+readyCondition+` RETURNING id`, evalID)
-		builds, err := collect(rows, err, scanString)
+		builds, err := sqldb.Collect(rows, err, scanString)
 		if err != nil {
 			return err
 		}
-		if ready, err = db.insertBuildJobs(ctx, tx, jobRef{kind: JobBuild, evalID: evalID, projectID: project}, builds); err != nil {
+		if ready, err = q.insertBuildJobs(ctx, tx, jobRef{kind: storage.JobBuild, evalID: evalID, projectID: project}, builds); err != nil {
 			return err
 		}
-		db.gcHook(func(h *GCHooks) func() { return h.CachedTouched })
-		return db.finishEvaluationIfDone(ctx, tx, evalID)
+		q.store.CallGCHook(func(h *storage.GCHooks) func() { return h.CachedTouched })
+		return q.finishEvaluationIfDone(ctx, tx, evalID)
 	})
 	if err == nil {
 		for _, id := range gone {
@@ -133,20 +136,20 @@ func (db *DB) MarkBuildsCached(ctx context.Context, evalID string, outputs map[s
 
 // WaitingBuilds returns the ID and outputs of every waiting build of an
 // evaluation (those a cache check may find built already).
-func (db *DB) WaitingBuilds(ctx context.Context, evalID string) ([]Build, error) {
-	evalID, err := canonicalUUID("evaluation ID", evalID)
+func (q *Queue) WaitingBuilds(ctx context.Context, evalID string) ([]storage.Build, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.sql.QueryContext(ctx, `SELECT id, outputs FROM builds WHERE evaluation_id = $1 AND status = 'waiting'`, evalID)
-	return collect(rows, err, func(r *sql.Rows) (Build, error) {
-		var b Build
+	rows, err := q.sql.QueryContext(ctx, `SELECT id, outputs FROM builds WHERE evaluation_id = $1 AND status = 'waiting'`, evalID)
+	return sqldb.Collect(rows, err, func(r *sql.Rows) (storage.Build, error) {
+		var b storage.Build
 		var outputs sql.NullString
 		if err := r.Scan(&b.ID, &outputs); err != nil {
 			return b, err
 		}
-		b.EvaluationID, b.Status = evalID, BuildWaiting
-		b.Outputs, err = decodeJSON[[]BuildOutputPath](outputs, "build outputs")
+		b.EvaluationID, b.Status = evalID, storage.BuildWaiting
+		b.Outputs, err = sqldb.DecodeJSON[[]storage.BuildOutputPath](outputs, "build outputs")
 		return b, err
 	})
 }

@@ -1,4 +1,4 @@
-package storage
+package sqldb
 
 import (
 	"context"
@@ -6,23 +6,23 @@ import (
 	"sync"
 )
 
-// batcher runs concurrent calls of one operation together, one statement
+// Batcher runs concurrent calls of one operation together, one statement
 // for many calls (group commit). A call that finds no batch running runs
 // at once, alone; calls arriving while a batch runs wait and go together
 // in the next one. So an idle server pays nothing extra, and under load
 // the fixed cost of a statement (executor start-up on every table it
 // touches, a commit) is shared by everyone who waited for it.
 //
-// At most lanes batches run at once (one when unset); the caller whose
+// At most Lanes batches run at once (one when unset); the caller whose
 // call is first in line runs the next batch, so no goroutine lives
 // behind the batcher.
-type batcher[In, Out any] struct {
-	// run executes a batch and returns one result per input, in order.
+type Batcher[In, Out any] struct {
+	// Run executes a batch and returns one result per input, in order.
 	// When a batch of several fails, each call runs again alone, so an
 	// error reaches only the calls it belongs to.
-	run   func(ctx context.Context, ins []In) ([]Out, error)
-	max   int // most calls per batch
-	lanes int // most batches at once
+	Run   func(ctx context.Context, ins []In) ([]Out, error)
+	Max   int // most calls per batch
+	Lanes int // most batches at once
 
 	mu      sync.Mutex
 	running int
@@ -37,13 +37,13 @@ type batchCall[In, Out any] struct {
 	ready chan struct{}         // closed when out/err or batch are set
 }
 
-// do runs in as part of a batch and returns its result.
-func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
+// Do runs in as part of a batch and returns its result.
+func (b *Batcher[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	c := &batchCall[In, Out]{in: in, ready: make(chan struct{})}
 	b.mu.Lock()
 	b.waiting = append(b.waiting, c)
 	var calls []*batchCall[In, Out]
-	if b.running < max(b.lanes, 1) {
+	if b.running < max(b.Lanes, 1) {
 		// A free lane means nobody was waiting: c is first in line.
 		b.running++
 		calls = b.next()
@@ -83,21 +83,21 @@ func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
 }
 
 // next takes the calls of the next batch off the line.
-func (b *batcher[In, Out]) next() []*batchCall[In, Out] {
-	n := min(len(b.waiting), b.max)
+func (b *Batcher[In, Out]) next() []*batchCall[In, Out] {
+	n := min(len(b.waiting), b.Max)
 	calls := b.waiting[:n:n]
 	b.waiting = b.waiting[n:]
 	return calls
 }
 
-func (b *batcher[In, Out]) runBatch(ctx context.Context, calls []*batchCall[In, Out]) {
+func (b *Batcher[In, Out]) runBatch(ctx context.Context, calls []*batchCall[In, Out]) {
 	ins := make([]In, len(calls))
 	for i, c := range calls {
 		ins[i] = c.in
 	}
-	outs, err := b.run(ctx, ins)
+	outs, err := b.Run(ctx, ins)
 	if err == nil && len(outs) != len(calls) {
-		err = fmt.Errorf("storage: a batch of %d calls returned %d results", len(calls), len(outs))
+		err = fmt.Errorf("sqldb: a batch of %d calls returned %d results", len(calls), len(outs))
 	}
 	if err == nil {
 		for i, c := range calls {
@@ -112,4 +112,18 @@ func (b *batcher[In, Out]) runBatch(ctx context.Context, calls []*batchCall[In, 
 	for _, c := range calls {
 		b.runBatch(ctx, []*batchCall[In, Out]{c})
 	}
+}
+
+// Running is how many batches run now.
+func (b *Batcher[In, Out]) Running() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.running
+}
+
+// Waiting is how many calls wait for a batch.
+func (b *Batcher[In, Out]) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.waiting)
 }
