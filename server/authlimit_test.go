@@ -1,11 +1,8 @@
-package server
+package server_test
 
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,15 +11,17 @@ import (
 	"time"
 
 	"gradient.dev/gradient/narstore"
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
 )
 
 // privateCacheWithKey adds a private cache "secret" with one path and an
 // API key, returning the path's narinfo URL and the key.
-func privateCacheWithKey(t *testing.T, e *adminEnv, store *narstore.Local) (narinfo, key string) {
+func privateCacheWithKey(t *testing.T, e *servertest.AdminEnv, store *narstore.Local) (narinfo, key string) {
 	t.Helper()
-	c, err := e.db.CreateCache(t.Context(), storage.NewCache{Name: "secret", KeyName: "gradient-test-secret"})
+	c, err := e.DB.CreateCache(t.Context(), storage.NewCache{Name: "secret", KeyName: "gradient-test-secret"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,59 +29,16 @@ func privateCacheWithKey(t *testing.T, e *adminEnv, store *narstore.Local) (nari
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.db.PutCachePath(t.Context(), storage.CachePath{
+	if _, _, err := e.DB.PutCachePath(t.Context(), storage.CachePath{
 		CacheID: c.ID, StorePath: "/nix/store/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr-blob", NarHash: obj.NarHashText(), NarSize: obj.NarSize,
 		FileHash: obj.FileHashText(), FileSize: obj.FileSize, Compression: narstore.Compression, ObjectKey: obj.Key,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, key, err = e.db.CreateCacheKey(t.Context(), c.ID); err != nil {
+	if _, key, err = e.DB.CreateCacheKey(t.Context(), c.ID); err != nil {
 		t.Fatal(err)
 	}
-	return e.base + "/cache/secret/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr.narinfo", key
-}
-
-// clientFrom is an HTTP client whose connections leave from the loopback
-// address ip (Linux routes all of 127/8 to lo).
-func clientFrom(ip string) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
-}
-
-// statusOf sends method url with an Authorization value ("" for none).
-func statusOf(t *testing.T, client *http.Client, method, url, auth string) (int, http.Header) {
-	t.Helper()
-	req, _ := http.NewRequest(method, url, nil)
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, resp.Header
-}
-
-// dialCacheSession opens a cache session on the server at baseWS.
-func dialCacheSession(ctx context.Context, baseWS, cache, authorization string) (*session.WorkerSession, error) {
-	h := http.Header{}
-	if authorization != "" {
-		h.Set("Authorization", authorization)
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	tr, err := session.Dial(ctx, strings.TrimSuffix(baseWS, "/proto")+"/cache/"+cache+"/proto", session.DialOptions{Header: h, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	c := session.NewConn(tr, session.ConnOptions{Logger: quiet})
-	est, err := session.RunPeer(ctx, c, session.PeerConfig{WorkerID: "reader"})
-	if err != nil {
-		tr.Close(session.CloseNormal, "")
-		return nil, err
-	}
-	return session.SplitWorker(c, est, session.Options{Logger: quiet}), nil
+	return e.Base + "/cache/secret/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr.narinfo", key
 }
 
 // The failed-authentication limit: an address that sent too many wrong
@@ -96,61 +52,61 @@ func TestFailedAuthenticationsAreLimitedPerAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newAdminEnvWith(t, Config{AdminTokenHash: sha256Hex(testAdminToken), NarStore: store, AuthFailuresPerMinute: 3, authClock: clock})
-	if _, err := e.db.CreateCache(t.Context(), storage.NewCache{Name: "main", Public: true, KeyName: "gradient-test-main"}); err != nil {
+	e := servertest.NewAdminEnvWith(t, server.WithAuthClock(server.Config{AdminTokenHash: servertest.SHA256Hex(servertest.AdminToken), NarStore: store, AuthFailuresPerMinute: 3}, clock))
+	if _, err := e.DB.CreateCache(t.Context(), storage.NewCache{Name: "main", Public: true, KeyName: "gradient-test-main"}); err != nil {
 		t.Fatal(err)
 	}
 	narinfo, key := privateCacheWithKey(t, e, store)
 	keys := []string{key}
-	limited, other := clientFrom("127.0.0.2"), clientFrom("127.0.0.3")
+	limited, other := servertest.ClientFrom("127.0.0.2"), servertest.ClientFrom("127.0.0.3")
 	wrongKey := "Bearer GRAD" + strings.Repeat("x", 64)
-	sessionURL := e.base + "/cache/secret/proto"
-	admin := e.base + "/api/v1/caches"
+	sessionURL := e.Base + "/cache/secret/proto"
+	admin := e.Base + "/api/v1/caches"
 
 	// Wrong keys and tokens on any surface count together.
 	for _, try := range [][2]string{{narinfo, wrongKey}, {sessionURL, wrongKey}, {admin, "Bearer wrong-admin-token"}} {
-		if got, _ := statusOf(t, limited, "GET", try[0], try[1]); got != 401 {
+		if got, _ := servertest.StatusOf(t, limited, "GET", try[0], try[1]); got != 401 {
 			t.Fatalf("GET %s with a wrong credential: %d, want 401", try[0], got)
 		}
 	}
 	for _, try := range [][2]string{
 		{narinfo, "Bearer " + keys[0]}, {narinfo, wrongKey}, {sessionURL, "Bearer " + keys[0]},
-		{admin, "Bearer " + testAdminToken}, {admin, "Bearer wrong-admin-token"},
+		{admin, "Bearer " + servertest.AdminToken}, {admin, "Bearer wrong-admin-token"},
 	} {
-		got, h := statusOf(t, limited, "GET", try[0], try[1])
+		got, h := servertest.StatusOf(t, limited, "GET", try[0], try[1])
 		if retry, _ := strconv.Atoi(h.Get("Retry-After")); got != 429 || retry < 1 || retry > 20 {
 			t.Errorf("GET %s from the limited address: %d, Retry-After %q; want 429 within one attempt's 20 s", try[0], got, h.Get("Retry-After"))
 		}
 	}
 	// No credential, nothing to check: a public cache still answers.
-	if got, _ := statusOf(t, limited, "GET", e.base+"/cache/main/nix-cache-info", ""); got != 200 {
+	if got, _ := servertest.StatusOf(t, limited, "GET", e.Base+"/cache/main/nix-cache-info", ""); got != 200 {
 		t.Errorf("public cache without a key from the limited address: %d", got)
 	}
 	// Other addresses are untouched, wrong keys included.
-	for _, try := range [][3]string{{narinfo, "Bearer " + keys[0], "200"}, {admin, "Bearer " + testAdminToken, "200"}, {narinfo, wrongKey, "401"}} {
-		if got, _ := statusOf(t, other, "GET", try[0], try[1]); strconv.Itoa(got) != try[2] {
+	for _, try := range [][3]string{{narinfo, "Bearer " + keys[0], "200"}, {admin, "Bearer " + servertest.AdminToken, "200"}, {narinfo, wrongKey, "401"}} {
+		if got, _ := servertest.StatusOf(t, other, "GET", try[0], try[1]); strconv.Itoa(got) != try[2] {
 			t.Errorf("GET %s from another address: %d, want %s", try[0], got, try[2])
 		}
 	}
 	// A window later the limited address is served again.
 	skew.Store(int64(time.Minute))
-	for _, try := range [][3]string{{narinfo, "Bearer " + keys[0], "200"}, {admin, "Bearer " + testAdminToken, "200"}} {
-		if got, _ := statusOf(t, limited, "GET", try[0], try[1]); strconv.Itoa(got) != try[2] {
+	for _, try := range [][3]string{{narinfo, "Bearer " + keys[0], "200"}, {admin, "Bearer " + servertest.AdminToken, "200"}} {
+		if got, _ := servertest.StatusOf(t, limited, "GET", try[0], try[1]); strconv.Itoa(got) != try[2] {
 			t.Errorf("GET %s after the window: %d, want %s", try[0], got, try[2])
 		}
 	}
 	// ... including a real cache session from it.
-	ws := "ws" + strings.TrimPrefix(e.base, "http") + "/proto"
+	ws := "ws" + strings.TrimPrefix(e.Base, "http") + "/proto"
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	for range 3 { // from 127.0.0.1: spend its attempts, then see the session refused
-		statusOf(t, http.DefaultClient, "GET", narinfo, wrongKey)
+		servertest.StatusOf(t, http.DefaultClient, "GET", narinfo, wrongKey)
 	}
-	if _, err := dialCacheSession(ctx, ws, "secret", "Bearer "+keys[0]); err == nil || !strings.Contains(err.Error(), "429") {
+	if _, err := servertest.DialCacheSession(ctx, ws, "secret", "Bearer "+keys[0]); err == nil || !strings.Contains(err.Error(), "429") {
 		t.Fatalf("cache session from a limited address: %v, want HTTP 429", err)
 	}
 	skew.Store(int64(2 * time.Minute))
-	s, err := dialCacheSession(ctx, ws, "secret", "Bearer "+keys[0])
+	s, err := servertest.DialCacheSession(ctx, ws, "secret", "Bearer "+keys[0])
 	if err != nil {
 		t.Fatalf("cache session after the window: %v", err)
 	}

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/session"
@@ -26,18 +29,18 @@ func TestFederateNegotiatedOnlyWhenBothEnableIt(t *testing.T) {
 		t.Run(fmt.Sprintf("server %v worker %v", c.server, c.worker), func(t *testing.T) {
 			t.Parallel()
 			storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-				e := newEnv(t, db, Config{Federate: c.server})
-				id := newWorkerID(t)
-				token := e.register(storage.PeerProject, e.project.ID, id)
+				e := servertest.NewEnv(t, db, server.Config{Federate: c.server})
+				id := storage.NewID()
+				token := e.Register(storage.PeerProject, e.Project.ID, id)
 				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-				tr, err := session.Dial(ctx, e.url, session.DialOptions{Logger: slog.New(slog.DiscardHandler)})
+				tr, err := session.Dial(ctx, e.URL, session.DialOptions{Logger: slog.New(slog.DiscardHandler)})
 				if err != nil {
 					cancel()
 					t.Fatal(err)
 				}
 				conn := session.NewConn(tr, session.ConnOptions{Logger: slog.New(slog.DiscardHandler)})
 				offer := wire.GradientCapabilities{Build: true, Federate: c.worker}
-				est, err := session.RunPeer(ctx, conn, session.PeerConfig{WorkerID: id, Capabilities: offer, Tokens: map[string]string{e.project.ID: token}})
+				est, err := session.RunPeer(ctx, conn, session.PeerConfig{WorkerID: id, Capabilities: offer, Tokens: map[string]string{e.Project.ID: token}})
 				cancel()
 				if err != nil {
 					t.Fatalf("server federate %v, worker %v: %v", c.server, c.worker, err)
@@ -46,7 +49,7 @@ func TestFederateNegotiatedOnlyWhenBothEnableIt(t *testing.T) {
 					t.Errorf("server federate %v, worker %v: negotiated %+v, want federate %v", c.server, c.worker, est.Capabilities, c.want)
 				}
 				waitfor.True(t, "the server to list the capability", func() bool {
-					return slices.Contains(e.srv.WorkerStatus(id).Capabilities, "federate") == c.want && e.srv.WorkerStatus(id).Live
+					return slices.Contains(e.Srv.WorkerStatus(id).Capabilities, "federate") == c.want && e.Srv.WorkerStatus(id).Live
 				})
 				tr.Close(session.CloseNormal, "")
 			})

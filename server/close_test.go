@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"bytes"
@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 
 	"github.com/gorilla/websocket"
 
@@ -88,7 +91,7 @@ func bareRecvServer(t *testing.T, c *websocket.Conn, ver uint16) wire.ServerMess
 func bareHandshake(t *testing.T, c *websocket.Conn, workerID string, tokens map[string]string) uint16 {
 	t.Helper()
 	ver := bareAgree(t, c)
-	bareSendClient(t, c, ver, &wire.InitConnection{Capabilities: workerCaps, ID: workerID})
+	bareSendClient(t, c, ver, &wire.InitConnection{Capabilities: servertest.WorkerCaps, ID: workerID})
 	ch, ok := bareRecvServer(t, c, ver).(*wire.AuthChallenge)
 	if !ok {
 		t.Fatal("no AuthChallenge")
@@ -138,16 +141,16 @@ func expectClose(t *testing.T, c *websocket.Conn, code int, reason string) {
 func TestRefusalsReachAForeignClient(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, Config{})
-		cacheURL := strings.TrimSuffix(e.url, "/proto") + "/cache/" + e.cache.Name + "/proto"
-		if err := db.SetCachePublic(t.Context(), e.cache.ID, true); err != nil {
+		e := servertest.NewEnv(t, db, server.Config{})
+		cacheURL := strings.TrimSuffix(e.URL, "/proto") + "/cache/" + e.Cache.Name + "/proto"
+		if err := db.SetCachePublic(t.Context(), e.Cache.ID, true); err != nil {
 			t.Fatal(err)
 		}
 		noShared := fmt.Sprintf("no shared protocol version: ours %d..=%d, peer 34..=35", wire.Supported.Oldest, wire.Supported.Newest)
 		older := fmt.Sprintf("peer protocol is older than %d", wire.Supported.Oldest)
 		big := bytes.Repeat([]byte{0}, session.MaxHandshakeMessageSize+1)
 		tooLarge := fmt.Sprintf("a handshake message is limited to %d bytes, got %d", session.MaxHandshakeMessageSize, len(big))
-		for _, url := range []string{e.url, cacheURL} {
+		for _, url := range []string{e.URL, cacheURL} {
 			c := bareDial(t, url)
 			bareSend(t, c, wire.VersionFrame(wire.VersionRange{Oldest: 34, Newest: 35}))
 			expectClose(t, c, session.CloseProtocolError, noShared)
@@ -169,16 +172,16 @@ func TestRefusalsReachAForeignClient(t *testing.T) {
 func TestStopClosesWithGoingAway(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, Config{})
-		id := newWorkerID(t)
-		tokens := map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)}
-		live := bareDial(t, e.url)
+		e := servertest.NewEnv(t, db, server.Config{})
+		id := storage.NewID()
+		tokens := map[string]string{e.Project.ID: e.Register(storage.PeerProject, e.Project.ID, id)}
+		live := bareDial(t, e.URL)
 		bareHandshake(t, live, id, tokens)
-		waitfor.True(t, "the worker live", func() bool { return e.srv.WorkerStatus(id).Live })
-		handshaking := bareDial(t, e.url)
+		waitfor.True(t, "the worker live", func() bool { return e.Srv.WorkerStatus(id).Live })
+		handshaking := bareDial(t, e.URL)
 		bareAgree(t, handshaking)
 
-		e.srv.Close()
+		e.Srv.Close()
 		expectClose(t, live, session.CloseGoingAway, "server stopping")
 		expectClose(t, handshaking, session.CloseGoingAway, "server stopping")
 	})
@@ -186,11 +189,11 @@ func TestStopClosesWithGoingAway(t *testing.T) {
 
 // splitSession waits until the worker's session is past its handshake
 // (probes skip a session still in it) and returns it.
-func (e *testEnv) splitSession(workerID string) *authority.LiveWorker {
-	e.t.Helper()
+func splitSession(e *servertest.Env, workerID string) *authority.LiveWorker {
+	e.T.Helper()
 	var c *authority.LiveWorker
-	waitfor.True(e.t.(*testing.T), "the session of "+workerID, func() bool {
-		c = e.srv.auth.Session(workerID)
+	waitfor.True(e.T.(*testing.T), "the session of "+workerID, func() bool {
+		c = e.Srv.LiveSession(workerID)
 		return c != nil
 	})
 	return c
@@ -203,51 +206,51 @@ func (e *testEnv) splitSession(workerID string) *authority.LiveWorker {
 func TestSecondConnectionProbesTheOldSession(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, Config{HandshakeTimeout: 15 * time.Second})
-		proxy := halfopen.New(t, strings.TrimSuffix(strings.TrimPrefix(e.url, "ws://"), "/proto"))
+		e := servertest.NewEnv(t, db, server.Config{HandshakeTimeout: 15 * time.Second})
+		proxy := halfopen.New(t, strings.TrimSuffix(strings.TrimPrefix(e.URL, "ws://"), "/proto"))
 
-		healthy := newWorkerID(t)
-		tokens := map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, healthy)}
-		w := e.mustConnect(healthy, tokens)
+		healthy := storage.NewID()
+		tokens := map[string]string{e.Project.ID: e.Register(storage.PeerProject, e.Project.ID, healthy)}
+		w := e.MustConnect(healthy, tokens)
 		go func() {
 			for {
-				if _, err := w.sess.Recv(context.Background()); err != nil {
+				if _, err := w.Sess.Recv(context.Background()); err != nil {
 					return
 				}
 			}
 		}()
-		first := e.splitSession(healthy)
-		e.expectReject(healthy, tokens, 496, "worker already connected")
-		if e.srv.auth.Session(healthy) != first || strings.Contains(e.logs.String(), "no answer to a ping") {
+		first := splitSession(e, healthy)
+		e.ExpectReject(healthy, tokens, 496, "worker already connected")
+		if e.Srv.LiveSession(healthy) != first || strings.Contains(e.Logs.String(), "no answer to a ping") {
 			t.Fatal("a healthy session was dropped by the probe")
 		}
 
-		id := newWorkerID(t)
-		tokens = map[string]string{e.project.ID: e.register(storage.PeerProject, e.project.ID, id)}
+		id := storage.NewID()
+		tokens = map[string]string{e.Project.ID: e.Register(storage.PeerProject, e.Project.ID, id)}
 		old := bareDial(t, "ws://"+proxy.Addr()+"/proto")
 		bareHandshake(t, old, id, tokens)
-		oldConn := e.splitSession(id)
+		oldConn := splitSession(e, id)
 		proxy.Freeze()
 
-		fresh := bareDial(t, e.url)
+		fresh := bareDial(t, e.URL)
 		ver := bareAgree(t, fresh)
-		bareSendClient(t, fresh, ver, &wire.InitConnection{Capabilities: workerCaps, ID: id})
+		bareSendClient(t, fresh, ver, &wire.InitConnection{Capabilities: servertest.WorkerCaps, ID: id})
 		bareRecvServer(t, fresh, ver) // AuthChallenge
-		bareSendClient(t, fresh, ver, &wire.AuthResponse{Tokens: []wire.Pair[string, string]{{First: e.project.ID, Second: tokens[e.project.ID]}}})
+		bareSendClient(t, fresh, ver, &wire.AuthResponse{Tokens: []wire.Pair[string, string]{{First: e.Project.ID, Second: tokens[e.Project.ID]}}})
 		if m, ok := bareRecvServer(t, fresh, ver).(*wire.ServerReject); !ok || m.Code != 496 {
 			t.Fatalf("second connection: got %+v, want Reject 496", m)
 		}
 		// The heartbeat would take 120 s; the probe has dropped the old
 		// session by the time the worker tries again.
-		if c := e.srv.auth.Session(id); c == oldConn {
+		if c := e.Srv.LiveSession(id); c == oldConn {
 			t.Fatal("the half-open session still holds the worker ID after the 496")
 		}
-		if !strings.Contains(e.logs.String(), "no answer to a ping") {
+		if !strings.Contains(e.Logs.String(), "no answer to a ping") {
 			t.Error("the drop of the half-open session was not logged")
 		}
-		again := bareDial(t, e.url)
+		again := bareDial(t, e.URL)
 		bareHandshake(t, again, id, tokens)
-		waitfor.True(t, "the reconnected worker live", func() bool { return e.srv.WorkerStatus(id).Live })
+		waitfor.True(t, "the reconnected worker live", func() bool { return e.Srv.WorkerStatus(id).Live })
 	})
 }
 
@@ -256,7 +259,7 @@ func TestSecondConnectionProbesTheOldSession(t *testing.T) {
 func TestDialRefusalReachesAForeignWorker(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, dialConfig(t))
+		e := servertest.NewEnv(t, db, dialConfig(t))
 		closes := make(chan *websocket.CloseError, 64)
 		up := websocket.Upgrader{}
 		worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -282,7 +285,7 @@ func TestDialRefusalReachesAForeignWorker(t *testing.T) {
 		t.Cleanup(worker.Close)
 		settings := storage.DefaultWorkerSettings()
 		settings.URL = "ws" + strings.TrimPrefix(worker.URL, "http") + "/proto"
-		if _, _, err := e.srv.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: e.project.ID}, newWorkerID(t), settings); err != nil {
+		if _, _, err := e.Srv.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: e.Project.ID}, storage.NewID(), settings); err != nil {
 			t.Fatal(err)
 		}
 		var ce *websocket.CloseError

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/jobqueue"
 	"gradient.dev/gradient/storage/storagetest"
@@ -119,7 +121,7 @@ func BenchmarkDashboardEvaluationPage(b *testing.B) {
 				}
 				raw.Close()
 			}
-			srv := New(db, Config{AdminTokenHash: sha256Hex(testAdminToken), Logger: slog.New(slog.DiscardHandler)})
+			srv := server.New(db, server.Config{AdminTokenHash: servertest.SHA256Hex(servertest.AdminToken), Logger: slog.New(slog.DiscardHandler)})
 			defer srv.Close()
 			h := srv.Handler()
 			cookie := benchSession(b, db)
@@ -163,7 +165,7 @@ func BenchmarkDashboardLogStream(b *testing.B) {
 	}
 	defer db.Close()
 	_, build, job := benchEvaluation(b, db, 20)
-	srv := New(db, Config{AdminTokenHash: sha256Hex(testAdminToken), Logger: slog.New(slog.DiscardHandler)})
+	srv := server.New(db, server.Config{AdminTokenHash: servertest.SHA256Hex(servertest.AdminToken), Logger: slog.New(slog.DiscardHandler)})
 	defer srv.Close()
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"log/slog"
@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/scheduler"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/jobqueue"
 )
@@ -32,7 +34,7 @@ func TestDashboardPullRequestApproval(t *testing.T) {
 	if err := sched.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := New(db, Config{AdminTokenHash: sha256Hex(testAdminToken), Jobs: sched, Logger: quiet})
+	srv := server.New(db, server.Config{AdminTokenHash: servertest.SHA256Hex(servertest.AdminToken), Jobs: sched, Logger: quiet})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { hs.Close(); srv.Close(); sched.Close() })
 
@@ -65,7 +67,7 @@ func TestDashboardPullRequestApproval(t *testing.T) {
 	approveForm := `action="` + approve + `"`
 
 	op := newBrowser(t, hs.URL)
-	if code, _, _ := op.post("/login", url.Values{"token": {testAdminToken}}); code != http.StatusSeeOther {
+	if code, _, _ := op.post("/login", url.Values{"token": {servertest.AdminToken}}); code != http.StatusSeeOther {
 		t.Fatalf("login: %d", code)
 	}
 	code, body, _ := op.get("/projects/" + p.ID)

@@ -1,23 +1,25 @@
-package server
+package server_test
 
 import (
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"gradient.dev/gradient/server/servertest"
 )
 
 // A build whose evaluation's logs retention deleted says so on its page
 // and in its plain-text log, instead of showing an empty log.
 func TestDashboardSaysLogRemovedByRetention(t *testing.T) {
 	t.Parallel()
-	e := newAdminEnv(t, sha256Hex(testAdminToken))
-	_, p, _ := e.seed()
-	e.must(200, "PUT", projectPath(p.ID)+"/public", nil, nil)
-	evalID, failed, _, _ := failedBuildWithLog(t, e.db, p.ID, "the failing build's own words\n")
+	e := servertest.NewAdminEnv(t, servertest.SHA256Hex(servertest.AdminToken))
+	_, p, _ := e.Seed()
+	e.Must(200, "PUT", servertest.ProjectPath(p.ID)+"/public", nil, nil)
+	evalID, failed, _, _ := failedBuildWithLog(t, e.DB, p.ID, "the failing build's own words\n")
 	get := func(path string) string {
 		t.Helper()
-		resp, err := http.Get(e.base + path)
+		resp, err := http.Get(e.Base + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +33,7 @@ func TestDashboardSaysLogRemovedByRetention(t *testing.T) {
 	if page := get("/builds/" + failed); !strings.Contains(page, "the failing build&#39;s own words") || strings.Contains(page, "removed by retention") {
 		t.Fatalf("before pruning the page shows no log or says it was removed:\n%s", page)
 	}
-	if _, err := e.db.PruneEvaluationLogs(t.Context(), evalID); err != nil {
+	if _, err := e.DB.PruneEvaluationLogs(t.Context(), evalID); err != nil {
 		t.Fatal(err)
 	}
 	if page := get("/builds/" + failed); !strings.Contains(page, "Log removed by retention") {

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/server/admin"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/jobqueue"
 )
@@ -140,11 +141,11 @@ func failedBuildWithLog(t *testing.T, db *storage.DB, projectID string, log stri
 // as inert text.
 func TestDashboardAccess(t *testing.T) {
 	t.Parallel()
-	e := newAdminEnv(t, sha256Hex(testAdminToken))
-	_, p, _ := e.seed()
-	evalID, failedID, _, _ := failedBuildWithLog(t, e.db, p.ID, "compiling\n<script>alert(1)</script>\n\x1b[31mred\x1b[0m \x1b]0;title\x07done\n")
+	e := servertest.NewAdminEnv(t, servertest.SHA256Hex(servertest.AdminToken))
+	_, p, _ := e.Seed()
+	evalID, failedID, _, _ := failedBuildWithLog(t, e.DB, p.ID, "compiling\n<script>alert(1)</script>\n\x1b[31mred\x1b[0m \x1b]0;title\x07done\n")
 
-	anon := newBrowser(t, e.base)
+	anon := newBrowser(t, e.Base)
 	if code, _, h := anon.get("/"); code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/login") {
 		t.Fatalf("logged-out overview: %d to %q", code, h.Get("Location"))
 	}
@@ -157,8 +158,8 @@ func TestDashboardAccess(t *testing.T) {
 		t.Fatalf("wrong login: %d", code)
 	}
 
-	op := newBrowser(t, e.base)
-	code, _, h := op.post("/login", url.Values{"token": {testAdminToken}, "next": {"/workers"}})
+	op := newBrowser(t, e.Base)
+	code, _, h := op.post("/login", url.Values{"token": {servertest.AdminToken}, "next": {"/workers"}})
 	if code != http.StatusSeeOther || h.Get("Location") != "/workers" {
 		t.Fatalf("login: %d to %q", code, h.Get("Location"))
 	}
@@ -196,7 +197,7 @@ func TestDashboardAccess(t *testing.T) {
 		t.Fatalf("action without CSRF token: %d", code)
 	}
 	token := op.csrf("/evaluations/" + evalID)
-	req, _ := http.NewRequest("POST", e.base+restart, strings.NewReader(url.Values{"csrf": {token}}.Encode()))
+	req, _ := http.NewRequest("POST", e.Base+restart, strings.NewReader(url.Values{"csrf": {token}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "https://evil.example")
 	if resp, err := op.c.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
@@ -209,9 +210,9 @@ func TestDashboardAccess(t *testing.T) {
 
 	// A read token logs in, reads, and may not act.
 	var rt admin.TokenView
-	e.must(201, "POST", "/api/v1/tokens", map[string]any{"name": "viewer", "scope": "read"}, &rt)
-	e.remember(rt.Token)
-	reader := newBrowser(t, e.base)
+	e.Must(201, "POST", "/api/v1/tokens", map[string]any{"name": "viewer", "scope": "read"}, &rt)
+	e.Remember(rt.Token)
+	reader := newBrowser(t, e.Base)
 	if code, _, _ := reader.post("/login", url.Values{"token": {rt.Token}}); code != http.StatusSeeOther {
 		t.Fatalf("read token login: %d", code)
 	}
@@ -223,13 +224,13 @@ func TestDashboardAccess(t *testing.T) {
 		t.Fatalf("read token acting: %d", code)
 	}
 	// Revoking the token ends its session.
-	e.must(204, "DELETE", "/api/v1/tokens/"+rt.ID, nil, nil)
+	e.Must(204, "DELETE", "/api/v1/tokens/"+rt.ID, nil, nil)
 	if code, _, _ := reader.get("/evaluations/" + evalID); code != http.StatusNotFound {
 		t.Fatalf("session of a revoked token: %d", code)
 	}
 
 	// Public: readable logged out, the rest still not.
-	e.must(200, "PUT", projectPath(p.ID)+"/public", nil, nil)
+	e.Must(200, "PUT", servertest.ProjectPath(p.ID)+"/public", nil, nil)
 	for _, path := range []string{"/projects/" + p.ID, "/evaluations/" + evalID, "/builds/" + failedID, "/builds/" + failedID + "/log"} {
 		if code, _, _ := anon.get(path); code != 200 {
 			t.Fatalf("public %s logged out: %d", path, code)
@@ -291,14 +292,14 @@ func readEvents(t *testing.T, r *bufio.Reader, n int, stopAtEnd bool) []sseEvent
 // resumes after the last line seen; the build's end ends the stream.
 func TestDashboardLogStream(t *testing.T) {
 	t.Parallel()
-	e := newAdminEnv(t, sha256Hex(testAdminToken))
-	_, p, _ := e.seed()
-	e.must(200, "PUT", projectPath(p.ID)+"/public", nil, nil)
-	_, _, running, job := failedBuildWithLog(t, e.db, p.ID, "x\n")
+	e := servertest.NewAdminEnv(t, servertest.SHA256Hex(servertest.AdminToken))
+	_, p, _ := e.Seed()
+	e.Must(200, "PUT", servertest.ProjectPath(p.ID)+"/public", nil, nil)
+	_, _, running, job := failedBuildWithLog(t, e.DB, p.ID, "x\n")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stream := func(lastID string) (*bufio.Reader, func()) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/builds/"+running+"/log/stream", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", e.Base+"/builds/"+running+"/log/stream", nil)
 		if lastID != "" {
 			req.Header.Set("Last-Event-ID", lastID)
 		}
@@ -312,7 +313,7 @@ func TestDashboardLogStream(t *testing.T) {
 		return bufio.NewReader(resp.Body), func() { resp.Body.Close() }
 	}
 	r, stop := stream("")
-	if err := jobqueue.New(e.db).AppendJobLog(t.Context(), job, []byte("line 1\nline 2\nhalf")); err != nil {
+	if err := jobqueue.New(e.DB).AppendJobLog(t.Context(), job, []byte("line 1\nline 2\nhalf")); err != nil {
 		t.Fatal(err)
 	}
 	got := readEvents(t, r, 2, false)
@@ -320,7 +321,7 @@ func TestDashboardLogStream(t *testing.T) {
 		t.Fatalf("first events %+v", got)
 	}
 	stop()
-	if err := jobqueue.New(e.db).AppendJobLog(t.Context(), job, []byte(" line \x1b[1m3\x1b[0m\n<b>4</b>\n")); err != nil {
+	if err := jobqueue.New(e.DB).AppendJobLog(t.Context(), job, []byte(" line \x1b[1m3\x1b[0m\n<b>4</b>\n")); err != nil {
 		t.Fatal(err)
 	}
 	r, stop = stream(got[1].id)
@@ -331,7 +332,7 @@ func TestDashboardLogStream(t *testing.T) {
 	}
 	// The build ends: the stream says so and closes.
 	var assignment string
-	open, err := jobqueue.New(e.db).OpenAssignments(t.Context())
+	open, err := jobqueue.New(e.DB).OpenAssignments(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,10 +341,10 @@ func TestDashboardLogStream(t *testing.T) {
 			assignment = a.AssignmentID
 		}
 	}
-	if err := jobqueue.New(e.db).AppendJobLog(t.Context(), job, []byte("last, no newline")); err != nil {
+	if err := jobqueue.New(e.DB).AppendJobLog(t.Context(), job, []byte("last, no newline")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobqueue.New(e.db).CompleteBuild(t.Context(), assignment, nil); err != nil {
+	if _, err := jobqueue.New(e.DB).CompleteBuild(t.Context(), assignment, nil); err != nil {
 		t.Fatal(err)
 	}
 	got = readEvents(t, r, 2, true)

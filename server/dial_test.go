@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
+
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/sealbox"
 	"gradient.dev/gradient/secret"
@@ -26,13 +29,13 @@ import (
 )
 
 // dialConfig is a server that dials, with backoffs short enough for tests.
-func dialConfig(t *testing.T) Config {
+func dialConfig(t *testing.T) server.Config {
 	t.Helper()
 	box, err := sealbox.New(sealbox.NewKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Config{DialKey: box, DialBackoff: 40 * time.Millisecond, DialMaxBackoff: 160 * time.Millisecond, DialRescan: time.Minute}
+	return server.Config{DialKey: box, DialBackoff: 40 * time.Millisecond, DialMaxBackoff: 160 * time.Millisecond, DialRescan: time.Minute}
 }
 
 // dialedWorker is a worker in server-dialed mode built from the session
@@ -56,7 +59,7 @@ func newDialedWorker(t *testing.T) *dialedWorker {
 	serve := session.Handler(func(r *http.Request, tr session.Transport) {
 		discard := slog.New(slog.DiscardHandler)
 		c := session.NewConn(tr, session.ConnOptions{Logger: discard})
-		est, err := session.RunDialed(r.Context(), c, session.DialedConfig{WorkerID: w.id, Capabilities: workerCaps, Verifier: w})
+		est, err := session.RunDialed(r.Context(), c, session.DialedConfig{WorkerID: w.id, Capabilities: servertest.WorkerCaps, Verifier: w})
 		if err != nil {
 			return
 		}
@@ -148,26 +151,26 @@ func (w *dialedWorker) session() *session.WorkerSession {
 // registerDialed registers the worker at its URL for a peer through the
 // server and puts the token into the worker's accepted file. The worker
 // answers 503 meanwhile, so no dial sees the token before the file does.
-func (e *testEnv) registerDialed(w *dialedWorker, kind storage.PeerKind, peerID string) string {
-	e.t.Helper()
+func registerDialed(e *servertest.Env, w *dialedWorker, kind storage.PeerKind, peerID string) string {
+	e.T.Helper()
 	w.down.Store(true)
 	defer w.down.Store(false)
-	token := e.createDialed(w, kind, peerID)
+	token := createDialed(e, w, kind, peerID)
 	w.accept(peerID, token)
 	return token
 }
 
 // createDialed registers the worker at its URL, leaving its accepted file
 // alone.
-func (e *testEnv) createDialed(w *dialedWorker, kind storage.PeerKind, peerID string) string {
-	e.t.Helper()
+func createDialed(e *servertest.Env, w *dialedWorker, kind storage.PeerKind, peerID string) string {
+	e.T.Helper()
 	settings := storage.DefaultWorkerSettings()
 	settings.URL = w.url
-	_, token, err := e.srv.CreateRegistration(e.t.Context(), storage.Peer{Kind: kind, ID: peerID}, w.id, settings)
+	_, token, err := e.Srv.CreateRegistration(e.T.Context(), storage.Peer{Kind: kind, ID: peerID}, w.id, settings)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	e.remember(token)
+	e.Remember(token)
 	return token
 }
 
@@ -206,32 +209,32 @@ func expectClosed(t *testing.T, s *session.WorkerSession) {
 func TestDialedWorkerConnects(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, dialConfig(t))
+		e := servertest.NewEnv(t, db, dialConfig(t))
 		w := newDialedWorker(t)
-		projectToken := e.registerDialed(w, storage.PeerProject, e.project.ID)
-		cacheToken := e.registerDialed(w, storage.PeerCache, e.cache.ID)
-		bareToken := e.registerDialed(w, storage.PeerProject, e.bare.ID)
+		projectToken := registerDialed(e, w, storage.PeerProject, e.Project.ID)
+		cacheToken := registerDialed(e, w, storage.PeerCache, e.Cache.ID)
+		bareToken := registerDialed(e, w, storage.PeerProject, e.Bare.ID)
 		// A registration without a URL (a proxy's, for the worker dialing
 		// it) is never presented on the server's dial.
-		e.register(storage.PeerProxy, storage.NewID(), w.id)
+		e.Register(storage.PeerProxy, storage.NewID(), w.id)
 		sess := w.session()
 
-		want := sortedPairs([]wire.Pair[string, string]{pair(e.project.ID, projectToken), pair(e.cache.ID, cacheToken), pair(e.bare.ID, bareToken)})
+		want := sortedPairs([]wire.Pair[string, string]{pair(e.Project.ID, projectToken), pair(e.Cache.ID, cacheToken), pair(e.Bare.ID, bareToken)})
 		if got := sortedPairs(w.lastPresented()); !slices.Equal(got, want) {
 			t.Fatalf("the server presented %d tokens %v, want one per registration at the URL", len(got), got)
 		}
 		authorized := slices.Sorted(slices.Values(sess.AuthorizedPeers))
-		if want := slices.Sorted(slices.Values([]string{e.project.ID, e.cache.ID})); !slices.Equal(authorized, want) {
+		if want := slices.Sorted(slices.Values([]string{e.Project.ID, e.Cache.ID})); !slices.Equal(authorized, want) {
 			t.Fatalf("InitAck authorized %v, want %v", sess.AuthorizedPeers, want)
 		}
-		if len(sess.FailedPeers) != 1 || sess.FailedPeers[0].PeerID != e.bare.ID || sess.FailedPeers[0].Reason != "project has no cache subscribed" {
+		if len(sess.FailedPeers) != 1 || sess.FailedPeers[0].PeerID != e.Bare.ID || sess.FailedPeers[0].Reason != "project has no cache subscribed" {
 			t.Fatalf("InitAck failed %+v, want the project without a cache", sess.FailedPeers)
 		}
 		if c := sess.Capabilities; !c.Core || !c.Cache || !c.Build {
 			t.Fatalf("negotiated %+v", c)
 		}
-		st := e.srv.WorkerStatus(w.id)
-		if !st.Live || st.DialedURL != w.url || !slices.Equal(st.Projects, []string{e.project.ID}) {
+		st := e.Srv.WorkerStatus(w.id)
+		if !st.Live || st.DialedURL != w.url || !slices.Equal(st.Projects, []string{e.Project.ID}) {
 			t.Fatalf("status %+v", st)
 		}
 		// The dispatch loop is the one of worker-dialed sessions.
@@ -241,51 +244,51 @@ func TestDialedWorkerConnects(t *testing.T) {
 		if page, ok := recvWorker(t, sess).(*wire.JobListChunk); !ok || !page.IsFinal {
 			t.Fatalf("got %#v", page)
 		}
-		if !strings.Contains(e.logs.String(), "dialing without TLS") {
+		if !strings.Contains(e.Logs.String(), "dialing without TLS") {
 			t.Fatal("no warning for a ws:// URL")
 		}
-		e.assertNoTokenLogged()
+		e.AssertNoSecretLogged()
 	})
 }
 
 func TestDialedWorkerRejectsServer(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, dialConfig(t))
+		e := servertest.NewEnv(t, db, dialConfig(t))
 		w := newDialedWorker(t)
-		w.accept(e.project.ID, "a token of another server")
-		e.createDialed(w, storage.PeerProject, e.project.ID)
+		w.accept(e.Project.ID, "a token of another server")
+		createDialed(e, w, storage.PeerProject, e.Project.ID)
 
 		waitfor.True(t, "three dials", func() bool { return w.attemptCount() >= 3 })
 		want := "worker rejected connection (code 401): unknown worker id or wrong token"
-		waitfor.True(t, "the offline reason", func() bool { return e.srv.WorkerStatus(w.id).OfflineReason == want })
-		if st := e.srv.WorkerStatus(w.id); st.Live {
+		waitfor.True(t, "the offline reason", func() bool { return e.Srv.WorkerStatus(w.id).OfflineReason == want })
+		if st := e.Srv.WorkerStatus(w.id); st.Live {
 			t.Fatalf("status %+v", st)
 		}
 
 		// A deleted registration is no longer dialed.
-		if err := db.DeleteRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: e.project.ID}, w.id); err != nil {
+		if err := db.DeleteRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: e.Project.ID}, w.id); err != nil {
 			t.Fatal(err)
 		}
-		e.srv.RefreshDials()
+		e.Srv.RefreshDials()
 		// Its redial loop ends (a dial under way is cancelled first).
-		waitfor.True(t, "the redial loop to stop", func() bool { return e.srv.dialer.running.Load() == 0 })
+		waitfor.True(t, "the redial loop to stop", func() bool { return e.Srv.DialsRunning() == 0 })
 		n := w.attemptCount()
 		time.Sleep(500 * time.Millisecond)
 		if w.attemptCount() != n {
 			t.Fatalf("still dialing a deleted registration: %d attempts, then %d", n, w.attemptCount())
 		}
-		e.assertNoTokenLogged()
+		e.AssertNoSecretLogged()
 	})
 }
 
 func TestDialedWorkerDownIsRedialedWithBackoff(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, dialConfig(t))
+		e := servertest.NewEnv(t, db, dialConfig(t))
 		w := newDialedWorker(t)
 		w.down.Store(true)
-		w.accept(e.project.ID, e.createDialed(w, storage.PeerProject, e.project.ID))
+		w.accept(e.Project.ID, createDialed(e, w, storage.PeerProject, e.Project.ID))
 
 		waitfor.True(t, "five dials", func() bool { return w.attemptCount() >= 5 })
 		w.mu.Lock()
@@ -298,13 +301,13 @@ func TestDialedWorkerDownIsRedialedWithBackoff(t *testing.T) {
 		if gaps[0] < 30*time.Millisecond || gaps[3] < 120*time.Millisecond {
 			t.Fatalf("redial gaps %v: want 40 ms doubling to 160 ms", gaps)
 		}
-		if r := e.srv.WorkerStatus(w.id).OfflineReason; !strings.Contains(r, "HTTP 503") {
+		if r := e.Srv.WorkerStatus(w.id).OfflineReason; !strings.Contains(r, "HTTP 503") {
 			t.Fatalf("offline reason %q: want the dial failure", r)
 		}
 
 		w.down.Store(false)
 		sess := w.session()
-		if !slices.Equal(sess.AuthorizedPeers, []string{e.project.ID}) {
+		if !slices.Equal(sess.AuthorizedPeers, []string{e.Project.ID}) {
 			t.Fatalf("InitAck authorized %v", sess.AuthorizedPeers)
 		}
 	})
@@ -314,9 +317,9 @@ func TestDialedReauth(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		ctx := t.Context()
-		e := newEnv(t, db, dialConfig(t))
+		e := servertest.NewEnv(t, db, dialConfig(t))
 		w := newDialedWorker(t)
-		projectToken := e.registerDialed(w, storage.PeerProject, e.project.ID)
+		projectToken := registerDialed(e, w, storage.PeerProject, e.Project.ID)
 		sess := w.session()
 
 		// Nothing new: AuthUpdate directly, never AuthChallenge, and the
@@ -324,7 +327,7 @@ func TestDialedReauth(t *testing.T) {
 		if err := sess.Send(&wire.ReauthRequest{}); err != nil {
 			t.Fatal(err)
 		}
-		if u, ok := recvWorker(t, sess).(*wire.AuthUpdate); !ok || !slices.Equal(u.AuthorizedPeers, []string{e.project.ID}) {
+		if u, ok := recvWorker(t, sess).(*wire.AuthUpdate); !ok || !slices.Equal(u.AuthorizedPeers, []string{e.Project.ID}) {
 			t.Fatalf("reauth answered %#v, want AuthUpdate", u)
 		}
 		if err := sess.Send(&wire.RequestJobList{}); err != nil {
@@ -336,14 +339,14 @@ func TestDialedReauth(t *testing.T) {
 
 		// A new registration at the URL: the reauth closes the session and
 		// the next dial carries both tokens.
-		other, err := db.CreateProject(ctx, storage.NewProject{TeamID: e.team.ID, Name: "api", Repository: "https://example.invalid/api.git", Branch: "main"})
+		other, err := db.CreateProject(ctx, storage.NewProject{TeamID: e.Team.ID, Name: "api", Repository: "https://example.invalid/api.git", Branch: "main"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.SubscribeProject(ctx, other.ID, e.cache.ID); err != nil {
+		if _, err := db.SubscribeProject(ctx, other.ID, e.Cache.ID); err != nil {
 			t.Fatal(err)
 		}
-		otherToken := e.registerDialed(w, storage.PeerProject, other.ID)
+		otherToken := registerDialed(e, w, storage.PeerProject, other.ID)
 		if err := sess.Send(&wire.ReauthRequest{}); err != nil {
 			t.Fatal(err)
 		}
@@ -352,7 +355,7 @@ func TestDialedReauth(t *testing.T) {
 		}
 		expectClosed(t, sess)
 		next := w.session()
-		want := sortedPairs([]wire.Pair[string, string]{pair(e.project.ID, projectToken), pair(other.ID, otherToken)})
+		want := sortedPairs([]wire.Pair[string, string]{pair(e.Project.ID, projectToken), pair(other.ID, otherToken)})
 		if got := sortedPairs(w.lastPresented()); !slices.Equal(got, want) {
 			t.Fatalf("the redial presented %v, want both tokens", got)
 		}
@@ -366,8 +369,8 @@ func TestDialedReauth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.registerDialed(w, storage.PeerCache, third.ID)
-		if !e.srv.Reauth(w.id) {
+		registerDialed(e, w, storage.PeerCache, third.ID)
+		if !e.Srv.Reauth(w.id) {
 			t.Fatal("Server.Reauth did not reach the dialed session")
 		}
 		if _, ok := recvWorker(t, next).(*wire.AuthUpdate); !ok {
@@ -377,7 +380,7 @@ func TestDialedReauth(t *testing.T) {
 		if got := w.session(); len(got.AuthorizedPeers) != 3 {
 			t.Fatalf("InitAck authorized %v", got.AuthorizedPeers)
 		}
-		e.assertNoTokenLogged()
+		e.AssertNoSecretLogged()
 	})
 }
 
@@ -388,31 +391,31 @@ func TestDialedReauthClosesOnlyForANewRegistration(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		ctx := t.Context()
-		e := newEnv(t, db, dialConfig(t))
+		e := servertest.NewEnv(t, db, dialConfig(t))
 		w := newDialedWorker(t)
 		// Both registrations before the first dial: it presents both
 		// tokens; the bare project fails for want of a cache.
 		w.down.Store(true)
-		projectToken := e.createDialed(w, storage.PeerProject, e.project.ID)
-		bareToken := e.createDialed(w, storage.PeerProject, e.bare.ID)
-		w.accept(e.project.ID, projectToken)
-		w.accept(e.bare.ID, bareToken)
+		projectToken := createDialed(e, w, storage.PeerProject, e.Project.ID)
+		bareToken := createDialed(e, w, storage.PeerProject, e.Bare.ID)
+		w.accept(e.Project.ID, projectToken)
+		w.accept(e.Bare.ID, bareToken)
 		w.down.Store(false)
 		sess := w.session()
-		if !slices.Equal(sess.AuthorizedPeers, []string{e.project.ID}) || len(sess.FailedPeers) != 1 {
+		if !slices.Equal(sess.AuthorizedPeers, []string{e.Project.ID}) || len(sess.FailedPeers) != 1 {
 			t.Fatalf("InitAck authorized %v failed %v", sess.AuthorizedPeers, sess.FailedPeers)
 		}
 
 		// The bare project subscribes a cache (the admin's reauth of its
 		// workers): AuthUpdate, and the session stays.
-		if _, err := db.SubscribeProject(ctx, e.bare.ID, e.cache.ID); err != nil {
+		if _, err := db.SubscribeProject(ctx, e.Bare.ID, e.Cache.ID); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := e.srv.ReauthProject(ctx, e.bare.ID); err != nil || n != 1 {
+		if n, err := e.Srv.ReauthProject(ctx, e.Bare.ID); err != nil || n != 1 {
 			t.Fatalf("reauthorized %d sessions: %v", n, err)
 		}
 		u, ok := recvWorker(t, sess).(*wire.AuthUpdate)
-		if !ok || !slices.Contains(u.AuthorizedPeers, e.bare.ID) || len(u.FailedPeers) != 0 {
+		if !ok || !slices.Contains(u.AuthorizedPeers, e.Bare.ID) || len(u.FailedPeers) != 0 {
 			t.Fatalf("reauth answered %#v, want AuthUpdate with the bare project", u)
 		}
 		if err := sess.Send(&wire.RequestJobList{}); err != nil {
@@ -421,30 +424,30 @@ func TestDialedReauthClosesOnlyForANewRegistration(t *testing.T) {
 		if _, ok := recvWorker(t, sess).(*wire.JobListChunk); !ok {
 			t.Fatal("the session did not survive a reauth through presented tokens")
 		}
-		if st := e.srv.WorkerStatus(w.id); !st.Live || !slices.Contains(st.Projects, e.bare.ID) {
+		if st := e.Srv.WorkerStatus(w.id); !st.Live || !slices.Contains(st.Projects, e.Bare.ID) {
 			t.Fatalf("after the subscription: %+v", st)
 		}
 
 		// A cache registers the worker at its URL: AuthUpdate without the
 		// unproven cache, then the session closes and the redial presents
 		// all three tokens.
-		cacheToken := e.registerDialed(w, storage.PeerCache, e.cache.ID)
-		if !e.srv.Reauth(w.id) {
+		cacheToken := registerDialed(e, w, storage.PeerCache, e.Cache.ID)
+		if !e.Srv.Reauth(w.id) {
 			t.Fatal("Server.Reauth did not reach the dialed session")
 		}
-		if u, ok := recvWorker(t, sess).(*wire.AuthUpdate); !ok || slices.Contains(u.AuthorizedPeers, e.cache.ID) {
+		if u, ok := recvWorker(t, sess).(*wire.AuthUpdate); !ok || slices.Contains(u.AuthorizedPeers, e.Cache.ID) {
 			t.Fatalf("reauth answered %#v, want AuthUpdate without the new registration", u)
 		}
 		expectClosed(t, sess)
 		next := w.session()
-		want := sortedPairs([]wire.Pair[string, string]{pair(e.project.ID, projectToken), pair(e.bare.ID, bareToken), pair(e.cache.ID, cacheToken)})
+		want := sortedPairs([]wire.Pair[string, string]{pair(e.Project.ID, projectToken), pair(e.Bare.ID, bareToken), pair(e.Cache.ID, cacheToken)})
 		if got := sortedPairs(w.lastPresented()); !slices.Equal(got, want) {
 			t.Fatalf("the redial presented %v, want all three tokens", got)
 		}
 		if len(next.AuthorizedPeers) != 3 {
 			t.Fatalf("InitAck authorized %v", next.AuthorizedPeers)
 		}
-		e.assertNoTokenLogged()
+		e.AssertNoSecretLogged()
 	})
 }
 
@@ -452,28 +455,28 @@ func TestDialedTeamWorker(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		ctx := t.Context()
-		e := newEnv(t, db, dialConfig(t))
+		e := servertest.NewEnv(t, db, dialConfig(t))
 		builders, err := db.CreateTeam(ctx, "builders")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.GrantTeam(ctx, e.project.ID, builders.ID); err != nil {
+		if _, err := db.GrantTeam(ctx, e.Project.ID, builders.ID); err != nil {
 			t.Fatal(err)
 		}
 		w := newDialedWorker(t)
 		settings := storage.DefaultWorkerSettings()
 		settings.URL = w.url
 		w.down.Store(true)
-		_, token, err := e.srv.CreateTeamWorker(ctx, builders.ID, w.id, settings)
+		_, token, err := e.Srv.CreateTeamWorker(ctx, builders.ID, w.id, settings)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.remember(token)
+		e.Remember(token)
 		w.accept(builders.ID, token)
 		w.down.Store(false)
 
 		// A registration may not reuse the team worker's ID.
-		if _, _, err := e.srv.CreateRegistration(ctx, storage.Peer{Kind: storage.PeerProject, ID: e.project.ID}, w.id, settings); !errors.Is(err, storage.ErrConflict) {
+		if _, _, err := e.Srv.CreateRegistration(ctx, storage.Peer{Kind: storage.PeerProject, ID: e.Project.ID}, w.id, settings); !errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("registration of a team worker's ID: err = %v, want ErrConflict", err)
 		}
 
@@ -485,29 +488,29 @@ func TestDialedTeamWorker(t *testing.T) {
 		if !slices.Equal(sess.AuthorizedPeers, []string{builders.ID}) {
 			t.Fatalf("InitAck authorized %v", sess.AuthorizedPeers)
 		}
-		if st := e.srv.WorkerStatus(w.id); !slices.Equal(st.Projects, []string{e.project.ID}) {
+		if st := e.Srv.WorkerStatus(w.id); !slices.Equal(st.Projects, []string{e.Project.ID}) {
 			t.Fatalf("status %+v", st)
 		}
 
 		// Another project grants the team: it joins the running session.
-		other, err := db.CreateProject(ctx, storage.NewProject{TeamID: e.team.ID, Name: "api", Repository: "https://example.invalid/api.git", Branch: "main"})
+		other, err := db.CreateProject(ctx, storage.NewProject{TeamID: e.Team.ID, Name: "api", Repository: "https://example.invalid/api.git", Branch: "main"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.SubscribeProject(ctx, other.ID, e.cache.ID); err != nil {
+		if _, err := db.SubscribeProject(ctx, other.ID, e.Cache.ID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := db.GrantTeam(ctx, other.ID, builders.ID); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := e.srv.ReauthTeam(ctx, builders.ID); err != nil || n != 1 {
+		if n, err := e.Srv.ReauthTeam(ctx, builders.ID); err != nil || n != 1 {
 			t.Fatalf("ReauthTeam = %d, %v", n, err)
 		}
 		if u, ok := recvWorker(t, sess).(*wire.AuthUpdate); !ok || !slices.Equal(u.AuthorizedPeers, []string{builders.ID}) {
 			t.Fatalf("got %#v, want AuthUpdate", u)
 		}
-		st := e.srv.WorkerStatus(w.id)
-		if !slices.Equal(slices.Sorted(slices.Values(st.Projects)), slices.Sorted(slices.Values([]string{e.project.ID, other.ID}))) {
+		st := e.Srv.WorkerStatus(w.id)
+		if !slices.Equal(slices.Sorted(slices.Values(st.Projects)), slices.Sorted(slices.Values([]string{e.Project.ID, other.ID}))) {
 			t.Fatalf("status %+v: want both granting projects", st)
 		}
 		if err := sess.Send(&wire.RequestJobList{}); err != nil {
@@ -519,26 +522,26 @@ func TestDialedTeamWorker(t *testing.T) {
 		if w.attemptCount() != dials {
 			t.Fatalf("%d dials after the session was up: want it kept", w.attemptCount()-dials)
 		}
-		e.assertNoTokenLogged()
+		e.AssertNoSecretLogged()
 	})
 }
 
 func TestDialedWorkerNeedsDialKey(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, Config{})
+		e := servertest.NewEnv(t, db, server.Config{})
 		settings := storage.DefaultWorkerSettings()
 		settings.URL = "wss://worker.invalid/proto"
-		_, _, err := e.srv.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: e.project.ID}, storage.NewID(), settings)
-		if !errors.Is(err, ErrNoDialKey) || !errors.Is(err, storage.ErrInvalid) ||
+		_, _, err := e.Srv.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: e.Project.ID}, storage.NewID(), settings)
+		if !errors.Is(err, server.ErrNoDialKey) || !errors.Is(err, storage.ErrInvalid) ||
 			err.Error() != "server-dialed workers need a dial key: set --dial-key-file" {
 			t.Fatalf("err = %v", err)
 		}
-		if _, _, err := e.srv.CreateTeamWorker(t.Context(), e.team.ID, storage.NewID(), settings); !errors.Is(err, ErrNoDialKey) {
+		if _, _, err := e.Srv.CreateTeamWorker(t.Context(), e.Team.ID, storage.NewID(), settings); !errors.Is(err, server.ErrNoDialKey) {
 			t.Fatalf("team worker: err = %v", err)
 		}
 		// Workers that dial in need no key.
-		if _, _, err := e.srv.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: e.project.ID}, storage.NewID(), storage.DefaultWorkerSettings()); err != nil {
+		if _, _, err := e.Srv.CreateRegistration(t.Context(), storage.Peer{Kind: storage.PeerProject, ID: e.Project.ID}, storage.NewID(), storage.DefaultWorkerSettings()); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -548,42 +551,42 @@ func TestDialTokenFollowsTheCredential(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		ctx := t.Context()
-		e := newEnv(t, db, dialConfig(t))
-		peer := storage.Peer{Kind: storage.PeerProject, ID: e.project.ID}
+		e := servertest.NewEnv(t, db, dialConfig(t))
+		peer := storage.Peer{Kind: storage.PeerProject, ID: e.Project.ID}
 		worker := storage.NewID()
 		sealedOpensTo := func(want string) bool {
 			reg, err := db.Registration(ctx, peer, worker)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, ok := e.srv.openToken(reg.DialTokenSealed, registrationIdentity(reg.Peer, reg.WorkerID))
+			got, ok := e.Srv.OpenDialToken(reg.DialTokenSealed, reg.Peer, reg.WorkerID)
 			return ok && got == want
 		}
-		if _, _, err := e.srv.CreateRegistration(ctx, peer, worker, storage.DefaultWorkerSettings()); err != nil {
+		if _, _, err := e.Srv.CreateRegistration(ctx, peer, worker, storage.DefaultWorkerSettings()); err != nil {
 			t.Fatal(err)
 		}
 		// Setting a URL: only the worker knows the old token, so a new one.
 		dialed := storage.DefaultWorkerSettings()
 		dialed.URL = "ws://127.0.0.1:1/proto"
-		token, err := e.srv.UpdateRegistration(ctx, peer, worker, dialed)
+		token, err := e.Srv.UpdateRegistration(ctx, peer, worker, dialed)
 		if err != nil || token == "" || !sealedOpensTo(token) {
 			t.Fatalf("UpdateRegistration = %q, %v: want a new, sealed token", token, err)
 		}
-		if again, err := e.srv.UpdateRegistration(ctx, peer, worker, dialed); err != nil || again != "" {
+		if again, err := e.Srv.UpdateRegistration(ctx, peer, worker, dialed); err != nil || again != "" {
 			t.Fatalf("a second update rotated again: %q, %v", again, err)
 		}
-		rotated, err := e.srv.RotateRegistrationToken(ctx, peer, worker)
+		rotated, err := e.Srv.RotateRegistrationToken(ctx, peer, worker)
 		if err != nil || !sealedOpensTo(rotated) {
 			t.Fatalf("RotateRegistrationToken = %v: want the new token sealed", err)
 		}
 		// The sealed value is bound to its registration.
-		other := storage.Peer{Kind: storage.PeerCache, ID: e.cache.ID}
+		other := storage.Peer{Kind: storage.PeerCache, ID: e.Cache.ID}
 		reg, _ := db.Registration(ctx, peer, worker)
-		if _, ok := e.srv.openToken(reg.DialTokenSealed, registrationIdentity(other, worker)); ok {
+		if _, ok := e.Srv.OpenDialToken(reg.DialTokenSealed, other, worker); ok {
 			t.Fatal("a sealed token opened for another registration")
 		}
-		e.remember(token)
-		e.remember(rotated)
-		e.assertNoTokenLogged()
+		e.Remember(token)
+		e.Remember(rotated)
+		e.AssertNoSecretLogged()
 	})
 }

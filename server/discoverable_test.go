@@ -1,8 +1,11 @@
-package server
+package server_test
 
 import (
 	"slices"
 	"testing"
+
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -20,41 +23,41 @@ func TestNotDiscoverableNeverDials(t *testing.T) {
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
 		cfg := dialConfig(t)
 		cfg.DisableDialing = true
-		e := newEnv(t, db, cfg)
-		m := e.srv.metrics
+		e := servertest.NewEnv(t, db, cfg)
+		m := e.Srv.DialMetrics()
 		w := newDialedWorker(t)
-		token := e.createDialed(w, storage.PeerProject, e.project.ID)
+		token := createDialed(e, w, storage.PeerProject, e.Project.ID)
 		waitfor.True(t, "a rescan counting the target", func() bool {
-			return testutil.ToFloat64(m.dialTargets.WithLabelValues("not_dialed")) == 1
+			return testutil.ToFloat64(m.Targets.WithLabelValues("not_dialed")) == 1
 		})
 		// Two more rescans: a loop started by either would have dialed at
 		// once (a redial loop's first dial does not wait).
 		for range 2 {
-			before := testutil.ToFloat64(m.dialRescans)
-			e.srv.RefreshDials()
-			waitfor.True(t, "another rescan", func() bool { return testutil.ToFloat64(m.dialRescans) > before })
+			before := testutil.ToFloat64(m.Rescans)
+			e.Srv.RefreshDials()
+			waitfor.True(t, "another rescan", func() bool { return testutil.ToFloat64(m.Rescans) > before })
 		}
 		if n := w.attemptCount(); n != 0 {
 			t.Fatalf("the worker saw %d dials", n)
 		}
-		if n := testutil.ToFloat64(m.dialAttempts.WithLabelValues("failed")) + testutil.ToFloat64(m.dialAttempts.WithLabelValues("session")); n != 0 {
+		if n := testutil.ToFloat64(m.Attempts.WithLabelValues("failed")) + testutil.ToFloat64(m.Attempts.WithLabelValues("session")); n != 0 {
 			t.Fatalf("%v dial attempts counted", n)
 		}
-		if n := e.srv.dialer.running.Load(); n != 0 {
+		if n := e.Srv.DialsRunning(); n != 0 {
 			t.Fatalf("%d redial loops running", n)
 		}
-		if dialing := testutil.ToFloat64(m.dialTargets.WithLabelValues("dialing")); dialing != 0 {
+		if dialing := testutil.ToFloat64(m.Targets.WithLabelValues("dialing")); dialing != 0 {
 			t.Fatalf("%v targets dialing", dialing)
 		}
-		if st := e.srv.WorkerStatus(w.id); st.Live || st.OfflineReason != notDialedReason {
+		if st := e.Srv.WorkerStatus(w.id); st.Live || st.OfflineReason != server.NotDialedReason {
 			t.Fatalf("status %+v, want offline with the reason", st)
 		}
 
-		wk := e.mustConnect(w.id, map[string]string{e.project.ID: token})
-		if !slices.Equal(wk.est.AuthorizedPeers, []string{e.project.ID}) {
-			t.Fatalf("the worker connecting itself: authorized %v", wk.est.AuthorizedPeers)
+		wk := e.MustConnect(w.id, map[string]string{e.Project.ID: token})
+		if !slices.Equal(wk.Est.AuthorizedPeers, []string{e.Project.ID}) {
+			t.Fatalf("the worker connecting itself: authorized %v", wk.Est.AuthorizedPeers)
 		}
-		if st := e.srv.WorkerStatus(w.id); !st.Live {
+		if st := e.Srv.WorkerStatus(w.id); !st.Live {
 			t.Fatalf("status %+v, want live", st)
 		}
 	})
@@ -65,19 +68,19 @@ func TestNotDiscoverableNeverDials(t *testing.T) {
 func TestDiscoverableDials(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, dialConfig(t))
-		m := e.srv.metrics
+		e := servertest.NewEnv(t, db, dialConfig(t))
+		m := e.Srv.DialMetrics()
 		w := newDialedWorker(t)
-		e.registerDialed(w, storage.PeerProject, e.project.ID)
+		registerDialed(e, w, storage.PeerProject, e.Project.ID)
 		sess := w.session()
-		if dialing := testutil.ToFloat64(m.dialTargets.WithLabelValues("dialing")); dialing != 1 {
+		if dialing := testutil.ToFloat64(m.Targets.WithLabelValues("dialing")); dialing != 1 {
 			t.Fatalf("%v targets dialing, want 1", dialing)
 		}
 		sess.Close(session.CloseNormal, "worker stopping")
 		waitfor.True(t, "the dial's session counted", func() bool {
-			return testutil.ToFloat64(m.dialAttempts.WithLabelValues("session")) >= 1
+			return testutil.ToFloat64(m.Attempts.WithLabelValues("session")) >= 1
 		})
-		if n := testutil.ToFloat64(m.dialTargets.WithLabelValues("not_dialed")); n != 0 {
+		if n := testutil.ToFloat64(m.Targets.WithLabelValues("not_dialed")); n != 0 {
 			t.Fatalf("%v targets not dialed", n)
 		}
 	})

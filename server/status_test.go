@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"encoding/json"
@@ -6,6 +6,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/session"
@@ -22,21 +25,21 @@ import (
 func TestOfflineReasonOfAnUpperCaseWorkerID(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, Config{})
-		id := newWorkerID(t)
-		token := e.register(storage.PeerProject, e.project.ID, id)
+		e := servertest.NewEnv(t, db, server.Config{})
+		id := storage.NewID()
+		token := e.Register(storage.PeerProject, e.Project.ID, id)
 		upper := strings.ToUpper(id)
 
-		e.expectReject(upper, map[string]string{e.project.ID: "not-the-token"}, 401, "no valid peer tokens provided")
+		e.ExpectReject(upper, map[string]string{e.Project.ID: "not-the-token"}, 401, "no valid peer tokens provided")
 		waitfor.True(t, "the rejected worker's offline reason", func() bool {
-			return strings.Contains(e.srv.WorkerStatus(id).OfflineReason, "no valid peer tokens provided")
+			return strings.Contains(e.Srv.WorkerStatus(id).OfflineReason, "no valid peer tokens provided")
 		})
 
-		w := e.mustConnect(upper, map[string]string{e.project.ID: token})
-		waitfor.True(t, "the worker to be live", func() bool { return e.srv.WorkerStatus(id).Live })
-		w.sess.Close(1000, "worker leaving")
+		w := e.MustConnect(upper, map[string]string{e.Project.ID: token})
+		waitfor.True(t, "the worker to be live", func() bool { return e.Srv.WorkerStatus(id).Live })
+		w.Sess.Close(1000, "worker leaving")
 		waitfor.True(t, "the reason the session ended", func() bool {
-			st := e.srv.WorkerStatus(id)
+			st := e.Srv.WorkerStatus(id)
 			return !st.Live && st.OfflineReason != "" && !strings.Contains(st.OfflineReason, "no valid peer tokens")
 		})
 	})
@@ -48,14 +51,14 @@ func TestOfflineReasonOfAnUpperCaseWorkerID(t *testing.T) {
 func TestOfflineReasonsKeepOnlyRegisteredIDs(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, Config{})
-		id := newWorkerID(t)
-		e.register(storage.PeerProject, e.project.ID, id)
-		wrong := map[string]string{e.project.ID: "not-the-token"}
+		e := servertest.NewEnv(t, db, server.Config{})
+		id := storage.NewID()
+		e.Register(storage.PeerProject, e.Project.ID, id)
+		wrong := map[string]string{e.Project.ID: "not-the-token"}
 		for range 3 {
-			e.expectReject(newWorkerID(t), wrong, 403, "unknown worker")
+			e.ExpectReject(storage.NewID(), wrong, 403, "unknown worker")
 		}
-		e.expectReject("not-a-uuid", wrong, 403, "unknown worker")
+		e.ExpectReject("not-a-uuid", wrong, 403, "unknown worker")
 		for i := range 4 {
 			// Upper-case one more hex letter each time: another spelling.
 			spelled := []byte(id)
@@ -65,10 +68,10 @@ func TestOfflineReasonsKeepOnlyRegisteredIDs(t *testing.T) {
 					letters++
 				}
 			}
-			e.expectReject(string(spelled), wrong, 401, "no valid peer tokens provided")
+			e.ExpectReject(string(spelled), wrong, 401, "no valid peer tokens provided")
 		}
-		waitfor.True(t, "the registered worker's offline reason", func() bool { return e.srv.WorkerStatus(id).OfflineReason != "" })
-		kept := e.srv.auth.ForTest().OfflineReasonsKept()
+		waitfor.True(t, "the registered worker's offline reason", func() bool { return e.Srv.WorkerStatus(id).OfflineReason != "" })
+		kept := e.Srv.AuthForTest().OfflineReasonsKept()
 		if kept != 1 {
 			t.Errorf("%d offline reasons kept, want 1 (the registered worker ID's)", kept)
 		}
@@ -82,39 +85,39 @@ func TestOfflineReasonsKeepOnlyRegisteredIDs(t *testing.T) {
 func TestWorkerStatusShowsTheSessionsHost(t *testing.T) {
 	t.Parallel()
 	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
-		e := newEnv(t, db, Config{})
-		id := newWorkerID(t)
-		token := e.register(storage.PeerProject, e.project.ID, id)
-		w := e.mustConnect(id, map[string]string{e.project.ID: token})
-		waitfor.True(t, "the worker to be live", func() bool { return e.srv.WorkerStatus(id).Live })
-		if h := e.srv.WorkerStatus(id).Host; h != nil {
+		e := servertest.NewEnv(t, db, server.Config{})
+		id := storage.NewID()
+		token := e.Register(storage.PeerProject, e.Project.ID, id)
+		w := e.MustConnect(id, map[string]string{e.Project.ID: token})
+		waitfor.True(t, "the worker to be live", func() bool { return e.Srv.WorkerStatus(id).Live })
+		if h := e.Srv.WorkerStatus(id).Host; h != nil {
 			t.Fatalf("host %+v before the worker reported one", h)
 		}
 
-		if err := w.sess.Send(&wire.WorkerMetrics{CPUUsagePct: 12.5, RAMFreeMB: 3000}); err != nil {
+		if err := w.Sess.Send(&wire.WorkerMetrics{CPUUsagePct: 12.5, RAMFreeMB: 3000}); err != nil {
 			t.Fatal(err)
 		}
 		waitfor.True(t, "the heartbeat's load in the status", func() bool {
-			h := e.srv.WorkerStatus(id).Host
+			h := e.Srv.WorkerStatus(id).Host
 			return h != nil && h.RAMFreeMB != nil && *h.RAMFreeMB == 3000
 		})
-		if h := e.srv.WorkerStatus(id).Host; h.CPUUsagePct == nil || *h.CPUUsagePct != 12.5 || h.MaxConcurrentBuilds != 0 {
+		if h := e.Srv.WorkerStatus(id).Host; h.CPUUsagePct == nil || *h.CPUUsagePct != 12.5 || h.MaxConcurrentBuilds != 0 {
 			t.Errorf("host %+v, want the load alone", h)
 		}
 
 		zone := "fsn1"
-		if err := w.sess.Send(&wire.WorkerCapabilities{Architectures: []string{"x86_64-linux", "i686-linux"}, SystemFeatures: []string{"kvm"},
+		if err := w.Sess.Send(&wire.WorkerCapabilities{Architectures: []string{"x86_64-linux", "i686-linux"}, SystemFeatures: []string{"kvm"},
 			MaxConcurrentBuilds: 6, CPUCount: 16, RAMTotalMB: 64000, CPUCoreScore: 420, Zone: &zone}); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.sess.Send(&wire.WorkerMetrics{CPUUsagePct: float32(math.NaN()), RAMFreeMB: 2000}); err != nil {
+		if err := w.Sess.Send(&wire.WorkerMetrics{CPUUsagePct: float32(math.NaN()), RAMFreeMB: 2000}); err != nil {
 			t.Fatal(err)
 		}
 		waitfor.True(t, "the capabilities and the second heartbeat in the status", func() bool {
-			h := e.srv.WorkerStatus(id).Host
+			h := e.Srv.WorkerStatus(id).Host
 			return h != nil && h.CPUCount == 16 && h.RAMFreeMB != nil && *h.RAMFreeMB == 2000
 		})
-		st := e.srv.WorkerStatus(id)
+		st := e.Srv.WorkerStatus(id)
 		want := authority.HostStatus{Architectures: []string{"x86_64-linux", "i686-linux"}, SystemFeatures: []string{"kvm"},
 			MaxConcurrentBuilds: 6, CPUCount: 16, RAMTotalMB: 64000, CPUCoreScore: 420, Zone: "fsn1", RAMFreeMB: st.Host.RAMFreeMB}
 		if !reflect.DeepEqual(*st.Host, want) {
@@ -124,9 +127,9 @@ func TestWorkerStatusShowsTheSessionsHost(t *testing.T) {
 			t.Errorf("the status does not encode: %v", err)
 		}
 
-		w.sess.Close(session.CloseNormal, "worker leaving")
-		waitfor.True(t, "the worker offline", func() bool { return !e.srv.WorkerStatus(id).Live })
-		if h := e.srv.WorkerStatus(id).Host; h != nil {
+		w.Sess.Close(session.CloseNormal, "worker leaving")
+		waitfor.True(t, "the worker offline", func() bool { return !e.Srv.WorkerStatus(id).Live })
+		if h := e.Srv.WorkerStatus(id).Host; h != nil {
 			t.Errorf("an offline worker shows host %+v", h)
 		}
 	})

@@ -2,14 +2,13 @@ package cache_test
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/storagetest"
 )
@@ -32,29 +31,6 @@ func (e *cacheEnv) privateCacheWithKeys(t testing.TB, n int) (storage.Cache, str
 	return c, e.url + "/cache/secret/0mdqa9w1p6cmli6976v4wi0sw9r4p5pr.narinfo", keys
 }
 
-// clientFrom is an HTTP client whose connections leave from the loopback
-// address ip (Linux routes all of 127/8 to lo).
-func clientFrom(ip string) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
-}
-
-// statusOf sends method url with an Authorization value ("" for none).
-func statusOf(t *testing.T, client *http.Client, method, url, auth string) (int, http.Header) {
-	t.Helper()
-	req, _ := http.NewRequest(method, url, nil)
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, resp.Header
-}
-
 // Keys are found by their digest: every key of a cache with ten works,
 // a wrong one, another cache's and a revoked one do not, on both engines.
 func TestCacheKeysOverHTTP(t *testing.T) {
@@ -64,7 +40,7 @@ func TestCacheKeysOverHTTP(t *testing.T) {
 		c, narinfo, keys := e.privateCacheWithKeys(t, 10)
 		client := http.DefaultClient
 		for i, key := range keys {
-			if got, _ := statusOf(t, client, "GET", narinfo, "Bearer "+key); got != 200 {
+			if got, _ := servertest.StatusOf(t, client, "GET", narinfo, "Bearer "+key); got != 200 {
 				t.Errorf("key %d of 10: %d, want 200", i, got)
 			}
 		}
@@ -74,7 +50,7 @@ func TestCacheKeysOverHTTP(t *testing.T) {
 		}
 		wrong := keys[3][:len(keys[3])-4] + "AAAA"
 		for name, auth := range map[string]string{"wrong": "Bearer " + wrong, "another cache's": "Bearer " + otherKey, "none": ""} {
-			if got, _ := statusOf(t, client, "GET", narinfo, auth); got != 401 {
+			if got, _ := servertest.StatusOf(t, client, "GET", narinfo, auth); got != 401 {
 				t.Errorf("%s key: %d, want 401", name, got)
 			}
 		}
@@ -85,7 +61,7 @@ func TestCacheKeysOverHTTP(t *testing.T) {
 		if err := db.DeleteCacheKey(t.Context(), c.ID, k.ID); err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := statusOf(t, client, "GET", narinfo, "Bearer "+keys[0]); got != 401 {
+		if got, _ := servertest.StatusOf(t, client, "GET", narinfo, "Bearer "+keys[0]); got != 401 {
 			t.Errorf("revoked key: %d, want 401 at once", got)
 		}
 	})
@@ -97,7 +73,7 @@ func TestFailedAuthenticationLimitDisabled(t *testing.T) {
 	e := newCacheEnv(t, server.Config{AuthFailuresPerMinute: -1})
 	_, narinfo, _ := e.privateCacheWithKeys(t, 1)
 	for i := range 50 {
-		if got, _ := statusOf(t, http.DefaultClient, "GET", narinfo, "Bearer GRADwrong"); got != 401 {
+		if got, _ := servertest.StatusOf(t, http.DefaultClient, "GET", narinfo, "Bearer GRADwrong"); got != 401 {
 			t.Fatalf("wrong key %d with the limit disabled: %d", i, got)
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -256,27 +254,6 @@ func awaitGrant(t testing.TB, sess *session.WorkerSession, id uint64) (wire.Gran
 			}
 		}
 	}
-}
-
-// dialCacheSession opens a read-only cache session with the given
-// Authorization header value ("" for none).
-func dialCacheSession(ctx context.Context, baseWS, cache, authorization string) (*session.WorkerSession, error) {
-	h := http.Header{}
-	if authorization != "" {
-		h.Set("Authorization", authorization)
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	tr, err := session.Dial(ctx, strings.TrimSuffix(baseWS, "/proto")+"/cache/"+cache+"/proto", session.DialOptions{Header: h, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	c := session.NewConn(tr, session.ConnOptions{Logger: quiet})
-	est, err := session.RunPeer(ctx, c, session.PeerConfig{WorkerID: "reader"})
-	if err != nil {
-		tr.Close(session.CloseNormal, "")
-		return nil, err
-	}
-	return session.SplitWorker(c, est, session.Options{Logger: quiet}), nil
 }
 
 // buildDerivation records drv as built by an evaluation of projectID,

@@ -12,6 +12,7 @@ import (
 
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/server"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/storage"
@@ -27,7 +28,7 @@ func dialCtx(t *testing.T) context.Context {
 
 func mustCacheSession(t *testing.T, e *cacheProtoEnv, cache, auth string) *session.WorkerSession {
 	t.Helper()
-	s, err := dialCacheSession(dialCtx(t), e.URL, cache, auth)
+	s, err := servertest.DialCacheSession(dialCtx(t), e.URL, cache, auth)
 	if err != nil {
 		t.Fatalf("cache session: %v", err)
 	}
@@ -74,7 +75,7 @@ func TestCacheSessionAccess(t *testing.T) {
 
 		// Private: no key or a wrong one → 401 on the upgrade.
 		for _, auth := range []string{"", "Bearer GRADnope"} {
-			if _, err := dialCacheSession(dialCtx(t), e.URL, "main", auth); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			if _, err := servertest.DialCacheSession(dialCtx(t), e.URL, "main", auth); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
 				t.Fatalf("private cache with %q: %v", auth, err)
 			}
 		}
@@ -89,7 +90,7 @@ func TestCacheSessionAccess(t *testing.T) {
 				t.Fatalf("with key: %+v", st)
 			}
 		}
-		if _, err := dialCacheSession(dialCtx(t), e.URL, "nope", ""); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
+		if _, err := servertest.DialCacheSession(dialCtx(t), e.URL, "nope", ""); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
 			t.Fatalf("unknown cache: %v", err)
 		}
 	})
@@ -109,7 +110,7 @@ func TestCacheSessionLimits(t *testing.T) {
 		// Per-IP cap on anonymous sessions; keyed sessions are not capped.
 		a := mustCacheSession(t, e, "main", "")
 		b := mustCacheSession(t, e, "main", "")
-		if _, err := dialCacheSession(dialCtx(t), e.URL, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+		if _, err := servertest.DialCacheSession(dialCtx(t), e.URL, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
 			t.Fatalf("third anonymous session: %v", err)
 		}
 		mustCacheSession(t, e, "main", "Bearer "+key)
@@ -130,7 +131,7 @@ func TestCacheSessionLimits(t *testing.T) {
 		}
 		// Permits came back: anonymous sessions open again.
 		waitfor.True(t, "per-IP permits released: an anonymous session opens again", func() bool {
-			s, err := dialCacheSession(dialCtx(t), e.URL, "main", "")
+			s, err := servertest.DialCacheSession(dialCtx(t), e.URL, "main", "")
 			if err == nil {
 				t.Cleanup(func() { s.Close(session.CloseNormal, "test over") })
 			}
@@ -146,7 +147,7 @@ func TestCacheSessionAnonymousDisabled(t *testing.T) {
 		if err := db.SetCachePublic(t.Context(), e.Cache.ID, true); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := dialCacheSession(dialCtx(t), e.URL, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+		if _, err := servertest.DialCacheSession(dialCtx(t), e.URL, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
 			t.Fatalf("anonymous with anonymous access off: %v", err)
 		}
 	})
@@ -160,7 +161,7 @@ func TestCacheSessionCountsAgainstMaxConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		mustCacheSession(t, e, "main", "")
-		if _, err := dialCacheSession(dialCtx(t), e.URL, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+		if _, err := servertest.DialCacheSession(dialCtx(t), e.URL, "main", ""); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
 			t.Fatalf("over MaxConnections: %v", err)
 		}
 	})

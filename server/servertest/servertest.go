@@ -1,7 +1,8 @@
-// Package servertest runs a real server on loopback for the tests of the
-// server's parts that live beside them (server/cache): a database with
-// one team, one project subscribed to one cache and a second project
-// without a cache, and workers built from the session layer that dial it.
+// Package servertest runs a real server on loopback for the server's own
+// tests and those of its parts beside them (server/cache, server/admin): a
+// database with one team, one project subscribed to one cache and a second
+// project without a cache, workers built from the session layer that dial
+// it, and the admin API on an empty database with a client of it.
 package servertest
 
 import (
@@ -10,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,6 +24,7 @@ import (
 	"gradient.dev/gradient/internal/testlog"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/session/handshake"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/wire"
 )
@@ -49,6 +52,7 @@ type Env struct {
 	Project storage.Project
 	Bare    storage.Project // no cache subscription
 	Cache   storage.Cache
+	Secrets // tokens handed out (Register remembers its own)
 }
 
 // NewEnv starts a server with cfg (its logger replaced by Logs) until the
@@ -99,17 +103,56 @@ func (e *Env) Register(kind storage.PeerKind, peerID, workerID string) string {
 	if err != nil {
 		e.T.Fatal(err)
 	}
+	e.Remember(token)
 	return token
+}
+
+// ExpectReject connects and requires a Reject with code and reason.
+func (e *Env) ExpectReject(workerID string, tokens map[string]string, code uint16, reason string) {
+	e.T.Helper()
+	_, err := e.Connect(workerID, tokens)
+	var he *handshake.Error
+	if !errors.As(err, &he) || !he.Remote || he.Code != code || he.Reason != reason {
+		e.T.Fatalf("worker %s: got %v, want Reject %d %q", workerID, err, code, reason)
+	}
+}
+
+// AssertNoSecretLogged fails the test if the server's log shows
+// AdminToken or a remembered token.
+func (e *Env) AssertNoSecretLogged() {
+	e.T.Helper()
+	e.AssertNotLogged(e.T, e.Logs.String())
+}
+
+// Admin is a client of this server's admin API presenting AdminToken
+// (the server needs Config.AdminTokenHash = SHA256Hex(AdminToken)).
+func (e *Env) Admin() *Admin {
+	return &Admin{T: e.T, Base: "http" + strings.TrimSuffix(strings.TrimPrefix(e.URL, "ws"), "/proto"), Token: AdminToken}
 }
 
 // Worker is a worker built from the session layer, dialing the server.
 type Worker struct {
-	ID   string
-	Sess *session.WorkerSession
+	ID     string
+	Est    *session.Established
+	Sess   *session.WorkerSession
+	Auth   *session.WorkerAuth // answers the server's AuthChallenges with Tokens
+	Tokens map[string]string   // by peer ID; a test may add to it
 }
 
-// workerCaps are the capabilities a Worker offers.
-var workerCaps = wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}
+// Recv reads the worker's next message, failing t after 10 s.
+func (w *Worker) Recv(t testing.TB) wire.ServerMessage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	m, err := w.Sess.Recv(ctx)
+	if err != nil {
+		t.Fatalf("worker %s: recv: %v", w.ID, err)
+	}
+	return m
+}
+
+// WorkerCaps are the capabilities a Worker offers.
+var WorkerCaps = wire.GradientCapabilities{Fetch: true, Eval: true, Build: true}
 
 // Connect dials the server as workerID with tokens; the session closes
 // when the test ends.
@@ -121,12 +164,13 @@ func (e *Env) Connect(workerID string, tokens map[string]string) (*Worker, error
 		return nil, err
 	}
 	c := session.NewConn(tr, session.ConnOptions{Logger: slog.New(slog.DiscardHandler)})
-	est, err := session.RunPeer(ctx, c, session.PeerConfig{WorkerID: workerID, Capabilities: workerCaps, Tokens: tokens})
+	est, err := session.RunPeer(ctx, c, session.PeerConfig{WorkerID: workerID, Capabilities: WorkerCaps, Tokens: tokens})
 	if err != nil {
 		tr.Close(session.CloseNormal, "")
 		return nil, err
 	}
-	w := &Worker{ID: workerID, Sess: session.SplitWorker(c, est, session.Options{Logger: slog.New(slog.DiscardHandler)})}
+	w := &Worker{ID: workerID, Est: est, Tokens: tokens, Auth: session.NewWorkerAuth(est, tokens),
+		Sess: session.SplitWorker(c, est, session.Options{Logger: slog.New(slog.DiscardHandler)})}
 	e.T.Cleanup(func() { w.Sess.Close(session.CloseNormal, "test over") })
 	return w, nil
 }
@@ -152,6 +196,24 @@ type Admin struct {
 // Call sends an authorized request; body is marshalled unless it is a
 // string, which is sent as is.
 func (a *Admin) Call(method, path string, body any) (int, []byte) {
+	a.T.Helper()
+	status, header, raw := a.send(method, path, body)
+	if status != http.StatusNoContent && header.Get("Content-Type") != "application/json" {
+		a.T.Errorf("%s %s: Content-Type %q", method, path, header.Get("Content-Type"))
+	}
+	return status, raw
+}
+
+// Text sends an authorized GET and returns status, Content-Type and body
+// (the log endpoints answer text/plain, which Call refuses).
+func (a *Admin) Text(path string) (int, string, string) {
+	a.T.Helper()
+	status, header, raw := a.send("GET", path, nil)
+	return status, header.Get("Content-Type"), string(raw)
+}
+
+// send sends an authorized request and reads the whole answer.
+func (a *Admin) send(method, path string, body any) (int, http.Header, []byte) {
 	a.T.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -181,10 +243,7 @@ func (a *Admin) Call(method, path string, body any) (int, []byte) {
 	if err != nil {
 		a.T.Fatal(err)
 	}
-	if resp.StatusCode != http.StatusNoContent && resp.Header.Get("Content-Type") != "application/json" {
-		a.T.Errorf("%s %s: Content-Type %q", method, path, resp.Header.Get("Content-Type"))
-	}
-	return resp.StatusCode, raw
+	return resp.StatusCode, resp.Header, raw
 }
 
 // Must calls and requires status, decoding the response into out.

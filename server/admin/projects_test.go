@@ -1,4 +1,4 @@
-package server
+package admin_test
 
 import (
 	"database/sql"
@@ -8,15 +8,17 @@ import (
 	"strings"
 	"testing"
 
+	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/admin"
+	"gradient.dev/gradient/server/servertest"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/sqldb/sqldbtest"
 )
 
 func TestAdminProjectWildcards(t *testing.T) {
 	t.Parallel()
-	e, fake := newEvalEnv(t, Config{})
-	e.must(201, "POST", "/api/v1/teams", map[string]any{"name": "ops"}, nil)
+	e, fake := servertest.NewEvalEnv(t, server.Config{})
+	e.Must(201, "POST", "/api/v1/teams", map[string]any{"name": "ops"}, nil)
 	create := func(name string, wildcards any) map[string]any {
 		body := map[string]any{"team": "ops", "name": name, "repository": "https://example.invalid/" + name + ".git"}
 		if wildcards != nil {
@@ -26,20 +28,20 @@ func TestAdminProjectWildcards(t *testing.T) {
 	}
 
 	var plain, checked admin.ProjectView
-	e.must(201, "POST", "/api/v1/projects", create("plain", nil), &plain)
+	e.Must(201, "POST", "/api/v1/projects", create("plain", nil), &plain)
 	if !slices.Equal(plain.Wildcards, []string{"packages.x86_64-linux.*"}) {
 		t.Errorf("created without wildcards: %q, want the default", plain.Wildcards)
 	}
 	// Comma-separated, spaces around the commas trimmed, one pattern per element.
-	e.must(201, "POST", "/api/v1/projects", create("checked", []string{" packages.*.*,checks.x86_64-linux.* ", "!packages.x86_64-linux.slow"}), &checked)
+	e.Must(201, "POST", "/api/v1/projects", create("checked", []string{" packages.*.*,checks.x86_64-linux.* ", "!packages.x86_64-linux.slow"}), &checked)
 	want := []string{"packages.*.*", "checks.x86_64-linux.*", "!packages.x86_64-linux.slow"}
 	if !slices.Equal(checked.Wildcards, want) {
 		t.Fatalf("created with wildcards: %q, want %q", checked.Wildcards, want)
 	}
 	var shown admin.ProjectView
-	e.must(200, "GET", projectPath("ops/checked"), nil, &shown)
+	e.Must(200, "GET", servertest.ProjectPath("ops/checked"), nil, &shown)
 	var listed []admin.ProjectView
-	e.must(200, "GET", "/api/v1/projects?team=ops", nil, &listed)
+	e.Must(200, "GET", "/api/v1/projects?team=ops", nil, &listed)
 	if !slices.Equal(shown.Wildcards, want) || len(listed) != 2 || !slices.Equal(listed[0].Wildcards, want) {
 		t.Fatalf("show %q, list %+v", shown.Wildcards, listed)
 	}
@@ -65,14 +67,14 @@ func TestAdminProjectWildcards(t *testing.T) {
 		{[]string{"packages." + strings.Repeat("x", admin.MaxWildcardLength)}, "longer than 256 bytes"},
 		{"packages.*.*", "not valid JSON"},
 	} {
-		e.fails(400, bad.reason, "POST", "/api/v1/projects", create("bad", bad.wildcards))
-		e.fails(400, bad.reason, "PATCH", projectPath("ops/checked"), map[string]any{"wildcards": bad.wildcards})
+		e.Fails(400, bad.reason, "POST", "/api/v1/projects", create("bad", bad.wildcards))
+		e.Fails(400, bad.reason, "PATCH", servertest.ProjectPath("ops/checked"), map[string]any{"wildcards": bad.wildcards})
 	}
-	e.fails(404, "does not exist", "GET", projectPath("ops/bad"), nil)
-	e.fails(400, "nothing to update", "PATCH", projectPath("ops/checked"), map[string]any{})
-	e.fails(400, "unknown field", "PATCH", projectPath("ops/checked"), map[string]any{"branch": "x"})
-	e.fails(404, "does not exist", "PATCH", projectPath("ops/nope"), map[string]any{"wildcards": []string{"checks.*"}})
-	e.must(200, "GET", projectPath("ops/checked"), nil, &shown)
+	e.Fails(404, "does not exist", "GET", servertest.ProjectPath("ops/bad"), nil)
+	e.Fails(400, "nothing to update", "PATCH", servertest.ProjectPath("ops/checked"), map[string]any{})
+	e.Fails(400, "unknown field", "PATCH", servertest.ProjectPath("ops/checked"), map[string]any{"branch": "x"})
+	e.Fails(404, "does not exist", "PATCH", servertest.ProjectPath("ops/nope"), map[string]any{"wildcards": []string{"checks.*"}})
+	e.Must(200, "GET", servertest.ProjectPath("ops/checked"), nil, &shown)
 	if !slices.Equal(shown.Wildcards, want) {
 		t.Fatalf("refused updates changed the wildcards to %q", shown.Wildcards)
 	}
@@ -80,49 +82,27 @@ func TestAdminProjectWildcards(t *testing.T) {
 	// Evaluations take the project's wildcards of when they are queued.
 	commit := strings.Repeat("a", 40)
 	var first, second admin.EvaluationView
-	e.must(201, "POST", projectPath("ops/checked")+"/evaluations", map[string]any{"commit": commit}, &first)
+	e.Must(201, "POST", servertest.ProjectPath("ops/checked")+"/evaluations", map[string]any{"commit": commit}, &first)
 	var updated admin.ProjectView
-	e.must(200, "PATCH", projectPath("ops/checked"), map[string]any{"wildcards": []string{"hydraJobs.*, checks.aarch64-linux.lint"}}, &updated)
+	e.Must(200, "PATCH", servertest.ProjectPath("ops/checked"), map[string]any{"wildcards": []string{"hydraJobs.*, checks.aarch64-linux.lint"}}, &updated)
 	later := []string{"hydraJobs.*", "checks.aarch64-linux.lint"}
 	if !slices.Equal(updated.Wildcards, later) || updated.Team != "ops" || updated.ID != checked.ID {
 		t.Fatalf("updated %+v", updated)
 	}
-	e.must(201, "POST", projectPath("ops/checked")+"/evaluations", map[string]any{"commit": commit}, &second)
+	e.Must(201, "POST", servertest.ProjectPath("ops/checked")+"/evaluations", map[string]any{"commit": commit}, &second)
 	if !slices.Equal(first.Wildcards, want) || !slices.Equal(second.Wildcards, later) {
 		t.Fatalf("evaluations' wildcards %q then %q, want %q then %q", first.Wildcards, second.Wildcards, want, later)
 	}
-	e.must(200, "GET", "/api/v1/evaluations/"+first.ID, nil, &first)
+	e.Must(200, "GET", "/api/v1/evaluations/"+first.ID, nil, &first)
 	if !slices.Equal(first.Wildcards, want) {
 		t.Fatalf("the update changed a queued evaluation's wildcards to %q", first.Wildcards)
 	}
-	fake.mu.Lock()
-	started := slices.Clone(fake.started)
-	fake.mu.Unlock()
+	started := fake.Started()
 	if len(started) != 2 || !slices.Equal(started[1].Wildcards, later) {
 		t.Fatalf("the job loop was asked for %+v", started)
 	}
-	if !strings.Contains(e.logs.String(), "admin: project updated") {
+	if !strings.Contains(e.Logs.String(), "admin: project updated") {
 		t.Error("no log line for the update")
-	}
-}
-
-// TestPollerUsesProjectWildcards: the branch poller evaluates what the
-// project says, not a fixed pattern.
-func TestPollerUsesProjectWildcards(t *testing.T) {
-	t.Parallel()
-	e, _ := newEvalEnv(t, Config{AllowLocalRepositories: true}) // the repository is a local one
-	repo := newGitRepo(t)
-	head := repo.commit("first")
-	web := newProjectAt(t, e.db, "ops", "web", repo.dir, "main")
-	own := []string{"checks.x86_64-linux.*", "packages.*.*"}
-	if err := e.db.UpdateProjectWildcards(t.Context(), web.ID, own); err != nil {
-		t.Fatal(err)
-	}
-	if started := e.srv.pollBranches(t.Context()); len(started) != 1 || started[0].Commit != head {
-		t.Fatalf("poll started %+v", started)
-	}
-	if evals := evaluationsOf(t, e.db, web.ID); len(evals) != 1 || !slices.Equal(evals[0].Wildcards, own) {
-		t.Fatalf("the poller's evaluation: %+v, want wildcards %q", evals, own)
 	}
 }
 
@@ -135,17 +115,15 @@ func TestAdminTeamProjectsDatabaseError(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		logs := &adminLogs{}
-		srv := New(db, Config{AdminTokenHash: sha256Hex(testAdminToken),
-			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		srv := server.New(db, server.Config{AdminTokenHash: servertest.SHA256Hex(servertest.AdminToken), Logger: slog.New(slog.DiscardHandler)})
 		hs := httptest.NewServer(srv.Handler())
 		t.Cleanup(func() { hs.Close(); srv.Close(); db.Close() })
-		e := &adminEnv{t: t, db: db, srv: srv, base: hs.URL, token: testAdminToken, logs: logs}
+		e := &servertest.Admin{T: t, Base: hs.URL, Token: servertest.AdminToken}
 
-		e.must(201, "POST", "/api/v1/teams", map[string]any{"name": "ops"}, nil)
-		e.must(201, "POST", "/api/v1/projects", map[string]any{"team": "ops", "name": "web", "repository": "https://example.invalid/web.git"}, nil)
+		e.Must(201, "POST", "/api/v1/teams", map[string]any{"name": "ops"}, nil)
+		e.Must(201, "POST", "/api/v1/projects", map[string]any{"team": "ops", "name": "web", "repository": "https://example.invalid/web.git"}, nil)
 		var listed []admin.ProjectView
-		e.must(200, "GET", "/api/v1/projects?team=ops", nil, &listed)
+		e.Must(200, "GET", "/api/v1/projects?team=ops", nil, &listed)
 		if len(listed) != 1 {
 			t.Fatalf("listed %+v, want ops/web", listed)
 		}
@@ -163,7 +141,7 @@ func TestAdminTeamProjectsDatabaseError(t *testing.T) {
 		if _, err := raw.ExecContext(t.Context(), `ALTER TABLE projects RENAME TO projects_gone`); err != nil {
 			t.Fatal(err)
 		}
-		status, body := e.call("GET", "/api/v1/projects?team=ops", nil)
+		status, body := e.Call("GET", "/api/v1/projects?team=ops", nil)
 		if status != 500 || !strings.Contains(string(body), "internal error") {
 			t.Fatalf("listing ops's projects without a projects table: %d %s, want 500", status, body)
 		}

@@ -1,0 +1,10 @@
+package admin_test
+
+import (
+	"os"
+	"testing"
+
+	"gradient.dev/gradient/storage/storagetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storagetest.Main(m)) }
