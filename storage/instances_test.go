@@ -1,0 +1,274 @@
+package storage
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// One lease holder at a time, whoever asks; it expires unless renewed,
+// and another owner takes it only then.
+func TestLeases(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		if ok, err := db.AcquireLease(ctx, "poll:p", "a", time.Minute); err != nil || !ok {
+			t.Fatalf("first acquire: %v, %v", ok, err)
+		}
+		for _, owner := range []string{"a", "b"} {
+			if ok, err := db.AcquireLease(ctx, "poll:p", owner, time.Minute); err != nil || ok {
+				t.Fatalf("%s took a held lease: %v, %v", owner, ok, err)
+			}
+		}
+		if l, err := db.LeaseHolder(ctx, "poll:p"); err != nil || l.Owner != "a" || !l.ExpiresAt.After(l.AcquiredAt) {
+			t.Fatalf("holder %+v, %v", l, err)
+		}
+		if ok, err := db.RenewLease(ctx, "poll:p", "b", time.Minute); err != nil || ok {
+			t.Fatalf("b renewed a's lease: %v, %v", ok, err)
+		}
+		if err := db.ReleaseLease(ctx, "poll:p", "b"); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := db.LeaseHolder(ctx, "poll:p"); err != nil || l.Owner != "a" {
+			t.Fatalf("b released a's lease: %+v, %v", l, err)
+		}
+		// A short lease, not renewed, expires; then b gets it.
+		if ok, err := db.AcquireLease(ctx, "gc", "a", 50*time.Millisecond); err != nil || !ok {
+			t.Fatalf("gc lease: %v, %v", ok, err)
+		}
+		if ok, _ := db.RenewLease(ctx, "gc", "a", 50*time.Millisecond); !ok {
+			t.Fatal("a could not renew its own lease")
+		}
+		time.Sleep(120 * time.Millisecond)
+		if _, err := db.LeaseHolder(ctx, "gc"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("expired lease still held: %v", err)
+		}
+		if ok, err := db.AcquireLease(ctx, "gc", "b", time.Minute); err != nil || !ok {
+			t.Fatalf("b could not take the expired lease: %v, %v", ok, err)
+		}
+		if ok, _ := db.RenewLease(ctx, "gc", "a", time.Minute); ok {
+			t.Fatal("a renewed a lease b took over")
+		}
+		if err := db.ReleaseLease(ctx, "gc", "b"); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := db.AcquireLease(ctx, "gc", "a", time.Minute); err != nil || !ok {
+			t.Fatalf("released lease not free: %v, %v", ok, err)
+		}
+		if _, err := db.AcquireLease(ctx, "", "a", time.Minute); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("empty name: %v", err)
+		}
+	})
+}
+
+// Many owners racing for one free lease: exactly one gets it.
+func TestLeaseRace(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		for round := range 5 {
+			name := "race" + string(rune('a'+round))
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var winners []string
+			for i := range 8 {
+				wg.Go(func() {
+					owner := string(rune('A' + i))
+					ok, err := db.AcquireLease(t.Context(), name, owner, time.Minute)
+					if err != nil {
+						t.Error(err)
+					}
+					if ok {
+						mu.Lock()
+						winners = append(winners, owner)
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if len(winners) != 1 {
+				t.Fatalf("round %d: winners %v, want exactly one", round, winners)
+			}
+		}
+	})
+}
+
+func testInstance(id string, fp ConfigFingerprint) ServerInstance {
+	return ServerInstance{ID: id, Host: "host-" + id, Addr: "127.0.0.1:1", Version: "test", Fingerprint: fp}
+}
+
+// Instances register with a lease, renew it, are live until it passes and
+// expired after; a clean stop deletes the row.
+func TestServerInstances(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		fp := ConfigFingerprint{"dial key": "h1", "NAR store": "h2"}
+		a, err := db.RegisterInstance(ctx, testInstance("a", fp), time.Minute, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Host != "host-a" || a.Fingerprint["dial key"] != "h1" || !a.LeaseUntil.After(a.StartedAt) {
+			t.Fatalf("registered %+v", a)
+		}
+		if _, err := db.RegisterInstance(ctx, testInstance("a", fp), time.Minute, false); !errors.Is(err, ErrConflict) {
+			t.Fatalf("second live instance with one ID: %v", err)
+		}
+		if _, err := db.RegisterInstance(ctx, testInstance("b", fp), 100*time.Millisecond, false); err != nil {
+			t.Fatal(err)
+		}
+		live, err := db.LiveInstances(ctx)
+		if err != nil || len(live) != 2 {
+			t.Fatalf("live %+v, %v", live, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		renewed, err := db.RenewInstance(ctx, "a", time.Minute)
+		if err != nil || !renewed.RenewedAt.After(a.RenewedAt) {
+			t.Fatalf("renew: %+v, %v", renewed, err)
+		}
+		live, _ = db.LiveInstances(ctx)
+		expired, err := db.ExpiredInstances(ctx)
+		if err != nil || len(live) != 1 || live[0].ID != "a" || len(expired) != 1 || expired[0].ID != "b" {
+			t.Fatalf("after b's lease passed: live %+v, expired %+v, %v", live, expired, err)
+		}
+		// b restarts under its ID after the crash: its row is replaced.
+		if _, err := db.RegisterInstance(ctx, testInstance("b", fp), time.Minute, false); err != nil {
+			t.Fatalf("restart of an expired ID: %v", err)
+		}
+		if err := db.DeleteInstance(ctx, "b"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.RenewInstance(ctx, "b", time.Minute); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("renewing a deleted instance: %v", err)
+		}
+		if live, _ := db.LiveInstances(ctx); len(live) != 1 {
+			t.Fatalf("live after b stopped: %+v", live)
+		}
+	})
+}
+
+// An instance whose shared settings differ from a live instance's is
+// refused, naming the settings; on PostgreSQL the cluster's stored
+// fingerprint is checked even when no instance runs.
+func TestInstanceConfigMismatch(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		fp := ConfigFingerprint{"dial key": "h1", "NAR store": "h2"}
+		if _, err := db.RegisterInstance(ctx, testInstance("a", fp), time.Minute, false); err != nil {
+			t.Fatal(err)
+		}
+		other := ConfigFingerprint{"dial key": "h1", "NAR store": "other"}
+		_, err := db.RegisterInstance(ctx, testInstance("b", other), time.Minute, false)
+		var mismatch *ConfigMismatchError
+		if !errors.As(err, &mismatch) || !slices.Equal(mismatch.Settings, []string{"NAR store"}) || mismatch.Instance != "a" {
+			t.Fatalf("mismatch with a live instance: %v", err)
+		}
+		if _, err := db.RegisterInstance(ctx, testInstance("b", other), time.Minute, true); !errors.As(err, &mismatch) {
+			t.Fatalf("--accept-config-change let in a mismatch with a live instance: %v", err)
+		}
+		if live, _ := db.LiveInstances(ctx); len(live) != 1 {
+			t.Fatalf("refused instance registered: %+v", live)
+		}
+		if err := db.DeleteInstance(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = db.RegisterInstance(ctx, testInstance("b", other), time.Minute, false)
+		if db.Engine() == EngineSQLite {
+			if err != nil {
+				t.Fatalf("SQLite (one instance) refused a changed configuration: %v", err)
+			}
+			return
+		}
+		if !errors.As(err, &mismatch) || mismatch.Instance != "" || !slices.Equal(mismatch.Settings, []string{"NAR store"}) {
+			t.Fatalf("mismatch with the stored fingerprint: %v", err)
+		}
+		if _, err := db.RegisterInstance(ctx, testInstance("b", other), time.Minute, true); err != nil {
+			t.Fatalf("accepted change: %v", err)
+		}
+		if _, err := db.RegisterInstance(ctx, testInstance("c", other), time.Minute, false); err != nil {
+			t.Fatalf("the accepted fingerprint is the cluster's now: %v", err)
+		}
+	})
+}
+
+// Two posters claiming the outbox at once each get different rows; a
+// claimed row is not due for the other until its claim ends or the
+// claimant posts it.
+func TestForgeStatusClaims(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *DB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		if err := db.SetForgeLink(ctx, testForgeLink(e.ProjectID)); err != nil {
+			t.Fatal(err)
+		}
+		for range 6 {
+			newEvaluationIn(t, db, e.ProjectID) // one commit "c": coalesced into one row
+		}
+		p2 := mustProject(t, db, mustTeam(t, db, "t2").ID, "p2")
+		if err := db.SetForgeLink(ctx, testForgeLink(p2.ID)); err != nil {
+			t.Fatal(err)
+		}
+		newEvaluationIn(t, db, p2.ID)
+		now := time.Now()
+		var wg sync.WaitGroup
+		got := map[string][]ForgeStatus{}
+		var mu sync.Mutex
+		for _, owner := range []string{"a", "b"} {
+			wg.Go(func() {
+				list, err := db.ClaimDueForgeStatuses(ctx, owner, now, now.Add(time.Minute), 10)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				got[owner] = list
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		seen := map[string]string{}
+		for owner, list := range got {
+			for _, s := range list {
+				if s.ClaimedBy != owner {
+					t.Fatalf("claimed by %q returned to %s", s.ClaimedBy, owner)
+				}
+				key := s.ProjectID + s.Commit + s.Context
+				if prev, dup := seen[key]; dup {
+					t.Fatalf("row claimed by both %s and %s", prev, owner)
+				}
+				seen[key] = owner
+			}
+		}
+		if len(seen) != 2 {
+			t.Fatalf("claimed %d rows, want both: %+v", len(seen), got)
+		}
+		if again, err := db.ClaimDueForgeStatuses(ctx, "c", time.Now(), time.Now().Add(time.Minute), 10); err != nil || len(again) != 0 {
+			t.Fatalf("claimed rows claimed again: %+v, %v", again, err)
+		}
+		if next, err := db.NextForgeStatusAt(ctx); err != nil || next.Before(now.Add(59*time.Second)) {
+			t.Fatalf("next due %v (want the claims' end), %v", next, err)
+		}
+		// Posted by its claimant: done. Deferred: the claim ends, due later.
+		var all []ForgeStatus
+		for _, list := range got {
+			all = append(all, list...)
+		}
+		if done, err := db.MarkForgeStatusPosted(ctx, all[0]); err != nil || !done {
+			t.Fatalf("mark posted: %v, %v", done, err)
+		}
+		if err := db.DeferForgeStatus(ctx, all[1], time.Now().Add(-time.Millisecond), "HTTP 502"); err != nil {
+			t.Fatal(err)
+		}
+		again, err := db.ClaimDueForgeStatuses(ctx, "c", time.Now(), time.Now().Add(time.Minute), 10)
+		if err != nil || len(again) != 1 || again[0].ProjectID != all[1].ProjectID || again[0].Attempts != 1 {
+			t.Fatalf("after post and deferral: %+v, %v", again, err)
+		}
+		// A claim whose poster died ends with its time.
+		later := time.Now().Add(2 * time.Minute)
+		if list, err := db.ClaimDueForgeStatuses(ctx, "d", later, later.Add(time.Minute), 10); err != nil || len(list) != 1 {
+			t.Fatalf("expired claim not taken over: %+v, %v", list, err)
+		}
+	})
+}
