@@ -22,6 +22,7 @@ import (
 	"gradient.dev/gradient/server/cache"
 	"gradient.dev/gradient/server/dashboard"
 	"gradient.dev/gradient/server/deploykeys"
+	"gradient.dev/gradient/server/instance"
 	"gradient.dev/gradient/server/retention"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/limit"
@@ -142,6 +143,11 @@ type Config struct {
 	KeepEvaluations int
 	// gcPauseFile is retention's test hook (Config.PauseFile).
 	GCPauseFile string
+
+	// Instance is this process among the server instances sharing the
+	// database (instance.Join): the branch polls, garbage collections and
+	// forge status posts run on one instance at a time. Nil: the only one.
+	Instance *instance.Instance
 
 	// narinfoHook, if set, rewrites every signed narinfo (tests tamper
 	// with it to check that Nix refuses a bad signature).
@@ -270,6 +276,7 @@ func New(db *storage.DB, cfg Config) *Server {
 	s.collector = retention.New(retention.Config{
 		DB: db, Store: cfg.NarStore, Content: s.cache, Interval: cfg.GCInterval, Grace: cfg.GCGrace,
 		DefaultKeep: cfg.KeepEvaluations, Logger: cfg.Logger, Metrics: s.metrics.registry, PauseFile: cfg.GCPauseFile,
+		Instances: cfg.Instance,
 	})
 	s.collector.Start(ctx)
 	s.deployKeys = cfg.DeployKeys

@@ -1,0 +1,183 @@
+// Package instance gives a server process its identity among the server
+// instances that share one PostgreSQL database (README "Several
+// instances"): an ID, a row in server_instances renewed as a lease while
+// the process runs and deleted when it stops, a check at start that the
+// settings every instance must share agree, and the one-at-a-time
+// primitive the singletons use (a branch's poll, a garbage collection).
+// On SQLite (one instance) the row is kept too, and every singleton is
+// trivially this process's.
+package instance
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"gradient.dev/gradient/storage"
+)
+
+// Defaults of Config.
+const (
+	DefaultRenewEvery = 5 * time.Second
+	DefaultLease      = 30 * time.Second
+)
+
+// Config configures Join.
+type Config struct {
+	DB *storage.DB
+	// ID names the instance (--instance-id); empty: a random one.
+	ID      string
+	Host    string // the machine (os.Hostname)
+	Addr    string // the address the server listens on
+	Version string
+	// Fingerprint is what every instance must share (Fingerprint).
+	Fingerprint storage.ConfigFingerprint
+	// AcceptConfigChange replaces the cluster's stored fingerprint when no
+	// live instance disagrees (--accept-config-change).
+	AcceptConfigChange bool
+	// RenewEvery renews the lease, which lasts Lease (5 s, 30 s).
+	RenewEvery time.Duration
+	Lease      time.Duration
+	Logger     *slog.Logger
+	Metrics    prometheus.Registerer // the instance's info series
+}
+
+// Instance is this process among the server instances.
+type Instance struct {
+	cfg    Config
+	db     *storage.DB
+	log    *slog.Logger
+	shared bool // PostgreSQL: other instances may exist
+
+	mu  sync.Mutex
+	row storage.ServerInstance
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewID is a random instance ID.
+func NewID() string { return "srv-" + rand.Text()[:12] }
+
+// Join registers this process (refusing a configuration that differs from
+// the other instances', storage.ConfigMismatchError) and renews its lease
+// until Leave.
+func Join(ctx context.Context, cfg Config) (*Instance, error) {
+	if cfg.ID == "" {
+		cfg.ID = NewID()
+	}
+	if cfg.RenewEvery <= 0 {
+		cfg.RenewEvery = DefaultRenewEvery
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Lease <= cfg.RenewEvery {
+		return nil, fmt.Errorf("instance lease (%s) must be longer than its renewal period (%s)", cfg.Lease, cfg.RenewEvery)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	row, err := cfg.DB.RegisterInstance(ctx, storage.ServerInstance{
+		ID: cfg.ID, Host: cfg.Host, Addr: cfg.Addr, Version: cfg.Version, Fingerprint: cfg.Fingerprint,
+	}, cfg.Lease, cfg.AcceptConfigChange)
+	if err != nil {
+		return nil, err
+	}
+	i := &Instance{cfg: cfg, db: cfg.DB, log: cfg.Logger.With("instance", cfg.ID), row: row,
+		shared: cfg.DB.Engine() == storage.EnginePostgres, done: make(chan struct{})}
+	if cfg.Metrics != nil {
+		info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gradient_server_instance_info",
+			Help:        "This server instance (1): its ID and host among the instances sharing the database.",
+			ConstLabels: prometheus.Labels{"instance_id": cfg.ID, "host": cfg.Host}})
+		info.Set(1)
+		if err := cfg.Metrics.Register(info); err != nil {
+			_ = cfg.DB.DeleteInstance(context.WithoutCancel(ctx), cfg.ID)
+			return nil, err
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	i.cancel = cancel
+	go i.renew(runCtx)
+	if live, err := cfg.DB.LiveInstances(ctx); err == nil {
+		i.log.Info("server instance registered", "host", cfg.Host, "addr", cfg.Addr, "lease", cfg.Lease,
+			"renew_every", cfg.RenewEvery, "live_instances", len(live))
+	}
+	return i, nil
+}
+
+// ID is the instance's ID; "" for a nil Instance.
+func (i *Instance) ID() string {
+	if i == nil {
+		return ""
+	}
+	return i.cfg.ID
+}
+
+// Row is the instance's row as last renewed.
+func (i *Instance) Row() storage.ServerInstance {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.row
+}
+
+// Live lists the live instances, this one included.
+func (i *Instance) Live(ctx context.Context) ([]storage.ServerInstance, error) {
+	return i.db.LiveInstances(ctx)
+}
+
+// renew extends the lease every RenewEvery. A row that is gone (another
+// instance judged this one dead) is registered again, loudly: this
+// process kept running, but the others may have acted on its death.
+func (i *Instance) renew(ctx context.Context) {
+	defer close(i.done)
+	t := time.NewTicker(i.cfg.RenewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		row, err := i.db.RenewInstance(ctx, i.cfg.ID, i.cfg.Lease)
+		if errors.Is(err, storage.ErrNotFound) {
+			i.log.Error("server instance: its row was deleted while it ran (taken for dead?); registering again")
+			row, err = i.db.RegisterInstance(ctx, storage.ServerInstance{
+				ID: i.cfg.ID, Host: i.cfg.Host, Addr: i.cfg.Addr, Version: i.cfg.Version, Fingerprint: i.cfg.Fingerprint,
+			}, i.cfg.Lease, false)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				i.log.Warn("server instance: renewing the lease failed", "error", err)
+			}
+			continue
+		}
+		i.mu.Lock()
+		if row.LeaseUntil.Sub(i.row.LeaseUntil) > i.cfg.Lease {
+			i.log.Warn("server instance: the lease had passed before it was renewed", "was_until", i.row.LeaseUntil)
+		}
+		i.row = row
+		i.mu.Unlock()
+	}
+}
+
+// Leave stops renewing and deletes the row: a clean stop, so no other
+// instance takes this one for dead.
+func (i *Instance) Leave(ctx context.Context) error {
+	if i == nil {
+		return nil
+	}
+	i.cancel()
+	<-i.done
+	err := i.db.DeleteInstance(ctx, i.cfg.ID)
+	if err == nil {
+		i.log.Info("server instance left")
+	}
+	return err
+}
