@@ -240,6 +240,9 @@ func New(db *storage.DB, cfg Config) *Server {
 		s.gate = authgate.New(limit.NewFailures(cfg.AuthFailuresPerMinute, time.Minute, cfg.authClock), cfg.Logger)
 	}
 	s.metrics = newServerMetrics(cfg.Metrics)
+	if cfg.Instance != nil {
+		s.metrics.registry.MustRegister(cfg.Instance.InfoCollector())
+	}
 	s.auth = authority.New(authority.Config{
 		Policy:           policy{s},
 		Jobs:             cfg.Jobs,
@@ -286,11 +289,16 @@ func New(db *storage.DB, cfg Config) *Server {
 	s.startForges()
 	ctl, _ := s.evaluationControl()
 	progress, _ := cfg.Jobs.(admin.BuildProgress)
+	var instances admin.Instances // a nil *instance.Instance would be a non-nil interface
+	if cfg.Instance != nil {
+		instances = cfg.Instance
+	}
 	s.admin = admin.New(admin.Config{
 		DB: db, AdminTokenHash: cfg.AdminTokenHash, Gate: s.gate, ObserveTokenCheck: s.metrics.argon2Checked,
 		AllowLocalRepositories: cfg.AllowLocalRepositories, Logger: cfg.Logger,
 		Workers: s, Dialer: s, DeployKeys: s.deployKeys, Cache: s.cache, Collector: s.collector, Evaluations: ctl, Progress: progress, Branches: s,
 		Forges: s.forges.links, ExternalURL: cfg.ExternalURL, StatusesChanged: s.forges.poster.Nudge,
+		Instances: instances,
 	})
 	s.dashboard = dashboard.New(dashboard.Config{DB: db, API: s.admin, Gate: s.gate, Workers: s, Logger: cfg.Logger})
 	s.verifier = secret.NewVerifier(0)

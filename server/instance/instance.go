@@ -45,7 +45,6 @@ type Config struct {
 	RenewEvery time.Duration
 	Lease      time.Duration
 	Logger     *slog.Logger
-	Metrics    prometheus.Registerer // the instance's info series
 }
 
 // Instance is this process among the server instances.
@@ -92,16 +91,6 @@ func Join(ctx context.Context, cfg Config) (*Instance, error) {
 	}
 	i := &Instance{cfg: cfg, db: cfg.DB, log: cfg.Logger.With("instance", cfg.ID), row: row,
 		shared: cfg.DB.Engine() == storage.EnginePostgres, done: make(chan struct{})}
-	if cfg.Metrics != nil {
-		info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gradient_server_instance_info",
-			Help:        "This server instance (1): its ID and host among the instances sharing the database.",
-			ConstLabels: prometheus.Labels{"instance_id": cfg.ID, "host": cfg.Host}})
-		info.Set(1)
-		if err := cfg.Metrics.Register(info); err != nil {
-			_ = cfg.DB.DeleteInstance(context.WithoutCancel(ctx), cfg.ID)
-			return nil, err
-		}
-	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	i.cancel = cancel
 	go i.renew(runCtx)
@@ -110,6 +99,16 @@ func Join(ctx context.Context, cfg Config) (*Instance, error) {
 			"renew_every", cfg.RenewEvery, "live_instances", len(live))
 	}
 	return i, nil
+}
+
+// InfoCollector is the instance's info series for /metrics:
+// gradient_server_instance_info{instance_id, host} 1.
+func (i *Instance) InfoCollector() prometheus.Collector {
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gradient_server_instance_info",
+		Help:        "This server instance (always 1): its ID and host among the instances sharing the database.",
+		ConstLabels: prometheus.Labels{"instance_id": i.cfg.ID, "host": i.cfg.Host}})
+	info.Set(1)
+	return info
 }
 
 // ID is the instance's ID; "" for a nil Instance.
