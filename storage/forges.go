@@ -258,9 +258,11 @@ func (db *DB) DueForgeStatuses(ctx context.Context, now time.Time, limit int) ([
 }
 
 // ClaimDueForgeStatuses is DueForgeStatuses for one of several posters
-// (server instances): it claims the rows it returns for owner until
-// claimedUntil, and skips rows another poster's unexpired claim holds, so
-// each status is posted once (README "Several instances"). On PostgreSQL
+// (server instances; owner is the instance's ID): it claims the rows it
+// returns for owner until claimedUntil, and skips rows that a live
+// instance's unexpired claim holds, so each status is posted once (README
+// "Several instances"). An owner without a live server_instances row
+// claims nothing that holds: it must be the only poster. On PostgreSQL
 // SKIP LOCKED lets two instances claim side by side without waiting on
 // each other's rows; the outer claimed_until check makes a row that was
 // claimed meanwhile drop out.
@@ -275,12 +277,16 @@ func (db *DB) ClaimDueForgeStatuses(ctx context.Context, owner string, now, clai
 	if db.engine == EnginePostgres {
 		skipLocked = " FOR UPDATE SKIP LOCKED"
 	}
+	// A claim holds while it lasts and its owner is a live server
+	// instance: a dead instance's claims end with its lease.
+	claimable := `(claimed_until <= $2 OR claimed_by IS NULL OR claimed_by NOT IN
+		(SELECT id FROM server_instances WHERE lease_until > ` + db.dbNowMillis() + `))`
 	var out []ForgeStatus
 	err := db.inTx(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `UPDATE forge_statuses SET claimed_by = $1, claimed_until = $3
-			WHERE version > posted_version AND next_attempt_at <= $2 AND claimed_until <= $2
+			WHERE version > posted_version AND next_attempt_at <= $2 AND `+claimable+`
 			AND (project_id, commit_sha, context) IN (SELECT project_id, commit_sha, context FROM forge_statuses
-				WHERE version > posted_version AND next_attempt_at <= $2 AND claimed_until <= $2
+				WHERE version > posted_version AND next_attempt_at <= $2 AND `+claimable+`
 				ORDER BY next_attempt_at, updated_at LIMIT `+fmt.Sprint(limit)+skipLocked+`)
 			RETURNING `+forgeStatusColumns, owner, now.UnixMilli(), claimedUntil.UnixMilli())
 		out, err = collect(rows, err, func(r *sql.Rows) (ForgeStatus, error) { return scanForgeStatus(r) })

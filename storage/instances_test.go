@@ -212,6 +212,11 @@ func TestForgeStatusClaims(t *testing.T) {
 			t.Fatal(err)
 		}
 		newEvaluationIn(t, db, p2.ID)
+		for _, id := range []string{"a", "b", "c", "d"} {
+			if _, err := db.RegisterInstance(ctx, testInstance(id, nil), time.Minute, false); err != nil {
+				t.Fatal(err)
+			}
+		}
 		now := time.Now()
 		var wg sync.WaitGroup
 		got := map[string][]ForgeStatus{}
@@ -265,10 +270,20 @@ func TestForgeStatusClaims(t *testing.T) {
 		if err != nil || len(again) != 1 || again[0].ProjectID != all[1].ProjectID || again[0].Attempts != 1 {
 			t.Fatalf("after post and deferral: %+v, %v", again, err)
 		}
-		// A claim whose poster died ends with its time.
+		// A claim ends with its time...
 		later := time.Now().Add(2 * time.Minute)
 		if list, err := db.ClaimDueForgeStatuses(ctx, "d", later, later.Add(time.Minute), 10); err != nil || len(list) != 1 {
 			t.Fatalf("expired claim not taken over: %+v, %v", list, err)
+		}
+		// ...or when its owner is no longer a live instance.
+		if list, err := db.ClaimDueForgeStatuses(ctx, "c", time.Now(), time.Now().Add(time.Minute), 10); err != nil || len(list) != 0 {
+			t.Fatalf("d's claim did not hold: %+v, %v", list, err)
+		}
+		if err := db.DeleteInstance(ctx, "d"); err != nil {
+			t.Fatal(err)
+		}
+		if list, err := db.ClaimDueForgeStatuses(ctx, "c", time.Now(), time.Now().Add(time.Minute), 10); err != nil || len(list) != 1 {
+			t.Fatalf("a gone instance's claim still holds: %+v, %v", list, err)
 		}
 	})
 }
