@@ -21,6 +21,7 @@ type ServerInstance struct {
 	ID          string
 	Host        string // the machine's host name
 	Addr        string // the address it listens on
+	PID         int    // its process ID on Host
 	Version     string // the program's version
 	Fingerprint ConfigFingerprint
 	StartedAt   time.Time
@@ -78,12 +79,26 @@ const instancesLockKey int64 = 0x6772616469_6e7374
 // maxInstanceField bounds what an instance writes about itself.
 const maxInstanceField = 1000
 
-// RegisterInstance adds inst's row with a lease of ttl, after checking its
-// fingerprint against every live instance's and, on PostgreSQL, against
-// the cluster's stored one (unless acceptChange, which replaces the stored
-// one when no live instance disagrees). A live row with inst.ID already is
-// ErrConflict; an expired one (the same ID restarted after a crash) is
-// replaced. It returns the row as stored.
+// InstanceInUseError: a live instance has the ID already (a second
+// process with the same --instance-id, or this one's predecessor that
+// crashed less than a lease ago: the caller tells them apart by Host and
+// PID and may delete the row). Of kind ErrConflict.
+type InstanceInUseError struct{ Holder ServerInstance }
+
+func (e *InstanceInUseError) Error() string {
+	return fmt.Sprintf("instance ID %s is in use by a live instance on %s (pid %d, started %s)",
+		e.Holder.ID, e.Holder.Host, e.Holder.PID, e.Holder.StartedAt.UTC().Format(time.RFC3339))
+}
+
+func (e *InstanceInUseError) Is(target error) bool { return target == ErrConflict }
+
+// RegisterInstance adds inst's row with a lease of ttl. On PostgreSQL it
+// first checks inst's fingerprint against every live instance's and the
+// cluster's stored one (unless acceptChange, which replaces the stored one
+// when no live instance disagrees); SQLite has one process and only
+// records it. A live row with inst.ID is *InstanceInUseError; an expired
+// one (the same ID restarted after a crash) is replaced. It returns the
+// row as stored.
 func (db *DB) RegisterInstance(ctx context.Context, inst ServerInstance, ttl time.Duration, acceptChange bool) (ServerInstance, error) {
 	if inst.ID == "" || len(inst.ID) > 200 || len(inst.Host) > maxInstanceField || len(inst.Addr) > maxInstanceField ||
 		len(inst.Version) > maxInstanceField || ttl <= 0 {
@@ -109,8 +124,10 @@ func (db *DB) RegisterInstance(ctx context.Context, inst ServerInstance, ttl tim
 		}
 		for _, other := range live {
 			if other.ID == inst.ID {
-				return fmt.Errorf("%w: instance ID %s is in use by a live instance on %s (started %s)",
-					ErrConflict, other.ID, other.Host, other.StartedAt.UTC().Format(time.RFC3339))
+				return &InstanceInUseError{Holder: other}
+			}
+			if db.engine != EnginePostgres {
+				continue // SQLite: one process; a live row is one that crashed
 			}
 			if diff := inst.Fingerprint.Differences(other.Fingerprint); len(diff) > 0 {
 				return &ConfigMismatchError{Settings: diff, Instance: other.ID, Host: other.Host}
@@ -138,12 +155,12 @@ func (db *DB) RegisterInstance(ctx context.Context, inst ServerInstance, ttl tim
 			string(fp), inst.ID); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO server_instances (id, host, addr, version, fingerprint, started_at, renewed_at, lease_until)
-			VALUES ($1, $2, $3, $4, $5, `+now+`, `+now+`, `+now+` + $6)
-			ON CONFLICT (id) DO UPDATE SET host = excluded.host, addr = excluded.addr, version = excluded.version,
+		_, err = tx.ExecContext(ctx, `INSERT INTO server_instances (id, host, addr, pid, version, fingerprint, started_at, renewed_at, lease_until)
+			VALUES ($1, $2, $3, $7, $4, $5, `+now+`, `+now+`, `+now+` + $6)
+			ON CONFLICT (id) DO UPDATE SET host = excluded.host, addr = excluded.addr, pid = excluded.pid, version = excluded.version,
 				fingerprint = excluded.fingerprint, started_at = excluded.started_at, renewed_at = excluded.renewed_at,
 				lease_until = excluded.lease_until`,
-			inst.ID, inst.Host, inst.Addr, inst.Version, string(fp), ttl.Milliseconds())
+			inst.ID, inst.Host, inst.Addr, inst.Version, string(fp), ttl.Milliseconds(), inst.PID)
 		return err
 	})
 	if err != nil {
@@ -200,13 +217,13 @@ func (db *DB) ExpiredInstances(ctx context.Context) ([]ServerInstance, error) {
 }
 
 func queryInstances(ctx context.Context, q querier, where string, args ...any) ([]ServerInstance, error) {
-	rows, err := q.QueryContext(ctx, `SELECT id, host, addr, version, fingerprint, started_at, renewed_at, lease_until
+	rows, err := q.QueryContext(ctx, `SELECT id, host, addr, pid, version, fingerprint, started_at, renewed_at, lease_until
 		FROM server_instances `+where+` ORDER BY started_at, id`, args...)
 	return collect(rows, err, func(r *sql.Rows) (ServerInstance, error) {
 		var s ServerInstance
 		var fp string
 		var started, renewed, until int64
-		if err := r.Scan(&s.ID, &s.Host, &s.Addr, &s.Version, &fp, &started, &renewed, &until); err != nil {
+		if err := r.Scan(&s.ID, &s.Host, &s.Addr, &s.PID, &s.Version, &fp, &started, &renewed, &until); err != nil {
 			return s, err
 		}
 		if err := json.Unmarshal([]byte(fp), &s.Fingerprint); err != nil {

@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,9 +85,20 @@ func Join(ctx context.Context, cfg Config) (*Instance, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	row, err := cfg.DB.RegisterInstance(ctx, storage.ServerInstance{
-		ID: cfg.ID, Host: cfg.Host, Addr: cfg.Addr, Version: cfg.Version, Fingerprint: cfg.Fingerprint,
-	}, cfg.Lease, cfg.AcceptConfigChange)
+	self := storage.ServerInstance{
+		ID: cfg.ID, Host: cfg.Host, Addr: cfg.Addr, PID: os.Getpid(), Version: cfg.Version, Fingerprint: cfg.Fingerprint,
+	}
+	row, err := cfg.DB.RegisterInstance(ctx, self, cfg.Lease, cfg.AcceptConfigChange)
+	var inUse *storage.InstanceInUseError
+	if errors.As(err, &inUse) && predecessor(inUse.Holder, self) {
+		// Restarted under its ID after a crash, before the old lease
+		// passed (a service manager restarts at once): the row is its own.
+		cfg.Logger.Warn("server instance: replacing the row of this instance's previous run, which is gone",
+			"instance", cfg.ID, "previous_pid", inUse.Holder.PID, "previous_start", inUse.Holder.StartedAt)
+		if err = cfg.DB.DeleteInstance(ctx, cfg.ID); err == nil {
+			row, err = cfg.DB.RegisterInstance(ctx, self, cfg.Lease, cfg.AcceptConfigChange)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +122,19 @@ func (i *Instance) InfoCollector() prometheus.Collector {
 		ConstLabels: prometheus.Labels{"instance_id": i.cfg.ID, "host": i.cfg.Host}})
 	info.Set(1)
 	return info
+}
+
+// predecessor reports whether holder, a live row with self's ID, is a
+// process of self's host that no longer runs: self's previous run.
+func predecessor(holder, self storage.ServerInstance) bool {
+	if holder.Host != self.Host || holder.Host == "" || holder.PID <= 0 {
+		return false
+	}
+	// A process with that ID runs (this one, in a container that restarted
+	// and got the same PID again): not provably gone; the old lease
+	// passes within --instance-lease.
+	err := syscall.Kill(holder.PID, 0)
+	return errors.Is(err, syscall.ESRCH)
 }
 
 // ID is the instance's ID; "" for a nil Instance.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -99,5 +100,45 @@ func TestSQLiteLeasesAreTrivial(t *testing.T) {
 	ran := false
 	if err := a.RunExclusive(t.Context(), "gc", func(context.Context) error { ran = true; return nil }); err != nil || !ran {
 		t.Fatalf("RunExclusive on SQLite: %v, ran %v", err, ran)
+	}
+}
+
+// A restart under the same ID on the same host, before the crashed run's
+// lease passed, takes the row over; a process that still runs keeps it.
+func TestRestartReplacesCrashedPredecessor(t *testing.T) {
+	t.Parallel()
+	url := storagetest.PostgresURL(t)
+	db, err := storage.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// A finished process's ID: this host's, and nothing runs under it.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	if _, err := db.RegisterInstance(t.Context(), storage.ServerInstance{ID: "crashed", Host: host, PID: gone.Process.Pid}, time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := instance.Join(t.Context(), instance.Config{DB: db, ID: "crashed", Host: host})
+	if err != nil {
+		t.Fatalf("restart after a crash: %v", err)
+	}
+	defer inst.Leave(context.Background())
+	if row := inst.Row(); row.PID != os.Getpid() {
+		t.Fatalf("row %+v", row)
+	}
+	// This process runs: a second Join under its ID is refused.
+	if _, err := instance.Join(t.Context(), instance.Config{DB: db, ID: "crashed", Host: host}); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("a second process under a live ID: %v", err)
+	}
+	// Another host's live row is never taken.
+	if _, err := db.RegisterInstance(t.Context(), storage.ServerInstance{ID: "remote", Host: "elsewhere", PID: gone.Process.Pid}, time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := instance.Join(t.Context(), instance.Config{DB: db, ID: "remote", Host: host}); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("another host's live instance: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ CREATE TABLE server_instances (
     id          TEXT   PRIMARY KEY,
     host        TEXT   NOT NULL,
     addr        TEXT   NOT NULL,
+    pid         BIGINT NOT NULL,
     version     TEXT   NOT NULL,
     fingerprint TEXT   NOT NULL,
     started_at  BIGINT NOT NULL,
