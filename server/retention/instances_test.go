@@ -1,10 +1,13 @@
 package retention_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,4 +105,56 @@ func TestCollectionRunsOnOneInstance(t *testing.T) {
 	if err != nil || rep.PathsFreed != 0 {
 		t.Fatalf("B's later collection: %+v, %v", rep, err)
 	}
+}
+
+// runStarts records when collections start: a run first flushes the
+// cache's served times (Content.FlushServed).
+type runStarts struct {
+	mu     sync.Mutex
+	starts []time.Time
+}
+
+func (r *runStarts) ForgetNarinfos() {}
+
+func (r *runStarts) FlushServed(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.starts = append(r.starts, time.Now())
+	return nil
+}
+
+// Two instances' periodic collections: together one per interval, never
+// two within one.
+func TestPeriodicCollectionOncePerInterval(t *testing.T) {
+	t.Parallel()
+	url := storagetest.PostgresURL(t)
+	const interval = 500 * time.Millisecond
+	starts := &runStarts{}
+	var collectors []*retention.Collector
+	for _, id := range []string{"p-a", "p-b"} {
+		db, inst := joinInstance(t, url, id)
+		collectors = append(collectors, retention.New(retention.Config{DB: db, Instances: inst, Interval: interval,
+			Content: starts, FlushEvery: time.Hour}))
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	for _, c := range collectors {
+		c.Start(ctx)
+	}
+	time.Sleep(10 * interval)
+	cancel()
+	starts.mu.Lock()
+	defer starts.mu.Unlock()
+	list := slices.Clone(starts.starts)
+	slices.SortFunc(list, func(a, b time.Time) int { return a.Compare(b) })
+	if len(list) < 2 {
+		t.Fatalf("%d collections in %s", len(list), 10*interval)
+	}
+	// The periodic lease lasts 9/10 of the interval from when a run took
+	// it; the rest is room for the time between taking it and starting.
+	for i := 1; i < len(list); i++ {
+		if gap := list[i].Sub(list[i-1]); gap < interval*7/10 {
+			t.Fatalf("collections %d and %d started %s apart, within one %s interval", i-1, i, gap, interval)
+		}
+	}
+	t.Logf("%d collections in %s at a %s interval", len(list), 10*interval, interval)
 }
