@@ -62,14 +62,14 @@ func (db *DB) AcquireLease(ctx context.Context, name, owner string, ttl time.Dur
 	}
 	now := db.dbNowMillis()
 	var got string
-	err := db.inTx(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, `INSERT INTO leases (name, owner, acquired_at, expires_at)
+	unlock := db.base.LockWriter() // SQLite's one writer; nothing on PostgreSQL
+	defer unlock()
+	err := db.sql.QueryRowContext(ctx, `INSERT INTO leases (name, owner, acquired_at, expires_at)
 		VALUES ($1, $2, `+now+`, `+now+` + $3)
 		ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, acquired_at = excluded.acquired_at,
 			expires_at = excluded.expires_at
 		WHERE leases.expires_at <= excluded.acquired_at
 		RETURNING owner`, name, owner, ttl.Milliseconds()).Scan(&got)
-	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

@@ -107,10 +107,12 @@ func Join(ctx context.Context, cfg Config) (*Instance, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	i.cancel = cancel
 	go i.renew(runCtx)
-	if live, err := cfg.DB.LiveInstances(ctx); err == nil {
-		i.log.Info("server instance registered", "host", cfg.Host, "addr", cfg.Addr, "lease", cfg.Lease,
-			"renew_every", cfg.RenewEvery, "live_instances", len(live))
+	live, err := cfg.DB.LiveInstances(ctx)
+	if err != nil {
+		live = nil // only for the count below
 	}
+	i.log.Info("server instance registered", "host", cfg.Host, "addr", cfg.Addr, "lease", cfg.Lease,
+		"renew_every", cfg.RenewEvery, "live_instances", len(live))
 	return i, nil
 }
 
