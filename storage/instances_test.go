@@ -60,6 +60,17 @@ func TestLeases(t *testing.T) {
 		if _, err := db.AcquireLease(ctx, "", "a", time.Minute); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("empty name: %v", err)
 		}
+		// Pruning drops leases long expired, never a held one.
+		if ok, _ := db.AcquireLease(ctx, "old", "a", time.Millisecond); !ok {
+			t.Fatal("old lease not taken")
+		}
+		time.Sleep(50 * time.Millisecond)
+		if n, err := db.PruneLeases(ctx, 20*time.Millisecond); err != nil || n != 1 {
+			t.Fatalf("pruned %d, %v; want the one expired lease", n, err)
+		}
+		if l, err := db.LeaseHolder(ctx, "gc"); err != nil || l.Owner != "a" {
+			t.Fatalf("pruning touched a held lease: %+v, %v", l, err)
+		}
 	})
 }
 

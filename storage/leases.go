@@ -114,3 +114,14 @@ func (db *DB) LeaseHolder(ctx context.Context, name string) (Lease, error) {
 	l.AcquiredAt, l.ExpiresAt = fromMillis(acquired), fromMillis(expires)
 	return l, err
 }
+
+// PruneLeases deletes leases that expired more than ago (those of deleted
+// projects' polls, of runs long over) and returns how many.
+func (db *DB) PruneLeases(ctx context.Context, ago time.Duration) (int, error) {
+	res, err := db.exec(ctx, `DELETE FROM leases WHERE expires_at < `+db.dbNowMillis()+` - $1`, ago.Milliseconds())
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}

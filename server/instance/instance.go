@@ -30,6 +30,10 @@ const (
 	DefaultLease      = 30 * time.Second
 )
 
+// pruneEvery is how often an instance deletes leases expired for as long
+// (a deleted project's poll lease would otherwise stay forever).
+const pruneEvery = time.Hour
+
 // Config configures Join.
 type Config struct {
 	DB *storage.DB
@@ -166,11 +170,18 @@ func (i *Instance) renew(ctx context.Context) {
 	defer close(i.done)
 	t := time.NewTicker(i.cfg.RenewEvery)
 	defer t.Stop()
+	lastPrune := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if time.Since(lastPrune) >= pruneEvery {
+			lastPrune = time.Now()
+			if _, err := i.db.PruneLeases(ctx, pruneEvery); err != nil && ctx.Err() == nil {
+				i.log.Warn("server instance: pruning expired leases failed", "error", err)
+			}
 		}
 		row, err := i.db.RenewInstance(ctx, i.cfg.ID, i.cfg.Lease)
 		if errors.Is(err, storage.ErrNotFound) {
