@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"gradient.dev/gradient/authority"
 	"gradient.dev/gradient/storage"
@@ -57,3 +58,12 @@ func (s *Server) DialMetrics() DialMetrics {
 
 // NotDialedReason is a target's offline reason while dialing is off.
 const NotDialedReason = notDialedReason
+
+// BranchPolls is the poller's count of polls with result ("polled" or
+// "elsewhere": left to another instance).
+func (s *Server) BranchPolls(result string) float64 {
+	return testutil.ToFloat64(s.metrics.branchPolls.WithLabelValues(result))
+}
+
+// NudgeForgeStatuses wakes the commit-status poster.
+func (s *Server) NudgeForgeStatuses() { s.forges.poster.Nudge() }

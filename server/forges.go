@@ -23,6 +23,7 @@ func (s *Server) startForges() {
 	f.poster = forgestatus.New(forgestatus.Config{
 		DB: s.db, Links: f.links, ExternalURL: s.cfg.ExternalURL, Logger: s.log, Metrics: s.metrics.registry,
 		Interval: s.cfg.ForgeStatusInterval, MinBackoff: s.cfg.ForgeStatusMinBackoff,
+		Owner: s.cfg.Instance.ID(),
 	})
 	if ctl, ok := s.cfg.Jobs.(forgehook.Evaluations); ok && ctl != nil {
 		f.hooks = forgehook.New(forgehook.Config{

@@ -18,6 +18,9 @@ type serverMetrics struct {
 	dialRescans  prometheus.Counter
 	dialTargets  *prometheus.GaugeVec
 	dialAttempts *prometheus.CounterVec
+	// branchPolls counts branch polls by result: polled, or elsewhere
+	// (another server instance holds the branch's poll lease).
+	branchPolls *prometheus.CounterVec
 }
 
 func newServerMetrics(r *prometheus.Registry) *serverMetrics {
@@ -31,6 +34,11 @@ func newServerMetrics(r *prometheus.Registry) *serverMetrics {
 			Help: "Dial targets at the last rescan, by state: dialing, or not_dialed (proto.discoverable is off)."}, []string{"state"}),
 		dialAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_server_dial_attempts_total",
 			Help: "Dials of workers, by result: session (a session was established and has ended) or failed."}, []string{"result"}),
+		branchPolls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_server_branch_polls_total",
+			Help: "Branch head polls of projects, by result: polled (this instance asked the repository) or elsewhere (another server instance polls it this interval)."}, []string{"result"}),
+	}
+	for _, result := range []string{"polled", "elsewhere"} {
+		m.branchPolls.WithLabelValues(result)
 	}
 	for _, state := range []string{"dialing", "not_dialed"} {
 		m.dialTargets.WithLabelValues(state)
@@ -38,7 +46,7 @@ func newServerMetrics(r *prometheus.Registry) *serverMetrics {
 	for _, result := range []string{"session", "failed"} {
 		m.dialAttempts.WithLabelValues(result)
 	}
-	r.MustRegister(m.dialRescans, m.dialTargets, m.dialAttempts)
+	r.MustRegister(m.dialRescans, m.dialTargets, m.dialAttempts, m.branchPolls)
 	return m
 }
 

@@ -130,8 +130,39 @@ func (s *Server) pollBranches(ctx context.Context) []storage.Evaluation {
 	return started
 }
 
+// pollLeaseSlack is how much longer than one ls-remote a branch's poll
+// lease lasts while the poll runs.
+const pollLeaseSlack = 10 * time.Second
+
 // pollProject starts an evaluation of p's branch head if it is new.
+//
+// With several server instances, a lease per project (instance.TakeFor)
+// makes one instance poll the branch at a time and once per interval: it
+// is taken for the poll's length and then held until 9/10 of the
+// interval after the poll started, so the next round of any instance
+// polls it again (the tenth spares ticks that come a little early).
 func (s *Server) pollProject(ctx context.Context, ctl EvaluationControl, p storage.Project, name string) (storage.Evaluation, bool) {
+	lease := "poll:" + p.ID
+	start := time.Now()
+	took, err := s.cfg.Instance.TakeFor(ctx, lease, lsRemoteTimeout+pollLeaseSlack)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("branch poll: taking the branch's poll lease failed", "project", name, "error", err)
+		}
+		return storage.Evaluation{}, false
+	}
+	if !took {
+		s.metrics.branchPolls.WithLabelValues("elsewhere").Inc()
+		return storage.Evaluation{}, false
+	}
+	defer func() {
+		// After a stop too: the next instance polls when the interval is up.
+		until := start.Add(s.cfg.PollInterval * 9 / 10)
+		if _, err := s.cfg.Instance.HoldFor(context.WithoutCancel(ctx), lease, time.Until(until)); err != nil {
+			s.log.Warn("branch poll: keeping the branch's poll lease failed", "project", name, "error", err)
+		}
+	}()
+	s.metrics.branchPolls.WithLabelValues("polled").Inc()
 	head, err := lsRemote(ctx, p.Repository, p.Branch, s.gitAccess(ctx, p, name))
 	if err != nil {
 		if ctx.Err() == nil {

@@ -22,6 +22,7 @@ import (
 	"gradient.dev/gradient/server/cache"
 	"gradient.dev/gradient/server/dashboard"
 	"gradient.dev/gradient/server/deploykeys"
+	"gradient.dev/gradient/server/instance"
 	"gradient.dev/gradient/server/retention"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/session/limit"
@@ -145,6 +146,11 @@ type Config struct {
 	// gcPauseFile is retention's test hook (Config.PauseFile).
 	GCPauseFile string
 
+	// Instance is this process among the server instances sharing the
+	// database (instance.Join): the branch polls, garbage collections and
+	// forge status posts run on one instance at a time. Nil: the only one.
+	Instance *instance.Instance
+
 	// authClock, if set, is the failed-authentication limit's clock.
 	authClock func() time.Time
 }
@@ -235,6 +241,9 @@ func New(db *storage.DB, cfg Config) *Server {
 		s.gate = authgate.New(limit.NewFailures(cfg.AuthFailuresPerMinute, time.Minute, cfg.authClock), cfg.Logger)
 	}
 	s.metrics = newServerMetrics(cfg.Metrics)
+	if cfg.Instance != nil {
+		s.metrics.registry.MustRegister(cfg.Instance.InfoCollector())
+	}
 	s.auth = authority.New(authority.Config{
 		Policy:           policy{s},
 		Jobs:             cfg.Jobs,
@@ -270,17 +279,23 @@ func New(db *storage.DB, cfg Config) *Server {
 	s.collector = retention.New(retention.Config{
 		DB: db, Store: cfg.NarStore, Content: s.cache, Interval: cfg.GCInterval, Grace: cfg.GCGrace,
 		DefaultKeep: cfg.KeepEvaluations, Logger: cfg.Logger, Metrics: s.metrics.registry, PauseFile: cfg.GCPauseFile,
+		Instances: cfg.Instance,
 	})
 	s.collector.Start(ctx)
 	s.deployKeys = cfg.DeployKeys
 	s.startForges()
 	ctl, _ := s.evaluationControl()
 	progress, _ := cfg.Jobs.(admin.BuildProgress)
+	var instances admin.Instances // a nil *instance.Instance would be a non-nil interface
+	if cfg.Instance != nil {
+		instances = cfg.Instance
+	}
 	s.admin = admin.New(admin.Config{
 		DB: db, AdminTokenHash: cfg.AdminTokenHash, Gate: s.gate, ObserveTokenCheck: s.metrics.argon2Checked,
 		AllowLocalRepositories: cfg.AllowLocalRepositories, Logger: cfg.Logger,
 		Workers: s, Dialer: s, DeployKeys: s.deployKeys, Cache: s.cache, Collector: s.collector, Evaluations: ctl, Progress: progress, Branches: s,
 		Forges: s.forges.links, ExternalURL: cfg.ExternalURL, StatusesChanged: s.forges.poster.Nudge,
+		Instances: instances,
 	})
 	s.dashboard = dashboard.New(dashboard.Config{DB: db, API: s.admin, Gate: s.gate, Workers: s, Logger: cfg.Logger})
 	s.verifier = secret.NewVerifier(0)

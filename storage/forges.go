@@ -1,10 +1,12 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -225,6 +227,9 @@ type ForgeStatus struct {
 	NextAttemptAt time.Time
 	LastError     string
 	UpdatedAt     time.Time
+	// ClaimedBy is the poster that claimed the row (ClaimDueForgeStatuses);
+	// posting it or deferring it ends that claim.
+	ClaimedBy string
 }
 
 const forgeStatusColumns = `project_id, commit_sha, context, evaluation_id, state, description, version,
@@ -252,11 +257,57 @@ func (db *DB) DueForgeStatuses(ctx context.Context, now time.Time, limit int) ([
 	return collect(rows, err, func(r *sql.Rows) (ForgeStatus, error) { return scanForgeStatus(r) })
 }
 
-// NextForgeStatusAt is when the earliest unposted row is due; zero when
-// none is waiting.
+// ClaimDueForgeStatuses is DueForgeStatuses for one of several posters
+// (server instances; owner is the instance's ID): it claims the rows it
+// returns for owner until claimedUntil, and skips rows that a live
+// instance's unexpired claim holds, so each status is posted once (README
+// "Several instances"). An owner without a live server_instances row
+// claims nothing that holds: it must be the only poster. On PostgreSQL
+// SKIP LOCKED lets two instances claim side by side without waiting on
+// each other's rows; the outer claimed_until check makes a row that was
+// claimed meanwhile drop out.
+func (db *DB) ClaimDueForgeStatuses(ctx context.Context, owner string, now, claimedUntil time.Time, limit int) ([]ForgeStatus, error) {
+	if owner == "" {
+		return nil, fmt.Errorf("%w: a claim needs an owner", ErrInvalid)
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	skipLocked := ""
+	if db.engine == EnginePostgres {
+		skipLocked = " FOR UPDATE SKIP LOCKED"
+	}
+	// A claim holds while it lasts and its owner is a live server
+	// instance: a dead instance's claims end with its lease.
+	claimable := `(claimed_until <= $2 OR claimed_by IS NULL OR claimed_by NOT IN
+		(SELECT id FROM server_instances WHERE lease_until > ` + db.dbNowMillis() + `))`
+	var out []ForgeStatus
+	err := db.inTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `UPDATE forge_statuses SET claimed_by = $1, claimed_until = $3
+			WHERE version > posted_version AND next_attempt_at <= $2 AND `+claimable+`
+			AND (project_id, commit_sha, context) IN (SELECT project_id, commit_sha, context FROM forge_statuses
+				WHERE version > posted_version AND next_attempt_at <= $2 AND `+claimable+`
+				ORDER BY next_attempt_at, updated_at LIMIT `+fmt.Sprint(limit)+skipLocked+`)
+			RETURNING `+forgeStatusColumns, owner, now.UnixMilli(), claimedUntil.UnixMilli())
+		out, err = collect(rows, err, func(r *sql.Rows) (ForgeStatus, error) { return scanForgeStatus(r) })
+		return err
+	})
+	for i := range out {
+		out[i].ClaimedBy = owner
+	}
+	// RETURNING keeps no order: oldest due first, as DueForgeStatuses.
+	slices.SortFunc(out, func(a, b ForgeStatus) int {
+		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), a.UpdatedAt.Compare(b.UpdatedAt))
+	})
+	return out, err
+}
+
+// NextForgeStatusAt is when the earliest unposted row is due (or its
+// claim ends, when a poster holds it); zero when none is waiting.
 func (db *DB) NextForgeStatusAt(ctx context.Context) (time.Time, error) {
 	var next sql.NullInt64
-	err := db.sql.QueryRowContext(ctx, `SELECT MIN(next_attempt_at) FROM forge_statuses
+	err := db.sql.QueryRowContext(ctx, `SELECT MIN(CASE WHEN claimed_until > next_attempt_at
+		THEN claimed_until ELSE next_attempt_at END) FROM forge_statuses
 		WHERE version > posted_version`).Scan(&next)
 	if err != nil || !next.Valid {
 		return time.Time{}, err
@@ -291,9 +342,10 @@ func (db *DB) MarkForgeStatusPosted(ctx context.Context, s ForgeStatus) (bool, e
 	err := db.sql.QueryRowContext(ctx, `UPDATE forge_statuses
 		SET posted_version = CASE WHEN posted_version < $4 THEN $4 ELSE posted_version END,
 		    attempts = CASE WHEN version = $4 THEN 0 ELSE attempts END,
-		    last_error = CASE WHEN version = $4 THEN NULL ELSE last_error END
+		    last_error = CASE WHEN version = $4 THEN NULL ELSE last_error END,
+		    claimed_until = CASE WHEN claimed_by = $5 THEN 0 ELSE claimed_until END
 		WHERE project_id = $1 AND commit_sha = $2 AND context = $3 RETURNING version`,
-		s.ProjectID, s.Commit, s.Context, s.Version).Scan(&current)
+		s.ProjectID, s.Commit, s.Context, s.Version, s.ClaimedBy).Scan(&current)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil // the link was removed meanwhile
 	}
@@ -310,6 +362,14 @@ func (db *DB) DeferForgeStatus(ctx context.Context, s ForgeStatus, next time.Tim
 	_, err := db.exec(ctx, `UPDATE forge_statuses SET attempts = attempts + 1, next_attempt_at = $5, last_error = $6
 		WHERE project_id = $1 AND commit_sha = $2 AND context = $3 AND version = $4`,
 		s.ProjectID, s.Commit, s.Context, s.Version, next.UnixMilli(), reason)
+	if err != nil || s.ClaimedBy == "" {
+		return err
+	}
+	// The claim ends whether or not the row changed meanwhile: a newer
+	// version is due at once.
+	_, err = db.exec(ctx, `UPDATE forge_statuses SET claimed_until = 0
+		WHERE project_id = $1 AND commit_sha = $2 AND context = $3 AND claimed_by = $4`,
+		s.ProjectID, s.Commit, s.Context, s.ClaimedBy)
 	return err
 }
 

@@ -16,6 +16,7 @@ import (
 	"gradient.dev/gradient/internal/httpguard"
 	"gradient.dev/gradient/internal/servicecli"
 	"gradient.dev/gradient/narstore/s3store"
+	"gradient.dev/gradient/server/instance"
 	"gradient.dev/gradient/server/retention"
 	"gradient.dev/gradient/server/scheduler"
 )
@@ -69,6 +70,13 @@ type options struct {
 	// Discoverable dials registrations and team workers with a URL;
 	// off, they are kept but only workers that connect themselves run.
 	Discoverable bool
+	// Server instances sharing one PostgreSQL database (server/instance):
+	// this one's ID ("" random), its lease and renewal period, and whether
+	// a change of the shared settings is accepted.
+	InstanceID         string
+	InstanceLease      time.Duration
+	InstanceRenew      time.Duration
+	AcceptConfigChange bool
 	// HTTP bounds what a client may hold of the listener.
 	HTTP      httpguard.Timeouts
 	LogLevel  slog.Level
@@ -196,11 +204,39 @@ func command(opts *options, env *servicecli.Env, logging *servicecli.Logging) (*
 		&cli.BoolFlag{Name: "proto-discoverable", Value: true, Destination: &opts.Discoverable, Sources: env.Vars("GRADIENT_PROTO_DISCOVERABLE"),
 			Usage: "dial the workers registered with a URL (needs --dial-key-file); =false keeps such registrations but never dials them, and only workers that connect themselves run"},
 	}
+	flags = append(flags,
+		&cli.StringFlag{Name: "instance-id", Destination: &opts.InstanceID, Sources: env.Vars("GRADIENT_INSTANCE_ID"),
+			Validator: validInstanceID,
+			Usage:     "this server's ID among the instances sharing the database (letters, digits, '.', '_', '-'; at most 64); default: a random one per start"},
+		&servicecli.SecondsFlag{Name: "instance-lease", Value: instance.DefaultLease, Destination: &opts.InstanceLease, Sources: env.Vars("GRADIENT_INSTANCE_LEASE"),
+			Usage: "an instance that has not renewed its row for this long counts as dead to the others"},
+		&servicecli.SecondsFlag{Name: "instance-renew", Value: instance.DefaultRenewEvery, Destination: &opts.InstanceRenew, Sources: env.Vars("GRADIENT_INSTANCE_RENEW"),
+			Usage: "how often the instance renews its row (shorter than --instance-lease)"},
+		&cli.BoolFlag{Name: "accept-config-change", Destination: &opts.AcceptConfigChange, Sources: env.Vars("GRADIENT_ACCEPT_CONFIG_CHANGE"),
+			Usage: "on PostgreSQL, start although the dial key or NAR store differs from what the instances last ran with (refused still while a live instance disagrees)"},
+	)
 	flags = append(flags, servicecli.HTTPTimeoutFlags(&opts.HTTP, func(name string) cli.ValueSourceChain {
 		return env.Vars("GRADIENT_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
 	})...)
 	flags = append(flags, logging.Flags(env, "GRADIENT_")...)
 	return &cli.Command{Name: "gradient-server", Usage: "the Gradient CI server", Description: description, Flags: flags}, tokens
+}
+
+// validInstanceID keeps instance IDs short and printable: they appear in
+// logs, metrics labels and `gradient server status`.
+func validInstanceID(id string) error {
+	if id == "" {
+		return nil
+	}
+	if len(id) > 64 {
+		return errors.New("at most 64 characters")
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("%q is not a letter, digit, '.', '_' or '-'", r)
+		}
+	}
+	return nil
 }
 
 // fitsInt64 keeps second counts within what the job loop stores.

@@ -31,15 +31,18 @@ func TestDefaults(t *testing.T) {
 	want := options{HTTP: defaultHTTP, Listen: "127.0.0.1:3000", Database: mustAbs(t, "gradient-data"), HeartbeatTimeout: 120 * time.Second,
 		PollInterval: time.Minute, GCInterval: 24 * time.Hour, GCGrace: 6 * time.Hour, KeepEvaluations: 30, MaxConnections: 256, BuildDefaultTimeoutSecs: 14400, BuildDefaultMaxSilentSecs: 3600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second,
 		AuthFailures: 30, HandshakesPerIP: 32, AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelInfo, LogFormat: "text",
-		NarStore: "local", S3: s3store.Config{Region: "us-east-1"}, NarHTTP: "redirect", NarPresignUploads: true, MultipartThreshold: 1 << 30}
+		NarStore: "local", S3: s3store.Config{Region: "us-east-1"}, NarHTTP: "redirect", NarPresignUploads: true, MultipartThreshold: 1 << 30,
+		InstanceLease: 30 * time.Second, InstanceRenew: 5 * time.Second}
 	if opts != want {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
 }
 
-// withNarDefaults sets the NAR store options to their defaults.
+// withNarDefaults sets the NAR store and instance options to their
+// defaults.
 func withNarDefaults(o options) options {
 	o.NarStore, o.S3, o.NarHTTP, o.NarPresignUploads, o.MultipartThreshold = "local", s3store.Config{Region: "us-east-1"}, "redirect", true, 1<<30
+	o.InstanceLease, o.InstanceRenew = 30*time.Second, 5*time.Second
 	return o
 }
 
@@ -51,6 +54,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		"GRADIENT_POLL_INTERVAL": "5m", "GRADIENT_BUILD_DEFAULT_TIMEOUT_SECS": "0", "GRADIENT_BUILD_DEFAULT_MAX_SILENT_SECS": "600",
 		"GRADIENT_PROTO_FEDERATE": "true", "GRADIENT_AUTH_FAILURES_PER_MINUTE": "5", "GRADIENT_ALLOW_LOCAL_REPOSITORIES": "true",
 		"GRADIENT_GC_INTERVAL": "3600", "GRADIENT_GC_GRACE": "0", "GRADIENT_KEEP_EVALUATIONS": "2",
+		"GRADIENT_INSTANCE_ID": "eu-1",
 	})
 	opts, err := parseOptions(nil, env, io.Discard)
 	if err != nil {
@@ -61,13 +65,15 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		BuildDefaultTimeoutSecs: 0, BuildDefaultMaxSilentSecs: 600, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, Federate: true, AuthFailures: 5, HandshakesPerIP: 32,
 		AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelDebug, LogFormat: "json"}
 	want = withNarDefaults(want)
+	want.InstanceID = "eu-1"
 	if opts != want {
 		t.Errorf("environment: got %+v, want %+v", opts, want)
 	}
 	opts, err = parseOptions([]string{"--listen", "127.0.0.1:5000", "--database=/data", "--heartbeat-timeout", "0",
 		"--max-connections", "3", "--log-level", "warn", "--log-format", "text", "--admin-token", "from-flag", "--poll-interval", "0",
 		"--build-default-timeout-secs", "60", "--build-default-max-silent-secs=0", "--proto-federate=false",
-		"--auth-failures-per-minute", "0", "--allow-local-repositories=false", "--keep-evaluations", "5", "--gc-interval", "0"}, env, io.Discard)
+		"--auth-failures-per-minute", "0", "--allow-local-repositories=false", "--keep-evaluations", "5", "--gc-interval", "0",
+		"--instance-id", "us-2", "--instance-lease", "60", "--instance-renew", "10s", "--accept-config-change"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +81,14 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		HeartbeatTimeout: 0, KeepEvaluations: 5, MaxConnections: 3, BuildDefaultTimeoutSecs: 60, BuildDefaultMaxSilentSecs: 0, BuildMaxAttempts: 3, BuildRetryBackoff: 30 * time.Second, HandshakesPerIP: 32,
 		AnonymousCache: true, AnonymousCachePerIP: 32, Discoverable: true, LogLevel: slog.LevelWarn, LogFormat: "text"}
 	want = withNarDefaults(want)
+	want.InstanceID, want.InstanceLease, want.InstanceRenew, want.AcceptConfigChange = "us-2", time.Minute, 10*time.Second, true
 	if opts != want {
 		t.Errorf("flags: got %+v, want %+v", opts, want)
+	}
+	for _, bad := range []string{"has space", "a/b", strings.Repeat("x", 65)} {
+		if _, err := parseOptions([]string{"--instance-id", bad}, envOf(nil), io.Discard); err == nil {
+			t.Errorf("--instance-id %q accepted", bad)
+		}
 	}
 }
 

@@ -62,6 +62,19 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		return err
 	}
 	defer db.Close()
+	// Before anything writes: a configuration the other instances do not
+	// share is refused here.
+	inst, err := joinInstances(ctx, db, opts, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := inst.Leave(leaveCtx); err != nil {
+			log.Warn("server instance: removing its row failed (it expires with its lease)", "error", err)
+		}
+	}()
 	if err := sealSigningKeys(ctx, db, dialKey, log); err != nil {
 		return err
 	}
@@ -115,6 +128,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		KeepEvaluations:             opts.KeepEvaluations,
 		GCPauseFile:                 os.Getenv("GRADIENT_TEST_GC_PAUSE_FILE"), // tests' hook: pause mid-sweep
 		ExternalURL:                 strings.TrimRight(opts.ExternalURL, "/"),
+		Instance:                    inst,
 
 		AllowLocalRepositories: opts.AllowLocalRepositories,
 
@@ -143,7 +157,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 	go func() { served <- httpServer.Serve(guarded) }()
 	// One line with what the server runs with; never a secret (the
 	// database location is logged redacted by storage.Open).
-	log.Info("gradient-server listening", "address", ln.Addr().String(),
+	log.Info("gradient-server listening", "address", ln.Addr().String(), "instance_id", inst.ID(),
 		"database_engine", db.Engine(), "nar_store", narWhere, "nar_dir", localNarDir(opts), "dial_key", dialKey != nil, "admin_api", adminHash != "",
 		"heartbeat_timeout", opts.HeartbeatTimeout.String(), "max_connections", opts.MaxConnections,
 		"http_header_timeout", opts.HTTP.Header.String(), "http_body_timeout", opts.HTTP.Body.String(), "http_idle_timeout", opts.HTTP.Idle.String(),

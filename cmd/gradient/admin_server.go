@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 )
 
 func serverStatus(c *adminCmd) int {
@@ -29,9 +30,17 @@ func serverCall(c *adminCmd, method, path string) int {
 	if !s.Accepting {
 		accepting = "no (new worker connections are refused with 403)"
 	}
-	fields(c.stdout, "accepting", accepting, "connected workers", fmt.Sprint(s.ConnectedWorkers))
-	for _, w := range s.Warnings {
-		fields(c.stdout, "warning", w)
+	pairs := []string{"accepting", accepting, "connected workers", fmt.Sprint(s.ConnectedWorkers)}
+	if s.InstanceID != "" {
+		pairs = append(pairs, "instance", s.InstanceID)
 	}
+	for _, in := range s.Instances {
+		pairs = append(pairs, "live instance", fmt.Sprintf("%s on %s (%s), started %s, lease until %s",
+			in.ID, in.Host, in.Addr, in.StartedAt.Local().Format(time.DateTime), in.LeaseUntil.Local().Format(time.TimeOnly)))
+	}
+	for _, w := range s.Warnings {
+		pairs = append(pairs, "warning", w)
+	}
+	fields(c.stdout, pairs...)
 	return exitOK
 }

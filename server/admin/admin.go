@@ -102,6 +102,13 @@ type Workers interface {
 	DeactivateWorker(ctx context.Context, workerID string) error
 }
 
+// Instances lists the server instances sharing the database
+// (server/instance.Instance).
+type Instances interface {
+	ID() string
+	Live(ctx context.Context) ([]storage.ServerInstance, error)
+}
+
 // Dialer creates the registrations whose dial tokens the server seals,
 // and rescans its dial targets after a change.
 type Dialer interface {
@@ -167,6 +174,9 @@ type Config struct {
 	Cache      CacheContent
 	// Collector runs garbage collections; nil answers 503.
 	Collector Collector
+	// Instances are the server instances sharing the database; nil: the
+	// status shows none.
+	Instances Instances
 	// Evaluations is nil when the job loop cannot start evaluations (a
 	// cache-only server): those endpoints answer 503.
 	Evaluations Evaluations

@@ -1,6 +1,10 @@
 package admin
 
-import "net/http"
+import (
+	"net/http"
+
+	"gradient.dev/gradient/server/adminapi"
+)
 
 func (a *API) showWorker(w http.ResponseWriter, r *http.Request) error {
 	worker, err := parseWorkerID(r.PathValue("worker"))
@@ -55,8 +59,20 @@ func (a *API) setDeactivated(w http.ResponseWriter, r *http.Request, deactivate 
 }
 
 func (a *API) serverState(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, ServerView{Accepting: a.cfg.Workers.Accepting(), ConnectedWorkers: a.cfg.Workers.ConnectedWorkers(),
-		Warnings: a.cfg.Workers.ConfigWarnings()})
+	view := ServerView{Accepting: a.cfg.Workers.Accepting(), ConnectedWorkers: a.cfg.Workers.ConnectedWorkers(),
+		Warnings: a.cfg.Workers.ConfigWarnings()}
+	if a.cfg.Instances != nil {
+		live, err := a.cfg.Instances.Live(r.Context())
+		if err != nil {
+			return err
+		}
+		view.InstanceID = a.cfg.Instances.ID()
+		for _, in := range live {
+			view.Instances = append(view.Instances, adminapi.ServerInstance{ID: in.ID, Host: in.Host, Addr: in.Addr,
+				Version: in.Version, StartedAt: in.StartedAt, RenewedAt: in.RenewedAt, LeaseUntil: in.LeaseUntil})
+		}
+	}
+	writeJSON(w, http.StatusOK, view)
 	return nil
 }
 

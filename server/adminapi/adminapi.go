@@ -134,6 +134,22 @@ type Server struct {
 	// Warnings are configuration problems the operator should fix (a NAR
 	// store whose presigned URLs name a loopback address, …).
 	Warnings []string `json:"warnings,omitempty"`
+	// InstanceID is the server instance that answered; Instances are the
+	// live instances sharing its database (README "Several instances").
+	// Empty for a server that runs without an instance row.
+	InstanceID string           `json:"instance_id,omitempty"`
+	Instances  []ServerInstance `json:"instances,omitempty"`
+}
+
+// ServerInstance is one live server instance.
+type ServerInstance struct {
+	ID         string    `json:"id"`
+	Host       string    `json:"host"`
+	Addr       string    `json:"addr"`
+	Version    string    `json:"version"`
+	StartedAt  time.Time `json:"started_at"`
+	RenewedAt  time.Time `json:"renewed_at"`
+	LeaseUntil time.Time `json:"lease_until"`
 }
 
 // Link answers subscribe and grant: whether the link is new, and how many

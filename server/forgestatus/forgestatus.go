@@ -41,6 +41,10 @@ type Config struct {
 	MaxBackoff time.Duration
 	// Concurrency is how many posts run at once (4).
 	Concurrency int
+	// Owner names this poster among several sharing the outbox (the
+	// server instance's ID); "" is "local". Each poster claims the rows it
+	// posts, so every status is posted once.
+	Owner string
 }
 
 // maxPermanentAttempts is how often a status the forge refuses for good
@@ -48,8 +52,14 @@ type Config struct {
 // it is given up: long enough for an operator to fix the link.
 const maxPermanentAttempts = 5
 
-// batch is how many due rows one pass reads.
-const batch = 100
+// postsPerSlot is how many due rows one pass claims per post slot
+// (Config.Concurrency): few enough that the pass ends within claimHold
+// even when every post waits out the forge client's 30 s timeout.
+const postsPerSlot = 4
+
+// claimHold is how long a poster's claim on a row lasts; a poster that
+// died leaves its rows to the others after it.
+const claimHold = 5 * time.Minute
 
 // retention is how long posted statuses and seen deliveries are kept.
 const retention = 7 * 24 * time.Hour
@@ -81,6 +91,9 @@ func New(cfg Config) *Poster {
 		cfg.Concurrency = 4
 	}
 	cfg.ExternalURL = strings.TrimRight(cfg.ExternalURL, "/")
+	if cfg.Owner == "" {
+		cfg.Owner = "local"
+	}
 	return &Poster{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Metrics), nudge: make(chan struct{}, 1)}
 }
 
@@ -114,7 +127,8 @@ func (p *Poster) pass(ctx context.Context) time.Duration {
 	if now.Sub(p.lastPrune) > time.Hour {
 		p.prune(ctx, now)
 	}
-	due, err := p.cfg.DB.DueForgeStatuses(ctx, now, batch)
+	batch := postsPerSlot * p.cfg.Concurrency
+	due, err := p.cfg.DB.ClaimDueForgeStatuses(ctx, p.cfg.Owner, now, now.Add(claimHold), batch)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("forge statuses: reading the outbox failed", "error", err)

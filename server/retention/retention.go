@@ -64,7 +64,28 @@ type Config struct {
 	// PauseFile, if set, is a test hook: after the first batch of rows is
 	// deleted the run creates the file and waits until it is removed.
 	PauseFile string
+	// Instances makes collections run on one server instance at a time
+	// when several share the database; nil: this is the only one.
+	Instances Instances
 }
+
+// Instances is what a collection asks of the server instances
+// (server/instance.Instance).
+type Instances interface {
+	// RunExclusive runs fn unless another instance runs name, which is
+	// an error of kind storage.ErrConflict naming that instance.
+	RunExclusive(ctx context.Context, name string, fn func(ctx context.Context) error) error
+	// TakeFor reports whether this instance takes name for d.
+	TakeFor(ctx context.Context, name string, d time.Duration) (bool, error)
+}
+
+// Lease names (server/instance): gcLease is held while a collection runs
+// on some instance; gcPeriodicLease spends one automatic run's interval,
+// so the instances' timers together run one collection per Interval.
+const (
+	gcLease         = "gc"
+	gcPeriodicLease = "gc:periodic"
+)
 
 // Collector runs collections, one at a time.
 type Collector struct {
@@ -140,7 +161,20 @@ func (c *Collector) Start(ctx context.Context) {
 					}
 				}
 			case <-gc:
-				if _, err := c.Run(ctx, false); err != nil && ctx.Err() == nil {
+				if c.cfg.Instances != nil {
+					took, err := c.cfg.Instances.TakeFor(ctx, gcPeriodicLease, c.cfg.Interval*9/10)
+					if err != nil || !took {
+						if err != nil && ctx.Err() == nil {
+							c.log.Warn("retention: taking the periodic collection's lease failed", "error", err)
+						}
+						continue // another instance runs this interval's collection
+					}
+				}
+				_, err := c.Run(ctx, false)
+				switch {
+				case errors.Is(err, storage.ErrConflict):
+					c.log.Info("retention: periodic collection skipped", "reason", err)
+				case err != nil && ctx.Err() == nil:
 					c.log.Error("retention: collection failed", "error", err)
 				}
 			}
@@ -150,10 +184,24 @@ func (c *Collector) Start(ctx context.Context) {
 
 // Run collects once; dry lists what a run would delete and deletes
 // nothing. A run that fails or is killed leaves nothing inconsistent: the
-// next run finishes it.
+// next run finishes it. Runs on this instance wait for each other; one
+// asked while another server instance collects is refused with an error
+// of kind storage.ErrConflict naming that instance (the work tables are
+// shared), and does not run.
 func (c *Collector) Run(ctx context.Context, dry bool) (rep Report, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.cfg.Instances == nil {
+		return c.run(ctx, dry)
+	}
+	err = c.cfg.Instances.RunExclusive(ctx, gcLease, func(ctx context.Context) error {
+		rep, err = c.run(ctx, dry)
+		return err
+	})
+	return rep, err
+}
+
+func (c *Collector) run(ctx context.Context, dry bool) (rep Report, err error) {
 	start := time.Now()
 	rep = Report{DryRun: dry, Paths: []adminapi.GCPath{}, Objects: []string{}}
 	defer func() {

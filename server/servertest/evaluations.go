@@ -106,6 +106,9 @@ func NewEvalEnv(t *testing.T, cfg server.Config) (*AdminEnv, *Evaluations) {
 	return e, fake
 }
 
+// NewEvaluations is a job loop over db for a server the test builds itself.
+func NewEvaluations(db *storage.DB) *Evaluations { return &Evaluations{db: db} }
+
 // GitRepo is a local git repository with a main branch.
 type GitRepo struct {
 	t   *testing.T
