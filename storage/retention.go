@@ -709,72 +709,75 @@ func (db *DB) GCDeleteSelected(ctx context.Context, cutoff, now, usedSince time.
 	// order aborts one of the two; retried like the job transactions.
 	err = db.jobTx(ctx, func(tx *sql.Tx) error {
 		deleted = deleted[:0]
-		// The batch: the first gcBatch selected rows, so every selected
-		// row up to the last one's key (one run at a time changes
-		// gc_sweep). Three statements a batch, not three a row.
-		var n int
-		var lastCache, lastHash string
-		err := tx.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(cache_id), '') FROM (
-			SELECT cache_id FROM gc_sweep ORDER BY cache_id, store_hash LIMIT $1) b`, gcBatch).Scan(&n, &lastCache)
-		if err != nil || n == 0 {
-			return err
-		}
-		if err := tx.QueryRowContext(ctx, `SELECT MAX(store_hash) FROM (SELECT cache_id, store_hash FROM gc_sweep
-			ORDER BY cache_id, store_hash LIMIT $1) b WHERE cache_id = $2`, gcBatch, lastCache).Scan(&lastHash); err != nil {
-			return err
-		}
-		more = n == gcBatch
-		inBatch := `(s.cache_id < $1 OR (s.cache_id = $1 AND s.store_hash <= $2))`
-		// The recheck is part of the DELETE's own WHERE, evaluated per row
-		// (PostgreSQL evaluates it again on a row a concurrent transaction
-		// changed, once that commits).
-		rows, err := tx.QueryContext(ctx, `DELETE FROM cache_paths WHERE EXISTS (SELECT 1 FROM gc_sweep s
-				WHERE `+inBatch+` AND s.cache_id = cache_paths.cache_id AND s.store_hash = cache_paths.store_hash
-				AND s.object_key = cache_paths.object_key)
-			AND created_at <= $3 AND (reused_at IS NULL OR reused_at <= $3)
-			AND NOT (pushed AND (expires_at IS NULL OR expires_at > $4))
-			AND (last_served IS NULL OR last_served < $5)
-			RETURNING cache_id, store_hash, store_path, object_key, file_size`,
-			lastCache, lastHash, cutoff.UnixMilli(), now.UnixMilli(), usedSince.UnixMilli())
-		part, err := collect(rows, err, func(r *sql.Rows) (GCSweepEntry, error) {
-			var e GCSweepEntry
-			return e, r.Scan(&e.CacheID, &e.StoreHash, &e.StorePath, &e.ObjectKey, &e.FileSize)
+		// The batch: the first gcBatch selected rows (one run at a time
+		// changes gc_sweep, and earlier batches left it), named by key so
+		// every statement below finds its rows through an index: a
+		// statement per cache and inListMax rows, not one a row, and never
+		// a scan of cache_paths or gc_sweep per batch.
+		rows, err := tx.QueryContext(ctx, `SELECT cache_id, store_hash, reason FROM gc_sweep
+			ORDER BY cache_id, store_hash LIMIT $1`, gcBatch)
+		type key struct{ cache, hash, reason string }
+		batch, err := collect(rows, err, func(r *sql.Rows) (key, error) {
+			var k key
+			return k, r.Scan(&k.cache, &k.hash, &k.reason)
 		})
-		if err != nil {
+		if err != nil || len(batch) == 0 {
 			return err
 		}
-		if len(part) > 0 {
-			// The reasons, from the batch's selected rows.
-			reasons := map[[2]string]string{}
-			rows, err := tx.QueryContext(ctx, `SELECT cache_id, store_hash, reason FROM gc_sweep s WHERE `+inBatch, lastCache, lastHash)
-			type why struct{ cache, hash, reason string }
-			all, err := collect(rows, err, func(r *sql.Rows) (why, error) {
-				var w why
-				return w, r.Scan(&w.cache, &w.hash, &w.reason)
+		more = len(batch) == gcBatch
+		last := batch[len(batch)-1]
+		reasons := make(map[[2]string]string, len(batch))
+		for _, k := range batch {
+			reasons[[2]string{k.cache, k.hash}] = k.reason
+		}
+		for i := 0; i < len(batch); {
+			j := i
+			for j < len(batch) && j-i < inListMax && batch[j].cache == batch[i].cache {
+				j++
+			}
+			hashes := make([]string, 0, j-i)
+			for _, k := range batch[i:j] {
+				hashes = append(hashes, k.hash)
+			}
+			args, in := inList([]any{batch[i].cache, cutoff.UnixMilli(), now.UnixMilli(), usedSince.UnixMilli()}, hashes)
+			i = j
+			// The recheck is part of the DELETE's own WHERE, evaluated
+			// per row (PostgreSQL evaluates it again on a row a concurrent
+			// transaction changed, once that commits).
+			rows, err := tx.QueryContext(ctx, `DELETE FROM cache_paths WHERE cache_id = $1 AND store_hash IN (`+in+`)
+				AND EXISTS (SELECT 1 FROM gc_sweep s WHERE s.cache_id = cache_paths.cache_id
+					AND s.store_hash = cache_paths.store_hash AND s.object_key = cache_paths.object_key)
+				AND created_at <= $2 AND (reused_at IS NULL OR reused_at <= $2)
+				AND NOT (pushed AND (expires_at IS NULL OR expires_at > $3))
+				AND (last_served IS NULL OR last_served < $4)
+				RETURNING cache_id, store_hash, store_path, object_key, file_size`, args...)
+			part, err := collect(rows, err, func(r *sql.Rows) (GCSweepEntry, error) {
+				var e GCSweepEntry
+				return e, r.Scan(&e.CacheID, &e.StoreHash, &e.StorePath, &e.ObjectKey, &e.FileSize)
 			})
 			if err != nil {
 				return err
 			}
-			for _, w := range all {
-				reasons[[2]string{w.cache, w.hash}] = w.reason
-			}
 			for i := range part {
 				part[i].Reason = reasons[[2]string{part[i].CacheID, part[i].StoreHash}]
 			}
-			slices.SortFunc(part, func(a, b GCSweepEntry) int {
+			deleted = append(deleted, part...)
+		}
+		inBatch := `(s.cache_id, s.store_hash) <= ($1, $2)`
+		if len(deleted) > 0 {
+			slices.SortFunc(deleted, func(a, b GCSweepEntry) int {
 				return cmp.Or(strings.Compare(a.CacheID, b.CacheID), strings.Compare(a.StoreHash, b.StoreHash))
 			})
-			deleted = part
 			// Every object of the batch no row references any more.
 			if _, err := tx.ExecContext(ctx, `INSERT INTO nar_deletions (object_key, file_size, queued_at)
 				SELECT s.object_key, MAX(s.file_size), $3 FROM gc_sweep s WHERE `+inBatch+`
 				AND NOT EXISTS (SELECT 1 FROM cache_paths cp WHERE cp.object_key = s.object_key)
-				GROUP BY s.object_key ON CONFLICT (object_key) DO NOTHING`, lastCache, lastHash, nowMillis()); err != nil {
+				GROUP BY s.object_key ON CONFLICT (object_key) DO NOTHING`, last.cache, last.hash, nowMillis()); err != nil {
 				return err
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM gc_sweep WHERE cache_id < $1 OR (cache_id = $1 AND store_hash <= $2)`,
-			lastCache, lastHash); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM gc_sweep WHERE (cache_id, store_hash) <= ($1, $2)`,
+			last.cache, last.hash); err != nil {
 			return err
 		}
 		db.gcHook(func(h *GCHooks) func() { return h.DeleteBatchDeleted })

@@ -36,9 +36,9 @@ const (
 	DefaultInterval = 24 * time.Hour
 )
 
-// listMax bounds the paths and objects a report names; the counts are
-// always complete.
-const listMax = 100_000
+// listMax bounds the paths and objects a report names (the rest is
+// counted, never held): a run's memory does not grow with what it frees.
+const listMax = 1000
 
 // Content is what the binary cache does for a collection.
 type Content interface {

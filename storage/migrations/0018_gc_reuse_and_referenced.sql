@@ -16,3 +16,7 @@ CREATE TABLE gc_referenced (
     store_hash TEXT NOT NULL,
     PRIMARY KEY (cache_id, store_hash)
 );
+
+-- A dry run lists the objects only selected rows reference in key order,
+-- a batch at a time.
+CREATE INDEX gc_sweep_object_key ON gc_sweep (object_key);
