@@ -124,17 +124,41 @@ func (db *DB) DeleteQueuedObjects(ctx context.Context, keys []string, limit int,
 			if err := db.lockObject(ctx, tx, q.Key); err != nil {
 				return err
 			}
-			referenced, err := exists(ctx, tx, `SELECT 1 FROM cache_paths WHERE object_key = $1 LIMIT 1`, q.Key)
+		}
+		// With every lock held: which are referenced again, one
+		// statement per inListMax objects rather than one an object.
+		referenced := map[string]bool{}
+		for part := range slices.Chunk(queued, inListMax) {
+			keys := make([]string, len(part))
+			for i, q := range part {
+				keys[i] = q.Key
+			}
+			args, in := inList(nil, keys)
+			rows, err := tx.QueryContext(ctx, `SELECT DISTINCT object_key FROM cache_paths WHERE object_key IN (`+in+`)`, args...)
+			used, err := collect(rows, err, scanString)
 			if err != nil {
 				return err
 			}
-			if !referenced {
-				if err := del(ctx, q.Key); err != nil {
-					return fmt.Errorf("delete object %s: %w", q.Key, err)
-				}
-				deleted = append(deleted, q)
+			for _, k := range used {
+				referenced[k] = true
 			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM nar_deletions WHERE object_key = $1`, q.Key); err != nil {
+		}
+		for _, q := range queued {
+			if referenced[q.Key] {
+				continue
+			}
+			if err := del(ctx, q.Key); err != nil {
+				return fmt.Errorf("delete object %s: %w", q.Key, err)
+			}
+			deleted = append(deleted, q)
+		}
+		for part := range slices.Chunk(queued, inListMax) {
+			keys := make([]string, len(part))
+			for i, q := range part {
+				keys[i] = q.Key
+			}
+			args, in := inList(nil, keys)
+			if _, err := tx.ExecContext(ctx, `DELETE FROM nar_deletions WHERE object_key IN (`+in+`)`, args...); err != nil {
 				return err
 			}
 		}
