@@ -354,7 +354,7 @@ func (c *Collector) deleteQueued(ctx context.Context, rep *Report) error {
 		return nil
 	}
 	for {
-		deleted, err := c.cfg.DB.DeleteQueuedObjects(ctx, nil, 100, del)
+		deleted, err := c.cfg.DB.DeleteQueuedObjects(ctx, nil, 250, del)
 		if err != nil {
 			return fmt.Errorf("delete objects: %w", err)
 		}
