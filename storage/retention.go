@@ -11,6 +11,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -146,6 +148,19 @@ func (db *DB) GCReset(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// GCAnalyze refreshes PostgreSQL's statistics of cache_paths and the work
+// tables; a no-op on SQLite, whose plans here need none. Without them
+// (autovacuum has not analyzed yet after a bulk upload or a refill) the
+// planner guessed a cache's rows few and looked paths up by cache alone,
+// reading every row of the cache per statement.
+func (db *DB) GCAnalyze(ctx context.Context) error {
+	if db.engine != EnginePostgres {
+		return nil
+	}
+	_, err := db.exec(ctx, `ANALYZE cache_paths, gc_marks, gc_sweep`)
+	return err
 }
 
 // KeptEvaluations returns, per project, the evaluations retention keeps:
@@ -614,10 +629,13 @@ func (db *DB) insertReferenced(ctx context.Context, cacheID string, hashes []str
 	})
 }
 
-// GCUnselectMarked drops from gc_sweep what a mark made since reaches.
-func (db *DB) GCUnselectMarked(ctx context.Context) error {
-	_, err := db.exec(ctx, `DELETE FROM gc_sweep WHERE EXISTS (SELECT 1 FROM gc_marks m
-		WHERE m.cache_id = gc_sweep.cache_id AND m.store_hash = gc_sweep.store_hash)`)
+// GCUnselectMarked drops from gc_sweep what the marks of generation
+// fromGen on reach. Earlier marks were unselected when they were made (or
+// kept their rows out of gc_sweep), so only the new marks are walked, not
+// all of gc_sweep.
+func (db *DB) GCUnselectMarked(ctx context.Context, fromGen int) error {
+	_, err := db.exec(ctx, `DELETE FROM gc_sweep WHERE (cache_id, store_hash) IN
+		(SELECT cache_id, store_hash FROM gc_marks WHERE gen >= $1)`, fromGen)
 	return err
 }
 
@@ -763,17 +781,34 @@ func (db *DB) GCDeleteSelected(ctx context.Context, cutoff, now, usedSince time.
 			}
 			deleted = append(deleted, part...)
 		}
-		inBatch := `(s.cache_id, s.store_hash) <= ($1, $2)`
 		if len(deleted) > 0 {
 			slices.SortFunc(deleted, func(a, b GCSweepEntry) int {
 				return cmp.Or(strings.Compare(a.CacheID, b.CacheID), strings.Compare(a.StoreHash, b.StoreHash))
 			})
-			// Every object of the batch no row references any more.
-			if _, err := tx.ExecContext(ctx, `INSERT INTO nar_deletions (object_key, file_size, queued_at)
-				SELECT s.object_key, MAX(s.file_size), $3 FROM gc_sweep s WHERE `+inBatch+`
-				AND NOT EXISTS (SELECT 1 FROM cache_paths cp WHERE cp.object_key = s.object_key)
-				GROUP BY s.object_key ON CONFLICT (object_key) DO NOTHING`, last.cache, last.hash, nowMillis()); err != nil {
-				return err
+			// Every object of the batch no row references any more, named
+			// by key (a range of gc_sweep grouped by object could walk all
+			// of gc_sweep in object order).
+			sizes := map[string]int64{}
+			for _, e := range deleted {
+				sizes[e.ObjectKey] = max(sizes[e.ObjectKey], e.FileSize)
+			}
+			keys := slices.Sorted(maps.Keys(sizes))
+			for part := range slices.Chunk(keys, inListMax/2) {
+				var b strings.Builder
+				args := []any{nowMillis()}
+				for i, k := range part {
+					if i > 0 {
+						b.WriteString(", ")
+					}
+					args = append(args, k, sizes[k])
+					fmt.Fprintf(&b, "($%d, CAST($%d AS BIGINT))", len(args)-1, len(args))
+				}
+				if _, err := tx.ExecContext(ctx, `INSERT INTO nar_deletions (object_key, file_size, queued_at)
+					SELECT v.column1, v.column2, $1 FROM (VALUES `+b.String()+`) v
+					WHERE NOT EXISTS (SELECT 1 FROM cache_paths cp WHERE cp.object_key = v.column1)
+					ON CONFLICT (object_key) DO NOTHING`, args...); err != nil {
+					return err
+				}
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM gc_sweep WHERE (cache_id, store_hash) <= ($1, $2)`,

@@ -175,6 +175,9 @@ func (c *Collector) Run(ctx context.Context, dry bool) (rep Report, err error) {
 	if err := db.GCReset(ctx); err != nil {
 		return rep, fmt.Errorf("reset: %w", err)
 	}
+	if err := db.GCAnalyze(ctx); err != nil {
+		return rep, fmt.Errorf("statistics: %w", err)
+	}
 	markStart := time.Now()
 	cutoff := markStart.Add(-c.cfg.Grace)
 	kept, err := db.KeptEvaluations(ctx, c.cfg.DefaultKeep)
@@ -208,6 +211,9 @@ func (c *Collector) Run(ctx context.Context, dry bool) (rep Report, err error) {
 	}
 	if err := db.GCSelectUnreachable(ctx, cutoff); err != nil {
 		return rep, fmt.Errorf("select unreachable: %w", err)
+	}
+	if err := db.GCAnalyze(ctx); err != nil { // gc_marks and gc_sweep were filled
+		return rep, fmt.Errorf("statistics: %w", err)
 	}
 	sizes, err := db.CacheSizes(ctx)
 	if err != nil {
@@ -310,13 +316,14 @@ func (c *Collector) remark(ctx context.Context, gen int, since time.Time) (int, 
 		}
 	}
 	gen++
+	first := gen
 	if err := db.GCMarkRoots(ctx, gen, time.Now()); err != nil {
 		return gen, err
 	}
 	if gen, err = c.propagate(ctx, gen); err != nil {
 		return gen, err
 	}
-	return gen, db.GCUnselectMarked(ctx)
+	return gen, db.GCUnselectMarked(ctx, first)
 }
 
 func (c *Collector) dryReport(ctx context.Context, rep *Report, kept map[string]bool, cutoff time.Time) error {
