@@ -3,7 +3,7 @@ package storage
 // The queries of a cache collection (server/retention): settings, the
 // mark of what roots reach, the selection of what goes, and its deletion
 // in batches. Everything a run visits lives in tables (gc_roots, gc_marks,
-// gc_sweep), so a run's memory does not grow with the cache: Go holds one
+// gc_referenced, gc_sweep), so a run's memory does not grow with the cache: Go holds one
 // batch at a time. docs/protocol/cache.md §10.1 has the rules.
 
 import (
@@ -11,6 +11,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -139,13 +141,26 @@ func (db *DB) NoteCachePathsServed(ctx context.Context, served []CacheServed) er
 // GCReset empties the previous run's work tables.
 func (db *DB) GCReset(ctx context.Context) error {
 	return db.inTx(ctx, func(tx *sql.Tx) error {
-		for _, t := range []string{"gc_marks", "gc_roots", "gc_sweep"} {
+		for _, t := range []string{"gc_marks", "gc_roots", "gc_referenced", "gc_sweep"} {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+t); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// GCAnalyze refreshes PostgreSQL's statistics of cache_paths and the work
+// tables; a no-op on SQLite, whose plans here need none. Without them
+// (autovacuum has not analyzed yet after a bulk upload or a refill) the
+// planner guessed a cache's rows few and looked paths up by cache alone,
+// reading every row of the cache per statement.
+func (db *DB) GCAnalyze(ctx context.Context) error {
+	if db.engine != EnginePostgres {
+		return nil
+	}
+	_, err := db.exec(ctx, `ANALYZE cache_paths, gc_marks, gc_sweep`)
+	return err
 }
 
 // KeptEvaluations returns, per project, the evaluations retention keeps:
@@ -293,10 +308,11 @@ func (db *DB) GCMarkRoots(ctx context.Context, gen int, now time.Time) error {
 	return err
 }
 
-// GCMarkRecent marks, as generation gen, the paths uploaded after cutoff.
+// GCMarkRecent marks, as generation gen, the paths uploaded after cutoff,
+// and those a Push answer reused after it (ReuseCachePaths).
 func (db *DB) GCMarkRecent(ctx context.Context, gen int, cutoff time.Time) error {
 	_, err := db.exec(ctx, `INSERT INTO gc_marks (cache_id, store_hash, gen, kind)
-		SELECT cache_id, store_hash, $1, $2 FROM cache_paths WHERE created_at > $3
+		SELECT cache_id, store_hash, $1, $2 FROM cache_paths WHERE created_at > $3 OR reused_at > $3
 		ON CONFLICT DO NOTHING`, gen, RootRecent, cutoff.UnixMilli())
 	return err
 }
@@ -394,7 +410,7 @@ func (db *DB) GCSelectUnreachable(ctx context.Context, cutoff time.Time) error {
 		if _, err := db.exec(ctx, `INSERT INTO gc_sweep (cache_id, store_hash, store_path, object_key, file_size, reason)
 			SELECT cp.cache_id, cp.store_hash, cp.store_path, cp.object_key, cp.file_size, 'unreachable'
 			FROM cache_paths cp JOIN caches c ON c.id = cp.cache_id
-			WHERE `+cond+` AND c.max_bytes IS NULL AND cp.created_at <= $3
+			WHERE `+cond+` AND c.max_bytes IS NULL AND cp.created_at <= $3 AND (cp.reused_at IS NULL OR cp.reused_at <= $3)
 			AND NOT EXISTS (SELECT 1 FROM gc_marks m WHERE m.cache_id = cp.cache_id AND m.store_hash = cp.store_hash)
 			ON CONFLICT DO NOTHING`, args...); err != nil {
 			return err
@@ -436,11 +452,6 @@ func (db *DB) CacheSizes(ctx context.Context) ([]CacheSize, error) {
 // returns, so they never count as protected.
 const rootCapKept = "cap-kept"
 
-// referencedScratch is the gc_roots project_id under which GCSelectOverCap
-// notes the hashes some row of a capped cache references (never a
-// project's ID, so GCMarkRoots never joins it to a cache).
-func referencedScratch(cacheID string) string { return "referenced-in:" + cacheID }
-
 // GCSelectOverCap, for a capped cache above its cap, keeps the most
 // recently used unmarked paths that no other row of the cache references
 // (the "tops"), each with its whole closure, while the cache's kept bytes
@@ -459,13 +470,12 @@ func (db *DB) GCSelectOverCap(ctx context.Context, cacheID string, max int64, ge
 	if size <= max {
 		return size, gen, nil
 	}
-	scratch := referencedScratch(cacheID)
 	defer func() {
 		// Best effort: GCReset empties both tables at the next run anyway.
-		db.exec(context.WithoutCancel(ctx), `DELETE FROM gc_roots WHERE project_id = $1`, scratch)
+		db.exec(context.WithoutCancel(ctx), `DELETE FROM gc_referenced WHERE cache_id = $1`, cacheID)
 		db.exec(context.WithoutCancel(ctx), `DELETE FROM gc_marks WHERE cache_id = $1 AND kind = $2`, cacheID, rootCapKept)
 	}()
-	if err := db.gcNoteReferenced(ctx, cacheID, scratch); err != nil {
+	if err := db.gcNoteReferenced(ctx, cacheID); err != nil {
 		return size, gen, err
 	}
 	sumMarked := func(fromGen int) (int64, error) {
@@ -490,9 +500,9 @@ func (db *DB) GCSelectOverCap(ctx context.Context, cacheID string, max int64, ge
 				SELECT cp.store_hash, COALESCE(cp.last_served, cp.created_at) AS used
 				FROM cache_paths cp WHERE cp.cache_id = $1
 				AND NOT EXISTS (SELECT 1 FROM gc_marks m WHERE m.cache_id = cp.cache_id AND m.store_hash = cp.store_hash)
-				AND NOT EXISTS (SELECT 1 FROM gc_roots r WHERE r.project_id = $2 AND r.store_hash = cp.store_hash)) c
-			WHERE used < $3 OR (used = $3 AND store_hash < $4)
-			ORDER BY used DESC, store_hash DESC LIMIT $5`, cacheID, scratch, beforeUsed, beforeHash, batch)
+				AND NOT EXISTS (SELECT 1 FROM gc_referenced r WHERE r.cache_id = cp.cache_id AND r.store_hash = cp.store_hash)) c
+			WHERE used < $2 OR (used = $2 AND store_hash < $3)
+			ORDER BY used DESC, store_hash DESC LIMIT $4`, cacheID, beforeUsed, beforeHash, batch)
 		type top struct {
 			hash string
 			used int64
@@ -562,9 +572,13 @@ func (db *DB) GCSelectOverCap(ctx context.Context, cacheID string, max int64, ge
 	return size - selected, gen, nil
 }
 
-// gcNoteReferenced records in gc_roots, under scratch, every hash a row
-// of the cache references (itself aside), a batch of rows at a time.
-func (db *DB) gcNoteReferenced(ctx context.Context, cacheID, scratch string) error {
+// gcNoteReferenced records in gc_referenced every hash a row of the cache
+// references (itself aside), a batch of rows at a time. It first empties
+// the cache's set: what an interrupted run left is never read.
+func (db *DB) gcNoteReferenced(ctx context.Context, cacheID string) error {
+	if _, err := db.exec(ctx, `DELETE FROM gc_referenced WHERE cache_id = $1`, cacheID); err != nil {
+		return err
+	}
 	after := ""
 	for {
 		rows, err := db.sql.QueryContext(ctx, `SELECT store_hash, refs FROM cache_paths
@@ -586,7 +600,7 @@ func (db *DB) gcNoteReferenced(ctx context.Context, cacheID, scratch string) err
 			}
 			after = x.hash
 		}
-		if err := db.insertRoots(ctx, scratch, hashes); err != nil {
+		if err := db.insertReferenced(ctx, cacheID, hashes); err != nil {
 			return err
 		}
 		if len(part) < gcBatch {
@@ -595,10 +609,33 @@ func (db *DB) gcNoteReferenced(ctx context.Context, cacheID, scratch string) err
 	}
 }
 
-// GCUnselectMarked drops from gc_sweep what a mark made since reaches.
-func (db *DB) GCUnselectMarked(ctx context.Context) error {
-	_, err := db.exec(ctx, `DELETE FROM gc_sweep WHERE EXISTS (SELECT 1 FROM gc_marks m
-		WHERE m.cache_id = gc_sweep.cache_id AND m.store_hash = gc_sweep.store_hash)`)
+func (db *DB) insertReferenced(ctx context.Context, cacheID string, hashes []string) error {
+	if len(hashes) == 0 {
+		return nil
+	}
+	return db.inTx(ctx, func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, `INSERT INTO gc_referenced (cache_id, store_hash) VALUES ($1, $2)
+			ON CONFLICT DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, h := range hashes {
+			if _, err := st.ExecContext(ctx, cacheID, h); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GCUnselectMarked drops from gc_sweep what the marks of generation
+// fromGen on reach. Earlier marks were unselected when they were made (or
+// kept their rows out of gc_sweep), so only the new marks are walked, not
+// all of gc_sweep.
+func (db *DB) GCUnselectMarked(ctx context.Context, fromGen int) error {
+	_, err := db.exec(ctx, `DELETE FROM gc_sweep WHERE (cache_id, store_hash) IN
+		(SELECT cache_id, store_hash FROM gc_marks WHERE gen >= $1)`, fromGen)
 	return err
 }
 
@@ -670,15 +707,16 @@ func (db *DB) GCObjectsFreed(ctx context.Context, fn func(key string, size int64
 }
 
 // GCDeleteSelected deletes the next batch of selected rows, rechecked
-// in the DELETE itself (not pushed again, not uploaded after cutoff, same
-// object, not touched — last_served — at or after usedSince, the start of
+// in the DELETE itself (not pushed again, not uploaded or reused after
+// cutoff, same object, not touched — last_served — at or after usedSince, the start of
 // the run's latest mark), queues the objects no row references any more
 // in the same transaction, and returns the rows deleted and whether
 // selected rows remain.
 //
 // The touch check is what makes a writer that relies on a row safe
 // without a lock of its own (docs/protocol/cache.md §10.1): MarkBuildsCached
-// touches the rows in its transaction. On PostgreSQL a DELETE that meets
+// touches the rows in its transaction, ReuseCachePaths (a Push answer)
+// sets reused_at. On PostgreSQL a DELETE that meets
 // a row a concurrent transaction touched waits for it and re-evaluates its
 // WHERE on the touched row (READ COMMITTED), and a touch that meets a
 // deleted row updates nothing; on SQLite the transactions run one at a
@@ -689,72 +727,92 @@ func (db *DB) GCDeleteSelected(ctx context.Context, cutoff, now, usedSince time.
 	// order aborts one of the two; retried like the job transactions.
 	err = db.jobTx(ctx, func(tx *sql.Tx) error {
 		deleted = deleted[:0]
-		// The batch: the first gcBatch selected rows, so every selected
-		// row up to the last one's key (one run at a time changes
-		// gc_sweep). Three statements a batch, not three a row.
-		var n int
-		var lastCache, lastHash string
-		err := tx.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(cache_id), '') FROM (
-			SELECT cache_id FROM gc_sweep ORDER BY cache_id, store_hash LIMIT $1) b`, gcBatch).Scan(&n, &lastCache)
-		if err != nil || n == 0 {
-			return err
-		}
-		if err := tx.QueryRowContext(ctx, `SELECT MAX(store_hash) FROM (SELECT cache_id, store_hash FROM gc_sweep
-			ORDER BY cache_id, store_hash LIMIT $1) b WHERE cache_id = $2`, gcBatch, lastCache).Scan(&lastHash); err != nil {
-			return err
-		}
-		more = n == gcBatch
-		inBatch := `(s.cache_id < $1 OR (s.cache_id = $1 AND s.store_hash <= $2))`
-		// The recheck is part of the DELETE's own WHERE, evaluated per row
-		// (PostgreSQL evaluates it again on a row a concurrent transaction
-		// changed, once that commits).
-		rows, err := tx.QueryContext(ctx, `DELETE FROM cache_paths WHERE EXISTS (SELECT 1 FROM gc_sweep s
-				WHERE `+inBatch+` AND s.cache_id = cache_paths.cache_id AND s.store_hash = cache_paths.store_hash
-				AND s.object_key = cache_paths.object_key)
-			AND created_at <= $3
-			AND NOT (pushed AND (expires_at IS NULL OR expires_at > $4))
-			AND (last_served IS NULL OR last_served < $5)
-			RETURNING cache_id, store_hash, store_path, object_key, file_size`,
-			lastCache, lastHash, cutoff.UnixMilli(), now.UnixMilli(), usedSince.UnixMilli())
-		part, err := collect(rows, err, func(r *sql.Rows) (GCSweepEntry, error) {
-			var e GCSweepEntry
-			return e, r.Scan(&e.CacheID, &e.StoreHash, &e.StorePath, &e.ObjectKey, &e.FileSize)
+		// The batch: the first gcBatch selected rows (one run at a time
+		// changes gc_sweep, and earlier batches left it), named by key so
+		// every statement below finds its rows through an index: a
+		// statement per cache and inListMax rows, not one a row, and never
+		// a scan of cache_paths or gc_sweep per batch.
+		rows, err := tx.QueryContext(ctx, `SELECT cache_id, store_hash, reason FROM gc_sweep
+			ORDER BY cache_id, store_hash LIMIT $1`, gcBatch)
+		type key struct{ cache, hash, reason string }
+		batch, err := collect(rows, err, func(r *sql.Rows) (key, error) {
+			var k key
+			return k, r.Scan(&k.cache, &k.hash, &k.reason)
 		})
-		if err != nil {
+		if err != nil || len(batch) == 0 {
 			return err
 		}
-		if len(part) > 0 {
-			// The reasons, from the batch's selected rows.
-			reasons := map[[2]string]string{}
-			rows, err := tx.QueryContext(ctx, `SELECT cache_id, store_hash, reason FROM gc_sweep s WHERE `+inBatch, lastCache, lastHash)
-			type why struct{ cache, hash, reason string }
-			all, err := collect(rows, err, func(r *sql.Rows) (why, error) {
-				var w why
-				return w, r.Scan(&w.cache, &w.hash, &w.reason)
+		more = len(batch) == gcBatch
+		last := batch[len(batch)-1]
+		reasons := make(map[[2]string]string, len(batch))
+		for _, k := range batch {
+			reasons[[2]string{k.cache, k.hash}] = k.reason
+		}
+		for i := 0; i < len(batch); {
+			j := i
+			for j < len(batch) && j-i < inListMax && batch[j].cache == batch[i].cache {
+				j++
+			}
+			hashes := make([]string, 0, j-i)
+			for _, k := range batch[i:j] {
+				hashes = append(hashes, k.hash)
+			}
+			args, in := inList([]any{batch[i].cache, cutoff.UnixMilli(), now.UnixMilli(), usedSince.UnixMilli()}, hashes)
+			i = j
+			// The recheck is part of the DELETE's own WHERE, evaluated
+			// per row (PostgreSQL evaluates it again on a row a concurrent
+			// transaction changed, once that commits).
+			rows, err := tx.QueryContext(ctx, `DELETE FROM cache_paths WHERE cache_id = $1 AND store_hash IN (`+in+`)
+				AND EXISTS (SELECT 1 FROM gc_sweep s WHERE s.cache_id = cache_paths.cache_id
+					AND s.store_hash = cache_paths.store_hash AND s.object_key = cache_paths.object_key)
+				AND created_at <= $2 AND (reused_at IS NULL OR reused_at <= $2)
+				AND NOT (pushed AND (expires_at IS NULL OR expires_at > $3))
+				AND (last_served IS NULL OR last_served < $4)
+				RETURNING cache_id, store_hash, store_path, object_key, file_size`, args...)
+			part, err := collect(rows, err, func(r *sql.Rows) (GCSweepEntry, error) {
+				var e GCSweepEntry
+				return e, r.Scan(&e.CacheID, &e.StoreHash, &e.StorePath, &e.ObjectKey, &e.FileSize)
 			})
 			if err != nil {
 				return err
 			}
-			for _, w := range all {
-				reasons[[2]string{w.cache, w.hash}] = w.reason
-			}
 			for i := range part {
 				part[i].Reason = reasons[[2]string{part[i].CacheID, part[i].StoreHash}]
 			}
-			slices.SortFunc(part, func(a, b GCSweepEntry) int {
+			deleted = append(deleted, part...)
+		}
+		if len(deleted) > 0 {
+			slices.SortFunc(deleted, func(a, b GCSweepEntry) int {
 				return cmp.Or(strings.Compare(a.CacheID, b.CacheID), strings.Compare(a.StoreHash, b.StoreHash))
 			})
-			deleted = part
-			// Every object of the batch no row references any more.
-			if _, err := tx.ExecContext(ctx, `INSERT INTO nar_deletions (object_key, file_size, queued_at)
-				SELECT s.object_key, MAX(s.file_size), $3 FROM gc_sweep s WHERE `+inBatch+`
-				AND NOT EXISTS (SELECT 1 FROM cache_paths cp WHERE cp.object_key = s.object_key)
-				GROUP BY s.object_key ON CONFLICT (object_key) DO NOTHING`, lastCache, lastHash, nowMillis()); err != nil {
-				return err
+			// Every object of the batch no row references any more, named
+			// by key (a range of gc_sweep grouped by object could walk all
+			// of gc_sweep in object order).
+			sizes := map[string]int64{}
+			for _, e := range deleted {
+				sizes[e.ObjectKey] = max(sizes[e.ObjectKey], e.FileSize)
+			}
+			keys := slices.Sorted(maps.Keys(sizes))
+			for part := range slices.Chunk(keys, inListMax/2) {
+				var b strings.Builder
+				args := []any{nowMillis()}
+				for i, k := range part {
+					if i > 0 {
+						b.WriteString(", ")
+					}
+					args = append(args, k, sizes[k])
+					fmt.Fprintf(&b, "($%d, CAST($%d AS BIGINT))", len(args)-1, len(args))
+				}
+				if _, err := tx.ExecContext(ctx, `INSERT INTO nar_deletions (object_key, file_size, queued_at)
+					SELECT v.column1, v.column2, $1 FROM (VALUES `+b.String()+`) v
+					WHERE NOT EXISTS (SELECT 1 FROM cache_paths cp WHERE cp.object_key = v.column1)
+					ON CONFLICT (object_key) DO NOTHING`, args...); err != nil {
+					return err
+				}
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM gc_sweep WHERE cache_id < $1 OR (cache_id = $1 AND store_hash <= $2)`,
-			lastCache, lastHash); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM gc_sweep WHERE (cache_id, store_hash) <= ($1, $2)`,
+			last.cache, last.hash); err != nil {
 			return err
 		}
 		db.gcHook(func(h *GCHooks) func() { return h.DeleteBatchDeleted })
@@ -786,6 +844,57 @@ func touchCachePaths(ctx context.Context, tx *sql.Tx, projectID string, hashes [
 		}
 	}
 	return all, nil
+}
+
+// ReuseCachePaths is FindCachePaths for a Push answer: it returns the
+// rows of storeHashes in cacheIDs and sets their reused_at to now in the
+// same statement, so for the grace period they count as uploaded now and
+// a collection keeps them while the worker, told they are cached, skips
+// their upload and uploads what references them (docs/protocol/cache.md
+// §10.1). A row a collection deleted first is not returned: the path is
+// answered uncached and uploaded again.
+func (db *DB) ReuseCachePaths(ctx context.Context, cacheIDs, storeHashes []string) ([]CachePath, error) {
+	if len(cacheIDs) == 0 || len(storeHashes) == 0 {
+		return nil, nil
+	}
+	args, caches := inList([]any{nowMillis()}, cacheIDs)
+	args, hashes := inList(args, storeHashes)
+	var found []CachePath
+	// A deadlock with a collection's batch deleting rows in another
+	// order aborts one of the two; retried like the job transactions.
+	err := db.jobTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `UPDATE cache_paths SET reused_at = $1
+			WHERE cache_id IN (`+caches+`) AND store_hash IN (`+hashes+`)
+			RETURNING `+cachePathColumns+`, store_hash`, args...)
+		type row struct {
+			p    CachePath
+			hash string
+		}
+		all, err := collect(rows, err, func(r *sql.Rows) (row, error) {
+			var x row
+			var refs string
+			var created int64
+			err := r.Scan(&x.p.CacheID, &x.p.StorePath, &x.p.NarHash, &x.p.NarSize, &x.p.FileHash, &x.p.FileSize,
+				&x.p.Compression, &refs, &x.p.Deriver, &x.p.CA, &x.p.ObjectKey, &created, &x.hash)
+			x.p.References = strings.Fields(refs)
+			x.p.CreatedAt = fromMillis(created)
+			return x, err
+		})
+		if err != nil {
+			return err
+		}
+		// FindCachePaths' order: by path, then cache.
+		slices.SortFunc(all, func(a, b row) int {
+			return cmp.Or(strings.Compare(a.hash, b.hash), strings.Compare(a.p.CacheID, b.p.CacheID))
+		})
+		found = found[:0]
+		for _, x := range all {
+			found = append(found, x.p)
+		}
+		db.gcHook(func(h *GCHooks) func() { return h.ReuseTouched })
+		return nil
+	})
+	return found, err
 }
 
 // GCQueueOrphans queues, of keys (objects the NAR store holds), those no

@@ -45,6 +45,9 @@ type GCHooks struct {
 	// CachedTouched runs inside MarkBuildsCached's transaction after it
 	// touched the rows it relies on, before it commits.
 	CachedTouched func()
+	// ReuseTouched runs inside ReuseCachePaths' transaction after it set
+	// the rows' reused_at, before it commits.
+	ReuseTouched func()
 }
 
 // SetGCHooksForTest installs hooks (nil: none). Set it before the DB is
@@ -108,4 +111,12 @@ func (db *DB) BulkLoadCachePathsForTest(ctx context.Context, cacheID string, n, 
 		}
 	}
 	return nil
+}
+
+// AgeCachePathsForTest moves every row's upload, reuse and serve times d
+// into the past, so tests of the grace period need not wait for it.
+func (db *DB) AgeCachePathsForTest(ctx context.Context, d time.Duration) error {
+	_, err := db.exec(ctx, `UPDATE cache_paths SET created_at = created_at - $1,
+		reused_at = reused_at - $1, last_served = last_served - $1`, d.Milliseconds())
+	return err
 }

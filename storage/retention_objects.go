@@ -52,10 +52,28 @@ func (db *DB) lockObject(ctx context.Context, q querier, key string) error {
 	if db.engine != EnginePostgres {
 		return nil
 	}
+	_, err := q.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, objectLockClass, objectLockID(key))
+	return err
+}
+
+// lockObjects takes the locks of keys, in their order, in one statement
+// (unnest yields the array in order).
+func (db *DB) lockObjects(ctx context.Context, tx *sql.Tx, keys []string) error {
+	if db.engine != EnginePostgres || len(keys) == 0 {
+		return nil
+	}
+	ids := make([]int32, len(keys))
+	for i, k := range keys {
+		ids[i] = objectLockID(k)
+	}
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) AS t(k)`, objectLockClass, ids)
+	return err
+}
+
+func objectLockID(key string) int32 {
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	_, err := q.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, objectLockClass, int32(h.Sum32()))
-	return err
+	return int32(h.Sum32())
 }
 
 // checkFirstReference runs with the object's lock held, before a row
@@ -120,21 +138,47 @@ func (db *DB) DeleteQueuedObjects(ctx context.Context, keys []string, limit int,
 		// Sorted: concurrent holders of several object locks take them
 		// in one order.
 		slices.SortFunc(queued, func(a, b QueuedObject) int { return strings.Compare(a.Key, b.Key) })
-		for _, q := range queued {
-			if err := db.lockObject(ctx, tx, q.Key); err != nil {
-				return err
+		keys := make([]string, len(queued))
+		for i, q := range queued {
+			keys[i] = q.Key
+		}
+		if err := db.lockObjects(ctx, tx, keys); err != nil {
+			return err
+		}
+		// With every lock held: which are referenced again, one
+		// statement per inListMax objects rather than one an object.
+		referenced := map[string]bool{}
+		for part := range slices.Chunk(queued, inListMax) {
+			keys := make([]string, len(part))
+			for i, q := range part {
+				keys[i] = q.Key
 			}
-			referenced, err := exists(ctx, tx, `SELECT 1 FROM cache_paths WHERE object_key = $1 LIMIT 1`, q.Key)
+			args, in := inList(nil, keys)
+			rows, err := tx.QueryContext(ctx, `SELECT DISTINCT object_key FROM cache_paths WHERE object_key IN (`+in+`)`, args...)
+			used, err := collect(rows, err, scanString)
 			if err != nil {
 				return err
 			}
-			if !referenced {
-				if err := del(ctx, q.Key); err != nil {
-					return fmt.Errorf("delete object %s: %w", q.Key, err)
-				}
-				deleted = append(deleted, q)
+			for _, k := range used {
+				referenced[k] = true
 			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM nar_deletions WHERE object_key = $1`, q.Key); err != nil {
+		}
+		for _, q := range queued {
+			if referenced[q.Key] {
+				continue
+			}
+			if err := del(ctx, q.Key); err != nil {
+				return fmt.Errorf("delete object %s: %w", q.Key, err)
+			}
+			deleted = append(deleted, q)
+		}
+		for part := range slices.Chunk(queued, inListMax) {
+			keys := make([]string, len(part))
+			for i, q := range part {
+				keys[i] = q.Key
+			}
+			args, in := inList(nil, keys)
+			if _, err := tx.ExecContext(ctx, `DELETE FROM nar_deletions WHERE object_key IN (`+in+`)`, args...); err != nil {
 				return err
 			}
 		}

@@ -177,7 +177,7 @@ type GCReport struct {
 	Objects      []string         `json:"objects"`
 	ObjectsFreed int64            `json:"objects_freed"`
 	BytesFreed   int64            `json:"bytes_freed"` // of NAR objects
-	Truncated    bool             `json:"truncated"`   // lists cut at 100,000
+	Truncated    bool             `json:"truncated"`   // lists cut at 1,000 entries each; the counts are complete
 	LogsPruned   int64            `json:"evaluations_logs_pruned"`
 	LogBytes     int64            `json:"log_bytes_freed"`
 	Protected    map[string]int64 `json:"protected"` // paths per root kind

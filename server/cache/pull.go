@@ -74,7 +74,7 @@ func (c *Conn) serve(ctx context.Context, jobID, storePath string, resume *wire.
 	caches, err := c.scope.Readable(ctx)
 	var found map[string][]storage.CachePath
 	if err == nil {
-		found, err = c.lookup(ctx, caches, []string{storePath})
+		found, err = c.lookup(ctx, caches, []string{storePath}, false)
 	}
 	if err != nil {
 		if ctx.Err() == nil {

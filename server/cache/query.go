@@ -56,7 +56,9 @@ func (c *Conn) answerQuery(ctx context.Context, q *wire.CacheQuery) (wire.Server
 	if err != nil {
 		return nil, err
 	}
-	found, err := c.lookup(ctx, caches, q.Paths)
+	// A Push answer's rows are reused (touched): the worker skips their
+	// upload, so a collection must keep them (docs/protocol/cache.md §10.1).
+	found, err := c.lookup(ctx, caches, q.Paths, q.Mode == wire.QueryPush)
 	if err != nil {
 		return nil, err
 	}
@@ -94,8 +96,10 @@ func (c *Conn) answerQuery(ctx context.Context, q *wire.CacheQuery) (wire.Server
 }
 
 // lookup finds the rows of paths in caches, keyed by the path as the
-// client wrote it. Paths whose hash part is malformed are ignored.
-func (c *Conn) lookup(ctx context.Context, caches []storage.Cache, paths []string) (map[string][]storage.CachePath, error) {
+// client wrote it; reuse marks the rows found as reused now
+// (storage.DB.ReuseCachePaths). Paths whose hash part is malformed are
+// ignored.
+func (c *Conn) lookup(ctx context.Context, caches []storage.Cache, paths []string, reuse bool) (map[string][]storage.CachePath, error) {
 	if len(caches) == 0 || len(paths) == 0 {
 		return nil, nil
 	}
@@ -115,7 +119,11 @@ func (c *Conn) lookup(ctx context.Context, caches []storage.Cache, paths []strin
 		}
 		pathsOf[h] = append(pathsOf[h], p)
 	}
-	rows, err := c.s.db.FindCachePaths(ctx, ids, hashes)
+	find := c.s.db.FindCachePaths
+	if reuse {
+		find = c.s.db.ReuseCachePaths
+	}
+	rows, err := find(ctx, ids, hashes)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +237,7 @@ func (c *Conn) goKnownDerivations(q *wire.QueryKnownDerivations) {
 			caches, err = c.scope.Readable(ctx)
 		}
 		if err == nil {
-			found, err = c.lookup(ctx, caches, outputs)
+			found, err = c.lookup(ctx, caches, outputs, false)
 		}
 		if err != nil {
 			// "Nothing known" only costs a longer evaluation walk.

@@ -159,8 +159,9 @@ func (us *uploads) grant(u *upload) {
 	u.lease = lease
 	us.mu.Unlock()
 	// Stored already (maybe by the upload we waited for): record it in
-	// every cache of the scope and skip.
-	found, err := c.lookup(u.ctx, caches, []string{u.storePath})
+	// every cache of the scope and skip; the row is reused like a Push
+	// answer's, so a collection keeps it (docs/protocol/cache.md §10.1).
+	found, err := c.lookup(u.ctx, caches, []string{u.storePath}, true)
 	if err == nil && len(found[u.storePath]) > 0 {
 		if err = c.s.recordInCaches(u.ctx, found[u.storePath][0], caches); err == nil {
 			if us.take(u) {

@@ -36,9 +36,9 @@ const (
 	DefaultInterval = 24 * time.Hour
 )
 
-// listMax bounds the paths and objects a report names; the counts are
-// always complete.
-const listMax = 100_000
+// listMax bounds the paths and objects a report names (the rest is
+// counted, never held): a run's memory does not grow with what it frees.
+const listMax = 1000
 
 // Content is what the binary cache does for a collection.
 type Content interface {
@@ -223,6 +223,9 @@ func (c *Collector) run(ctx context.Context, dry bool) (rep Report, err error) {
 	if err := db.GCReset(ctx); err != nil {
 		return rep, fmt.Errorf("reset: %w", err)
 	}
+	if err := db.GCAnalyze(ctx); err != nil {
+		return rep, fmt.Errorf("statistics: %w", err)
+	}
 	markStart := time.Now()
 	cutoff := markStart.Add(-c.cfg.Grace)
 	kept, err := db.KeptEvaluations(ctx, c.cfg.DefaultKeep)
@@ -256,6 +259,9 @@ func (c *Collector) run(ctx context.Context, dry bool) (rep Report, err error) {
 	}
 	if err := db.GCSelectUnreachable(ctx, cutoff); err != nil {
 		return rep, fmt.Errorf("select unreachable: %w", err)
+	}
+	if err := db.GCAnalyze(ctx); err != nil { // gc_marks and gc_sweep were filled
+		return rep, fmt.Errorf("statistics: %w", err)
 	}
 	sizes, err := db.CacheSizes(ctx)
 	if err != nil {
@@ -358,13 +364,14 @@ func (c *Collector) remark(ctx context.Context, gen int, since time.Time) (int, 
 		}
 	}
 	gen++
+	first := gen
 	if err := db.GCMarkRoots(ctx, gen, time.Now()); err != nil {
 		return gen, err
 	}
 	if gen, err = c.propagate(ctx, gen); err != nil {
 		return gen, err
 	}
-	return gen, db.GCUnselectMarked(ctx)
+	return gen, db.GCUnselectMarked(ctx, first)
 }
 
 func (c *Collector) dryReport(ctx context.Context, rep *Report, kept map[string]bool, cutoff time.Time) error {
@@ -402,7 +409,7 @@ func (c *Collector) deleteQueued(ctx context.Context, rep *Report) error {
 		return nil
 	}
 	for {
-		deleted, err := c.cfg.DB.DeleteQueuedObjects(ctx, nil, 100, del)
+		deleted, err := c.cfg.DB.DeleteQueuedObjects(ctx, nil, 250, del)
 		if err != nil {
 			return fmt.Errorf("delete objects: %w", err)
 		}
