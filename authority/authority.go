@@ -144,6 +144,7 @@ type Authority struct {
 	// session (nil without Claims); renewalDone closes when it has.
 	stopRenewal chan struct{}
 	renewalDone chan struct{}
+	stopOnce    sync.Once
 }
 
 // New builds an authority; it accepts sessions until Close.
@@ -189,7 +190,7 @@ func (a *Authority) Close() {
 	a.wg.Wait()
 	if a.stopRenewal != nil {
 		// Renewed while the sessions drained; each released its claim.
-		close(a.stopRenewal)
+		a.stopOnce.Do(func() { close(a.stopRenewal) })
 		<-a.renewalDone
 	}
 }

@@ -42,6 +42,9 @@ type ClaimedSession struct {
 // DefaultClaimRenewal is how often an authority renews its claims.
 const DefaultClaimRenewal = 5 * time.Second
 
+// claimCallTimeout bounds one renewal or release.
+const claimCallTimeout = 5 * time.Second
+
 // newNonce tells one session of a worker ID from the next in its claim.
 func newNonce() string {
 	var b [12]byte
@@ -87,7 +90,7 @@ func (a *Authority) releaseConn(conn *workerConn) {
 	conn.isClaimed = false
 	conn.mu.Unlock()
 	if claimed {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), claimCallTimeout)
 		if err := a.cfg.Claims.Release(ctx, conn.claimed()); err != nil {
 			// Its lease runs out instead.
 			a.log.Warn("releasing the worker ID's claim failed", "worker", conn.workerID, "error", err)
@@ -132,7 +135,9 @@ func (a *Authority) renewOnce() {
 	if len(list) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.cfg.ClaimRenewal)
+	// Bounded by the lease rather than the interval: a slow renewal
+	// still extends it, and the ticker skips the ticks it overran.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), claimCallTimeout)
 	defer cancel()
 	lost, err := a.cfg.Claims.Renew(ctx, list)
 	if err != nil {

@@ -1,0 +1,219 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gradient.dev/gradient/internal/testlog"
+	"gradient.dev/gradient/internal/waitfor"
+	"gradient.dev/gradient/server/admin"
+	"gradient.dev/gradient/session"
+	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/sqldb/sqldbtest"
+	"gradient.dev/gradient/wire"
+)
+
+// Short leases, so a dead instance's claims run out within the test.
+const (
+	testSessionRenewal = 100 * time.Millisecond
+	testSessionLease   = 2 * time.Second
+)
+
+// twoInstances is two servers, each with its own connection pool, on one
+// PostgreSQL database, as two processes behind a load balancer would be.
+func twoInstances(t *testing.T) (a, b *testEnv) {
+	t.Helper()
+	dbURL := sqldbtest.PostgresURL(t)
+	open := func() *storage.DB {
+		db, err := storage.Open(t.Context(), dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	cfg := func(id string) Config {
+		return Config{InstanceID: id, SessionRenewal: testSessionRenewal, SessionLease: testSessionLease,
+			AdminTokenHash: sha256Hex(testAdminToken)}
+	}
+	a = newEnv(t, open(), cfg("instance-a"))
+	b = a.sibling(open(), cfg("instance-b"))
+	for _, e := range []*testEnv{a, b} {
+		select {
+		case <-e.srv.claims.listening:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never listened for session notes", e.srv.cfg.InstanceID)
+		}
+	}
+	return a, b
+}
+
+// sibling is another server instance on db (the same database as e's),
+// sharing e's team, projects and cache.
+func (e *testEnv) sibling(db *storage.DB, cfg Config) *testEnv {
+	t := e.t
+	logs := &testlog.Buffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.HandshakeTimeout = 15 * time.Second
+	srv := New(db, cfg)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+		if t.Failed() {
+			t.Logf("%s log:\n%s", cfg.InstanceID, logs.String())
+		}
+	})
+	return &testEnv{t: t, db: db, srv: srv, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto", logs: logs,
+		team: e.team, project: e.project, bare: e.bare, cache: e.cache}
+}
+
+func (e *testEnv) admin(t *testing.T) *adminEnv {
+	return &adminEnv{t: t, db: e.db, srv: e.srv, base: "http" + strings.TrimSuffix(strings.TrimPrefix(e.url, "ws"), "/proto"),
+		token: testAdminToken, logs: e.logs}
+}
+
+// pump reads w's session in the background, as a live worker does (so it
+// answers the server's pings), and hands over what it reads.
+func (w *testWorker) pump() <-chan wire.ServerMessage {
+	out := make(chan wire.ServerMessage, 16)
+	go func() {
+		defer close(out)
+		for {
+			m, err := w.sess.Recv(context.Background())
+			if err != nil {
+				return
+			}
+			out <- m
+		}
+	}()
+	return out
+}
+
+func next(t *testing.T, in <-chan wire.ServerMessage) wire.ServerMessage {
+	t.Helper()
+	select {
+	case m, ok := <-in:
+		if !ok {
+			t.Fatal("the worker's session ended")
+		}
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message within 10 s")
+	}
+	return nil
+}
+
+// A worker ID holds one session across instances: a second connection to
+// the other instance gets 496 and the first session stays; the other
+// instance lists the session (on which instance, for which projects) and
+// its reauth reaches the session where it lives.
+func TestSessionsAcrossInstances(t *testing.T) {
+	t.Parallel()
+	a, b := twoInstances(t)
+	id := newWorkerID(t)
+	token := a.register(storage.PeerProject, a.project.ID, id)
+	tokens := map[string]string{a.project.ID: token}
+	w := a.mustConnect(id, tokens)
+	msgs := w.pump()
+
+	b.expectReject(id, tokens, 496, "worker already connected")
+	if !a.srv.auth.WorkerStatus(id).Live {
+		t.Fatal("the session on instance A did not survive the connection to B")
+	}
+	// Again on A itself: the in-memory rule, as before.
+	a.expectReject(id, tokens, 496, "worker already connected")
+
+	// B shows A's session, live, with A's name and the project.
+	st := b.srv.WorkerStatus(id)
+	if !st.Live || st.Instance != "instance-a" || !slices.Equal(st.Projects, []string{a.project.ID}) {
+		t.Fatalf("B's view of the worker: %+v", st)
+	}
+	var listed []admin.ProjectWorker
+	b.admin(t).must(200, "GET", projectPath(a.project.ID)+"/workers", nil, &listed)
+	if len(listed) != 1 || !listed[0].Live || listed[0].Instance != "instance-a" {
+		t.Fatalf("B's worker list: %+v", listed)
+	}
+
+	// A registration made through B's admin API reauths the session on A.
+	var cred admin.NewCredential
+	b.admin(t).must(201, "POST", "/api/v1/registrations", map[string]any{"peer_kind": "cache", "peer": a.cache.Name, "worker_id": id}, &cred)
+	a.remember(cred.Token)
+	if !cred.Reauthorized {
+		t.Error("B did not report the session on A reauthorized")
+	}
+	ch, ok := next(t, msgs).(*wire.AuthChallenge)
+	if !ok || !slices.Contains(ch.Peers, a.cache.ID) {
+		t.Fatalf("challenge %#v", ch)
+	}
+	w.tokens[a.cache.ID] = cred.Token
+	w.sess.Send(w.auth.Answer(ch))
+	if up, ok := next(t, msgs).(*wire.AuthUpdate); !ok || !slices.Contains(up.AuthorizedPeers, a.cache.ID) {
+		t.Fatalf("update %#v", up)
+	}
+	// The renewal carries the new grant to B's view.
+	waitfor.True(t, "B's view of the new grant", func() bool {
+		return slices.Contains(b.srv.WorkerStatus(id).Projects, a.project.ID) && b.srv.WorkerStatus(id).Live
+	})
+
+	// A clean close frees the worker ID at once (no lease to wait for).
+	w.sess.Close(session.CloseNormal, "moving to B")
+	waitfor.True(t, "A releasing the worker ID", func() bool { return !b.srv.WorkerStatus(id).Live })
+	w2 := b.mustConnect(id, w.tokens)
+	w2.pump()
+	if st := a.srv.WorkerStatus(id); !st.Live || st.Instance != "instance-b" {
+		t.Fatalf("A's view of the session on B: %+v", st)
+	}
+}
+
+// A holder on another instance that no longer answers (its socket died
+// half-open) is probed by its own instance when the worker connects to
+// the other: that attempt still gets 496, the next one wins.
+func TestSessionsProbeAcrossInstances(t *testing.T) {
+	t.Parallel()
+	a, b := twoInstances(t)
+	id := newWorkerID(t)
+	token := a.register(storage.PeerProject, a.project.ID, id)
+	tokens := map[string]string{a.project.ID: token}
+	a.mustConnect(id, tokens) // never read: it answers no ping
+
+	b.expectReject(id, tokens, 496, "worker already connected")
+	if a.srv.auth.Holds(id) {
+		t.Fatal("A kept the session that did not answer B's probe")
+	}
+	w := b.mustConnect(id, tokens)
+	w.pump()
+	if st := a.srv.WorkerStatus(id); !st.Live || st.Instance != "instance-b" {
+		t.Fatalf("A's view after the reconnect: %+v", st)
+	}
+}
+
+// An instance that dies (here: its database connections gone, then its
+// process's sessions) releases nothing: its claims stay until their lease
+// runs out, then its worker connects to the other instance.
+func TestSessionsOfDeadInstanceExpire(t *testing.T) {
+	t.Parallel()
+	a, b := twoInstances(t)
+	id := newWorkerID(t)
+	token := a.register(storage.PeerProject, a.project.ID, id)
+	tokens := map[string]string{a.project.ID: token}
+	a.mustConnect(id, tokens).pump()
+	waitfor.True(t, "the claim on A", func() bool { return b.srv.WorkerStatus(id).Instance == "instance-a" })
+
+	a.db.Close() // no renewal, no release, no notes any more
+	a.srv.Close()
+	if st := b.srv.WorkerStatus(id); !st.Live || st.Instance != "instance-a" {
+		t.Fatalf("the dead instance's claim went before its lease: %+v", st)
+	}
+	waitfor.True(t, "the dead instance's lease running out", func() bool { return !b.srv.WorkerStatus(id).Live })
+	w := b.mustConnect(id, tokens)
+	w.pump()
+	if st := b.srv.WorkerStatus(id); !st.Live || st.Instance != "instance-b" {
+		t.Fatalf("after the lease: %+v", st)
+	}
+}
