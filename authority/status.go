@@ -23,8 +23,8 @@ type WorkerStatus struct {
 	Host *HostStatus `json:"host,omitempty"`
 	// DialedURL is set while the server's own dial holds the session.
 	DialedURL string `json:"dialed_url,omitempty"`
-	// Instance is the server instance holding the live session (several
-	// instances share one database).
+	// Instance is the server instance holding the live session, set
+	// where several instances may share one database (Config.Claims).
 	Instance string `json:"instance,omitempty"`
 	// OfflineReason is the last failure or disconnect of the worker ID,
 	// empty while it is live.
@@ -105,12 +105,21 @@ func (a *Authority) statusOf(conn *workerConn) WorkerStatus {
 		Live:         true,
 		ConnectedAt:  conn.connectedAt,
 		DialedURL:    conn.dialURL,
-		Instance:     a.cfg.Instance,
+		Instance:     a.instance(),
 		Projects:     slices.Clone(conn.grant.Projects),
 		Capabilities: conn.capabilities.Names(),
 		Draining:     conn.draining,
 		Host:         hostStatus(conn.workerCaps, conn.workerLoad),
 	}
+}
+
+// instance names this authority in WorkerStatus where instances share
+// claims; "" for the only one.
+func (a *Authority) instance() string {
+	if a.cfg.Claims == nil {
+		return ""
+	}
+	return a.cfg.Instance
 }
 
 // Session is the established session holding workerID, nil while none
