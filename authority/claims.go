@@ -66,15 +66,18 @@ func (a *Authority) claim(ctx context.Context, conn *workerConn) (d handshake.De
 	s.Status = a.statusOf(conn)
 	holder, err := claims.Claim(ctx, s)
 	if err != nil {
+		a.metrics.claims.WithLabelValues("failed").Inc()
 		a.log.Warn("claiming the worker ID failed", "worker", conn.workerID, "error", err)
 		return d, false, err
 	}
 	if holder == "" {
+		a.metrics.claims.WithLabelValues("claimed").Inc()
 		conn.mu.Lock()
 		conn.isClaimed = true
 		conn.mu.Unlock()
 		return d, true, nil
 	}
+	a.metrics.claims.WithLabelValues("held elsewhere").Inc()
 	pctx, cancel := context.WithTimeout(ctx, holderProbeTimeout+holderReleaseWait+time.Second)
 	dropped, err := claims.ProbeHolder(pctx, holder, conn.workerID)
 	cancel()
@@ -157,6 +160,7 @@ func (a *Authority) renewOnce() {
 		if !still {
 			continue
 		}
+		a.metrics.claims.WithLabelValues("lost").Inc()
 		a.log.Warn("worker session claim lost to another instance", "worker", id)
 		if sess != nil {
 			sess.Drop("worker ID claimed by another server instance after this instance's lease ran out")

@@ -55,8 +55,9 @@ const (
 	noteProbed     = "probed"
 	noteReauth     = "reauth"
 	noteDisconnect = "disconnect"
-	// maxRemoteProbes bounds the probes this instance runs for others.
-	maxRemoteProbes = 16
+	// maxRemoteRequests bounds the probes and reauths this instance runs
+	// for others at once.
+	maxRemoteRequests = 16
 	// maxNoteReason bounds a disconnect reason taken from a note.
 	maxNoteReason = 256
 	// maxSessionStatus bounds a session's status read from a claim.
@@ -66,7 +67,7 @@ const (
 func newSessionClaims(s *Server) *sessionClaims {
 	return &sessionClaims{
 		s: s, db: s.db, log: s.log.With("instance", s.cfg.InstanceID), instance: s.cfg.InstanceID, lease: s.cfg.SessionLease,
-		listening: make(chan struct{}), probes: map[string]chan bool{}, busy: make(chan struct{}, maxRemoteProbes),
+		listening: make(chan struct{}), probes: map[string]chan bool{}, busy: make(chan struct{}, maxRemoteRequests),
 	}
 }
 
@@ -177,23 +178,16 @@ func (c *sessionClaims) handle(ctx context.Context, payload string) {
 			}
 		}
 	case noteProbe:
-		select {
-		case c.busy <- struct{}{}:
-		default:
-			c.log.Warn("too many probes asked by other instances; this one is not run", "worker", worker, "from", n.From)
-			return
-		}
-		go func() {
-			defer func() { <-c.busy }()
+		c.run(n, func() {
 			dropped := c.s.auth.ProbeHolder(ctx, worker)
 			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			if err := c.send(sctx, sessionNote{To: n.From, Kind: noteProbed, Worker: worker, ID: n.ID, Dropped: dropped}); err != nil {
 				c.log.Warn("answering another instance's probe failed", "worker", worker, "error", err)
 			}
-		}()
+		})
 	case noteReauth:
-		go c.s.auth.Reauth(worker)
+		c.run(n, func() { c.s.auth.Reauth(worker) })
 	case noteDisconnect:
 		reason := n.Reason
 		if len(reason) > maxNoteReason {
@@ -203,6 +197,24 @@ func (c *sessionClaims) handle(ctx context.Context, payload string) {
 	default:
 		c.log.Warn("session note of an unknown kind ignored", "kind", n.Kind, "from", n.From)
 	}
+}
+
+// run runs what a note asks on a goroutine of the server's, at most
+// maxRemoteRequests at once: beyond them the note is dropped (the asking
+// instance's probe times out into a 496 the worker retries).
+func (c *sessionClaims) run(n sessionNote, f func()) {
+	select {
+	case c.busy <- struct{}{}:
+	default:
+		c.log.Warn("too many requests from other instances; one is dropped", "kind", n.Kind, "worker", n.Worker, "from", n.From)
+		return
+	}
+	// The listener is one of the server's goroutines, so the count is
+	// above zero here, as WaitGroup.Go needs while Close may wait.
+	c.s.wg.Go(func() {
+		defer func() { <-c.busy }()
+		f()
+	})
 }
 
 // remoteHolder is the instance other than this one whose unexpired claim
