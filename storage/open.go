@@ -38,6 +38,11 @@ type DB struct {
 	// sealer, when set, seals caches' signing keys at rest (SealSecretsWith).
 	sealer SecretSealer
 
+	// channel is the worker sessions' notification channel, named once
+	// (sessionsChannel).
+	channelMu sync.Mutex
+	channel   string
+
 	// objectCheck, when set, confirms a NAR object exists before its
 	// first reference is inserted (retention_objects.go).
 	objectCheck ObjectCheck

@@ -2,9 +2,13 @@ package storage
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"time"
+
+	"gradient.dev/gradient/storage/sqldb"
 )
 
 // WorkerSession is one instance's claim on a worker ID (table
@@ -21,9 +25,25 @@ type WorkerSession struct {
 	Status []byte
 }
 
-// WorkerSessionsChannel is the PostgreSQL notification channel on which
-// instances ask each other about the sessions they hold.
-const WorkerSessionsChannel = "gradient_worker_sessions"
+// sessionsChannel is the PostgreSQL notification channel on which
+// instances ask each other about the sessions they hold. Notifications go
+// to the whole database, so the channel is named after the schema the
+// instances share: deployments in other schemas of the database never
+// hear them.
+func (db *DB) sessionsChannel(ctx context.Context) (string, error) {
+	db.channelMu.Lock()
+	defer db.channelMu.Unlock()
+	if db.channel != "" {
+		return db.channel, nil
+	}
+	var schema string
+	if err := db.sql.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(schema))
+	db.channel = "gradient_worker_sessions_" + hex.EncodeToString(sum[:8])
+	return db.channel, nil
+}
 
 // dbNowMillis is the database's clock in milliseconds: leases are compared
 // with one clock, whatever the instances' clocks say.
@@ -140,14 +160,28 @@ func scanWorkerSession(rows *sql.Rows) (WorkerSession, error) {
 	return s, nil
 }
 
-// NotifyWorkerSessions sends payload on WorkerSessionsChannel
-// (PostgreSQL only).
+// NotifyWorkerSessions sends payload to the instances sharing this
+// database schema (PostgreSQL only).
 func (db *DB) NotifyWorkerSessions(ctx context.Context, payload string) error {
-	return db.base.Notify(ctx, WorkerSessionsChannel, payload)
+	if db.engine != EnginePostgres {
+		return sqldb.ErrNoNotifications
+	}
+	channel, err := db.sessionsChannel(ctx)
+	if err != nil {
+		return err
+	}
+	return db.base.Notify(ctx, channel, payload)
 }
 
-// ListenWorkerSessions listens on WorkerSessionsChannel until ctx ends or
-// the connection fails (sqldb.DB.Listen; PostgreSQL only).
+// ListenWorkerSessions listens to what NotifyWorkerSessions sends until
+// ctx ends or the connection fails (sqldb.DB.Listen; PostgreSQL only).
 func (db *DB) ListenWorkerSessions(ctx context.Context, ready func(), handle func(payload string)) error {
-	return db.base.Listen(ctx, WorkerSessionsChannel, ready, handle)
+	if db.engine != EnginePostgres {
+		return sqldb.ErrNoNotifications
+	}
+	channel, err := db.sessionsChannel(ctx)
+	if err != nil {
+		return err
+	}
+	return db.base.Listen(ctx, channel, ready, handle)
 }

@@ -122,8 +122,8 @@ func TestWorkerSessionClaimRace(t *testing.T) {
 	}
 }
 
-// Notes between instances: a listener gets what another pool sends;
-// SQLite has none.
+// Notes between instances: a listener gets what another pool on its
+// schema sends, not what one in another schema does; SQLite has none.
 func TestWorkerSessionNotes(t *testing.T) {
 	t.Parallel()
 	url := freshPostgresURL(t)
@@ -139,6 +139,11 @@ func TestWorkerSessionNotes(t *testing.T) {
 	case <-ready:
 	case <-time.After(10 * time.Second):
 		t.Fatal("never listening")
+	}
+	// A deployment in another schema of the same database is not heard.
+	other := openTestDB(t, freshPostgresURL(t))
+	if err := other.NotifyWorkerSessions(t.Context(), `{"to":"other schema"}`); err != nil {
+		t.Fatal(err)
 	}
 	if err := sender.NotifyWorkerSessions(t.Context(), `{"to":"a"}`); err != nil {
 		t.Fatal(err)
