@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -191,7 +192,8 @@ func (c *sessionClaims) handle(ctx context.Context, payload string) {
 	case noteDisconnect:
 		reason := n.Reason
 		if len(reason) > maxNoteReason {
-			reason = reason[:maxNoteReason]
+			// A close frame's reason must stay valid UTF-8.
+			reason = strings.ToValidUTF8(reason[:maxNoteReason], "")
 		}
 		c.s.auth.Disconnect(worker, reason)
 	default:
