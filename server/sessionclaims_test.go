@@ -165,10 +165,23 @@ func TestSessionsAcrossInstances(t *testing.T) {
 	w.sess.Close(session.CloseNormal, "moving to B")
 	waitfor.True(t, "A releasing the worker ID", func() bool { return !b.srv.WorkerStatus(id).Live })
 	w2 := b.mustConnect(id, w.tokens)
-	w2.pump()
+	msgs2 := w2.pump()
 	if st := a.srv.WorkerStatus(id); !st.Live || st.Instance != "instance-b" {
 		t.Fatalf("A's view of the session on B: %+v", st)
 	}
+
+	// Deactivated through A, the worker's session on B ends at once.
+	a.admin(t).must(200, "POST", "/api/v1/workers/"+id+"/deactivate", nil, nil)
+	deadline := time.After(10 * time.Second)
+	for ended := false; !ended; {
+		select {
+		case _, open := <-msgs2:
+			ended = !open
+		case <-deadline:
+			t.Fatal("the session on B outlived the deactivation on A")
+		}
+	}
+	waitfor.True(t, "B freeing the deactivated worker", func() bool { return !b.srv.auth.Holds(id) })
 }
 
 // A holder on another instance that no longer answers (its socket died
