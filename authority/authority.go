@@ -46,6 +46,14 @@ type Config struct {
 	// handshake or checking its credentials (limit.Budget).
 	HandshakesPerIP int
 	Logger          *slog.Logger
+	// Claims keeps one session per worker ID across the server instances
+	// sharing a database; nil: this authority is the only one.
+	Claims Claims
+	// ClaimRenewal is how often Claims are renewed
+	// (DefaultClaimRenewal); the lease must outlast several renewals.
+	ClaimRenewal time.Duration
+	// Instance names this server instance in WorkerStatus.
+	Instance string
 	// Metrics takes the authority's series; nil registers them nowhere.
 	Metrics prometheus.Registerer
 	// MetricsPrefix starts every series name ("gradient_server").
@@ -73,6 +81,9 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.ClaimRenewal <= 0 {
+		c.ClaimRenewal = DefaultClaimRenewal
 	}
 	if c.Metrics == nil {
 		c.Metrics = prometheus.NewRegistry()
@@ -129,6 +140,11 @@ type Authority struct {
 	// arrives while Close runs is refused instead of racing it.
 	closeMu sync.Mutex
 	closed  bool
+	// stopRenewal ends the claims' renewal once Close has drained every
+	// session (nil without Claims); renewalDone closes when it has.
+	stopRenewal chan struct{}
+	renewalDone chan struct{}
+	stopOnce    sync.Once
 }
 
 // New builds an authority; it accepts sessions until Close.
@@ -146,6 +162,13 @@ func New(cfg Config) *Authority {
 	}
 	a.metrics = newMetrics(a)
 	a.accepting.Store(true)
+	if cfg.Claims != nil {
+		a.stopRenewal, a.renewalDone = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(a.renewalDone)
+			a.renewClaims(a.stopRenewal)
+		}()
+	}
 	return a
 }
 
@@ -165,6 +188,11 @@ func (a *Authority) Close() {
 	a.closed = true
 	a.closeMu.Unlock()
 	a.wg.Wait()
+	if a.stopRenewal != nil {
+		// Renewed while the sessions drained; each released its claim.
+		a.stopOnce.Do(func() { close(a.stopRenewal) })
+		<-a.renewalDone
+	}
 }
 
 // enter counts a handler Close waits for; false once Close has begun, when

@@ -51,7 +51,7 @@ func (a *Authority) ServeDialed(ctx context.Context, d Dialed) bool {
 	defer t.Close(session.CloseNormal, "")
 	log := a.log.With("url", d.URL) // serveSession adds the worker
 
-	conn := &workerConn{connectedAt: time.Now(), dialURL: d.URL}
+	conn := &workerConn{connectedAt: time.Now(), dialURL: d.URL, nonce: newNonce()}
 	ad := &dialAdmission{a: a, conn: conn, policy: d.Policy}
 	c := session.NewConn(t, session.ConnOptions{Logger: log})
 	est, err := session.RunDialer(ctx, c, session.DialerConfig{
@@ -59,7 +59,7 @@ func (a *Authority) ServeDialed(ctx context.Context, d Dialed) bool {
 	})
 	if err != nil {
 		if ad.reserved {
-			a.live.release(conn)
+			a.releaseConn(conn)
 		}
 		a.dialHandshakeFailed(d, conn, c, err)
 		return false

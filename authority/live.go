@@ -17,6 +17,7 @@ type workerConn struct {
 	connectedAt time.Time
 	dialURL     string // set when the server dialed the worker
 	remote      string // the worker-dialed connection's source address (RemoteAddr)
+	nonce       string // tells this session from the worker ID's next in its claim
 
 	// mu is a leaf (docs/LOCKS.md): nothing that locks runs under it, so
 	// the job loop and the proxy's hub may read a session (LiveWorker's
@@ -32,6 +33,9 @@ type workerConn struct {
 	workerCaps   *wire.WorkerCapabilities
 	workerLoad   *wire.WorkerMetrics
 	draining     bool
+	// isClaimed: the worker ID's claim across instances (Config.Claims)
+	// is this session's, to renew and release.
+	isClaimed bool
 	// reauthPending: a reauth asked for while the handshake was finishing,
 	// run once the session is up.
 	reauthPending bool
@@ -94,6 +98,9 @@ func (l *liveSessions) reserve(ctx context.Context, c *workerConn) bool {
 
 // probe pings the session of holder and drops it when no pong arrives.
 func (l *liveSessions) probe(ctx context.Context, holder *workerConn, released <-chan struct{}) {
+	if holder == nil {
+		return
+	}
 	holder.mu.Lock()
 	sess := holder.sess
 	holder.mu.Unlock()

@@ -17,6 +17,7 @@ type metrics struct {
 	shed             *prometheus.CounterVec
 	messages         *prometheus.CounterVec
 	reauths          *prometheus.CounterVec
+	claims           *prometheus.CounterVec
 }
 
 // handshakeBuckets span a loopback handshake (milliseconds, one argon2id
@@ -48,8 +49,12 @@ func newMetrics(a *Authority) *metrics {
 			Name: p + "_reauths_total",
 			Help: "Reauthorizations of live workers, by who asked (server: a registration or grant changed; worker: its peers file did) and outcome: sent, joined an outstanding one, deferred until the session is up, or failed.",
 		}, []string{"initiator", "outcome"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: p + "_session_claims_total",
+			Help: "Worker IDs' claims across server instances sharing a database, by outcome: claimed, held elsewhere (answered 496), failed (the database), lost (taken over after this instance's lease ran out).",
+		}, []string{"outcome"}),
 	}
-	collectors := []prometheus.Collector{m.handshakes, m.handshakeSeconds, m.refused, m.shed, m.messages, m.reauths,
+	collectors := []prometheus.Collector{m.handshakes, m.handshakeSeconds, m.refused, m.shed, m.messages, m.reauths, m.claims,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: p + "_workers_connected", Help: "Worker sessions up or handshaking.",
 		}, func() float64 { return float64(a.live.count()) }),

@@ -84,7 +84,7 @@ func (ad *admission) Authorize(ctx context.Context, workerID string, tokens []wi
 	if g.Rejected() {
 		return g.Decision, nil
 	}
-	return ad.a.admit(ctx, ad.conn, workerID, g, &ad.reserved), nil
+	return ad.a.admit(ctx, ad.conn, workerID, g, &ad.reserved)
 }
 
 // dialAdmission is the session.Admitter (and reauthorizer) of one session
@@ -107,7 +107,7 @@ func (ad *dialAdmission) Admit(ctx context.Context, workerID string, _ wire.Grad
 	if g.Rejected() {
 		return g.Decision, nil
 	}
-	return ad.a.admit(ctx, ad.conn, workerID, g, &ad.reserved), nil
+	return ad.a.admit(ctx, ad.conn, workerID, g, &ad.reserved)
 }
 
 func (ad *dialAdmission) Reauthorize(ctx context.Context, workerID string) (handshake.Decision, bool, error) {
@@ -121,17 +121,25 @@ func (ad *dialAdmission) Reauthorize(ctx context.Context, workerID string) (hand
 	return g.Decision, redial, nil
 }
 
-// admit gives conn the accepted grant and claims its worker ID; a second
-// connection gets 496.
-func (a *Authority) admit(ctx context.Context, conn *workerConn, workerID string, g Grant, reserved *bool) handshake.Decision {
+// admit gives conn the accepted grant and claims its worker ID, here and
+// across instances (Config.Claims); a second connection gets 496. An
+// error (the claims' database) aborts the handshake.
+func (a *Authority) admit(ctx context.Context, conn *workerConn, workerID string, g Grant, reserved *bool) (handshake.Decision, error) {
 	if g.WorkerID == "" {
 		g.WorkerID = workerID
 	}
 	conn.workerID = g.WorkerID
 	conn.grant = g
 	if !a.live.reserve(ctx, conn) {
-		return handshake.AlreadyConnected.Decide()
+		return handshake.AlreadyConnected.Decide(), nil
+	}
+	if a.cfg.Claims != nil {
+		d, ok, err := a.claim(ctx, conn)
+		if !ok {
+			a.live.release(conn)
+			return d, err
+		}
 	}
 	*reserved = true
-	return g.Decision
+	return g.Decision, nil
 }

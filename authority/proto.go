@@ -35,13 +35,13 @@ func (a *Authority) serveWorker(t session.Transport, remote string, ticket *limi
 	}
 	defer a.wg.Done()
 	ctx := a.ctx
-	conn := &workerConn{connectedAt: time.Now(), remote: remote}
+	conn := &workerConn{connectedAt: time.Now(), remote: remote, nonce: newNonce()}
 	ad := &admission{a: a, conn: conn, ticket: ticket}
 	c := session.NewConn(t, session.ConnOptions{Logger: log})
 	est, err := session.RunAuthority(ctx, c, session.AuthorityConfig{Policy: ad, Capabilities: a.capabilities(), Timeout: a.cfg.HandshakeTimeout})
 	if err != nil {
 		if ad.reserved {
-			a.live.release(conn)
+			a.releaseConn(conn)
 		}
 		if ticket.WasShed() {
 			a.metrics.handshakeEnded("shed", conn.connectedAt)
@@ -101,7 +101,7 @@ func (a *Authority) serveSession(log *slog.Logger, conn *workerConn, c *session.
 	a.cfg.Jobs.SessionEnded(live, reason)
 	// The reason first, so whoever sees the worker gone also sees why.
 	a.offline.set(workerID, reason)
-	a.live.release(conn)
+	a.releaseConn(conn)
 	log.Info("worker disconnected", "reason", reason, "connected_for", time.Since(conn.connectedAt).Round(time.Millisecond))
 }
 

@@ -23,6 +23,9 @@ type WorkerStatus struct {
 	Host *HostStatus `json:"host,omitempty"`
 	// DialedURL is set while the server's own dial holds the session.
 	DialedURL string `json:"dialed_url,omitempty"`
+	// Instance is the server instance holding the live session, set
+	// where several instances may share one database (Config.Claims).
+	Instance string `json:"instance,omitempty"`
 	// OfflineReason is the last failure or disconnect of the worker ID,
 	// empty while it is live.
 	OfflineReason string    `json:"offline_reason,omitempty"`
@@ -79,15 +82,8 @@ func (a *Authority) WorkerStatus(workerID string) WorkerStatus {
 	// A session holds the worker ID from its admission on, which is just
 	// before the worker reads its InitAck.
 	if conn := a.live.get(workerID); conn != nil {
-		conn.mu.Lock()
-		st.Live = true
-		st.ConnectedAt = conn.connectedAt
-		st.DialedURL = conn.dialURL
-		st.Projects = slices.Clone(conn.grant.Projects)
-		st.Capabilities = conn.capabilities.Names()
-		st.Draining = conn.draining
-		st.Host = hostStatus(conn.workerCaps, conn.workerLoad)
-		conn.mu.Unlock()
+		st = a.statusOf(conn)
+		st.WorkerID = workerID
 	}
 	// The reason says why the worker is away. While a session holds the
 	// ID, the one kept is of the past (a disconnect before this session,
@@ -98,6 +94,32 @@ func (a *Authority) WorkerStatus(workerID string) WorkerStatus {
 		st.OfflineReason, st.OfflineSince = r.Reason, r.At
 	}
 	return st
+}
+
+// statusOf is the live view of conn's session.
+func (a *Authority) statusOf(conn *workerConn) WorkerStatus {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	return WorkerStatus{
+		WorkerID:     conn.workerID,
+		Live:         true,
+		ConnectedAt:  conn.connectedAt,
+		DialedURL:    conn.dialURL,
+		Instance:     a.instance(),
+		Projects:     slices.Clone(conn.grant.Projects),
+		Capabilities: conn.capabilities.Names(),
+		Draining:     conn.draining,
+		Host:         hostStatus(conn.workerCaps, conn.workerLoad),
+	}
+}
+
+// instance names this authority in WorkerStatus where instances share
+// claims; "" for the only one.
+func (a *Authority) instance() string {
+	if a.cfg.Claims == nil {
+		return ""
+	}
+	return a.cfg.Instance
 }
 
 // Session is the established session holding workerID, nil while none

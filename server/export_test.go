@@ -67,3 +67,19 @@ func (s *Server) BranchPolls(result string) float64 {
 
 // NudgeForgeStatuses wakes the commit-status poster.
 func (s *Server) NudgeForgeStatuses() { s.forges.poster.Nudge() }
+
+// ClaimsListening is closed once the instance listens for other
+// instances' session notes (PostgreSQL only).
+func (s *Server) ClaimsListening() <-chan struct{} { return s.claims.listening }
+
+// InstanceID is the server's instance ID.
+func (s *Server) InstanceID() string { return s.cfg.InstanceID }
+
+// AuthorityWorkerStatus is the authority's own view of workerID (this
+// instance's sessions only).
+func (s *Server) AuthorityWorkerStatus(workerID string) authority.WorkerStatus {
+	return s.auth.WorkerStatus(workerID)
+}
+
+// AuthorityHolds reports whether this instance's authority holds workerID.
+func (s *Server) AuthorityHolds(workerID string) bool { return s.auth.Holds(workerID) }

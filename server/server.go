@@ -61,6 +61,16 @@ type Config struct {
 	// the admin API requires. Empty disables the admin API.
 	AdminTokenHash string
 	Logger         *slog.Logger
+	// InstanceID names this server process among the instances sharing
+	// one database (logs, worker sessions' claims); "" takes Instance's,
+	// else a random one.
+	InstanceID string
+	// SessionLease is how long a worker session's claim outlives its
+	// instance's last renewal on PostgreSQL (15 s): after an instance
+	// died, its workers get in elsewhere once it has run out.
+	// SessionRenewal is how often the claims are renewed (5 s).
+	SessionLease   time.Duration
+	SessionRenewal time.Duration
 
 	// DialKey seals the tokens the server presents when it dials workers
 	// (sealbox.OpenKeyFile of --dial-key-file). With a key, New starts
@@ -183,6 +193,18 @@ func (c *Config) defaults() {
 	if c.DialRescan <= 0 {
 		c.DialRescan = 30 * time.Second
 	}
+	if c.InstanceID == "" && c.Instance != nil {
+		c.InstanceID = c.Instance.ID()
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = storage.NewID()
+	}
+	if c.SessionRenewal <= 0 {
+		c.SessionRenewal = authority.DefaultClaimRenewal
+	}
+	if c.SessionLease < 2*c.SessionRenewal {
+		c.SessionLease = 3 * c.SessionRenewal
+	}
 }
 
 // Server is the Gradient server: the authority workers connect to, with
@@ -218,6 +240,9 @@ type Server struct {
 	forges *forges
 	// dashboard is the web dashboard at /.
 	dashboard *dashboard.Dashboard
+	// claims hold worker sessions across instances on PostgreSQL
+	// (sessionclaims.go); nil on SQLite, a single instance.
+	claims *sessionClaims
 
 	// ctx ends the dialer and the poller on Close.
 	ctx    context.Context
@@ -244,7 +269,15 @@ func New(db *storage.DB, cfg Config) *Server {
 	if cfg.Instance != nil {
 		s.metrics.registry.MustRegister(cfg.Instance.InfoCollector())
 	}
+	var claims authority.Claims
+	if db.Engine() == storage.EnginePostgres {
+		s.claims = newSessionClaims(s)
+		claims = s.claims
+	}
 	s.auth = authority.New(authority.Config{
+		Claims:           claims,
+		ClaimRenewal:     cfg.SessionRenewal,
+		Instance:         cfg.InstanceID,
 		Policy:           policy{s},
 		Jobs:             cfg.Jobs,
 		Cache:            s.workerCache,
@@ -309,6 +342,9 @@ func New(db *storage.DB, cfg Config) *Server {
 		}()
 	}
 	s.startPoller()
+	if s.claims != nil {
+		s.wg.Go(func() { s.claims.listen(ctx) })
+	}
 	return s
 }
 
@@ -362,8 +398,24 @@ func (s *Server) GenerateDeployKey(ctx context.Context, p storage.Project, comme
 	return s.deployKeys.Generate(ctx, p, comment)
 }
 
-// Reauth reauthorizes the live session of a worker (authority.Reauth).
-func (s *Server) Reauth(workerID string) bool { return s.auth.Reauth(workerID) }
+// Reauth reauthorizes the live session of a worker (authority.Reauth),
+// wherever it lives: a session another instance holds is asked of that
+// instance.
+func (s *Server) Reauth(workerID string) bool {
+	if s.auth.Reauth(workerID) {
+		return true
+	}
+	if s.claims == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	asked, err := s.claims.ask(ctx, noteReauth, workerID, "")
+	if err != nil {
+		s.log.Warn("asking another instance to reauthorize the worker failed", "worker", workerID, "error", err)
+	}
+	return asked
+}
 
 // ShedUnauthenticated closes the oldest /proto session still in its
 // handshake, for an HTTP listener out of file descriptors

@@ -14,8 +14,25 @@ func (s *Server) ConnectedWorkers() int { return s.auth.Connected() }
 
 // WorkerStatus reports whether a worker is connected, and why it last went
 // away.
+// A session another instance holds shows as live, with what that
+// instance last stored of it.
 func (s *Server) WorkerStatus(workerID string) authority.WorkerStatus {
-	return s.auth.WorkerStatus(workerID)
+	st := s.auth.WorkerStatus(workerID)
+	if st.Live || s.claims == nil {
+		return st
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	ws, ok, err := s.db.LiveWorkerSession(ctx, workerID)
+	if err != nil {
+		s.log.Warn("reading the worker's session claim failed", "worker", workerID, "error", err)
+	}
+	if ok && ws.InstanceID != s.cfg.InstanceID {
+		remote := remoteStatus(ws)
+		remote.WorkerID = st.WorkerID
+		return remote
+	}
+	return st
 }
 
 // ProjectWorkers lists the workers registered for or granted to a project.
@@ -26,9 +43,19 @@ func (s *Server) ProjectWorkers(ctx context.Context, projectID string) ([]admin.
 	if err != nil {
 		return nil, err
 	}
+	var remote map[string]authority.WorkerStatus
+	if s.claims != nil {
+		// Every instance's sessions, in one read.
+		if remote, err = s.claims.remoteStatuses(ctx); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]admin.ProjectWorker, 0, len(rows))
 	for _, r := range rows {
-		st := s.WorkerStatus(r.WorkerID)
+		st := s.auth.WorkerStatus(r.WorkerID)
+		if rs, ok := remote[r.WorkerID]; ok && !st.Live {
+			st = rs
+		}
 		if st.Live && !slices.Contains(st.Projects, projectID) {
 			st.Live = false
 			st.Projects, st.Capabilities, st.ConnectedAt = nil, nil, time.Time{}
@@ -81,6 +108,11 @@ func (s *Server) DeactivateWorker(ctx context.Context, workerID string) error {
 		return err
 	}
 	s.auth.Disconnect(workerID, "worker deactivated")
+	if s.claims != nil {
+		if _, err := s.claims.ask(ctx, noteDisconnect, workerID, "worker deactivated"); err != nil {
+			s.log.Warn("asking another instance to disconnect the worker failed", "worker", workerID, "error", err)
+		}
+	}
 	s.RefreshDials()
 	return nil
 }

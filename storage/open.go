@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"sync"
 
 	"gradient.dev/gradient/storage/sqldb"
 )
@@ -28,6 +29,11 @@ type DB struct {
 
 	// sealer, when set, seals caches' signing keys at rest (SealSecretsWith).
 	sealer SecretSealer
+
+	// channel is the worker sessions' notification channel, named once
+	// (sessionsChannel).
+	channelMu sync.Mutex
+	channel   string
 
 	// objectCheck, when set, confirms a NAR object exists before its
 	// first reference is inserted (retention_objects.go).

@@ -148,6 +148,9 @@ func workerList(c *adminCmd) int {
 	rows := make([][]string, 0, len(workers))
 	for _, w := range workers {
 		live := yesNo(w.Live)
+		if w.Live && w.Instance != "" {
+			live += " on " + w.Instance // several server instances share the database
+		}
 		if w.Deactivated {
 			live += " (deactivated)"
 		}
@@ -206,6 +209,9 @@ func workerShow(c *adminCmd) int {
 	if w.Live {
 		pairs = append(pairs, "connected", when(w.ConnectedAt), "projects", listOrDash(projects),
 			"capabilities", listOrDash(w.Capabilities), "draining", yesNo(w.Draining))
+		if w.Instance != "" {
+			pairs = append(pairs, "instance", w.Instance)
+		}
 		pairs = append(pairs, hostPairs(w.Host)...)
 	}
 	if w.OfflineReason != "" {
