@@ -72,9 +72,6 @@ func (s *Server) NudgeForgeStatuses() { s.forges.poster.Nudge() }
 // instances' session notes (PostgreSQL only).
 func (s *Server) ClaimsListening() <-chan struct{} { return s.claims.listening }
 
-// InstanceID is the server's instance ID.
-func (s *Server) InstanceID() string { return s.cfg.InstanceID }
-
 // AuthorityWorkerStatus is the authority's own view of workerID (this
 // instance's sessions only).
 func (s *Server) AuthorityWorkerStatus(workerID string) authority.WorkerStatus {

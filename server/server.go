@@ -421,3 +421,6 @@ func (s *Server) Reauth(workerID string) bool {
 // handshake, for an HTTP listener out of file descriptors
 // (httpguard.Listener); false when there is none.
 func (s *Server) ShedUnauthenticated() bool { return s.auth.ShedUnauthenticated() }
+
+// InstanceID names this server among the instances sharing its database.
+func (s *Server) InstanceID() string { return s.cfg.InstanceID }

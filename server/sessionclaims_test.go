@@ -2,14 +2,10 @@ package server_test
 
 import (
 	"context"
-	"log/slog"
-	"net/http/httptest"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"gradient.dev/gradient/internal/testlog"
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/server"
 	"gradient.dev/gradient/server/admin"
@@ -44,7 +40,7 @@ func twoInstances(t *testing.T) (a, b *servertest.Env) {
 			AdminTokenHash: servertest.SHA256Hex(servertest.AdminToken)}
 	}
 	a = servertest.NewEnv(t, open(), cfg("instance-a"))
-	b = sibling(a, open(), cfg("instance-b"))
+	b = a.Sibling(open(), cfg("instance-b"))
 	for _, e := range []*servertest.Env{a, b} {
 		select {
 		case <-e.Srv.ClaimsListening():
@@ -53,26 +49,6 @@ func twoInstances(t *testing.T) (a, b *servertest.Env) {
 		}
 	}
 	return a, b
-}
-
-// sibling is another server instance on db (the same database as e's),
-// sharing e's team, projects and cache.
-func sibling(e *servertest.Env, db *storage.DB, cfg server.Config) *servertest.Env {
-	t := e.T
-	logs := &testlog.Buffer{}
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg.HandshakeTimeout = 15 * time.Second
-	srv := server.New(db, cfg)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		hs.Close()
-		if t.Failed() {
-			t.Logf("%s log:\n%s", cfg.InstanceID, logs.String())
-		}
-	})
-	return &servertest.Env{T: t, DB: db, Srv: srv, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto", Logs: logs,
-		Team: e.Team, Project: e.Project, Bare: e.Bare, Cache: e.Cache}
 }
 
 // pump reads w's session in the background, as a live worker does (so it

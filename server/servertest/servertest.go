@@ -55,11 +55,9 @@ type Env struct {
 	Secrets // tokens handed out (Register remembers its own)
 }
 
-// NewEnv starts a server with cfg (its logger replaced by Logs) until the
-// test ends.
-func NewEnv(t testing.TB, db *storage.DB, cfg server.Config) *Env {
-	t.Helper()
-	ctx := t.Context()
+// start runs a server on db with cfg (its logger replaced by Logs) until
+// the test ends: an Env without a team, projects or cache.
+func start(t testing.TB, db *storage.DB, cfg server.Config) *Env {
 	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if cfg.HandshakeTimeout == 0 {
@@ -73,10 +71,26 @@ func NewEnv(t testing.TB, db *storage.DB, cfg server.Config) *Env {
 		srv.Close()
 		hs.Close()
 		if t.Failed() {
-			t.Logf("server log:\n%s", logs.String())
+			t.Logf("server %s log:\n%s", srv.InstanceID(), logs.String())
 		}
 	})
-	e := &Env{T: t, DB: db, Srv: srv, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto", Logs: logs}
+	return &Env{T: t, DB: db, Srv: srv, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/proto", Logs: logs}
+}
+
+// Sibling starts another server instance on db (the same database as e's,
+// through its own pool) with cfg, sharing e's team, projects and cache.
+func (e *Env) Sibling(db *storage.DB, cfg server.Config) *Env {
+	s := start(e.T, db, cfg)
+	s.Team, s.Project, s.Bare, s.Cache = e.Team, e.Project, e.Bare, e.Cache
+	return s
+}
+
+// NewEnv starts a server with cfg (its logger replaced by Logs) until the
+// test ends.
+func NewEnv(t testing.TB, db *storage.DB, cfg server.Config) *Env {
+	t.Helper()
+	ctx := t.Context()
+	e := start(t, db, cfg)
 	var err error
 	if e.Team, err = db.CreateTeam(ctx, "ops"); err != nil {
 		t.Fatal(err)
