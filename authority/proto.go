@@ -131,7 +131,11 @@ func (a *Authority) handshakeFailed(log *slog.Logger, c *session.Conn, conn *wor
 		}
 	}
 	log.Warn("worker handshake failed", "worker", workerID, "error", err)
-	if known && workerID != "" {
+	// A second connection refused with 496 says nothing about the worker
+	// ID's own session, which held it: recording it could overwrite why
+	// that session ended a moment later (this goroutine records after the
+	// worker already has its Reject).
+	if known && workerID != "" && he.Code != handshake.AlreadyConnected.Code {
 		a.offline.set(workerID, err.Error())
 	}
 }
