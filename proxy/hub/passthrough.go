@@ -18,29 +18,17 @@ func (h *Hub) cacheFromWorker(e *effects, w *member, msg wire.ClientMessage) {
 	up := h.up != nil
 	switch m := msg.(type) {
 	case *wire.CacheQuery:
-		if !up || !h.jobOK(w, m.JobID, true) {
-			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: h.refusal(up)})
-			return
+		if h.admitQuery(e, w, up, m.JobID, m.QueryID) {
+			c := *m
+			c.QueryID = h.newQuery(w, m.QueryID)
+			h.toUpstream(e, &c)
 		}
-		if !h.roomForQuery() {
-			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: reasonTooManyQueries})
-			return
-		}
-		c := *m
-		c.QueryID = h.newQuery(w, m.QueryID)
-		h.toUpstream(e, &c)
 	case *wire.QueryKnownDerivations:
-		if !up || !h.jobOK(w, m.JobID, true) {
-			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: h.refusal(up)})
-			return
+		if h.admitQuery(e, w, up, m.JobID, m.QueryID) {
+			c := *m
+			c.QueryID = h.newQuery(w, m.QueryID)
+			h.toUpstream(e, &c)
 		}
-		if !h.roomForQuery() {
-			e.toWorker(w.d, &wire.CacheError{QueryID: m.QueryID, Message: reasonTooManyQueries})
-			return
-		}
-		c := *m
-		c.QueryID = h.newQuery(w, m.QueryID)
-		h.toUpstream(e, &c)
 	case *wire.NarRequest:
 		if !up || !h.jobOK(w, m.JobID, false) {
 			for _, p := range m.Paths {
@@ -216,4 +204,20 @@ func (h *Hub) answerUpload(e *effects, msg wire.ServerMessage) {
 		*id = u.id
 		e.toWorker(h.workers[u.worker].d, c)
 	}
+}
+
+// admitQuery reports whether a worker's query (a CacheQuery or a
+// QueryKnownDerivations) may go upstream; if not, the worker gets a
+// CacheError saying why: no upstream session, not its job, or too many
+// queries awaiting answers.
+func (h *Hub) admitQuery(e *effects, w *member, up bool, jobID, queryID string) bool {
+	if !up || !h.jobOK(w, jobID, true) {
+		e.toWorker(w.d, &wire.CacheError{QueryID: queryID, Message: h.refusal(up)})
+		return false
+	}
+	if !h.roomForQuery() {
+		e.toWorker(w.d, &wire.CacheError{QueryID: queryID, Message: reasonTooManyQueries})
+		return false
+	}
+	return true
 }
