@@ -78,7 +78,14 @@ func (p *Page) ReloadUntil(expr, what string) {
 	p.Until(what, func() bool {
 		ok, err := chromedp.Run(p.Ctx, chromedp.Evaluate[bool](expr))
 		if err != nil {
-			p.T.Fatal(err)
+			if p.Ctx.Err() != nil {
+				p.T.Fatal(err)
+			}
+			// The reload may still be replacing the page ("Not attached
+			// to an active page"): ask again until Wait runs out.
+			p.T.Logf("evaluating %s: %v (retried)", expr, err)
+			time.Sleep(300 * time.Millisecond)
+			return false
 		}
 		if !ok {
 			time.Sleep(300 * time.Millisecond)
