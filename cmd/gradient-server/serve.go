@@ -94,6 +94,7 @@ func serve(ctx context.Context, opts options, log *slog.Logger, ready func(net.A
 		registry.MustRegister(s3nars.Collectors()...)
 	}
 	schedCfg := jobLoopConfig(opts, log, registry)
+	schedCfg.InstanceID = inst.ID()
 	var keys *deploykeys.Keys // without a dial key projects have no deploy keys
 	if dialKey != nil {
 		keys = deploykeys.New(db, dialKey) // the job loop's and the server's

@@ -59,6 +59,11 @@ type Config struct {
 	// Metrics receives the job loop's series (normally the server's
 	// registry, Server.Metrics); nil keeps them in a private registry.
 	Metrics prometheus.Registerer
+	// InstanceID is this server instance's ID (server/instance; README
+	// "Several instances"): the instance that owns the assignments this
+	// job loop opens. "" is a job loop alone on its database (tests,
+	// gradient up).
+	InstanceID string
 }
 
 func (c *Config) defaults() {
