@@ -30,10 +30,10 @@ type DB struct {
 	// sealer, when set, seals caches' signing keys at rest (SealSecretsWith).
 	sealer SecretSealer
 
-	// channel is the worker sessions' notification channel, named once
-	// (sessionsChannel).
+	// schemaTag names this schema's notification channels, read once
+	// (channelFor).
 	channelMu sync.Mutex
-	channel   string
+	schemaTag string
 
 	// objectCheck, when set, confirms a NAR object exists before its
 	// first reference is inserted (retention_objects.go).

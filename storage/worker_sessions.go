@@ -26,23 +26,27 @@ type WorkerSession struct {
 }
 
 // sessionsChannel is the PostgreSQL notification channel on which
-// instances ask each other about the sessions they hold. Notifications go
-// to the whole database, so the channel is named after the schema the
-// instances share: deployments in other schemas of the database never
-// hear them.
+// instances ask each other about the sessions they hold (channelFor).
 func (db *DB) sessionsChannel(ctx context.Context) (string, error) {
+	return db.channelFor(ctx, "gradient_worker_sessions_")
+}
+
+// channelFor names a PostgreSQL notification channel of the instances
+// sharing this schema. Notifications go to the whole database, so a
+// channel is named after the schema the instances share: deployments in
+// other schemas of the database never hear them.
+func (db *DB) channelFor(ctx context.Context, prefix string) (string, error) {
 	db.channelMu.Lock()
 	defer db.channelMu.Unlock()
-	if db.channel != "" {
-		return db.channel, nil
+	if db.schemaTag == "" {
+		var schema string
+		if err := db.sql.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+			return "", err
+		}
+		sum := sha256.Sum256([]byte(schema))
+		db.schemaTag = hex.EncodeToString(sum[:8])
 	}
-	var schema string
-	if err := db.sql.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256([]byte(schema))
-	db.channel = "gradient_worker_sessions_" + hex.EncodeToString(sum[:8])
-	return db.channel, nil
+	return prefix + db.schemaTag, nil
 }
 
 // ClaimWorkerSession takes s.WorkerID for s with a lease of ttl when no

@@ -128,6 +128,7 @@ func (s *Scheduler) admit(ctx context.Context, evalID string, cacheIDs []string,
 		s.mu.Unlock()
 		s.reoffer(added)
 		s.dispatch(added)
+		s.announce(added)
 		if s.admitted != nil {
 			s.admitted(added)
 		}

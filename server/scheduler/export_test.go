@@ -32,3 +32,7 @@ func (s *Scheduler) CheckJobStates() error {
 	defer s.mu.Unlock()
 	return s.jobs.check()
 }
+
+// NotesListening closes once the scheduler listens for other instances'
+// notes.
+func (s *Scheduler) NotesListening() <-chan struct{} { return s.notes.listening }

@@ -20,6 +20,11 @@ type loopMetrics struct {
 	// releaseFailures counts the releases of assignments (declined, or
 	// the worker gone) the database refused; each is tried again.
 	releaseFailures prometheus.Counter
+	// notes counts the notes between instances by event (sent,
+	// received, dropped); noteReloads the full reads of the queue they
+	// caused (notify.go).
+	notes       *prometheus.CounterVec
+	noteReloads prometheus.Counter
 }
 
 // dispatchBuckets span a job assigned at once (milliseconds: one claim
@@ -61,8 +66,16 @@ func newLoopMetrics(r prometheus.Registerer, idle func(wire.JobKind) int) *loopM
 			Name: "gradient_scheduler_release_failures_total",
 			Help: "Returns of a declined or lost job to the queue that the database refused (each is tried again on the next pass).",
 		}),
+		notes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gradient_scheduler_notes_total",
+			Help: "Notes about work between the server instances sharing the database, by event: sent, received (from other instances), dropped (bad or over the bound).",
+		}, []string{"event"}),
+		noteReloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gradient_scheduler_note_reloads_total",
+			Help: "Full reads of the job queue that notes caused: a reload note, an overflowing inbox, or listening again after a lost connection.",
+		}),
 	}
-	collectors := []prometheus.Collector{m.assigned, m.dropped, m.finished, m.pending, m.sessions, m.dispatchLatency, m.claimSeconds, m.releaseFailures}
+	collectors := []prometheus.Collector{m.assigned, m.dropped, m.finished, m.pending, m.sessions, m.dispatchLatency, m.claimSeconds, m.releaseFailures, m.notes, m.noteReloads}
 	for kind, name := range map[wire.JobKind]string{wire.JobKindFlake: "flake", wire.JobKindBuild: "build"} {
 		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "gradient_scheduler_sessions_idle",

@@ -138,6 +138,10 @@ type Scheduler struct {
 	// by assignment ID: their jobs are assigned in the database and held
 	// by no session; each pass tries again (see release.go).
 	unreleased map[string]owedRelease
+
+	// notes are what this job loop and other instances' tell each other
+	// (notify.go).
+	notes notes
 }
 
 type buildProgress struct {
@@ -185,6 +189,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 		jobs: newJobStates(), sessions: map[uint64]*workerState{}, progress: map[string]buildProgress{},
 		unreleased: map[string]owedRelease{},
 	}
+	s.notes.listening, s.notes.sendWake, s.notes.recvWake = make(chan struct{}), make(chan struct{}, 1), make(chan struct{}, 1)
 	s.logs = newLogBuffer(s)
 	s.m = newLoopMetrics(cfg.Metrics, s.idleSessions)
 	return s
@@ -223,6 +228,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		defer close(s.logsDone)
 		s.logs.run(s.ctx)
 	}()
+	s.startNotes()
 	return nil
 }
 
@@ -231,6 +237,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 func (s *Scheduler) Close() {
 	s.recording.Wait()
 	s.cancel()
+	s.notes.wg.Wait()
 	select {
 	case <-s.done:
 		<-s.logsDone
@@ -349,6 +356,7 @@ func (s *Scheduler) addPending(ctx context.Context, ids []string) {
 	s.m.pending.Set(float64(s.jobs.queue.len()))
 	s.mu.Unlock()
 	s.reoffer(ids)
+	s.announce(ids)
 }
 
 // dispatch serves idle workers first, then offers the jobs of ids that
@@ -848,6 +856,7 @@ func (s *Scheduler) StartEvaluation(ctx context.Context, in storage.NewEvaluatio
 		s.log.Warn("reading the job queue failed; the next pass picks the evaluation up", "error", err)
 	}
 	s.dispatchAll()
+	s.announceEvaluation(ev.ID)
 	return ev, nil
 }
 
@@ -862,6 +871,7 @@ func (s *Scheduler) ApproveEvaluation(ctx context.Context, evalID string) error 
 		s.log.Warn("reading the job queue failed; the next pass picks the evaluation up", "error", err)
 	}
 	s.dispatchAll()
+	s.announceEvaluation(evalID)
 	return nil
 }
 
@@ -879,7 +889,17 @@ func (s *Scheduler) CancelEvaluation(ctx context.Context, evalID string) error {
 
 // abortOpen forgets the assignments the database just closed (open) and
 // sends their workers AbortJob with reason; it returns how many it told.
+// Those no session of this instance holds go to the other instances
+// (notify.go), whose sessions may hold them.
 func (s *Scheduler) abortOpen(open []storage.OpenAssignment, reason string) int {
+	told, elsewhere := s.abortHeld(open, reason)
+	s.announceAborts(elsewhere, reason)
+	return told
+}
+
+// abortHeld is abortOpen for the assignments this instance holds; it
+// returns the others.
+func (s *Scheduler) abortHeld(open []storage.OpenAssignment, reason string) (told int, elsewhere []storage.OpenAssignment) {
 	s.mu.Lock()
 	type abort struct {
 		w     *authority.LiveWorker
@@ -889,6 +909,7 @@ func (s *Scheduler) abortOpen(open []storage.OpenAssignment, reason string) int 
 	for _, o := range open {
 		a := s.jobs.assignment(o.JobID)
 		if a == nil || a.id != o.AssignmentID {
+			elsewhere = append(elsewhere, o)
 			continue
 		}
 		s.untrack(a)
@@ -900,7 +921,7 @@ func (s *Scheduler) abortOpen(open []storage.OpenAssignment, reason string) int 
 	for _, ab := range aborts {
 		ab.w.Send(&wire.AbortJob{JobID: ab.jobID, Reason: reason})
 	}
-	return len(aborts)
+	return len(aborts), elsewhere
 }
 
 // RestartFailedBuilds runs an evaluation's failed builds again
