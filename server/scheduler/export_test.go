@@ -36,3 +36,7 @@ func (s *Scheduler) CheckJobStates() error {
 // NotesListening closes once the scheduler listens for other instances'
 // notes.
 func (s *Scheduler) NotesListening() <-chan struct{} { return s.notes.listening }
+
+// NoteReloads is how many full reads of the queue notes caused (the
+// first LISTEN's included), once done.
+func (s *Scheduler) NoteReloads() int64 { return s.notes.reloads.Load() }

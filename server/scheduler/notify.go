@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -88,6 +89,8 @@ type notes struct {
 	// listening closes once the first LISTEN is in place (tests).
 	listening chan struct{}
 	readyOnce sync.Once
+	// reloads counts the full reads notes caused, once done (tests).
+	reloads atomic.Int64
 
 	mu        sync.Mutex
 	out       []string
@@ -412,6 +415,7 @@ func (s *Scheduler) readNotes() {
 				continue
 			}
 			s.dispatchAll()
+			n.reloads.Add(1)
 			continue
 		}
 		s.queueNoted(s.ctx, ids)
