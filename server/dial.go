@@ -167,15 +167,24 @@ func (d *dialer) redial(ctx context.Context, key dialKey, l *dialLoop) {
 		switch {
 		case d.s.auth.Holds(key.workerID), !d.s.Accepting():
 			// Nothing to dial now: look again after the first step.
-		case d.s.dialOnce(ctx, key):
-			d.s.metrics.dialAttempts.WithLabelValues("session").Inc()
-			backoff = cfg.DialBackoff
 		default:
-			if ctx.Err() == nil {
-				d.s.metrics.dialAttempts.WithLabelValues("failed").Inc()
+			established, elsewhere := d.s.dialLeased(ctx, key)
+			switch {
+			case elsewhere:
+				// Another instance dials it: look again later, to take
+				// over once its lease is free or expired.
+				d.s.metrics.dialAttempts.WithLabelValues("elsewhere").Inc()
+				delay = dialElsewhereWait(cfg)
+			case established:
+				d.s.metrics.dialAttempts.WithLabelValues("session").Inc()
+				backoff = cfg.DialBackoff
+			default:
+				if ctx.Err() == nil {
+					d.s.metrics.dialAttempts.WithLabelValues("failed").Inc()
+				}
+				delay = backoff
+				backoff = min(2*backoff, cfg.DialMaxBackoff)
 			}
-			delay = backoff
-			backoff = min(2*backoff, cfg.DialMaxBackoff)
 		}
 		timer := time.NewTimer(delay)
 		select {

@@ -2,11 +2,47 @@ package server
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"gradient.dev/gradient/authority"
+	"gradient.dev/gradient/server/instance"
 	"gradient.dev/gradient/session"
 	"gradient.dev/gradient/storage"
 )
+
+// dialLeaseName is the lease the instance dialing a worker holds (README
+// "Several instances"): one instance at a time dials each worker.
+func dialLeaseName(workerID string) string { return "dial/" + workerID }
+
+// dialLeased is dialOnce under the worker's dial lease, held (renewed)
+// while this instance dials it and while the session lives, released
+// when it ends. elsewhere: another instance holds it (it dials the
+// worker), so nothing was dialed. A lost lease ends the session, so two
+// instances never both keep at it; the other takes over. Without shared
+// instances (SQLite, no Instance) the lease is always this server's.
+func (s *Server) dialLeased(ctx context.Context, key dialKey) (established, elsewhere bool) {
+	err := s.cfg.Instance.RunExclusive(ctx, dialLeaseName(key.workerID), func(ctx context.Context) error {
+		established = s.dialOnce(ctx, key)
+		return nil
+	})
+	var held *instance.ErrHeldElsewhere
+	switch {
+	case errors.As(err, &held):
+		return false, true
+	case err != nil && ctx.Err() == nil:
+		s.log.Warn("taking the worker's dial lease failed", "worker", key.workerID, "error", err)
+	}
+	return established, false
+}
+
+// dialElsewhereWait is how long a loop waits before asking again for a
+// lease another instance holds: long enough not to load the database
+// with a question per target per backoff step, short enough that a dead
+// holder's worker is dialed soon after its lease expires.
+func dialElsewhereWait(cfg *Config) time.Duration {
+	return min(cfg.DialMaxBackoff, 5*time.Second)
+}
 
 // dialOnce dials one target: connect, present the target's tokens, admit
 // the worker and serve the session until it ends (authority.ServeDialed). It reports whether a

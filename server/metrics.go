@@ -33,7 +33,7 @@ func newServerMetrics(r *prometheus.Registry) *serverMetrics {
 		dialTargets: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gradient_server_dial_targets",
 			Help: "Dial targets at the last rescan, by state: dialing, or not_dialed (proto.discoverable is off)."}, []string{"state"}),
 		dialAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_server_dial_attempts_total",
-			Help: "Dials of workers, by result: session (a session was established and has ended) or failed."}, []string{"result"}),
+			Help: "Dials of workers, by result: session (a session was established and has ended), failed, or elsewhere (another server instance holds the worker's dial lease: it dials it)."}, []string{"result"}),
 		branchPolls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gradient_server_branch_polls_total",
 			Help: "Branch head polls of projects, by result: polled (this instance asked the repository) or elsewhere (another server instance polls it this interval)."}, []string{"result"}),
 	}
@@ -43,7 +43,7 @@ func newServerMetrics(r *prometheus.Registry) *serverMetrics {
 	for _, state := range []string{"dialing", "not_dialed"} {
 		m.dialTargets.WithLabelValues(state)
 	}
-	for _, result := range []string{"session", "failed"} {
+	for _, result := range []string{"session", "failed", "elsewhere"} {
 		m.dialAttempts.WithLabelValues(result)
 	}
 	r.MustRegister(m.dialRescans, m.dialTargets, m.dialAttempts, m.branchPolls)
