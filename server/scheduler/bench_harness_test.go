@@ -148,16 +148,23 @@ type benchServer struct {
 // for "127.0.0.1:0"), as gradient-server does: Start (recovery, queue
 // load) before the first session.
 func startBenchServer(b testing.TB, db *storage.DB, addr string, maxConns int) *benchServer {
+	return startBenchInstance(b, db, addr, maxConns, "")
+}
+
+// startBenchInstance is startBenchServer as the server instance
+// instanceID of several sharing the database (README "Several
+// instances"): its job loop tells the others about work.
+func startBenchInstance(b testing.TB, db *storage.DB, addr string, maxConns int, instanceID string) *benchServer {
 	b.Helper()
 	reg := metrics.NewRegistry()
-	sched := scheduler.New(db, scheduler.Config{Metrics: reg, Logger: quiet})
+	sched := scheduler.New(db, scheduler.Config{Metrics: reg, Logger: quiet, InstanceID: instanceID})
 	if err := sched.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	loop := &countingLoop{Scheduler: sched, polling: map[string]bool{}, changed: make(chan struct{}, 1)}
 	// Every benchmark worker dials from 127.0.0.1: one address may hold as
 	// many handshakes as there are connections.
-	srv := server.New(db, server.Config{Jobs: loop, Metrics: reg, Logger: quiet, MaxConnections: maxConns, HandshakesPerIP: maxConns})
+	srv := server.New(db, server.Config{Jobs: loop, Metrics: reg, Logger: quiet, MaxConnections: maxConns, HandshakesPerIP: maxConns, InstanceID: instanceID})
 	var ln net.Listener
 	var err error
 	for range 50 { // the old listener's port may take a moment to free

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"gradient.dev/gradient/internal/gctune"
+	"gradient.dev/gradient/internal/testworld"
 	"gradient.dev/gradient/internal/waitfor"
 	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/jobqueue"
@@ -43,6 +44,9 @@ type dispatchRig struct {
 	db      *storage.DB
 	project storage.Project
 	srv     *benchServer
+	// others are further server instances on the same database (their
+	// own pools), each serving its share of the build workers.
+	others []*benchServer
 	// gate is closed by the benchmark to let the flake job complete;
 	// evaluated is closed once its EvalResult batches are sent.
 	gate, evaluated chan struct{}
@@ -52,12 +56,34 @@ type dispatchRig struct {
 // newDispatchRig starts a server, `workers` build workers with hooks and
 // the evaluating worker, and waits until all of them poll.
 func newDispatchRig(b *testing.B, dbURL string, workers int, hooks *workerHooks) *dispatchRig {
+	return newDispatchRigOn(b, dbURL, workers, 1, hooks)
+}
+
+// newDispatchRigOn is newDispatchRig with `instances` server instances
+// sharing the database (PostgreSQL), the build workers split evenly
+// between them, the evaluating worker on the first. Several instances
+// have instance IDs, so their job loops tell each other about work.
+func newDispatchRigOn(b *testing.B, dbURL string, workers, instances int, hooks *workerHooks) *dispatchRig {
 	b.Helper()
 	db, project := benchDB(b, dbURL)
 	ids := registerWorkers(b, db, project.ID, workers+1)
 	r := &dispatchRig{db: db, project: project, gate: make(chan struct{}), evaluated: make(chan struct{})}
-	r.srv = startBenchServer(b, db, "127.0.0.1:0", 0)
+	instanceID := func(i int) string {
+		if instances == 1 {
+			return ""
+		}
+		return fmt.Sprintf("bench-%c", 'a'+i)
+	}
+	r.srv = startBenchInstance(b, db, "127.0.0.1:0", 0, instanceID(0))
 	b.Cleanup(r.srv.stop) // after the workers' cleanups (last in, first out)
+	servers := []*benchServer{r.srv}
+	for i := 1; i < instances; i++ {
+		odb := testworld.Open(b, dbURL) // its own pool, as another process has
+		srv := startBenchInstance(b, odb, "127.0.0.1:0", 0, instanceID(i))
+		b.Cleanup(srv.stop)
+		r.others = append(r.others, srv)
+		servers = append(servers, srv)
+	}
 	evalHooks := &workerHooks{
 		evaluate: func(*wire.AssignJob) []*wire.JobUpdateEvalResult { return r.batches },
 		flakeCompleting: func() {
@@ -69,11 +95,16 @@ func newDispatchRig(b *testing.B, dbURL string, workers int, hooks *workerHooks)
 		},
 	}
 	newEvalWorker(ids[0], r.srv.url, evalHooks).start(b, project.ID)
-	for _, id := range ids[1:] {
-		newBuildWorker(id, r.srv.url, hooks).start(b, project.ID)
+	want := make([]int, len(servers))
+	want[0] = 1
+	for i, id := range ids[1:] {
+		newBuildWorker(id, servers[i%len(servers)].url, hooks).start(b, project.ID)
+		want[i%len(servers)]++
 	}
-	if !r.srv.loop.waitPolling(workers+1, time.Minute) {
-		b.Fatalf("%d of %d workers polling after a minute", r.srv.loop.pollingWorkers(), workers+1)
+	for i, srv := range servers {
+		if !srv.loop.waitPolling(want[i], time.Minute) {
+			b.Fatalf("instance %d: %d of %d workers polling after a minute", i, srv.loop.pollingWorkers(), want[i])
+		}
 	}
 	return r
 }
@@ -149,6 +180,25 @@ func BenchmarkDispatchScale(b *testing.B) {
 	}
 }
 
+// BenchmarkDispatchInstances is BenchmarkDispatchScale on PostgreSQL with
+// one server instance against two sharing the database (README "Several
+// instances"), side by side in one run: the 50 build workers split
+// between the two, the evaluation and its readied builds on the first,
+// which tells the second about them (notes, server/scheduler/notify.go).
+// The sizes are BenchmarkDispatchScale's (GRADIENT_BENCH_SCALE).
+//
+//	GRADIENT_BENCH_SCALE=4000,100000 go test -run '^$' -bench DispatchInstances -benchtime 1x -timeout 60m ./server/scheduler
+func BenchmarkDispatchInstances(b *testing.B) {
+	for _, n := range scaleSizes(b) {
+		for _, instances := range []int{1, 2} {
+			b.Run(fmt.Sprintf("builds=%d/instances=%d", n, instances), func(b *testing.B) {
+				onePerRun(b)
+				runThroughputOn(b, benchPostgresURL(b), n, instances, false)
+			})
+		}
+	}
+}
+
 // BenchmarkQueueMemory: the server's memory with a whole evaluation
 // queued and no build worker to take any of it: the heap after a
 // collection, less the heap before the evaluation completed
@@ -215,6 +265,12 @@ func scaleSizes(b *testing.B) []int {
 // runThroughput runs one evaluation of n independent builds through 50
 // workers and reports its metrics; memory adds the heap and RSS.
 func runThroughput(b *testing.B, dbURL string, n int, memory bool) {
+	runThroughputOn(b, dbURL, n, 1, memory)
+}
+
+// runThroughputOn is runThroughput with the 50 workers split between
+// `instances` server instances on the database.
+func runThroughputOn(b *testing.B, dbURL string, n, instances int, memory bool) {
 	var assigned atomic.Int64
 	at := make([]int64, n) // when each assignment arrived, UnixNano
 	all := make(chan struct{})
@@ -230,7 +286,7 @@ func runThroughput(b *testing.B, dbURL string, n int, memory bool) {
 			close(all)
 		}
 	}}
-	r := newDispatchRig(b, dbURL, 50, hooks)
+	r := newDispatchRigOn(b, dbURL, 50, instances, hooks)
 	ev := r.evaluate(b, n, false)
 	var before runtime.MemStats
 	var peak *heapSampler
