@@ -53,6 +53,15 @@ func (t *jobStates) enqueue(j *storage.PendingJob) bool {
 	return t.queue.add(j)
 }
 
+// enqueueForeign is enqueue for a job another instance made pending
+// (notify.go).
+func (t *jobStates) enqueueForeign(j *storage.PendingJob) bool {
+	if t.taken(j.JobID) {
+		return false
+	}
+	return t.queue.addAs(j, true)
+}
+
 // take moves a queued job to claiming.
 func (t *jobStates) take(id string) *storage.PendingJob {
 	j := t.queue.remove(id)

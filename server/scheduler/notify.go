@@ -441,7 +441,7 @@ func (s *Scheduler) queueNoted(ctx context.Context, ids []string) {
 	var added []string
 	s.mu.Lock()
 	for i := range jobs {
-		if s.jobs.enqueue(&jobs[i]) {
+		if s.jobs.enqueueForeign(&jobs[i]) {
 			added = append(added, jobs[i].JobID)
 		}
 	}
@@ -470,4 +470,17 @@ func (s *Scheduler) announceEvaluation(evalID string) {
 	}
 	s.mu.Unlock()
 	s.announce(ids)
+}
+
+// raceTries is claimTries with other instances: their claims make a lost
+// race a common outcome (a job this instance has queued that another
+// claimed since), and a worker left idle after its tries waits for the
+// next dispatch.
+const raceTries = 16
+
+func (s *Scheduler) claimTries() int {
+	if s.notesOn() {
+		return raceTries
+	}
+	return claimTries
 }

@@ -49,6 +49,10 @@ type groupKey struct {
 	kind                    storage.JobKind
 	project, arch, features string
 	fetched                 bool
+	// foreign: jobs another server instance made pending and told this
+	// one about (notify.go); picked after this instance's own, newest
+	// first (see Scheduler.take).
+	foreign bool
 }
 
 type jobGroup struct {
@@ -77,11 +81,14 @@ func (q *jobQueue) get(id string) *storage.PendingJob {
 }
 
 // add queues a job; false if a job of that ID is queued already.
-func (q *jobQueue) add(job *storage.PendingJob) bool {
+func (q *jobQueue) add(job *storage.PendingJob) bool { return q.addAs(job, false) }
+
+// addAs queues a job, foreign when another instance made it pending.
+func (q *jobQueue) addAs(job *storage.PendingJob, foreign bool) bool {
 	if q.byID[job.JobID] != nil {
 		return false
 	}
-	key := groupKey{job.Kind, job.ProjectID, job.Architecture, strings.Join(job.RequiredFeatures, " "), job.FlakeSource != ""}
+	key := groupKey{job.Kind, job.ProjectID, job.Architecture, strings.Join(job.RequiredFeatures, " "), job.FlakeSource != "", foreign}
 	g := q.groups[key]
 	if g == nil {
 		g = &jobGroup{key: key, sample: job}
@@ -142,6 +149,11 @@ func olderThan(a, b *storage.PendingJob) bool {
 // each visits, oldest first, the jobs of the groups whose sample
 // eligible accepts, until visit returns false.
 func (q *jobQueue) each(eligible func(sample *storage.PendingJob) bool, visit func(*storage.PendingJob) bool) {
+	q.eachIn(func(g *jobGroup) bool { return eligible(g.sample) }, visit)
+}
+
+// eachIn is each over the groups eligible accepts.
+func (q *jobQueue) eachIn(eligible func(g *jobGroup) bool, visit func(*storage.PendingJob) bool) {
 	// A cursor per eligible group; each step takes the oldest head.
 	type cursor struct {
 		g *jobGroup
@@ -149,7 +161,7 @@ func (q *jobQueue) each(eligible func(sample *storage.PendingJob) bool, visit fu
 	}
 	var cursors []cursor
 	for _, g := range q.order {
-		if !eligible(g.sample) {
+		if !eligible(g) {
 			continue
 		}
 		g.prepare()
@@ -205,4 +217,43 @@ func (q *jobQueue) staleSince(mark uint64, pending map[string]struct{}) []string
 		}
 	}
 	return stale
+}
+
+// eachNewest visits, newest first, the jobs of the groups eligible
+// accepts, until visit returns false.
+func (q *jobQueue) eachNewest(eligible func(g *jobGroup) bool, visit func(*storage.PendingJob) bool) {
+	type cursor struct {
+		g *jobGroup
+		i int // the next candidate, counting down
+	}
+	var cursors []cursor
+	for _, g := range q.order {
+		if eligible(g) {
+			cursors = append(cursors, cursor{g, len(g.jobs) - 1})
+		}
+	}
+	for {
+		best := -1
+		for c := range cursors {
+			cur := &cursors[c]
+			for cur.i >= 0 && cur.g.jobs[cur.i].dead {
+				cur.i--
+			}
+			if cur.i < 0 {
+				continue
+			}
+			if best < 0 || olderThan(cursors[best].g.jobs[cursors[best].i].job, cur.g.jobs[cur.i].job) {
+				best = c
+			}
+		}
+		if best < 0 {
+			return
+		}
+		b := &cursors[best]
+		job := b.g.jobs[b.i].job
+		b.i--
+		if !visit(job) {
+			return
+		}
+	}
 }

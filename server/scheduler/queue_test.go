@@ -137,3 +137,34 @@ func TestJobQueueEachStops(t *testing.T) {
 		t.Fatalf("visited %d jobs, want 3", n)
 	}
 }
+
+// Jobs other instances told of (foreign) are walked newest first, apart
+// from this instance's own, with removed ones skipped.
+func TestJobQueueForeignNewestFirst(t *testing.T) {
+	q := newJobQueue()
+	q.add(queueJob("own1", 1, "p1", "x86_64-linux"))
+	q.addAs(queueJob("f1", 2, "p1", "x86_64-linux"), true)
+	q.addAs(queueJob("f3", 4, "p2", "aarch64-linux"), true)
+	q.addAs(queueJob("f2", 3, "p1", "x86_64-linux"), true)
+	q.addAs(queueJob("f4", 5, "p1", "x86_64-linux"), true)
+	q.remove("f4")
+	var got []string
+	q.eachNewest(func(g *jobGroup) bool { return g.key.foreign }, func(j *storage.PendingJob) bool {
+		got = append(got, j.JobID)
+		return true
+	})
+	if want := []string{"f3", "f2", "f1"}; !slices.Equal(got, want) {
+		t.Fatalf("foreign newest first %v, want %v", got, want)
+	}
+	var own []string
+	q.eachIn(func(g *jobGroup) bool { return !g.key.foreign }, func(j *storage.PendingJob) bool {
+		own = append(own, j.JobID)
+		return true
+	})
+	if !slices.Equal(own, []string{"own1"}) {
+		t.Fatalf("own jobs %v", own)
+	}
+	if got, want := visitAll(q, anyJob), []string{"own1", "f1", "f2", "f3"}; !slices.Equal(got, want) {
+		t.Fatalf("all jobs %v, want %v (offers and lists see both)", got, want)
+	}
+}

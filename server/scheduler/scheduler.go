@@ -550,7 +550,7 @@ func (s *Scheduler) serve(ctx context.Context, w *authority.LiveWorker) {
 }
 
 func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind wire.JobKind) {
-	for range claimTries {
+	for range s.claimTries() {
 		job, fetchOnly := s.take(w, kind)
 		if job == nil {
 			return
@@ -621,7 +621,7 @@ func (s *Scheduler) take(w *authority.LiveWorker, kind wire.JobKind) (job *stora
 	var best *storage.PendingJob
 	var bestRank jobRank
 	seen := 0
-	s.jobs.queue.each(func(sample *storage.PendingJob) bool { return e.may(sample, kind) }, func(job *storage.PendingJob) bool {
+	consider := func(job *storage.PendingJob) bool {
 		if s.backingOff(job, now) {
 			return true
 		}
@@ -630,7 +630,13 @@ func (s *Scheduler) take(w *authority.LiveWorker, kind wire.JobKind) (job *stora
 		}
 		seen++
 		return bestRank.class > 0 && seen < scoreWindow
-	})
+	}
+	s.jobs.queue.eachIn(func(g *jobGroup) bool { return !g.key.foreign && e.may(g.sample, kind) }, consider)
+	if best == nil {
+		// Only then the jobs other instances told of, newest first: their
+		// own workers take them oldest first (notify.go).
+		s.jobs.queue.eachNewest(func(g *jobGroup) bool { return g.key.foreign && e.may(g.sample, kind) }, consider)
+	}
 	if best == nil {
 		return nil, false
 	}
