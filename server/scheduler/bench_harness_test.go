@@ -249,6 +249,11 @@ type workerHooks struct {
 	evaluate func(m *wire.AssignJob) []*wire.JobUpdateEvalResult
 	// flakeCompleting is called just before a flake's JobCompleted.
 	flakeCompleting func()
+	// held, when set, holds a session's first RequestJob until it is
+	// closed (the session is up and sent its WorkerCapabilities);
+	// connected is called once the session waits for it.
+	held      <-chan struct{}
+	connected func()
 }
 
 func newBuildWorker(id identity, url string, hooks *workerHooks) *protoWorker {
@@ -306,7 +311,20 @@ func (p *protoWorker) session(ctx context.Context, projectID string) bool {
 	defer sess.Close(session.CloseNormal, "bench over")
 	send := func(m wire.ClientMessage) bool { return sess.Send(m) == nil }
 	if !send(&wire.WorkerCapabilities{Architectures: []string{"x86_64-linux"}, SystemFeatures: []string{},
-		MaxConcurrentBuilds: 1, CPUCount: 1, CPUCoreScore: 1}) || !send(&wire.RequestJob{Kind: p.kind}) {
+		MaxConcurrentBuilds: 1, CPUCount: 1, CPUCoreScore: 1}) {
+		return true
+	}
+	if p.hooks.held != nil {
+		if p.hooks.connected != nil {
+			p.hooks.connected()
+		}
+		select {
+		case <-p.hooks.held:
+		case <-ctx.Done():
+			return true
+		}
+	}
+	if !send(&wire.RequestJob{Kind: p.kind}) {
 		return true
 	}
 	for {

@@ -97,9 +97,19 @@ func newDispatchRigOn(b *testing.B, dbURL string, workers, instances int, hooks 
 	newEvalWorker(ids[0], r.srv.url, evalHooks).start(b, project.ID)
 	want := make([]int, len(servers))
 	want[0] = 1
+	var connected atomic.Int64
+	if hooks.held != nil {
+		hooks.connected = func() { connected.Add(1) }
+	}
 	for i, id := range ids[1:] {
 		newBuildWorker(id, servers[i%len(servers)].url, hooks).start(b, project.ID)
 		want[i%len(servers)]++
+	}
+	if hooks.held != nil {
+		// Build workers poll only once held is closed.
+		want = make([]int, len(servers))
+		want[0] = 1
+		waitfor.Within(b, time.Minute, "the build workers connected", func() bool { return connected.Load() >= int64(workers) })
 	}
 	for i, srv := range servers {
 		if !srv.loop.waitPolling(want[i], time.Minute) {
@@ -185,6 +195,8 @@ func BenchmarkDispatchScale(b *testing.B) {
 // instances"), side by side in one run: the 50 build workers split
 // between the two, the evaluation and its readied builds on the first,
 // which tells the second about them (notes, server/scheduler/notify.go).
+// The build workers ask for work once the whole evaluation is queued on
+// both, so first-assignment-ms is the first pick from the full queue.
 // The sizes are BenchmarkDispatchScale's (GRADIENT_BENCH_SCALE).
 //
 //	GRADIENT_BENCH_SCALE=4000,100000 go test -run '^$' -bench DispatchInstances -benchtime 1x -timeout 60m ./server/scheduler
@@ -193,7 +205,7 @@ func BenchmarkDispatchInstances(b *testing.B) {
 		for _, instances := range []int{1, 2} {
 			b.Run(fmt.Sprintf("builds=%d/instances=%d", n, instances), func(b *testing.B) {
 				onePerRun(b)
-				runThroughputOn(b, benchPostgresURL(b), n, instances, false)
+				runThroughputOn(b, benchPostgresURL(b), n, instances, false, true)
 			})
 		}
 	}
@@ -265,16 +277,26 @@ func scaleSizes(b *testing.B) []int {
 // runThroughput runs one evaluation of n independent builds through 50
 // workers and reports its metrics; memory adds the heap and RSS.
 func runThroughput(b *testing.B, dbURL string, n int, memory bool) {
-	runThroughputOn(b, dbURL, n, 1, memory)
+	runThroughputOn(b, dbURL, n, 1, memory, false)
 }
 
 // runThroughputOn is runThroughput with the 50 workers split between
-// `instances` server instances on the database.
-func runThroughputOn(b *testing.B, dbURL string, n, instances int, memory bool) {
+// `instances` server instances on the database. With hold, the build
+// workers ask for their first job only once the whole evaluation is
+// queued on every instance (the first has the builds from the
+// evaluation, the others from its notes), and the clock starts then: the
+// first assignment is then the first pick from n queued builds (without,
+// the builds streamed while evaluating are assigned before the clock
+// starts, and first-assignment-ms comes out negative).
+func runThroughputOn(b *testing.B, dbURL string, n, instances int, memory, hold bool) {
 	var assigned atomic.Int64
 	at := make([]int64, n) // when each assignment arrived, UnixNano
 	all := make(chan struct{})
-	hooks := &workerHooks{assigned: func(m *wire.AssignJob) {
+	var held chan struct{}
+	if hold {
+		held = make(chan struct{})
+	}
+	hooks := &workerHooks{held: held, assigned: func(m *wire.AssignJob) {
 		if _, ok := m.Job.(*wire.BuildJob); !ok {
 			return
 		}
@@ -288,6 +310,11 @@ func runThroughputOn(b *testing.B, dbURL string, n, instances int, memory bool) 
 	}}
 	r := newDispatchRigOn(b, dbURL, 50, instances, hooks)
 	ev := r.evaluate(b, n, false)
+	if held != nil {
+		for i, srv := range append([]*benchServer{r.srv}, r.others...) {
+			waitfor.Within(b, 10*time.Minute, fmt.Sprintf("the evaluation queued on instance %d", i), func() bool { return srv.sched.QueueLen() == n })
+		}
+	}
 	var before runtime.MemStats
 	var peak *heapSampler
 	if memory {
@@ -304,6 +331,9 @@ func runThroughputOn(b *testing.B, dbURL string, n, instances int, memory bool) 
 	b.ResetTimer()
 	start := time.Now()
 	cpu := startCPU()
+	if held != nil {
+		close(held)
+	}
 	close(r.gate)
 	select {
 	case <-all:
