@@ -407,14 +407,17 @@ func (s *Scheduler) readNotes() {
 			}
 		}
 		if reload {
+			// Every pending job this scheduler does not know, read as
+			// other instances' (the periodic pass drops those gone).
 			s.m.noteReloads.Inc()
-			if err := s.reload(s.ctx); err != nil {
+			ids, err := s.queue.PendingJobIDs(s.ctx)
+			if err != nil {
 				if s.ctx.Err() == nil {
 					s.log.Warn("reading the job queue failed; the next pass does", "error", err)
 				}
 				continue
 			}
-			s.dispatchAll()
+			s.queueNoted(s.ctx, ids)
 			n.reloads.Add(1)
 			continue
 		}
