@@ -206,6 +206,18 @@ func (g *jobGroup) prepare() {
 	}
 }
 
+// prepareBack drops the dead jobs at the group's back (the newest, taken
+// first by eachNewest's callers), so a walk from the back does not step
+// over them again.
+func (g *jobGroup) prepareBack() {
+	n := len(g.jobs)
+	for n > 0 && g.jobs[n-1].dead {
+		n--
+		g.jobs[n] = nil
+	}
+	g.jobs = g.jobs[:n]
+}
+
 // staleSince returns the IDs of the jobs queued up to mark (a value of
 // q.seq) that pending does not hold: jobs the database no longer has
 // pending, where a job queued after mark may be newer than the read.
@@ -229,6 +241,7 @@ func (q *jobQueue) eachNewest(eligible func(g *jobGroup) bool, visit func(*stora
 	var cursors []cursor
 	for _, g := range q.order {
 		if eligible(g) {
+			g.prepareBack()
 			cursors = append(cursors, cursor{g, len(g.jobs) - 1})
 		}
 	}
