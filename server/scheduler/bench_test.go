@@ -353,6 +353,16 @@ func runThroughputOn(b *testing.B, dbURL string, n, instances int, memory, hold 
 		b.ReportMetric(float64(hi-lo)/time.Duration(at[hi-1]-at[lo]).Seconds(), "sustained-assignments/s")
 		b.ReportMetric(ms(time.Duration(at[0]-start.UnixNano())), "first-assignment-ms")
 	}
+	if hold {
+		lost := 0.0
+		for _, srv := range append([]*benchServer{r.srv}, r.others...) {
+			lost += srv.sched.ClaimsLost()
+		}
+		b.ReportMetric(lost/float64(n), "lost-claims/assignment")
+		if used := pg.used(); used >= 0 {
+			b.ReportMetric(used/float64(n)*1e6, "pg-cpu-us/assignment")
+		}
+	}
 	if memory {
 		b.ReportMetric((processCPU()-cpu.proc)/float64(n)*1e6, "proc-cpu-us/assignment")
 		if used := pg.used(); used >= 0 {

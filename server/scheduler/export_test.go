@@ -1,6 +1,10 @@
 package scheduler
 
-import "time"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
 
 // WaitRecorded waits for the completions being recorded beside their
 // sessions, so a test that sends a report can look at the database next.
@@ -40,3 +44,7 @@ func (s *Scheduler) NotesListening() <-chan struct{} { return s.notes.listening 
 // NoteReloads is how many full reads of the queue notes caused (the
 // first LISTEN's included), once done.
 func (s *Scheduler) NoteReloads() int64 { return s.notes.reloads.Load() }
+
+// ClaimsLost is how many claims the database refused (claimed elsewhere
+// or no longer pending).
+func (s *Scheduler) ClaimsLost() float64 { return testutil.ToFloat64(s.m.claimsLost) }

@@ -25,6 +25,10 @@ type loopMetrics struct {
 	// caused (notify.go).
 	notes       *prometheus.CounterVec
 	noteReloads prometheus.Counter
+	// claimsLost counts claims of queued jobs the database refused: the
+	// job was claimed elsewhere (another instance) or is no longer
+	// pending (cancelled); each costs a statement.
+	claimsLost prometheus.Counter
 }
 
 // dispatchBuckets span a job assigned at once (milliseconds: one claim
@@ -70,12 +74,16 @@ func newLoopMetrics(r prometheus.Registerer, idle func(wire.JobKind) int) *loopM
 			Name: "gradient_scheduler_notes_total",
 			Help: "Notes about work between the server instances sharing the database, by event: sent, received (from other instances), dropped (bad or over the bound).",
 		}, []string{"event"}),
+		claimsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gradient_scheduler_claims_lost_total",
+			Help: "Claims of queued jobs the database refused: claimed by another server instance meanwhile, or no longer pending.",
+		}),
 		noteReloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gradient_scheduler_note_reloads_total",
 			Help: "Full reads of the job queue that notes caused: a reload note, an overflowing inbox, or listening again after a lost connection.",
 		}),
 	}
-	collectors := []prometheus.Collector{m.assigned, m.dropped, m.finished, m.pending, m.sessions, m.dispatchLatency, m.claimSeconds, m.releaseFailures, m.notes, m.noteReloads}
+	collectors := []prometheus.Collector{m.assigned, m.dropped, m.finished, m.pending, m.sessions, m.dispatchLatency, m.claimSeconds, m.releaseFailures, m.notes, m.noteReloads, m.claimsLost}
 	for kind, name := range map[wire.JobKind]string{wire.JobKindFlake: "flake", wire.JobKindBuild: "build"} {
 		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "gradient_scheduler_sessions_idle",

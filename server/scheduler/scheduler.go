@@ -572,6 +572,7 @@ func (s *Scheduler) serveKind(ctx context.Context, w *authority.LiveWorker, kind
 				return
 			}
 			s.mu.Unlock()
+			s.m.claimsLost.Inc()
 			if job.Kind == storage.JobBuild {
 				s.endIfLast(ctx, job.EvaluationID) // it may have held the end back
 			}
