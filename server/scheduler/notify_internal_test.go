@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"gradient.dev/gradient/storage"
+	"gradient.dev/gradient/storage/storagetest"
 )
 
 // Notes cross the database: whatever another process wrote on the
@@ -68,5 +71,49 @@ func TestParseNoteRefusesBadNotes(t *testing.T) {
 	n, err := parseNote(enc(jobNote{From: "a", Kind: noteJobs, Jobs: []string{strings.ToUpper(id)}}))
 	if err != nil || n.Jobs[0] != id {
 		t.Errorf("note %+v, %v; want the canonical ID %s", n, err, id)
+	}
+}
+
+// What the listener hands over is bounded: a bad note is dropped and
+// counted, and past maxInbox job IDs the inbox becomes one full reload.
+func TestNotesInboxIsBounded(t *testing.T) {
+	db, err := storage.Open(t.Context(), storagetest.SQLiteURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := New(db, Config{InstanceID: "me"})
+	s.receiveNote(`{"from":"other","kind":"jobs","jobs":["not a UUID"]}`)
+	s.receiveNote(`{"from":"me","kind":"jobs","jobs":["` + storage.NewID() + `"]}`) // own: ignored
+	if got := testutil.ToFloat64(s.m.notes.WithLabelValues("dropped")); got != 1 {
+		t.Errorf("dropped %v notes, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.m.notes.WithLabelValues("received")); got != 0 {
+		t.Errorf("received %v notes, want 0", got)
+	}
+	note := func() string {
+		ids := make([]string, maxNoteJobs)
+		for i := range ids {
+			ids[i] = storage.NewID()
+		}
+		b, _ := json.Marshal(jobNote{From: "other", Kind: noteJobs, Jobs: ids})
+		return string(b)
+	}
+	for range maxInbox / maxNoteJobs {
+		s.receiveNote(note())
+	}
+	s.notes.mu.Lock()
+	held, reload := len(s.notes.in), s.notes.inReload
+	s.notes.mu.Unlock()
+	if held == 0 || held > maxInbox || reload {
+		t.Fatalf("inbox holds %d IDs, reload %v: want them held below the bound", held, reload)
+	}
+	s.receiveNote(note())
+	s.receiveNote(note())
+	s.notes.mu.Lock()
+	held, reload = len(s.notes.in), s.notes.inReload
+	s.notes.mu.Unlock()
+	if held != 0 || !reload {
+		t.Fatalf("inbox holds %d IDs, reload %v: want one reload instead", held, reload)
 	}
 }
