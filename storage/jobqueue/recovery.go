@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"gradient.dev/gradient/storage"
 	"gradient.dev/gradient/storage/sqldb"
 )
 
@@ -207,4 +208,14 @@ func (q *Queue) RecoverDeadInstances(ctx context.Context) ([]LostInstance, error
 		}
 	}
 	return out, nil
+}
+
+// RecoveredAssignments returns those of the assignments (by ID) that a
+// recovery closed: another instance took their instance for dead
+// (OutcomeInstanceLost), or an instance starting under the same ID
+// recovered them (OutcomeServerRestart). A job loop that still holds them
+// was paused past its lease; its workers' reports are refused.
+func (q *Queue) RecoveredAssignments(ctx context.Context, ids []string) ([]storage.OpenAssignment, error) {
+	return queryByIDs(ctx, q, `SELECT `+openAssignmentColumns+` FROM job_assignments
+		WHERE outcome IN ('`+OutcomeInstanceLost+`', '`+OutcomeServerRestart+`') AND id %[1]s`, ids, scanOpenAssignment)
 }
