@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -164,8 +165,9 @@ func TestConcurrentRecoveriesRequeueOnce(t *testing.T) {
 		for round := range 3 {
 			e := newEvaluationIn(t, db, project)
 			var drvs []storage.DiscoveredBuild
-			for i := range 40 {
-				drvs = append(drvs, discovered(string(rune('a'+round))+string(rune('a'+i/26))+string(rune('a'+i%26)), ""))
+			// Enough that the two recoveries' transactions overlap.
+			for i := range 120 {
+				drvs = append(drvs, discovered(fmt.Sprintf("r%d-%d", round, i), ""))
 			}
 			var claimed []string
 			for _, j := range startEvaluation(t, db, e.ID, worker, drvs...) {
