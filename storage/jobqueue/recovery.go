@@ -216,6 +216,10 @@ func (q *Queue) RecoverDeadInstances(ctx context.Context) ([]LostInstance, error
 // recovered them (OutcomeServerRestart). A job loop that still holds them
 // was paused past its lease; its workers' reports are refused.
 func (q *Queue) RecoveredAssignments(ctx context.Context, ids []string) ([]storage.OpenAssignment, error) {
-	return queryByIDs(ctx, q, `SELECT `+openAssignmentColumns+` FROM job_assignments
-		WHERE outcome IN ('`+OutcomeInstanceLost+`', '`+OutcomeServerRestart+`') AND id %[1]s`, ids, scanOpenAssignment)
+	return queryByIDs(ctx, q, recoveredAssignmentsSQL, ids, scanOpenAssignment)
 }
+
+// recoveredAssignmentsSQL reads the assignments %[1]s closed by a
+// recovery, by primary key.
+const recoveredAssignmentsSQL = `SELECT ` + openAssignmentColumns + ` FROM job_assignments
+	WHERE outcome IN ('` + OutcomeInstanceLost + `', '` + OutcomeServerRestart + `') AND id %[1]s`

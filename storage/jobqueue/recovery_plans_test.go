@@ -1,6 +1,7 @@
 package jobqueue
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,19 @@ func TestDeadInstanceCheckReadsNoJobs(t *testing.T) {
 	}
 	if dead, err := db.DeadInstancesHolding(ctx); err != nil || len(dead) != 0 {
 		t.Fatalf("DeadInstancesHolding with every instance live = %v, %v", dead, err)
+	}
+
+	// What an instance checks of its running assignments on every pass
+	// (RecoveredAssignments): by primary key.
+	ids := make([]string, running)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("a%d", i+1)
+	}
+	plan = explain(t, conn, `EXPLAIN (ANALYZE, BUFFERS) `+strings.ReplaceAll(fmt.Sprintf(recoveredAssignmentsSQL, "= ANY($1::text[])"),
+		"$1::text[]", "'{"+strings.Join(ids, ",")+"}'::text[]"))
+	t.Logf("running assignments recovered elsewhere, %d running:\n%s", running, plan)
+	if strings.Contains(plan, "Seq Scan") {
+		t.Errorf("the check of running assignments scans a table")
 	}
 
 	// The recovery statements (not run: EXPLAIN without ANALYZE).
