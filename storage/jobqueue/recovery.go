@@ -116,14 +116,22 @@ func (q *Queue) recoverWhere(ctx context.Context, outcome, cond string, args ...
 // those of dead instances, and makes their jobs pending again without
 // counting the attempt (their builds queued, their evaluations queued).
 // Assignments of live other instances are left alone: their workers still
-// report to them. It then readies stranded builds and ends finished
+// report to them. On SQLite, one server process by design, every open
+// assignment is a previous run's and is recovered. It then readies stranded builds and ends finished
 // evaluations (a crash between a completion's steps). It returns how many
 // assignments it closed; running it again changes nothing.
 func (q *Queue) RecoverInterruptedWork(ctx context.Context) (int, error) {
 	// A queue without an instance has no previous run of its own beyond
 	// the ownerless assignments ("" matches no instance ID).
-	done, err := q.recoverWhere(ctx, OutcomeServerRestart,
-		`a.instance_id IS NULL OR a.instance_id = $4 OR NOT `+q.liveInstance(), q.instance)
+	cond := `a.instance_id IS NULL OR a.instance_id = $4 OR NOT ` + q.liveInstance()
+	if q.store.Engine() != storage.EnginePostgres {
+		// SQLite is one server process (README "Several instances"): any
+		// other instance's assignment is a previous run's, even one whose
+		// lease has not passed yet (a restart under a new random ID right
+		// after a crash).
+		cond = `a.instance_id IS NULL OR a.instance_id = $4 OR true`
+	}
+	done, err := q.recoverWhere(ctx, OutcomeServerRestart, cond, q.instance)
 	if err != nil {
 		return len(done), err
 	}

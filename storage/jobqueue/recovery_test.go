@@ -48,9 +48,10 @@ func openByJob(t testing.TB, db *testDB) map[string]storage.OpenAssignment {
 // Recovery at an instance's start closes its own previous run's and the
 // ownerless assignments, not a live instance's; a dead instance's are
 // re-queued once by a live one, and its late report is refused.
+// (PostgreSQL: SQLite is one process, TestSQLiteStartRecoversEverything.)
 func TestRecoveryKeepsLiveInstancesWork(t *testing.T) {
 	t.Parallel()
-	forEachEngine(t, func(t *testing.T, db *testDB) {
+	func(t *testing.T, db *testDB) {
 		ctx := t.Context()
 		a, b, c := instanceQueue(t, db, "a"), instanceQueue(t, db, "b"), instanceQueue(t, db, "c")
 		worker := storage.NewID()
@@ -149,7 +150,32 @@ func TestRecoveryKeepsLiveInstancesWork(t *testing.T) {
 		if !slices.Equal(outcomes, []string{OutcomeInstanceLost, OutcomeInstanceLost}) {
 			t.Fatalf("outcomes of the dead instances' assignments: %v", outcomes)
 		}
-	})
+	}(t, openTestDB(t, freshPostgresURL(t)))
+}
+
+// On SQLite, one server process by design, a start recovers every open
+// assignment, whatever instance it names: a restart under a new random
+// instance ID right after a crash, before the old lease passed, finds
+// its predecessor's work at once.
+func TestSQLiteStartRecoversEverything(t *testing.T) {
+	t.Parallel()
+	db := openTestDB(t, freshSQLiteURL(t))
+	ctx := t.Context()
+	before, after := instanceQueue(t, db, "before-crash"), instanceQueue(t, db, "after-restart")
+	worker := storage.NewID()
+	e := newEvaluation(t, db)
+	ready := startEvaluation(t, db, e.ID, worker, discovered("x", "x"), discovered("y", "y"))
+	for _, j := range ready {
+		if _, err := before.ClaimJob(ctx, j.JobID, worker); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := after.RecoverInterruptedWork(ctx); err != nil || n != 2 {
+		t.Fatalf("RecoverInterruptedWork after a restart under a new ID = %d, %v; want both assignments", n, err)
+	}
+	if n := len(allPending(t, db)); n != 2 {
+		t.Fatalf("%d pending jobs after the restart, want 2", n)
+	}
 }
 
 // Two live instances recovering one dead instance's work at the same
