@@ -32,7 +32,9 @@ import (
 // lock it waited for (a completion's), so a row closed meanwhile is not
 // matched. The job is queued again in the same transaction, only for the
 // assignments that UPDATE returned: a crash before the commit recovers
-// nothing, after it everything, and no assignment's job is queued twice.
+// nothing, after it everything, and no assignment's job is queued twice
+// (requeue also changes a job only while it is assigned: the one open
+// assignment per job is the one closed).
 // A completion or failure reported later under a recovered assignment
 // finds it closed and is refused (ErrConflict), as a report of a lost
 // worker's assignment is.
