@@ -180,11 +180,13 @@ type assignment struct {
 }
 
 // assignments are the evaluation's jobs' assignments (every instance's,
-// read from the shared database), by job, in the order they opened.
-func (w *instancesWorld) assignments(t *testing.T, evalID string) map[string][]assignment {
+// read from the shared database), by job, in the order they opened;
+// kind "" is every job's, else only kind's (flake, build).
+func (w *instancesWorld) assignments(t *testing.T, evalID, kind string) map[string][]assignment {
 	t.Helper()
 	rows, err := w.db.QueryContext(t.Context(), `SELECT a.id, a.job_id, a.worker_id, a.opened_at, a.closed_at, a.outcome
-		FROM job_assignments a JOIN jobs j ON j.id = a.job_id WHERE j.evaluation_id = $1 ORDER BY a.opened_at, a.id`, evalID)
+		FROM job_assignments a JOIN jobs j ON j.id = a.job_id WHERE j.evaluation_id = $1 AND ($2 = '' OR j.kind = $2)
+		ORDER BY a.opened_at, a.id`, evalID, kind)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +296,7 @@ func runWide(t *testing.T, instances int) {
 	ev := waitEval(t, w.c.Front, id, "ends", terminal)
 	t.Logf("%d builds on %d instances: %s", builds, instances, time.Since(start).Round(time.Millisecond))
 	w.checkEverywhere(t, ev, builds, tag)
-	byJob := w.assignments(t, id)
+	byJob := w.assignments(t, id, "")
 	noOverlap(t, byJob)
 	// Nothing was lost, so each build was built by exactly one worker.
 	for _, b := range ev.Builds {
@@ -349,7 +351,7 @@ func TestInstanceKilledMidRun(t *testing.T) {
 	waitfor.Within(t, 4*time.Minute, "a build running on a worker of some instance", func() bool {
 		time.Sleep(100 * time.Millisecond)
 		held = map[string]assignment{}
-		for job, as := range w.assignments(t, id) {
+		for job, as := range w.assignments(t, id, "build") {
 			last := as[len(as)-1]
 			if !last.Closed.Valid && on[last.WorkerID] != "" {
 				if victim == "" {
@@ -363,11 +365,15 @@ func TestInstanceKilledMidRun(t *testing.T) {
 		return len(held) > 0
 	})
 	vi := slices.IndexFunc(w.c.Servers, func(s *proxyworld.Server) bool { return s.Name == victim })
+	established := map[string]int{}
+	for _, wk := range workers {
+		established[wk.ID] = len(wk.Lines(`msg="session established"`))
+	}
 	w.c.Kill(vi)
 	killed := time.Now()
 	// What it held at the kill: its assignments stay open until its lease
 	// passes, so read them again now.
-	for job, as := range w.assignments(t, id) {
+	for job, as := range w.assignments(t, id, "") {
 		last := as[len(as)-1]
 		if !last.Closed.Valid && on[last.WorkerID] == victim {
 			held[job] = last
@@ -377,26 +383,36 @@ func TestInstanceKilledMidRun(t *testing.T) {
 
 	// Its workers' sessions move to live instances.
 	var moved []*proxyworld.Worker
+	var movedNames []string
 	for _, wk := range workers {
 		if on[wk.ID] == victim {
 			moved = append(moved, wk)
+			movedNames = append(movedNames, wk.Name+"="+wk.ID)
 		}
 	}
-	waitfor.Within(t, 3*time.Minute, "the killed instance's workers live on another instance", func() bool {
-		list := sessions(t, w.c.Front, w.project)
+	// A new session of each (its log: the list may show a session still
+	// in its handshake), then the list naming a live instance.
+	var list map[string]sessionOnServer
+	waitfor.Within(t, 3*time.Minute, "the killed instance's workers in a new session on another instance", func() bool {
+		time.Sleep(200 * time.Millisecond)
+		for _, wk := range moved {
+			if len(wk.Lines(`msg="session established"`)) <= established[wk.ID] {
+				return false
+			}
+		}
+		list = sessions(t, w.c.Front, w.project)
 		for _, wk := range moved {
 			if l := list[wk.ID]; !l.Live || l.Instance == victim || l.Instance == "" {
-				time.Sleep(200 * time.Millisecond)
 				return false
 			}
 		}
 		return true
 	})
-	t.Logf("workers back on live instances %s after the kill", time.Since(killed).Round(time.Millisecond))
+	t.Logf("workers %v back on live instances %s after the kill: %v", movedNames, time.Since(killed).Round(time.Millisecond), list)
 
 	// Its jobs are re-queued once each: their assignment closed as lost.
-	waitfor.Within(t, 3*time.Minute, "the killed instance's assignments closed", func() bool {
-		byJob := w.assignments(t, id)
+	waitfor.Within(t, 90*time.Second, "the killed instance's assignments closed", func() bool {
+		byJob := w.assignments(t, id, "")
 		for job, a := range held {
 			for _, b := range byJob[job] {
 				if b.ID == a.ID && !b.Closed.Valid {
@@ -412,7 +428,7 @@ func TestInstanceKilledMidRun(t *testing.T) {
 	t.Logf("kill → re-queue %s, kill → evaluation done %s", requeued.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 	w.checkEverywhere(t, ev, builds, "kill")
 
-	byJob := w.assignments(t, id)
+	byJob := w.assignments(t, id, "")
 	noOverlap(t, byJob)
 	for job, a := range held {
 		var lost int
