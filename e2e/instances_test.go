@@ -461,6 +461,7 @@ func TestInstanceKilledMidRun(t *testing.T) {
 // the other connection refused with 496.
 func TestInstancesOneSessionPerWorker(t *testing.T) {
 	nixtest.Require(t, "nix", "nix-store", "git")
+	t.Parallel() // two light processes and one worker
 	w := newInstancesWorld(t, 2)
 	a, b := w.c.Servers[0], w.c.Servers[1]
 	id, peers := w.c.Front.Register(t, w.project)
@@ -490,6 +491,10 @@ func TestInstancesOneSessionPerWorker(t *testing.T) {
 	if n := len(first.Lines(`msg="session established"`)); n != 1 {
 		t.Errorf("the first worker established %d sessions, want its one", n)
 	}
+	// B says why: the ID is held on A.
+	if len(b.Lines(`msg="worker ID held by another instance"`, "worker="+id, "instance="+a.Name)) == 0 {
+		t.Errorf("%s did not log the worker ID held by %s", b.Name, a.Name)
+	}
 	t.Logf("the refusal as the second worker logged it: %s", second.Lines("496")[0])
 }
 
@@ -497,6 +502,7 @@ func TestInstancesOneSessionPerWorker(t *testing.T) {
 // there) is assigned to the idle worker whose session is on instance B.
 func TestInstancesReadyOnAAssignedOnB(t *testing.T) {
 	nixtest.Require(t, "nix", "nix-store", "git")
+	t.Parallel() // two workers, six small builds
 	w := newInstancesWorld(t, 2)
 	a, b := w.c.Servers[0], w.c.Servers[1]
 	evaluator := w.worker(t, "evaluator", w.project, a.ProtoURL, 1, "--capabilities-build=false")
