@@ -88,9 +88,16 @@ func StartCluster(tb testing.TB, name string, opts ClusterOptions) *Cluster {
 	}
 	tb.Cleanup(func() { lb.Close() })
 	c.LB = lb
-	c.Front = &Server{service: service{Process: &Process{Name: name + "-lb", done: make(chan struct{})},
-		URL: "http://" + lb.Addr(), ProtoURL: "ws://" + lb.Addr() + "/proto", AdminToken: c.AdminToken}, Database: c.Database}
+	c.Front = c.Behind(name+"-lb", lb.Addr())
 	return c
+}
+
+// Behind is a front of the cluster at addr (HOST:PORT: another load
+// balancer in front of the instances) as a Server for the admin API,
+// the CLI and workers' ProtoURL; like Front, no process of its own.
+func (c *Cluster) Behind(name, addr string) *Server {
+	return &Server{service: service{Process: &Process{Name: name, done: make(chan struct{})},
+		URL: "http://" + addr, ProtoURL: "ws://" + addr + "/proto", AdminToken: c.AdminToken}, Database: c.Database}
 }
 
 // seconds is a duration as the servers' flags take it (plain seconds,
