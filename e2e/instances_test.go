@@ -329,7 +329,7 @@ func TestInstancesThree(t *testing.T) {
 
 // outcomeInstanceLost closes the assignments of a server instance that
 // died, once its lease passed (the re-queue of the claims work).
-const outcomeInstanceLost = "instance lost"
+const outcomeInstanceLost = "server instance lost"
 
 // kill -9 of one of three instances while builds run on workers whose
 // sessions it holds: those workers get into a live instance through the
