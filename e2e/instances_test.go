@@ -423,9 +423,20 @@ func TestInstanceKilledMidRun(t *testing.T) {
 		}
 		return true
 	})
-	requeued := time.Since(killed)
 	ev := waitEval(t, w.c.Front, id, "ends after the kill", terminal)
-	t.Logf("kill → re-queue %s, kill → evaluation done %s", requeued.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+	done := time.Since(killed)
+	// When the re-queue happened is in the database: the closing of the
+	// last of the killed instance's assignments (same machine, same clock).
+	var requeued int64
+	for job, a := range held {
+		for _, b := range w.assignments(t, id, "")[job] {
+			if b.ID == a.ID && b.Closed.Int64 > requeued {
+				requeued = b.Closed.Int64
+			}
+		}
+	}
+	t.Logf("kill → re-queue %s, kill → evaluation done %s (instance lease %s)",
+		time.UnixMilli(requeued).Sub(killed).Round(time.Millisecond), done.Round(time.Millisecond), 6*time.Second)
 	w.checkEverywhere(t, ev, builds, "kill")
 
 	byJob := w.assignments(t, id, "")
