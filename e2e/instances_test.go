@@ -344,25 +344,21 @@ func TestInstanceKilledMidRun(t *testing.T) {
 	commit, builds := wideCommit(t, w.repo, "kill", 20, "4")
 	id := startEval(t, w.c.Front, w.project, commit)
 
-	// The victim: an instance holding the session of a worker that runs
-	// a build.
+	// The victim: an instance holding the session of a worker that has
+	// just started a build (each runs 4 s and more: still running at the
+	// kill).
 	var victim string
-	var held map[string]assignment // job → its open assignment on the victim
-	waitfor.Within(t, 4*time.Minute, "a build running on a worker of some instance", func() bool {
+	waitfor.Within(t, 4*time.Minute, "a build just started on a worker of some instance", func() bool {
 		time.Sleep(100 * time.Millisecond)
-		held = map[string]assignment{}
-		for job, as := range w.assignments(t, id, "build") {
+		recent := time.Now().Add(-1500 * time.Millisecond).UnixMilli()
+		for _, as := range w.assignments(t, id, "build") {
 			last := as[len(as)-1]
-			if !last.Closed.Valid && on[last.WorkerID] != "" {
-				if victim == "" {
-					victim = on[last.WorkerID]
-				}
-				if on[last.WorkerID] == victim {
-					held[job] = last
-				}
+			if !last.Closed.Valid && on[last.WorkerID] != "" && last.Opened >= recent {
+				victim = on[last.WorkerID]
+				return true
 			}
 		}
-		return len(held) > 0
+		return false
 	})
 	vi := slices.IndexFunc(w.c.Servers, func(s *proxyworld.Server) bool { return s.Name == victim })
 	established := map[string]int{}
@@ -371,13 +367,17 @@ func TestInstanceKilledMidRun(t *testing.T) {
 	}
 	w.c.Kill(vi)
 	killed := time.Now()
-	// What it held at the kill: its assignments stay open until its lease
-	// passes, so read them again now.
+	// What it held at the kill: nothing closes its assignments until its
+	// lease passes, so they are the open ones of its workers now.
+	held := map[string]assignment{} // job → its open assignment on the victim
 	for job, as := range w.assignments(t, id, "") {
 		last := as[len(as)-1]
 		if !last.Closed.Valid && on[last.WorkerID] == victim {
 			held[job] = last
 		}
+	}
+	if len(held) == 0 {
+		t.Fatalf("%s held no job at the kill", victim)
 	}
 	t.Logf("killed %s holding %d jobs: %v", victim, len(held), held)
 
