@@ -466,6 +466,45 @@ func TestInstanceKilledMidRun(t *testing.T) {
 	if len(w.c.Servers[vi].Lines("recovered interrupted work")) > 0 {
 		t.Error("the killed instance recovered work (it was never restarted)")
 	}
+
+	// The killed instance restarted while the live ones run builds: its
+	// recovery at start leaves their running jobs alone (its own were
+	// re-queued already), and it serves again behind the load balancer.
+	commit, builds = wideCommit(t, w.repo, "restart", 10, "3")
+	id = startEval(t, w.c.Front, w.project, commit)
+	var running map[string]assignment // job → open assignment when the restart began
+	waitfor.Within(t, 4*time.Minute, "builds running on the live instances' workers", func() bool {
+		time.Sleep(100 * time.Millisecond)
+		running = map[string]assignment{}
+		for job, as := range w.assignments(t, id, "build") {
+			if last := as[len(as)-1]; !last.Closed.Valid {
+				running[job] = last
+			}
+		}
+		return len(running) > 0
+	})
+	w.c.Restart(t, vi)
+	ev = waitEval(t, w.c.Front, id, "ends after the restart", terminal)
+	w.checkEverywhere(t, ev, builds, "restart")
+	byJob = w.assignments(t, id, "")
+	noOverlap(t, byJob)
+	for job, a := range running {
+		for _, b := range byJob[job] {
+			if b.ID == a.ID && b.Outcome.String != "completed" {
+				t.Errorf("job %s running on a live instance's worker during the restart of %s: its assignment closed as %q, want completed",
+					job, victim, b.Outcome.String)
+			}
+		}
+	}
+	if lines := w.c.Servers[vi].Lines("recovered interrupted work"); len(lines) > 0 {
+		t.Errorf("the restarted %s re-queued running jobs: %s", victim, lines)
+	}
+	status := w.c.Front.CLI(t, "server", "status")
+	for _, s := range w.c.Servers {
+		if !strings.Contains(status, "live instance:     "+s.Name) {
+			t.Errorf("after the restart, gradient server status does not list %s:\n%s", s.Name, status)
+		}
+	}
 }
 
 // One worker ID dialing two instances directly at once: one session,
