@@ -556,7 +556,7 @@ func TestInstancesReadyOnAAssignedOnB(t *testing.T) {
 	w := newInstancesWorld(t, 2)
 	a, b := w.c.Servers[0], w.c.Servers[1]
 	evaluator := w.worker(t, "evaluator", w.project, a.ProtoURL, 1, "--capabilities-build=false")
-	builder := w.worker(t, "builder", w.project, b.ProtoURL, 1, "--capabilities-fetch=false", "--capabilities-eval=false")
+	builder := w.worker(t, "builder", w.project, b.ProtoURL, 4, "--capabilities-fetch=false", "--capabilities-eval=false")
 	on := liveOn(t, a, w.project, evaluator, builder)
 	if on[evaluator.ID] != a.Name || on[builder.ID] != b.Name {
 		t.Fatalf("sessions %v: want the evaluator on %s, the builder on %s", on, a.Name, b.Name)
