@@ -484,6 +484,7 @@ func TestInstanceKilledMidRun(t *testing.T) {
 		return len(running) > 0
 	})
 	w.c.Restart(t, vi)
+	t.Logf("restarted %s while %d builds ran on the live instances' workers", victim, len(running))
 	ev = waitEval(t, w.c.Front, id, "ends after the restart", terminal)
 	w.checkEverywhere(t, ev, builds, "restart")
 	byJob = w.assignments(t, id, "")
