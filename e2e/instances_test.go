@@ -532,12 +532,12 @@ func TestInstancesOneSessionPerWorker(t *testing.T) {
 	second := w.workerAs(t, "worker-on-b", id, peers, b.ProtoURL, 1)
 	waitfor.Within(t, time.Minute, "the second connection refused with 496", func() bool {
 		time.Sleep(100 * time.Millisecond)
-		return len(second.Lines("496")) > 0
+		return len(second.Lines("code=496")) > 0
 	})
 	// A few more attempts of the second: still the first's session.
 	waitfor.Within(t, time.Minute, "the second worker's further attempts", func() bool {
 		time.Sleep(200 * time.Millisecond)
-		return len(second.Lines("496")) >= 2
+		return len(second.Lines("code=496")) >= 2
 	})
 	for _, s := range w.c.Servers {
 		if l := sessions(t, s, w.project)[id]; !l.Live || l.Instance != a.Name {
@@ -554,7 +554,7 @@ func TestInstancesOneSessionPerWorker(t *testing.T) {
 	if len(b.Lines(`msg="worker ID held by another instance"`, "worker="+id, "instance="+a.Name)) == 0 {
 		t.Errorf("%s did not log the worker ID held by %s", b.Name, a.Name)
 	}
-	t.Logf("the refusal as the second worker logged it: %s", second.Lines("496")[0])
+	t.Logf("the refusal as the second worker logged it: %s", second.Lines("code=496")[0])
 }
 
 // A build made ready on instance A (its evaluating worker's session is
