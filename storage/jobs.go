@@ -278,6 +278,9 @@ type OpenAssignment struct {
 	JobID        string
 	WorkerID     string
 	OpenedAt     time.Time
+	// InstanceID is the server instance whose job loop opened it and
+	// talks to its worker; "" when none was recorded.
+	InstanceID string
 }
 
 // FailOutcome is what FailJob did.

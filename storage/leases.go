@@ -33,7 +33,12 @@ type Lease struct {
 }
 
 // dbNowMillis is the database's clock in milliseconds, as SQL.
-func (db *DB) dbNowMillis() string {
+func (db *DB) dbNowMillis() string { return db.ClockMillisSQL() }
+
+// ClockMillisSQL is the database's clock in milliseconds, as an SQL
+// expression: what leases (server_instances.lease_until among them) are
+// compared with.
+func (db *DB) ClockMillisSQL() string {
 	if db.engine == EnginePostgres {
 		return `CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)`
 	}

@@ -144,6 +144,27 @@ func (db *DB) LiveWorkerSessions(ctx context.Context) ([]WorkerSession, error) {
 	return collect(rows, err, scanWorkerSession)
 }
 
+// LiveWorkerSessionCounts counts the unexpired claims by holding
+// instance: how many worker sessions each instance holds.
+func (db *DB) LiveWorkerSessionCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT instance_id, count(*) FROM worker_sessions
+		WHERE lease_until >= `+db.dbNowMillis()+` GROUP BY instance_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	counts := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
+		counts[id] = n
+	}
+	return counts, rows.Err()
+}
+
 func scanWorkerSession(rows *sql.Rows) (WorkerSession, error) {
 	var s WorkerSession
 	var connected, lease int64

@@ -82,6 +82,18 @@ func TestWorkerSessionClaims(t *testing.T) {
 		if err != nil || len(all) != 1 || all[0].InstanceID != "b" {
 			t.Fatalf("every live session: %+v %v", all, err)
 		}
+		// Another worker on A, one whose claim expired on A: the counts
+		// per instance are of live claims only.
+		other := WorkerSession{WorkerID: NewID(), InstanceID: "a", Nonce: "o1", ConnectedAt: at}
+		gone := WorkerSession{WorkerID: NewID(), InstanceID: "a", Nonce: "g1", ConnectedAt: at}
+		claim(other, time.Minute)
+		claim(gone, -time.Second)
+		if counts, err := db.LiveWorkerSessionCounts(ctx); err != nil || len(counts) != 2 || counts["a"] != 1 || counts["b"] != 1 {
+			t.Fatalf("sessions per instance: %v %v (want a:1 b:1)", counts, err)
+		}
+		if err := db.ReleaseWorkerSession(ctx, other.WorkerID, "a", "o1"); err != nil {
+			t.Fatal(err)
+		}
 		if err := db.ReleaseWorkerSession(ctx, worker, "b", "b1"); err != nil {
 			t.Fatal(err)
 		}

@@ -119,7 +119,8 @@ func TestInstancesMustShareConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	if view.InstanceID == "" || view.InstanceID == "alpha" || len(view.Instances) != 2 ||
-		view.Instances[0].ID != "alpha" || view.Instances[1].ID != view.InstanceID || view.Instances[0].Host == "" {
+		view.Instances[0].ID != "alpha" || view.Instances[1].ID != view.InstanceID || view.Instances[0].Host == "" ||
+		view.Instances[0].Workers == nil || *view.Instances[0].Workers != 0 {
 		t.Fatalf("B's status: %+v", view)
 	}
 	if m := a.get(t, "/metrics"); !strings.Contains(m, `gradient_server_instance_info{host=`) || !strings.Contains(m, `instance_id="alpha"} 1`) {

@@ -35,8 +35,12 @@ func serverCall(c *adminCmd, method, path string) int {
 		pairs = append(pairs, "instance", s.InstanceID)
 	}
 	for _, in := range s.Instances {
-		pairs = append(pairs, "live instance", fmt.Sprintf("%s on %s (%s), started %s, lease until %s",
-			in.ID, in.Host, in.Addr, in.StartedAt.Local().Format(time.DateTime), in.LeaseUntil.Local().Format(time.TimeOnly)))
+		workers := ""
+		if in.Workers != nil {
+			workers = fmt.Sprintf(", %d workers", *in.Workers)
+		}
+		pairs = append(pairs, "live instance", fmt.Sprintf("%s on %s (%s)%s, started %s, lease until %s",
+			in.ID, in.Host, in.Addr, workers, in.StartedAt.Local().Format(time.DateTime), in.LeaseUntil.Local().Format(time.TimeOnly)))
 	}
 	for _, w := range s.Warnings {
 		pairs = append(pairs, "warning", w)

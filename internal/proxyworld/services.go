@@ -156,6 +156,10 @@ type ServerOptions struct {
 	// Args are more flags, after those StartServer sets.
 	Args []string
 	Env  []string
+	// AdminToken is the admin token (empty: a fresh one) and NarDir the
+	// NAR directory (empty: one of its own): instances sharing a
+	// database share both (StartCluster).
+	AdminToken, NarDir string
 }
 
 // StartServer runs a gradient-server on a free loopback port with an
@@ -166,8 +170,14 @@ func StartServer(tb testing.TB, name string, opts ServerOptions) *Server {
 	if opts.Database == "" {
 		opts.Database = filepath.Join(dir, "data")
 	}
-	token := randomToken()
-	args := append([]string{"--listen", "127.0.0.1:0", "--database", opts.Database, "--nar-dir", filepath.Join(dir, "nars"),
+	if opts.NarDir == "" {
+		opts.NarDir = filepath.Join(dir, "nars")
+	}
+	token := opts.AdminToken
+	if token == "" {
+		token = randomToken()
+	}
+	args := append([]string{"--listen", "127.0.0.1:0", "--database", opts.Database, "--nar-dir", opts.NarDir,
 		"--admin-token-file", writeSecret(tb, dir, "admin-token", token), "--poll-interval", "0"}, opts.Args...)
 	s := &Server{service: service{Process: Start(tb, name, "gradient-server", opts.Env, args...), AdminToken: token}, Database: opts.Database,
 		args: args, env: opts.Env}

@@ -107,6 +107,9 @@ type Workers interface {
 type Instances interface {
 	ID() string
 	Live(ctx context.Context) ([]storage.ServerInstance, error)
+	// SessionCounts is the worker sessions each instance holds; nil
+	// when the instances do not share sessions (one instance).
+	SessionCounts(ctx context.Context) (map[string]int, error)
 }
 
 // Dialer creates the registrations whose dial tokens the server seals,

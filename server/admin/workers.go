@@ -66,10 +66,18 @@ func (a *API) serverState(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		counts, err := a.cfg.Instances.SessionCounts(r.Context())
+		if err != nil {
+			return err
+		}
 		view.InstanceID = a.cfg.Instances.ID()
 		for _, in := range live {
-			view.Instances = append(view.Instances, adminapi.ServerInstance{ID: in.ID, Host: in.Host, Addr: in.Addr,
-				Version: in.Version, StartedAt: in.StartedAt, RenewedAt: in.RenewedAt, LeaseUntil: in.LeaseUntil})
+			v := adminapi.ServerInstance{ID: in.ID, Host: in.Host, Addr: in.Addr,
+				Version: in.Version, StartedAt: in.StartedAt, RenewedAt: in.RenewedAt, LeaseUntil: in.LeaseUntil}
+			if counts != nil {
+				v.Workers = new(counts[in.ID])
+			}
+			view.Instances = append(view.Instances, v)
 		}
 	}
 	writeJSON(w, http.StatusOK, view)

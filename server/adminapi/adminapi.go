@@ -150,6 +150,9 @@ type ServerInstance struct {
 	StartedAt  time.Time `json:"started_at"`
 	RenewedAt  time.Time `json:"renewed_at"`
 	LeaseUntil time.Time `json:"lease_until"`
+	// Workers is how many worker sessions the instance holds; absent
+	// where instances share no sessions (one instance on SQLite).
+	Workers *int `json:"workers,omitempty"`
 }
 
 // Link answers subscribe and grant: whether the link is new, and how many

@@ -163,6 +163,16 @@ func (i *Instance) Live(ctx context.Context) ([]storage.ServerInstance, error) {
 	return i.db.LiveInstances(ctx)
 }
 
+// SessionCounts is how many worker sessions each live instance holds, by
+// instance ID (the claims of worker_sessions); nil when this is the only
+// instance (SQLite), whose sessions the authority counts itself.
+func (i *Instance) SessionCounts(ctx context.Context) (map[string]int, error) {
+	if i == nil || !i.shared {
+		return nil, nil
+	}
+	return i.db.LiveWorkerSessionCounts(ctx)
+}
+
 // renew extends the lease every RenewEvery. A row that is gone (another
 // instance judged this one dead) is registered again, loudly: this
 // process kept running, but the others may have acted on its death.

@@ -154,6 +154,9 @@ func (s *Scheduler) announceAborts(open []storage.OpenAssignment, reason string)
 		n.outAborts = map[string][]noteAbort{}
 	}
 	for _, o := range open {
+		if o.InstanceID == s.cfg.InstanceID {
+			continue // this instance's own, and no session holds it
+		}
 		n.outAborts[reason] = append(n.outAborts[reason], noteAbort{Job: o.JobID, Assignment: o.AssignmentID})
 	}
 	n.mu.Unlock()

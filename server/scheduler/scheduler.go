@@ -104,6 +104,7 @@ type Scheduler struct {
 	cfg   Config
 	log   *slog.Logger
 	m     *loopMetrics
+	rm    *recoveryMetrics // instances.go
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -184,7 +185,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Scheduler{
-		db: db, queue: jobqueue.New(db), cfg: cfg, log: cfg.Logger.With("component", "scheduler"),
+		db: db, queue: jobqueue.New(db, jobqueue.ForInstance(cfg.InstanceID)), cfg: cfg, log: cfg.Logger.With("component", "scheduler"),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), logsDone: make(chan struct{}),
 		jobs: newJobStates(), sessions: map[uint64]*workerState{}, progress: map[string]buildProgress{},
 		unreleased: map[string]owedRelease{},
@@ -192,6 +193,7 @@ func New(db *storage.DB, cfg Config) *Scheduler {
 	s.notes.listening, s.notes.sendWake, s.notes.recvWake = make(chan struct{}), make(chan struct{}, 1), make(chan struct{}, 1)
 	s.logs = newLogBuffer(s)
 	s.m = newLoopMetrics(cfg.Metrics, s.idleSessions)
+	s.rm = newRecoveryMetrics(cfg.Metrics)
 	return s
 }
 
@@ -210,15 +212,17 @@ func (s *Scheduler) idleSessions(kind wire.JobKind) int {
 }
 
 // Start recovers the work a previous run left open (its assignments
-// closed, running builds and evaluations queued again), loads the queue
-// and starts the periodic pass. It must run before the first session.
+// closed, running builds and evaluations queued again) — this instance's
+// previous run's, the ownerless and dead instances' work, never a live
+// instance's (instances.go) — loads the queue and starts the periodic
+// pass. It must run before the first session.
 func (s *Scheduler) Start(ctx context.Context) error {
 	released, err := s.queue.RecoverInterruptedWork(ctx)
 	if err != nil {
 		return err
 	}
 	if released > 0 {
-		s.log.Info("recovered interrupted work: re-queued jobs that were running", "jobs", released)
+		s.log.Info("recovered interrupted work: re-queued jobs that were running", "jobs", released, "instance", s.cfg.InstanceID)
 	}
 	if err := s.reload(ctx); err != nil {
 		return err
@@ -257,6 +261,8 @@ func (s *Scheduler) loop() {
 		case <-t.C:
 		}
 		s.retryReleases(s.ctx)
+		s.dropRecoveredAssignments(s.ctx)
+		s.recoverDeadInstances(s.ctx)
 		if err := s.reload(s.ctx); err != nil {
 			if s.ctx.Err() == nil {
 				s.log.Warn("reading the job queue failed", "error", err)

@@ -13,6 +13,13 @@
 // scheduler keeps its hot state in memory and reads the queue back with
 // PendingJobs after a restart (RecoverInterruptedWork first).
 //
+// Several server instances may share the queue (README "Several
+// instances"): each assignment names the instance it was claimed for
+// (ForInstance), a start recovers only its own previous run's, the
+// ownerless and dead instances' assignments, and every scheduler pass
+// re-queues dead instances' running jobs exactly once across the
+// instances (RecoverDeadInstances; recovery.go).
+//
 // # Engines
 //
 // The queue's code is written once for both engines; what differs is the

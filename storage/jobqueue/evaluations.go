@@ -353,12 +353,18 @@ func (q *Queue) PendingJobsByID(ctx context.Context, ids []string) ([]storage.Pe
 // OpenAssignments returns every open assignment, oldest first.
 func (q *Queue) OpenAssignments(ctx context.Context) ([]storage.OpenAssignment, error) {
 	rows, err := q.sql.QueryContext(ctx,
-		`SELECT id, job_id, worker_id, opened_at FROM job_assignments WHERE closed_at IS NULL ORDER BY opened_at, id`)
-	return sqldb.Collect(rows, err, func(r *sql.Rows) (storage.OpenAssignment, error) {
-		var a storage.OpenAssignment
-		var opened int64
-		err := r.Scan(&a.AssignmentID, &a.JobID, &a.WorkerID, &opened)
-		a.OpenedAt = sqldb.FromMillis(opened)
-		return a, err
-	})
+		`SELECT `+openAssignmentColumns+` FROM job_assignments WHERE closed_at IS NULL ORDER BY opened_at, id`)
+	return sqldb.Collect(rows, err, scanOpenAssignment)
+}
+
+// openAssignmentColumns are the columns scanOpenAssignment reads.
+const openAssignmentColumns = `id, job_id, worker_id, opened_at, instance_id`
+
+func scanOpenAssignment(r *sql.Rows) (storage.OpenAssignment, error) {
+	var a storage.OpenAssignment
+	var opened int64
+	var instance sql.NullString
+	err := r.Scan(&a.AssignmentID, &a.JobID, &a.WorkerID, &opened, &instance)
+	a.OpenedAt, a.InstanceID = sqldb.FromMillis(opened), instance.String
+	return a, err
 }

@@ -17,12 +17,29 @@ type Queue struct {
 	sql    *sql.DB     // base's pool, for the queries
 	keyed  *sql.DB     // base's pool for statements that go by key (claims, completions)
 	engine engine      // what differs between SQLite and PostgreSQL
+	// instance is the server instance the queue claims for (ForInstance):
+	// recorded with every assignment it opens; "" records none (NULL).
+	instance string
 }
 
+// Option configures New.
+type Option func(*Queue)
+
+// ForInstance makes the queue claim jobs for the server instance id
+// (server/instance; README "Several instances"): every assignment it opens
+// names id, so that recovery after a crash touches only this instance's
+// work (RecoverInterruptedWork) and other instances re-queue it only once
+// this instance is dead (RecoverDeadInstances). Without it (or with ""),
+// assignments name no instance.
+func ForInstance(id string) Option { return func(q *Queue) { q.instance = id } }
+
 // New returns the job queue on db.
-func New(db *storage.DB) *Queue {
+func New(db *storage.DB, opts ...Option) *Queue {
 	base := db.Base()
 	q := &Queue{store: db, base: base, sql: base.SQL(), keyed: base.Keyed()}
+	for _, o := range opts {
+		o(q)
+	}
 	if base.Engine() == storage.EnginePostgres {
 		q.engine = newPostgres(q)
 	} else {
@@ -36,6 +53,17 @@ func New(db *storage.DB) *Queue {
 // than queueing for the one writer (SQLite). A caller gains by recording
 // completions off its own loop only when they do.
 func (q *Queue) ParallelCompletions() bool { return q.engine.parallelCompletions() }
+
+// Instance is the server instance the queue claims for ("" for none).
+func (q *Queue) Instance() string { return q.instance }
+
+// instanceArg is the instance as a statement's argument: NULL for none.
+func (q *Queue) instanceArg() any {
+	if q.instance == "" {
+		return nil
+	}
+	return q.instance
+}
 
 // prepared returns the statement for query, prepared once on q.sql
 // (sqldb.DB.Prepared).

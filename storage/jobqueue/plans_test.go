@@ -26,8 +26,8 @@ func TestKeyedPlansGoByKeyAfterTheTablesGrew(t *testing.T) {
 
 	conn := genericPlanConn(t, db.keyed)
 	statements := []struct{ name, params, sql, args string }{
-		{"claim", "text, text, text, bigint", claimJobSQL, `'x', 'y', 'w', 1`},
-		{"claims", "text[], text[], text[], bigint", claimJobsSQL, `'{x,y}', '{a,b}', '{w,w}', 1`},
+		{"claim", "text, text, text, bigint, text", claimJobSQL, `'x', 'y', 'w', 1, 'i'`},
+		{"claims", "text[], text[], text[], bigint, text", claimJobsSQL, `'{x,y}', '{a,b}', '{w,w}', 1, 'i'`},
 		{"complete", "text, bigint, text, int, boolean", completeBuildSQL, `'x', 1, '[]', 100, true`},
 		{"completes", "text[], text[], bigint, int, boolean", completeBuildsSQL, `'{x,y}', '{[],[]}', 1, 100, true`},
 	}

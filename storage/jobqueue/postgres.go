@@ -60,8 +60,8 @@ const claimJobSQL = `WITH ` + lazyCommitCTE + `,
 	j AS (UPDATE jobs SET status = 'assigned', attempts = attempts + 1
 	      WHERE id = $1 AND ` + pendingJob + ` AND EXISTS (SELECT 1 FROM cfg)
 	      RETURNING kind, build_id, evaluation_id),
-	a AS (INSERT INTO job_assignments (id, job_id, worker_id, opened_at)
-	      SELECT $2::text, $1::text, $3::text, $4::bigint FROM j),
+	a AS (INSERT INTO job_assignments (id, job_id, worker_id, opened_at, instance_id)
+	      SELECT $2::text, $1::text, $3::text, $4::bigint, $5::text FROM j),
 	b AS (UPDATE builds SET status = 'building', attempts = builds.attempts + 1, worker_id = $3,
 	      started_at = $4, finished_at = NULL FROM j WHERE builds.id = j.build_id),
 	e AS (UPDATE evaluations SET status = ` + claimedEvaluationStatus + `,
@@ -72,7 +72,8 @@ const claimJobSQL = `WITH ` + lazyCommitCTE + `,
 
 // claimJobsSQL claims the jobs of many calls: each job's assignment is
 // opened, the job assigned, its build building or its evaluation
-// fetching. Of two calls for one job, the first wins. It returns the
+// fetching; each assignment names the queue's instance ($5, NULL for
+// none). Of two calls for one job, the first wins. It returns the
 // assignment IDs of the calls that claimed their job.
 const claimJobsSQL = `WITH ` + lazyCommitCTE + `,
 	r AS (SELECT DISTINCT ON (job_id) job_id, assignment_id, worker_id
@@ -81,8 +82,8 @@ const claimJobsSQL = `WITH ` + lazyCommitCTE + `,
 	j AS (UPDATE jobs SET status = 'assigned', attempts = attempts + 1 FROM r
 	      WHERE jobs.id = r.job_id AND ` + pendingJob + ` AND EXISTS (SELECT 1 FROM cfg)
 	      RETURNING jobs.id, jobs.kind, jobs.build_id, jobs.evaluation_id, r.assignment_id, r.worker_id),
-	a AS (INSERT INTO job_assignments (id, job_id, worker_id, opened_at)
-	      SELECT assignment_id, id, worker_id, $4::bigint FROM j),
+	a AS (INSERT INTO job_assignments (id, job_id, worker_id, opened_at, instance_id)
+	      SELECT assignment_id, id, worker_id, $4::bigint, $5::text FROM j),
 	b AS (UPDATE builds SET status = 'building', attempts = builds.attempts + 1, worker_id = j.worker_id,
 	      started_at = $4, finished_at = NULL FROM j WHERE builds.id = j.build_id),
 	e AS (UPDATE evaluations SET status = ` + claimedEvaluationStatus + `,
@@ -112,7 +113,7 @@ func (pg *postgres) claimBatch(ctx context.Context, calls []claimCall) ([]bool, 
 		c := calls[0]
 		var n int
 		err := retryingStatement(func() error {
-			return pg.keyedRow(ctx, claimJobSQL, c.jobID, c.assignmentID, c.workerID, sqldb.NowMillis()).Scan(&n)
+			return pg.keyedRow(ctx, claimJobSQL, c.jobID, c.assignmentID, c.workerID, sqldb.NowMillis(), pg.instanceArg()).Scan(&n)
 		})
 		return []bool{n == 1}, err
 	}
@@ -126,7 +127,7 @@ func (pg *postgres) claimBatch(ctx context.Context, calls []claimCall) ([]bool, 
 	}
 	var claimed []string
 	err = retryingStatement(func() error {
-		rows, err := st.QueryContext(ctx, jobs, assignments, workers, sqldb.NowMillis())
+		rows, err := st.QueryContext(ctx, jobs, assignments, workers, sqldb.NowMillis(), pg.instanceArg())
 		claimed, err = sqldb.Collect(rows, err, scanString)
 		return err
 	})

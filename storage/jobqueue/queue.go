@@ -18,6 +18,7 @@ const (
 	OutcomeDeclined       = "declined"
 	OutcomeWorkerLost     = "worker lost"
 	OutcomeServerRestart  = "server restarted"
+	OutcomeInstanceLost   = "server instance lost"
 	OutcomeCancelled      = "cancelled"
 	outcomeFailedPrefix   = "failed: "
 	dependencyFailedError = "dependency failed: "
@@ -201,52 +202,6 @@ func (q *Queue) ReleaseLostAssignment(ctx context.Context, assignmentID string, 
 			fmt.Sprintf("%d workers in a row were lost while running it (does it crash or exhaust the worker?)", lost))
 	})
 	return failed, err
-}
-
-// RecoverInterruptedWork runs at server start, before any session: it
-// closes every open assignment ("server restarted"), makes every assigned
-// job pending again without counting its attempt, every building build
-// queued and every fetching or evaluating evaluation queued. It returns
-// how many assignments it closed; running it again changes nothing.
-func (q *Queue) RecoverInterruptedWork(ctx context.Context) (int, error) {
-	var released int
-	err := q.jobTx(ctx, func(tx *sql.Tx) error {
-		now := sqldb.NowMillis()
-		res, err := tx.ExecContext(ctx,
-			`UPDATE job_assignments SET closed_at = $1, outcome = $2 WHERE closed_at IS NULL`,
-			now, OutcomeServerRestart)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		released = int(n)
-		for _, q := range []string{
-			`UPDATE jobs SET status = 'pending', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
-			 WHERE status = 'assigned'`,
-			`UPDATE builds SET status = 'queued', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
-			 WHERE status = 'building'`,
-			`UPDATE evaluations SET status = 'queued', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
-			 WHERE status IN ('fetching', 'evaluating')`,
-		} {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return released, err
-	}
-	// A crash between a build's commit and its dependents' readying or
-	// its evaluation's end.
-	if _, err := q.ReadyStrandedBuilds(ctx); err != nil {
-		return released, err
-	}
-	_, err = q.FinishDoneEvaluations(ctx)
-	return released, err
 }
 
 // AddEvaluationErrors records errors an evaluation reported while it runs
@@ -1089,14 +1044,8 @@ func (q *Queue) CancelEvaluation(ctx context.Context, evalID string) ([]storage.
 		rows, err := tx.QueryContext(ctx,
 			`UPDATE job_assignments SET closed_at = $2, outcome = $3
 			 WHERE closed_at IS NULL AND job_id IN (SELECT id FROM jobs WHERE evaluation_id = $1 AND status IN ('pending', 'assigned'))
-			 RETURNING id, job_id, worker_id, opened_at`, evalID, now, OutcomeCancelled)
-		open, err = sqldb.Collect(rows, err, func(r *sql.Rows) (storage.OpenAssignment, error) {
-			var a storage.OpenAssignment
-			var opened int64
-			err := r.Scan(&a.AssignmentID, &a.JobID, &a.WorkerID, &opened)
-			a.OpenedAt = sqldb.FromMillis(opened)
-			return a, err
-		})
+			 RETURNING `+openAssignmentColumns, evalID, now, OutcomeCancelled)
+		open, err = sqldb.Collect(rows, err, scanOpenAssignment)
 		if err != nil {
 			return err
 		}

@@ -37,8 +37,8 @@ func (s sqlite) claim(ctx context.Context, jobID, workerID, assignmentID string)
 		}
 		now := sqldb.NowMillis()
 		_, err = s.txExec(ctx, tx,
-			`INSERT INTO job_assignments (id, job_id, worker_id, opened_at) VALUES ($1, $2, $3, $4)`,
-			assignmentID, jobID, workerID, now)
+			`INSERT INTO job_assignments (id, job_id, worker_id, opened_at, instance_id) VALUES ($1, $2, $3, $4, $5)`,
+			assignmentID, jobID, workerID, now, s.instanceArg())
 		if sqldb.ConstraintOf(err) == sqldb.UniqueViolation {
 			return sqldb.Conflict("job %s already has an open assignment", jobID)
 		}

@@ -85,14 +85,8 @@ func (q *Queue) StopEvaluationBuilds(ctx context.Context, evalID string) (open [
 		rows, err := tx.QueryContext(ctx,
 			`UPDATE job_assignments SET closed_at = $2, outcome = $3
 			 WHERE closed_at IS NULL AND job_id IN (SELECT id FROM jobs WHERE evaluation_id = $1 AND kind = 'build' AND status IN ('pending', 'assigned'))
-			 RETURNING id, job_id, worker_id, opened_at`, evalID, now, OutcomeCancelled)
-		open, err = sqldb.Collect(rows, err, func(r *sql.Rows) (storage.OpenAssignment, error) {
-			var a storage.OpenAssignment
-			var opened int64
-			err := r.Scan(&a.AssignmentID, &a.JobID, &a.WorkerID, &opened)
-			a.OpenedAt = sqldb.FromMillis(opened)
-			return a, err
-		})
+			 RETURNING `+openAssignmentColumns, evalID, now, OutcomeCancelled)
+		open, err = sqldb.Collect(rows, err, scanOpenAssignment)
 		if err != nil {
 			return err
 		}
