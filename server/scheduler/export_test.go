@@ -48,3 +48,7 @@ func (s *Scheduler) NoteReloads() int64 { return s.notes.reloads.Load() }
 // ClaimsLost is how many claims the database refused (claimed elsewhere
 // or no longer pending).
 func (s *Scheduler) ClaimsLost() float64 { return testutil.ToFloat64(s.m.claimsLost) }
+
+// Alone reports whether the last pass found this instance the only live
+// one (it sends no notes then).
+func (s *Scheduler) Alone() bool { return s.notes.alone.Load() }

@@ -168,3 +168,45 @@ func TestDeadInstancesJobGoesToALiveInstance(t *testing.T) {
 		t.Fatalf("b counted %v assignments taken over, want 1", n)
 	}
 }
+
+func noteCount(t *testing.T, reg *prometheus.Registry, event string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "gradient_scheduler_notes_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "event" && l.GetValue() == event {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// An instance alone on its database tells nobody about its work (no
+// note nobody hears on every queued build); once another instance's row
+// is live, its next pass turns the notes on.
+func TestAloneInstanceSendsNoNotes(t *testing.T) {
+	url := storagetest.PostgresURL(t)
+	base := newLoopEnv(t, url, scheduler.Config{})
+	reg := prometheus.NewRegistry()
+	a := instanceLoop(t, url, base, "inst-a", reg)
+	waitfor.True(t, "inst-a finding itself alone", a.sched.Alone)
+	a.evaluate(leaf("alone"))
+	time.Sleep(200 * time.Millisecond) // many note windows (2 ms)
+	if n := noteCount(t, reg, "sent"); n != 0 {
+		t.Fatalf("an instance alone sent %v notes", n)
+	}
+
+	registerInstance(t, a.db, "inst-b")
+	waitfor.True(t, "inst-a seeing inst-b", func() bool { return !a.sched.Alone() })
+	a.evaluate(leaf("together"))
+	waitfor.True(t, "a note about the build queued with inst-b live", func() bool { return noteCount(t, reg, "sent") > 0 })
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,9 @@ type notes struct {
 	readyOnce sync.Once
 	// reloads counts the full reads notes caused, once done (tests).
 	reloads atomic.Int64
+	// alone: the last pass found this instance the only live one, so
+	// nobody would hear a note (see checkAlone).
+	alone atomic.Bool
 
 	mu        sync.Mutex
 	out       []string
@@ -110,6 +114,31 @@ func (s *Scheduler) notesOn() bool {
 	return s.cfg.InstanceID != "" && s.db.Engine() == storage.EnginePostgres
 }
 
+// othersLive reports whether notes may have a listener: notes are on and
+// the last pass did not find this instance alone.
+func (s *Scheduler) othersLive() bool {
+	return s.notesOn() && !s.notes.alone.Load()
+}
+
+// checkAlone runs on each pass: while this instance's row is the only
+// live one, it sends no notes and claims with the single instance's
+// tries. An instance that starts meanwhile reads the whole queue at its
+// start and again at each of its passes, so it misses at most the notes
+// of this instance's one pass. Without its own row (a job loop whose
+// instance is not registered) it keeps telling, as it cannot know.
+func (s *Scheduler) checkAlone(ctx context.Context) {
+	if !s.notesOn() {
+		return
+	}
+	live, err := s.db.LiveInstances(ctx)
+	if err != nil {
+		s.notes.alone.Store(false)
+		return
+	}
+	self := slices.ContainsFunc(live, func(in storage.ServerInstance) bool { return in.ID == s.cfg.InstanceID })
+	s.notes.alone.Store(self && len(live) == 1)
+}
+
 // startNotes starts sending and hearing notes (PostgreSQL with an
 // instance ID only). Called by Start.
 func (s *Scheduler) startNotes() {
@@ -126,7 +155,7 @@ func (s *Scheduler) startNotes() {
 // announce has the other instances told about jobs this scheduler made
 // pending (those it still holds queued when the window closes).
 func (s *Scheduler) announce(ids []string) {
-	if len(ids) == 0 || !s.notesOn() {
+	if len(ids) == 0 || !s.othersLive() {
 		return
 	}
 	n := &s.notes
@@ -145,7 +174,7 @@ func (s *Scheduler) announce(ids []string) {
 // announceAborts has the instance holding each of open send its worker
 // AbortJob with reason.
 func (s *Scheduler) announceAborts(open []storage.OpenAssignment, reason string) {
-	if len(open) == 0 || !s.notesOn() {
+	if len(open) == 0 || !s.othersLive() {
 		return
 	}
 	n := &s.notes
@@ -485,7 +514,7 @@ func (s *Scheduler) announceEvaluation(evalID string) {
 const raceTries = 16
 
 func (s *Scheduler) claimTries() int {
-	if s.notesOn() {
+	if s.othersLive() {
 		return raceTries
 	}
 	return claimTries

@@ -263,6 +263,7 @@ func (s *Scheduler) loop() {
 		s.retryReleases(s.ctx)
 		s.dropRecoveredAssignments(s.ctx)
 		s.recoverDeadInstances(s.ctx)
+		s.checkAlone(s.ctx)
 		if err := s.reload(s.ctx); err != nil {
 			if s.ctx.Err() == nil {
 				s.log.Warn("reading the job queue failed", "error", err)
