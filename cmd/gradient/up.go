@@ -60,6 +60,8 @@ type upOptions struct {
 	// holdBuilds keeps the builds until the evaluation's end
 	// (scheduler.Config.HoldStreamedBuilds): evaluation, then build.
 	holdBuilds bool
+	// evalBuildNice: nixexec.Executor.EvalBuildNice.
+	evalBuildNice int
 	// cpuProfile is a file for the process's CPU profile (server and
 	// workers, not Nix) from the evaluation's queueing to its end.
 	cpuProfile string
@@ -95,6 +97,7 @@ func (a *app) upCommand() *cli.Command {
 			&cli.DurationFlag{Name: "timeout", Usage: "bound on the whole run", Value: 30 * time.Minute, Sources: a.env("GRADIENT_UP_TIMEOUT")},
 			&cli.BoolFlag{Name: "verbose", Usage: "log the embedded server and workers at info level", Sources: a.env("GRADIENT_UP_VERBOSE")},
 			&cli.BoolFlag{Name: "hold-builds", Usage: "start no build before the evaluation has discovered every derivation (evaluation, then build; by default builds start while it goes on)", Sources: a.env("GRADIENT_UP_HOLD_BUILDS")},
+			&cli.IntFlag{Name: "eval-build-nice", Usage: "run builds that start while the worker evaluates this much `NICE`r (lower CPU priority; 0 off)", Value: 0, Sources: a.env("GRADIENT_UP_EVAL_BUILD_NICE")},
 			&cli.StringFlag{Name: "cpu-profile", Usage: "write the CPU profile of this process (server and workers, not Nix) from the evaluation's queueing to its end into `FILE` (go tool pprof)", TakesFile: true, Sources: a.env("GRADIENT_UP_CPU_PROFILE")},
 			&cli.StringFlag{Name: "wildcards", Usage: "comma-separated attribute `PATTERNS` to build, e.g. 'packages.*.*, checks.x86_64-linux.*'", DefaultText: "packages.<system>.*"},
 		},
@@ -123,6 +126,8 @@ func (a *app) upOptions(cmd *cli.Command) (upOptions, bool) {
 
 		holdBuilds: cmd.Bool("hold-builds"),
 		cpuProfile: cmd.String("cpu-profile"),
+
+		evalBuildNice: cmd.Int("eval-build-nice"),
 	}
 	positional := cmd.Args().Slice()
 	switch {
@@ -134,6 +139,10 @@ func (a *app) upOptions(cmd *cli.Command) (upOptions, bool) {
 	}
 	if o.workers < 1 {
 		fmt.Fprintln(a.stderr, "gradient up: --workers must be at least 1")
+		return o, false
+	}
+	if o.evalBuildNice < 0 || o.evalBuildNice > 19 {
+		fmt.Fprintln(a.stderr, "gradient up: --eval-build-nice must be between 0 and 19")
 		return o, false
 	}
 	if o.timeout <= 0 {
@@ -607,7 +616,7 @@ func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []
 			Architectures:  archs,
 			SystemFeatures: features,
 			CPUCoreScore:   upCPUCoreScore,
-			Executor:       &nixexec.Executor{Nix: n, Logger: wlog, AllowLocalRepositories: true},
+			Executor:       &nixexec.Executor{Nix: n, Logger: wlog, AllowLocalRepositories: true, EvalBuildNice: u.opts.evalBuildNice},
 			TempDir:        tmp,
 		})
 		if err != nil {
