@@ -76,7 +76,8 @@ type Executor struct {
 	// while this worker evaluates a flake by this much (nice; 0 off), so
 	// builds streamed from the evaluation use the CPU it leaves
 	// (docs/PERFORMANCE.md, issue 33). Only builds through daemon
-	// children (a chroot store, or no system daemon) are reniced.
+	// children (a chroot store, or no system daemon socket) are
+	// reniced: a system daemon's processes are not the worker's.
 	EvalBuildNice int
 	Logger        *slog.Logger
 	// GC, when set, collects the store's garbage when its disk runs
