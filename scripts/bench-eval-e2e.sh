@@ -3,7 +3,8 @@
 # from the evaluation's queueing until every build is done, with builds
 # streaming while Nix evaluates (gradient up's default) against evaluation
 # then build (`gradient up --hold-builds`: no build before the flake job's
-# JobCompleted). Both modes run one after the other in one run, on the same
+# JobCompleted), and mode "nice": streaming with `--eval-build-nice 10`
+# (the builds that start while the worker evaluates run nicer). The modes run one after the other in one run, on the same
 # flake with a fresh chroot store and a fresh salt each, `gradient up
 # --workers 1` (one worker: it evaluates and has one build slot).
 # Each build writes its output file (and sleeps BENCH_EVAL_E2E_SLEEP
@@ -17,11 +18,11 @@
 #   overlap       builds completed before the flake job's JobCompleted;
 #   builds_s      the flake job's JobCompleted → the evaluation's end;
 #   total_s       queued → the evaluation's end (every build done);
-#   cpu_s         the gradient process's user+system CPU for the whole run
-#                 (server and worker; not Nix and its daemon).
+#   cpu_s         user+system CPU of gradient up and every process it
+#                 started (Nix evaluation, daemon children, builders).
 #
 # Usage: scripts/bench-eval-e2e.sh [GRADIENT-BINARY] [N...]   (default: builds ./cmd/gradient; N = 2000)
-# BENCH_EVAL_E2E_MODES="stream hold" picks the modes and their order;
+# BENCH_EVAL_E2E_MODES="stream hold" (default; "nice" too) picks the modes and their order;
 # BENCH_EVAL_UP_ARGS adds options to gradient up; BENCH_EVAL_KEEP=PREFIX
 # keeps each run's log as PREFIX-N-MODE.log.
 set -euo pipefail
@@ -70,13 +71,14 @@ EOF
   git -C "$flake" add flake.nix
   git -C "$flake" -c user.name=bench -c user.email=bench@example.com commit -qm flake
 
-  hold=
-  [ "$mode" = hold ] && hold=--hold-builds
+  mode_args=
+  [ "$mode" = hold ] && mode_args=--hold-builds
+  [ "$mode" = nice ] && mode_args="--eval-build-nice 10"
   log=$work/up-$n-$mode.log
   # shellcheck disable=SC2086
   /usr/bin/time -f 'cpu %U %S' -o "$work/time-$n-$mode" \
     "$gradient" up --workers 1 --store "$work/gradient-store-$n" --data-dir "$work/up-$n" --verbose \
-    --timeout 60m $hold ${BENCH_EVAL_UP_ARGS:-} "$flake" >/dev/null 2>"$log" &
+    --timeout 60m $mode_args ${BENCH_EVAL_UP_ARGS:-} "$flake" >/dev/null 2>"$log" &
   up_pid=$!
   wait "$up_pid" || { tail -20 "$log" >&2; exit 1; }
   up_pid=
