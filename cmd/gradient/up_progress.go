@@ -150,17 +150,41 @@ func upEventOrder(changed, all []storage.Build) []storage.Build {
 	return out
 }
 
+// readEvaluation reads the evaluation and its builds; while it still
+// discovers derivations, only the builds past waiting (those streamed so
+// far: the progress lines print nothing of the waiting ones, and reading
+// the thousands of them at every poll while builds stream cost the
+// process more CPU than the walk).
 func (u *upRun) readEvaluation(ctx context.Context, id string) (storage.Evaluation, []storage.Build, error) {
 	ev, err := u.queue.Evaluation(ctx, id)
 	if err != nil {
 		return ev, nil, err
 	}
-	builds, err := u.queue.EvaluationBuilds(ctx, id)
-	if err != nil {
-		return ev, nil, err
+	var builds []storage.Build
+	if upDiscovering(ev.Status) {
+		builds, err = u.queue.EvaluationBuildsPastWaiting(ctx, id)
+		if err == nil {
+			// It may have ended its discovery meanwhile: then its
+			// evaluation line counts every build.
+			ev, err = u.queue.Evaluation(ctx, id)
+		}
+		if err != nil {
+			return ev, nil, err
+		}
+	}
+	if !upDiscovering(ev.Status) {
+		builds, err = u.queue.EvaluationBuilds(ctx, id)
+		if err != nil {
+			return ev, nil, err
+		}
 	}
 	slices.SortStableFunc(builds, func(a, b storage.Build) int { return strings.Compare(upDisplayAttr(a), upDisplayAttr(b)) })
 	return ev, builds, nil
+}
+
+// upDiscovering: the evaluation may still add builds.
+func upDiscovering(s storage.EvaluationStatus) bool {
+	return s == storage.EvaluationQueued || s == storage.EvaluationFetching || s == storage.EvaluationEvaluating
 }
 
 func (u *upRun) describeEvaluation(ev storage.Evaluation, builds []storage.Build) string {
