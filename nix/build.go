@@ -22,6 +22,11 @@ type BuildOptions struct {
 	// LogWriter receives Nix's stderr (builder output and progress) as it
 	// is produced; nil discards it.
 	LogWriter io.Writer
+	// Nice runs the build this much nicer (lower CPU priority) than this
+	// process, through daemon children of its own (only when the store's
+	// daemon is this process's child: a Store, or no system daemon); 0:
+	// as every other operation.
+	Nice int
 }
 
 // logTailBytes is how much of the end of the log errors carry.
@@ -49,7 +54,7 @@ func (n *Nix) Build(ctx context.Context, drvPath string, opts BuildOptions) (map
 			}
 		},
 	}
-	results, err := n.daemonClient().BuildPaths(ctx, []string{drvPath + "!*"},
+	results, err := n.buildClient(opts.Nice).BuildPaths(ctx, []string{drvPath + "!*"},
 		daemon.BuildOptions{Timeout: opts.Timeout, MaxSilent: opts.MaxSilent, Cores: opts.Cores, Log: lineLog})
 	if err == nil && len(results) != 1 {
 		err = fmt.Errorf("%w: %d results for one path", daemon.ErrProtocol, len(results))

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,6 +60,9 @@ type Nix struct {
 	settings   settingsCache // see showConfig
 	daemonOnce sync.Once
 	daemon     *daemon.Client
+	// lowOnce, lowDaemon: the pool of BuildOptions.Nice builds.
+	lowOnce    sync.Once
+	lowDaemon  atomic.Pointer[daemon.Client]
 	hookOnce   sync.Once // see buildHook
 	hookPath   string
 	configKeys configKeysCache // see trustedKeys

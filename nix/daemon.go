@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
+	"syscall"
 
 	"gradient.dev/gradient/nix/daemon"
 )
@@ -16,13 +18,56 @@ import (
 // Nix's configuration. Builds run with the decline hook (buildhook.go).
 func (n *Nix) daemonClient() *daemon.Client {
 	n.daemonOnce.Do(func() {
-		dial := n.Dialer
-		if dial == nil {
-			dial = daemon.LocalDialer(n.program("nix-daemon"), n.Store, n.environ(), slogWriter{n.logger()})
-		}
-		n.daemon = daemon.New(dial, daemon.Options{Logger: n.logger(), BuildHook: n.buildHook()})
+		n.daemon = daemon.New(n.dialer(), daemon.Options{Logger: n.logger(), BuildHook: n.buildHook()})
 	})
 	return n.daemon
+}
+
+func (n *Nix) dialer() daemon.Dialer {
+	if n.Dialer != nil {
+		return n.Dialer
+	}
+	return daemon.LocalDialer(n.program("nix-daemon"), n.Store, n.environ(), slogWriter{n.logger()})
+}
+
+// buildClient is the pool a build runs on: the common one, or for a
+// build with a niceness (BuildOptions.Nice) a pool of its own whose
+// daemon children run that much nicer than this process, so the builds
+// they fork do too. The system daemon's connections are not this
+// process's children: builds through it keep the daemon's priority.
+func (n *Nix) buildClient(nice int) *daemon.Client {
+	if nice <= 0 {
+		return n.daemonClient()
+	}
+	n.lowOnce.Do(func() {
+		base := n.dialer()
+		dial := func(ctx context.Context) (io.ReadWriteCloser, error) {
+			rwc, err := base(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if pid, ok := daemon.ChildPID(rwc); ok {
+				if err := lowerPriority(pid, nice); err != nil {
+					n.logger().Warn("nix: cannot lower a build daemon's CPU priority", "pid", pid, "error", err)
+				}
+			}
+			return rwc, nil
+		}
+		// Two connections: builds are few at once while it matters.
+		n.lowDaemon.Store(daemon.New(dial, daemon.Options{Logger: n.logger(), BuildHook: n.buildHook(), MaxConns: 2}))
+	})
+	return n.lowDaemon.Load()
+}
+
+// lowerPriority makes process pid nice more nice than this process
+// (capped at 19, the lowest priority).
+func lowerPriority(pid, nice int) error {
+	// The raw getpriority system call answers 20 - nice.
+	raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
+	if err != nil {
+		return err
+	}
+	return syscall.Setpriority(syscall.PRIO_PROCESS, pid, min(20-raw+nice, 19))
 }
 
 // Close ends the connections to the daemon (and the daemon children).
@@ -30,6 +75,9 @@ func (n *Nix) daemonClient() *daemon.Client {
 func (n *Nix) Close() error {
 	if n.daemon != nil {
 		n.daemon.Close()
+	}
+	if low := n.lowDaemon.Load(); low != nil {
+		low.Close()
 	}
 	return nil
 }

@@ -21,6 +21,9 @@ const FreeAll = daemon.FreeAll
 // operation. The idle daemon connections end first, so the temporary
 // roots they hold for what they added go with them.
 func (n *Nix) CollectGarbage(ctx context.Context, maxFreed uint64) (GCResult, error) {
+	if low := n.lowDaemon.Load(); low != nil {
+		low.DropIdle()
+	}
 	res, err := n.daemonClient().CollectGarbage(ctx, maxFreed)
 	return res, daemonError(ctx, err)
 }

@@ -358,3 +358,56 @@ func TestSystemAndFeatures(t *testing.T) {
 		t.Errorf("features %v %v", features, err)
 	}
 }
+
+// A build with BuildOptions.Nice runs its builder that much nicer than
+// the worker (the daemon child that forks it is reniced first); one
+// without runs at the worker's own priority.
+func TestBuildNice(t *testing.T) {
+	n := newTestNix(t)
+	ctx := testContext(t)
+	dir, commit := gitRepo(t, map[string]string{"flake.nix": `{
+  outputs = { self }: let
+    mk = tag: builtins.derivation { name = "nice-${tag}"; system = "x86_64-linux"; builder = "/bin/sh";
+      args = [ "-c" "read -r stat < /proc/self/stat; echo \"$stat\" > $out" ]; };
+  in { packages.x86_64-linux = { plain = mk "plain"; low = mk "low"; }; };
+}`}, nil)
+	ref := "git+file://" + dir + "?rev=" + commit
+	own, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownNice := 20 - own // the raw system call answers 20 - nice
+	niceOf := func(attr string, opts BuildOptions) int {
+		t.Helper()
+		drv, err := n.Instantiate(ctx, ref, "packages.x86_64-linux."+attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs, err := n.Build(ctx, drv, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		storeDir, err := n.RealStoreDir(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(storeDir, filepath.Base(outs["out"])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Field 19 of /proc/PID/stat, counted after the command's ")".
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		v, err := strconv.Atoi(f[16])
+		if err != nil {
+			t.Fatalf("stat %q: %v", s, err)
+		}
+		return v
+	}
+	if got := niceOf("plain", BuildOptions{}); got != ownNice {
+		t.Errorf("a build without Nice ran at nice %d, want the worker's %d", got, ownNice)
+	}
+	if got, want := niceOf("low", BuildOptions{Nice: 7}), min(ownNice+7, 19); got != want {
+		t.Errorf("a build with Nice 7 ran at nice %d, want %d", got, want)
+	}
+}

@@ -87,7 +87,7 @@ func run(ctx context.Context, abort <-chan struct{}, args []string, getenv func(
 	}
 	cfg.AbortDrain = abort
 	executor := &nixexec.Executor{Nix: nixStore, Cores: opts.BuildCores, SSH: opts.SSHBin, Logger: log,
-		EvalShards: opts.EvalShards, EvalMaxMemoryMiB: opts.EvalMaxMemoryMiB,
+		EvalShards: opts.EvalShards, EvalMaxMemoryMiB: opts.EvalMaxMemoryMiB, EvalBuildNice: opts.EvalBuildNice,
 		GCRootsDir: gcRootsDir(opts.GCRootsDir, log), AllowLocalRepositories: opts.AllowLocalRepositories,
 		LogBurstPerMinute: unlimitedIfZero(opts.LogBurstPerMin), LogSustainedPerHour: unlimitedIfZero(opts.LogSustainedPerHour)}
 	if err := executor.ResetGCRoots(); err != nil {

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -56,6 +57,14 @@ type upOptions struct {
 	timeout time.Duration
 	verbose bool
 	poll    time.Duration
+	// holdBuilds keeps the builds until the evaluation's end
+	// (scheduler.Config.HoldStreamedBuilds): evaluation, then build.
+	holdBuilds bool
+	// evalBuildNice: nixexec.Executor.EvalBuildNice.
+	evalBuildNice int
+	// cpuProfile is a file for the process's CPU profile (server and
+	// workers, not Nix) from the evaluation's queueing to its end.
+	cpuProfile string
 	// wildcards are the patterns to build, checked; none: packages.<system>.*
 	wildcards []string
 }
@@ -87,6 +96,9 @@ func (a *app) upCommand() *cli.Command {
 			&cli.BoolFlag{Name: "serve", Usage: "keep the server running afterwards and print the cache URL, its public key and the dashboard URL with a login token"},
 			&cli.DurationFlag{Name: "timeout", Usage: "bound on the whole run", Value: 30 * time.Minute, Sources: a.env("GRADIENT_UP_TIMEOUT")},
 			&cli.BoolFlag{Name: "verbose", Usage: "log the embedded server and workers at info level", Sources: a.env("GRADIENT_UP_VERBOSE")},
+			&cli.BoolFlag{Name: "hold-builds", Usage: "start no build before the evaluation has discovered every derivation (evaluation, then build; by default builds start while it goes on)", Sources: a.env("GRADIENT_UP_HOLD_BUILDS")},
+			&cli.IntFlag{Name: "eval-build-nice", Usage: "run builds that start while the worker evaluates this much `NICE`r (lower CPU priority; 0 off)", Value: 0, Sources: a.env("GRADIENT_UP_EVAL_BUILD_NICE")},
+			&cli.StringFlag{Name: "cpu-profile", Usage: "write the CPU profile of this process (server and workers, not Nix) from the evaluation's queueing to its end into `FILE` (go tool pprof)", TakesFile: true, Sources: a.env("GRADIENT_UP_CPU_PROFILE")},
 			&cli.StringFlag{Name: "wildcards", Usage: "comma-separated attribute `PATTERNS` to build, e.g. 'packages.*.*, checks.x86_64-linux.*'", DefaultText: "packages.<system>.*"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -111,6 +123,11 @@ func (a *app) upOptions(cmd *cli.Command) (upOptions, bool) {
 		timeout: cmd.Duration("timeout"),
 		verbose: cmd.Bool("verbose"),
 		poll:    500 * time.Millisecond,
+
+		holdBuilds: cmd.Bool("hold-builds"),
+		cpuProfile: cmd.String("cpu-profile"),
+
+		evalBuildNice: cmd.Int("eval-build-nice"),
 	}
 	positional := cmd.Args().Slice()
 	switch {
@@ -122,6 +139,10 @@ func (a *app) upOptions(cmd *cli.Command) (upOptions, bool) {
 	}
 	if o.workers < 1 {
 		fmt.Fprintln(a.stderr, "gradient up: --workers must be at least 1")
+		return o, false
+	}
+	if o.evalBuildNice < 0 || o.evalBuildNice > 19 {
+		fmt.Fprintln(a.stderr, "gradient up: --eval-build-nice must be between 0 and 19")
 		return o, false
 	}
 	if o.timeout <= 0 {
@@ -241,11 +262,41 @@ func runUpOptions(ctx context.Context, o upOptions, stdout, stderr io.Writer) in
 		}
 		return fail("%v", err)
 	}
+	stopProfile, err := startUpProfile(o.cpuProfile)
+	if err != nil {
+		return fail("%v", err)
+	}
 	code := u.evaluate(runCtx)
+	if err := stopProfile(); err != nil {
+		return fail("%v", err)
+	}
 	if o.serve && ctx.Err() == nil {
 		u.serve(ctx)
 	}
 	return code
+}
+
+// startUpProfile starts the CPU profile of --cpu-profile, if any; stop
+// ends it and closes the file.
+func startUpProfile(file string) (stop func() error, err error) {
+	if file == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // upQuietLoopback drops the warning about dialing without TLS: the workers
@@ -367,7 +418,7 @@ func (u *upRun) setUp(ctx context.Context) error {
 	// One registry for the server, the job loop and the workers (each
 	// worker's series labelled with its name), served at /metrics.
 	reg := metrics.NewRegistry()
-	u.sched = scheduler.New(u.db, scheduler.Config{Logger: u.log, Metrics: reg, Tick: time.Second})
+	u.sched = scheduler.New(u.db, scheduler.Config{Logger: u.log, Metrics: reg, Tick: time.Second, HoldStreamedBuilds: u.opts.holdBuilds})
 	if err := u.sched.Start(ctx); err != nil {
 		return fmt.Errorf("starting the scheduler: %w", err)
 	}
@@ -565,7 +616,7 @@ func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []
 			Architectures:  archs,
 			SystemFeatures: features,
 			CPUCoreScore:   upCPUCoreScore,
-			Executor:       &nixexec.Executor{Nix: n, Logger: wlog, AllowLocalRepositories: true},
+			Executor:       &nixexec.Executor{Nix: n, Logger: wlog, AllowLocalRepositories: true, EvalBuildNice: u.opts.evalBuildNice},
 			TempDir:        tmp,
 		})
 		if err != nil {

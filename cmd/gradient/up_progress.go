@@ -16,6 +16,11 @@ import (
 // upLogTail is how many lines of a failed job's log gradient up prints.
 const upLogTail = 15
 
+// upReadGap: a read of the builds is followed by at least this many
+// times its own duration without one (at most a tenth of the time
+// reading them).
+const upReadGap = 10
+
 // upStatusChecks is how often per poll gradient up reads the evaluation's
 // status alone.
 const upStatusChecks = 10
@@ -48,11 +53,16 @@ func (u *upRun) evaluate(ctx context.Context) int {
 	defer tick.Stop()
 	var lastRead time.Time
 	var lastMark storage.BuildsMark
+	// readTook is how long the last read of the builds took: the next
+	// waits at least upReadGap times that, so the progress of an
+	// evaluation of thousands of builds that all keep moving (streamed
+	// builds) takes a bounded share of the CPU the run needs.
+	var readTook time.Duration
 	for {
 		if !lastRead.IsZero() {
 			if cur, err := u.queue.Evaluation(ctx, ev.ID); err == nil && !cur.Status.Terminal() && cur.Status == lastEval {
 				unchanged := true
-				if time.Since(lastRead) >= u.opts.poll {
+				if time.Since(lastRead) >= max(u.opts.poll, upReadGap*readTook) {
 					mark, err := u.db.EvaluationBuildsMark(ctx, ev.ID)
 					if unchanged = err == nil && mark == lastMark; unchanged {
 						lastRead = time.Now()
@@ -77,6 +87,7 @@ func (u *upRun) evaluate(ctx context.Context) int {
 		// A short read deadline of its own: the run's context may be over
 		// and the final state must still be read.
 		ev, builds, err = u.readEvaluation(ctx, ev.ID)
+		readTook = time.Since(lastRead)
 		if err != nil && ctx.Err() == nil {
 			fmt.Fprintf(u.stderr, "gradient up: reading the evaluation: %v\n", err)
 			return exitFail
@@ -150,17 +161,41 @@ func upEventOrder(changed, all []storage.Build) []storage.Build {
 	return out
 }
 
+// readEvaluation reads the evaluation and its builds; while it still
+// discovers derivations, only the builds past waiting (those streamed so
+// far: the progress lines print nothing of the waiting ones, and reading
+// the thousands of them at every poll while builds stream cost the
+// process more CPU than the walk).
 func (u *upRun) readEvaluation(ctx context.Context, id string) (storage.Evaluation, []storage.Build, error) {
 	ev, err := u.queue.Evaluation(ctx, id)
 	if err != nil {
 		return ev, nil, err
 	}
-	builds, err := u.queue.EvaluationBuilds(ctx, id)
-	if err != nil {
-		return ev, nil, err
+	var builds []storage.Build
+	if upDiscovering(ev.Status) {
+		builds, err = u.queue.EvaluationBuildsPastWaiting(ctx, id)
+		if err == nil {
+			// It may have ended its discovery meanwhile: then its
+			// evaluation line counts every build.
+			ev, err = u.queue.Evaluation(ctx, id)
+		}
+		if err != nil {
+			return ev, nil, err
+		}
+	}
+	if !upDiscovering(ev.Status) {
+		builds, err = u.queue.EvaluationBuilds(ctx, id)
+		if err != nil {
+			return ev, nil, err
+		}
 	}
 	slices.SortStableFunc(builds, func(a, b storage.Build) int { return strings.Compare(upDisplayAttr(a), upDisplayAttr(b)) })
 	return ev, builds, nil
+}
+
+// upDiscovering: the evaluation may still add builds.
+func upDiscovering(s storage.EvaluationStatus) bool {
+	return s == storage.EvaluationQueued || s == storage.EvaluationFetching || s == storage.EvaluationEvaluating
 }
 
 func (u *upRun) describeEvaluation(ev storage.Evaluation, builds []storage.Build) string {

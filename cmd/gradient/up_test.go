@@ -164,6 +164,17 @@ func TestUpFlakeArgumentAfterFlags(t *testing.T) {
 	}
 }
 
+func TestUpHoldBuildsAndProfileFlags(t *testing.T) {
+	o, _, ok := parseUp([]string{"--hold-builds", "--cpu-profile", "cpu.out", "./repo"}, &bytes.Buffer{})
+	if !ok || !o.holdBuilds || o.cpuProfile != "cpu.out" {
+		t.Errorf("parsed %+v, %v", o, ok)
+	}
+	o, _, ok = parseUp([]string{"./repo"}, &bytes.Buffer{})
+	if !ok || o.holdBuilds || o.cpuProfile != "" {
+		t.Errorf("defaults parsed as %+v, %v", o, ok)
+	}
+}
+
 func TestProjectName(t *testing.T) {
 	for in, want := range map[string]string{
 		"example":                             "example",

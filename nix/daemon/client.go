@@ -62,6 +62,18 @@ type childStream struct {
 	once   sync.Once
 }
 
+// PID is the daemon child's process ID.
+func (s *childStream) PID() int { return s.cmd.Process.Pid }
+
+// ChildPID is the process ID of the daemon child a Command dialer
+// started for rwc; false for a socket's connection.
+func ChildPID(rwc io.ReadWriteCloser) (int, bool) {
+	if s, ok := rwc.(*childStream); ok {
+		return s.PID(), true
+	}
+	return 0, false
+}
+
 func (s *childStream) Read(p []byte) (int, error)  { return s.stdout.Read(p) }
 func (s *childStream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
 
@@ -210,6 +222,10 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 	c.log.Debug("nix daemon: connected", "protocol", FormatVersion(cn.hs.Version), "nix", cn.hs.NixVersion, "took", time.Since(start))
 	return cn, nil
 }
+
+// DropIdle closes the idle connections (and the temporary roots their
+// daemons hold); the client stays usable.
+func (c *Client) DropIdle() { c.dropIdle() }
 
 // dropIdle closes the idle connections.
 func (c *Client) dropIdle() {

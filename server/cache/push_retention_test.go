@@ -57,3 +57,35 @@ func TestPushAnswerKeepsItsRowsFromACollection(t *testing.T) {
 		}
 	})
 }
+
+// An upload of a path already stored is skipped, and the stored row is
+// reused as a Push answer's is: a collection within the grace period
+// keeps it (docs/protocol/cache.md §10.1). The grant reads before it
+// writes; the reuse must still happen when the read finds the row.
+func TestSkippedUploadKeepsItsRowFromACollection(t *testing.T) {
+	t.Parallel()
+	storagetest.ForEachEngine(t, func(t *testing.T, db *storage.DB) {
+		ctx := t.Context()
+		e := newCacheProtoEnv(t, db, server.Config{})
+		stored := e.putPath(t, e.Cache.ID, testStorePath("stored"), randomNar(1000))
+		if err := db.AgeCachePathsForTest(ctx, 2*time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		w := e.projectWorker()
+		e.produce(stored.StorePath)
+		send(t, w.Sess, &wire.UploadRequest{JobID: "job", RequestID: 1, Object: &wire.UploadNar{StorePath: stored.StorePath}, Size: uint64(stored.NarSize)})
+		grant, outcome := awaitGrant(t, w.Sess, 1)
+		if _, skip := grant.(*wire.GrantSkip); !skip {
+			t.Fatalf("upload of a stored path: grant %+v, outcome %+v; want Skip", grant, outcome)
+		}
+		if _, err := retention.New(retention.Config{DB: db, Store: e.store, Grace: time.Hour}).Run(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		hash, _ := storage.StorePathHash(stored.StorePath)
+		_, rowErr := db.CachePath(ctx, e.Cache.ID, hash)
+		_, objErr := e.store.Stat(ctx, stored.ObjectKey)
+		if rowErr != nil || objErr != nil {
+			t.Errorf("%s, skipped as stored, was collected: row %v, object %v", stored.StorePath, rowErr, objErr)
+		}
+	})
+}

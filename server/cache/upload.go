@@ -161,7 +161,15 @@ func (us *uploads) grant(u *upload) {
 	// Stored already (maybe by the upload we waited for): record it in
 	// every cache of the scope and skip; the row is reused like a Push
 	// answer's, so a collection keeps it (docs/protocol/cache.md §10.1).
-	found, err := c.lookup(u.ctx, caches, []string{u.storePath}, true)
+	// A read first: most uploads are of paths the worker was just told
+	// are missing, and the reuse is a write (on SQLite, through the one
+	// writer) that would find nothing. The reuse reads the rows again in
+	// its own statement, so one a collection deleted meanwhile is not
+	// relied on.
+	found, err := c.lookup(u.ctx, caches, []string{u.storePath}, false)
+	if err == nil && len(found[u.storePath]) > 0 {
+		found, err = c.lookup(u.ctx, caches, []string{u.storePath}, true)
+	}
 	if err == nil && len(found[u.storePath]) > 0 {
 		if err = c.s.recordInCaches(u.ctx, found[u.storePath][0], caches); err == nil {
 			if us.take(u) {

@@ -50,7 +50,13 @@ type Config struct {
 	// kind, doubling with each counted attempt (build.retryBackoffSecs,
 	// 30 s). Negative retries at once.
 	RetryBackoff time.Duration
-	Logger       *slog.Logger
+	// HoldStreamedBuilds keeps an evaluation's builds waiting until its
+	// flake job completes instead of queueing those whose inputs are all
+	// built from each EvalResult batch (docs/protocol/jobs.md §9.1):
+	// evaluation, then build. Off by default; for measurements
+	// (docs/PERFORMANCE.md, issue 33). The worker sees no difference.
+	HoldStreamedBuilds bool
+	Logger             *slog.Logger
 	// DeployKeys opens projects' SSH deploy keys (deploykeys.Keys),
 	// sent to the worker that fetches the project; nil sends none.
 	DeployKeys interface {

@@ -12,7 +12,13 @@ import (
 // the first builds start before a large evaluation ends. Those the
 // project's caches hold already are marked built instead (admit). A
 // failure only delays them to the evaluation's end.
+//
+// Config.HoldStreamedBuilds turns this off: the builds wait for the
+// evaluation's end.
 func (s *Scheduler) streamBuilds(ctx context.Context, a *assignment, drvs []wire.DiscoveredDerivation) {
+	if s.cfg.HoldStreamedBuilds {
+		return
+	}
 	paths := make([]string, len(drvs))
 	for i, d := range drvs {
 		paths[i] = d.DrvPath

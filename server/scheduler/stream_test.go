@@ -196,3 +196,44 @@ func TestPassResyncsTheQueue(t *testing.T) {
 		return e.sched.QueueLen() == 0
 	})
 }
+
+// An EvalResult's ready builds are assignable before the evaluation ends,
+// unless Config.HoldStreamedBuilds holds them until the flake job
+// completes (evaluation, then build).
+func TestHoldStreamedBuilds(t *testing.T) {
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) {
+			e := newLoopEnv(t, storagetest.SQLiteURL(t), scheduler.Config{HoldStreamedBuilds: hold})
+			ev, err := e.sched.StartEvaluation(t.Context(), storage.NewEvaluation{ProjectID: e.project, RepositoryURL: "https://example.invalid/p.git", Commit: "abc"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			builder := e.worker([]string{e.project}, allCaps, x86)
+			builder.send(&wire.RequestJob{Kind: wire.JobKindBuild}) // idle before the evaluation reports
+			evaluator := e.worker([]string{e.project}, wire.GradientCapabilities{Fetch: true, Eval: true}, nil)
+			evaluator.send(&wire.RequestJob{Kind: wire.JobKindFlake})
+			fj := evaluator.mustAssigned("flake job")
+			evaluator.send(&wire.JobUpdate{JobID: fj.JobID, AssignmentID: fj.AssignmentID, Update: &wire.JobUpdateEvalResult{
+				Derivations: []wire.DiscoveredDerivation{leaf("held-a"), leaf("held-b")}, Warnings: []string{}, Errors: []string{}}})
+			early := builder.assigned()
+			if !hold && early == nil {
+				t.Fatal("no build assigned while evaluating; want it streamed")
+			}
+			if hold {
+				if early != nil {
+					t.Fatalf("build %s assigned while evaluating; want it held until the evaluation's end", early.JobID)
+				}
+				if got := countBuilds(t, e.db, storage.BuildWaiting); got != 2 {
+					t.Fatalf("%d builds waiting while evaluating, want 2", got)
+				}
+			}
+			evaluator.send(&wire.JobCompleted{JobID: fj.JobID, AssignmentID: fj.AssignmentID})
+			if hold {
+				builder.mustAssigned("a build after the evaluation's end")
+			}
+			if got := evaluationStatus(t, e.db, ev.ID); got != storage.EvaluationBuilding {
+				t.Fatalf("evaluation %s after its flake job, want building", got)
+			}
+		})
+	}
+}

@@ -262,6 +262,20 @@ func (q *Queue) EvaluationBuilds(ctx context.Context, evalID string) ([]storage.
 	return builds, err
 }
 
+// EvaluationBuildsPastWaiting is EvaluationBuilds without the waiting
+// builds, in the same order: what a progress display prints while the
+// evaluation still discovers derivations (it keeps adding waiting builds,
+// and builds streamed meanwhile are a few of them).
+func (q *Queue) EvaluationBuildsPastWaiting(ctx context.Context, evalID string) ([]storage.Build, error) {
+	evalID, err := sqldb.CanonicalUUID("evaluation ID", evalID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.sql.QueryContext(ctx, `SELECT `+buildColumns+` FROM builds WHERE evaluation_id = $1 AND status <> 'waiting'
+		ORDER BY CASE WHEN attr = '' THEN 1 ELSE 0 END, attr, drv_path`, evalID)
+	return sqldb.Collect(rows, err, func(r *sql.Rows) (storage.Build, error) { return scanBuild(r) })
+}
+
 // ---- pending jobs ----
 
 const pendingJobQuery = `SELECT j.id, j.kind, j.evaluation_id, j.project_id, j.ready_at, j.attempts,

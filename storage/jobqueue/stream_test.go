@@ -1,6 +1,7 @@
 package jobqueue
 
 import (
+	"slices"
 	"testing"
 
 	"gradient.dev/gradient/storage"
@@ -69,6 +70,39 @@ func TestStreamedBuilds(t *testing.T) {
 		}
 		if _, err := db.CompleteBuild(ctx, running, nil); err == nil {
 			t.Error("the stopped build's completion was accepted")
+		}
+	})
+}
+
+// EvaluationBuildsPastWaiting lists what a progress display prints while
+// the evaluation discovers: the streamed builds, not the waiting ones.
+func TestEvaluationBuildsPastWaiting(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, db *testDB) {
+		ctx := t.Context()
+		e := newEvaluation(t, db)
+		mustClaim(t, db, flakeJob(t, db, e.ID).JobID, storage.NewID())
+		batch := []storage.DiscoveredBuild{discovered("a", "packages.x.a", "b"), discovered("c", "packages.x.c"), discovered("b", "packages.x.b")}
+		if err := db.AddDiscoveredDerivations(ctx, e.ID, batch); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.QueueStreamedBuilds(ctx, e.ID, []string{drvPath("a"), drvPath("b"), drvPath("c")}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.EvaluationBuildsPastWaiting(ctx, e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var attrs []string
+		for _, b := range got {
+			attrs = append(attrs, b.Attr+":"+string(b.Status))
+		}
+		if want := []string{"packages.x.b:queued", "packages.x.c:queued"}; !slices.Equal(attrs, want) {
+			t.Errorf("past waiting: %v, want %v (a waits for b)", attrs, want)
+		}
+		all, err := db.EvaluationBuilds(ctx, e.ID)
+		if err != nil || len(all) != 3 {
+			t.Fatalf("all builds: %d, %v; want 3", len(all), err)
 		}
 	})
 }

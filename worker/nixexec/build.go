@@ -89,7 +89,11 @@ func (j *job) build(ctx context.Context, task uint32, spec wire.BuildSpec) error
 	logs := &logForwarder{r: j.r, task: task, limit: newLogLimit(j.e.logBurst(), j.e.logSustained(), time.Now())}
 	opts := nix.BuildOptions{Cores: j.e.Cores, LogWriter: logs,
 		Timeout: limitDuration(spec.TimeoutSecs), MaxSilent: limitDuration(spec.MaxSilentSecs)}
-	log.Debug("building", "timeout", opts.Timeout, "max_silent", opts.MaxSilent)
+	if j.e.evaluating.Load() > 0 {
+		// This worker's evaluation goes first (EvalBuildNice).
+		opts.Nice = j.e.EvalBuildNice
+	}
+	log.Debug("building", "timeout", opts.Timeout, "max_silent", opts.MaxSilent, "nice", opts.Nice)
 	unhold := func() {}
 	if len(outputs) < len(drv.Outputs) {
 		// Outputs known only once built (content-addressed): no

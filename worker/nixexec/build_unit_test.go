@@ -688,3 +688,42 @@ func TestUnitBuildZeroAndHugeLimitsAreNone(t *testing.T) {
 		t.Fatalf("builds %+v, want one without a timeout or a max-silent limit", bs)
 	}
 }
+
+// A build that starts while the worker evaluates a flake runs with
+// EvalBuildNice (lower CPU priority); one after the evaluation, without.
+func TestUnitBuildNiceWhileEvaluating(t *testing.T) {
+	h := newHarness(t)
+	h.exec.EvalBuildNice = 10
+	g := h.setupBuild()
+	source := sp("flake-source")
+	h.store.setValid(source)
+	h.store.eval = &nix.Evaluation{}
+	h.store.evalStarted, h.store.evalGate = make(chan struct{}), make(chan struct{})
+	evaluated := make(chan error, 1)
+	go func() { evaluated <- h.run(t.Context(), evalJob(source)) }()
+	<-h.store.evalStarted
+	if err := h.run(t.Context(), buildJob(spec("during", g.target))); err != nil {
+		t.Fatalf("build during the evaluation: %v", err)
+	}
+	close(h.store.evalGate)
+	if err := <-evaluated; err != nil {
+		t.Fatalf("evaluation: %v", err)
+	}
+	h.store.mu.Lock() // the outputs gone again: the second job builds too
+	delete(h.store.valid, g.out)
+	delete(h.store.valid, g.outDoc)
+	h.store.mu.Unlock()
+	if err := h.run(t.Context(), buildJob(spec("after", g.target))); err != nil {
+		t.Fatalf("build after the evaluation: %v", err)
+	}
+	builds := h.rec.of("build")
+	if len(builds) != 2 {
+		t.Fatalf("%d builds, want 2", len(builds))
+	}
+	if got := builds[0].opts.Nice; got != 10 {
+		t.Errorf("build during the evaluation ran with nice %d, want 10", got)
+	}
+	if got := builds[1].opts.Nice; got != 0 {
+		t.Errorf("build after the evaluation ran with nice %d, want 0", got)
+	}
+}

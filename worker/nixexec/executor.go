@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"gradient.dev/gradient/nix"
 	"gradient.dev/gradient/wire"
@@ -71,11 +72,20 @@ type Executor struct {
 	// EvalMaxMemoryMiB bounds each evaluating process's memory: one past
 	// it is replaced and the walk resumes where it was (0: no bound).
 	EvalMaxMemoryMiB int
-	Logger           *slog.Logger
+	// EvalBuildNice lowers the CPU priority of the builds that start
+	// while this worker evaluates a flake by this much (nice; 0 off), so
+	// builds streamed from the evaluation use the CPU it leaves
+	// (docs/PERFORMANCE.md, issue 33). Only builds through daemon
+	// children (a chroot store, or no system daemon socket) are
+	// reniced: a system daemon's processes are not the worker's.
+	EvalBuildNice int
+	Logger        *slog.Logger
 	// GC, when set, collects the store's garbage when its disk runs
 	// short (storegc.go): no job starts while it collects, and each
 	// job's end asks it to check the free space.
 	GC *StoreGC
+
+	evaluating atomic.Int32 // flake jobs in their EvaluateDerivations step
 }
 
 func (e *Executor) evalShards() int {

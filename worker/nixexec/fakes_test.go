@@ -117,6 +117,9 @@ type fakeStore struct {
 	lockedInputs []string
 	eval         *nix.Evaluation
 	evalErr      error
+	// evalStarted, when set, is closed as Evaluate begins; evalGate,
+	// when set, holds Evaluate until it is closed.
+	evalStarted, evalGate chan struct{}
 	// build runs Store.Build; nil returns the .drv's outputs (made valid).
 	build func(ctx context.Context, drvPath string, opts nix.BuildOptions) (map[string]string, error)
 	// importedFiles holds the compressed bytes each import read.
@@ -167,6 +170,16 @@ func (s *fakeStore) LockedInputPaths(ctx context.Context, flakeRef string) ([]st
 
 func (s *fakeStore) Evaluate(ctx context.Context, flakeRef string, wildcards []string, opts nix.EvalOptions, found func(nix.FoundDerivation)) (*nix.Evaluation, error) {
 	s.rec.add(event{kind: "attrs", paths: append([]string{flakeRef}, wildcards...)})
+	if s.evalStarted != nil {
+		close(s.evalStarted)
+	}
+	if s.evalGate != nil {
+		select {
+		case <-s.evalGate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	if s.evalErr == nil && s.eval != nil {
 		for _, d := range s.eval.Derivations {
 			found(d)

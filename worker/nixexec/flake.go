@@ -181,6 +181,8 @@ func (j *job) evaluate(ctx context.Context, source string, wildcards []string) e
 	if err := j.r.Update(&wire.JobUpdateEvaluatingDerivations{}); err != nil {
 		return err
 	}
+	j.e.evaluating.Add(1)
+	defer j.e.evaluating.Add(-1)
 	flakeRef := "path:" + source
 	j.log.Info("evaluating flake", "flake", flakeRef, "wildcards", wildcards, "shards", j.e.evalShards())
 	// The .drv files the evaluation writes have no root but the CLI's
