@@ -27,17 +27,7 @@
 # keeps each run's log as PREFIX-N-MODE.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-work=$(mktemp -d)
-up_pid=
-cleanup() {
-  if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
-    kill -INT "$up_pid" 2>/dev/null || true
-    wait "$up_pid" 2>/dev/null || true
-  fi
-  chmod -R u+w "$work" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. scripts/bench-eval-setup.sh
 gradient=${1:-}
 [ $# -gt 0 ] && shift
 if [ -z "$gradient" ]; then
@@ -50,8 +40,6 @@ system=$(uname -m)-linux
 sleep_s=${BENCH_EVAL_E2E_SLEEP:-0}
 modes=(${BENCH_EVAL_E2E_MODES:-stream hold})
 
-export NIX_CONFIG=$'experimental-features = nix-command flakes\nsubstituters =\nflake-registry =\nsandbox = false\nbuild-users-group =\nsandbox-paths = /bin /lib /lib64 /usr'
-mkdir -p "$work/etc" && export NIX_CONF_DIR=$work/etc NIX_USER_CONF_FILES=
 
 printf '%7s %6s %12s %10s %11s %8s %9s %9s %7s\n' N mode discovered_s its_eval_s 1st_build_s overlap builds_s total_s cpu_s
 for n in "${sizes[@]}"; do

@@ -24,17 +24,7 @@
 # options to gradient up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-work=$(mktemp -d)
-up_pid=
-cleanup() {
-  if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
-    kill -INT "$up_pid" 2>/dev/null || true
-    wait "$up_pid" 2>/dev/null || true
-  fi
-  chmod -R u+w "$work" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. scripts/bench-eval-setup.sh
 gradient=${1:-}
 [ $# -gt 0 ] && shift
 if [ -z "$gradient" ]; then
@@ -44,9 +34,6 @@ fi
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(400 2000 20000)
 system=$(uname -m)-linux
-
-export NIX_CONFIG=$'experimental-features = nix-command flakes\nsubstituters =\nflake-registry =\nsandbox = false\nbuild-users-group =\nsandbox-paths = /bin /lib /lib64 /usr'
-mkdir -p "$work/etc" && export NIX_CONF_DIR=$work/etc NIX_USER_CONF_FILES=
 
 now() { date +%s.%N; }
 
