@@ -156,6 +156,13 @@ func startBenchServer(b testing.TB, db *storage.DB, addr string, maxConns int) *
 // instances"): its job loop tells the others about work.
 func startBenchInstance(b testing.TB, db *storage.DB, addr string, maxConns int, instanceID string) *benchServer {
 	b.Helper()
+	if instanceID != "" {
+		// Its live row, as a server process keeps (server/instance): an
+		// instance without one is taken for dead and its jobs recovered.
+		if _, err := db.RegisterInstance(context.Background(), storage.ServerInstance{ID: instanceID, Host: "bench"}, time.Hour, false); err != nil {
+			b.Fatal(err)
+		}
+	}
 	reg := metrics.NewRegistry()
 	sched := scheduler.New(db, scheduler.Config{Metrics: reg, Logger: quiet, InstanceID: instanceID})
 	if err := sched.Start(context.Background()); err != nil {
