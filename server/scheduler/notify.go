@@ -227,7 +227,7 @@ func (s *Scheduler) sendBatch(ids []string, aborts map[string][]noteAbort, reloa
 	if !reload && len(ids) > 0 {
 		// Those this instance's workers took meanwhile need no one else.
 		s.mu.Lock()
-		ids = slicesFilter(ids, func(id string) bool { return s.jobs.queue.get(id) != nil })
+		ids = slices.DeleteFunc(ids, func(id string) bool { return s.jobs.queue.get(id) == nil })
 		s.mu.Unlock()
 	}
 	if reload {
@@ -245,16 +245,6 @@ func (s *Scheduler) sendBatch(ids []string, aborts map[string][]noteAbort, reloa
 			list = list[k:]
 		}
 	}
-}
-
-func slicesFilter(ids []string, keep func(string) bool) []string {
-	out := ids[:0]
-	for _, id := range ids {
-		if keep(id) {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 func (s *Scheduler) sendNote(note jobNote) {
@@ -461,7 +451,7 @@ func (s *Scheduler) readNotes() {
 // its queue and serves its idle workers.
 func (s *Scheduler) queueNoted(ctx context.Context, ids []string) {
 	s.mu.Lock()
-	ids = slicesFilter(ids, func(id string) bool { return !s.jobs.known(id) })
+	ids = slices.DeleteFunc(ids, s.jobs.known)
 	s.mu.Unlock()
 	if len(ids) == 0 {
 		return
