@@ -15,3 +15,13 @@ cleanup() {
 trap cleanup EXIT
 export NIX_CONFIG=$'experimental-features = nix-command flakes\nsubstituters =\nflake-registry =\nsandbox = false\nbuild-users-group =\nsandbox-paths = /bin /lib /lib64 /usr'
 mkdir -p "$work/etc" && export NIX_CONF_DIR=$work/etc NIX_USER_CONF_FILES=
+
+# gradient_binary PATH sets $gradient to PATH, or, when PATH is empty, to
+# ./cmd/gradient built into the work directory.
+gradient_binary() {
+  gradient=$1
+  if [ -z "$gradient" ]; then
+    go build -o "$work/gradient" ./cmd/gradient
+    gradient=$work/gradient
+  fi
+}

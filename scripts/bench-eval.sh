@@ -25,12 +25,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-eval-setup.sh
-gradient=${1:-}
+gradient_binary "${1:-}"
 [ $# -gt 0 ] && shift
-if [ -z "$gradient" ]; then
-  go build -o "$work/gradient" ./cmd/gradient
-  gradient=$work/gradient
-fi
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(400 2000 20000)
 system=$(uname -m)-linux
