@@ -176,7 +176,8 @@ func (n *Nix) Substitute(ctx context.Context, paths ...string) error {
 		return nil
 	}
 	n.logger().Info("nix: substituting", "paths", len(paths))
-	results, err := n.daemonClient().BuildPaths(ctx, paths, daemon.BuildOptions{Substitute: true})
+	// A long operation, as a build is: on the builds' pool (buildConns).
+	results, err := n.buildClient(0).BuildPaths(ctx, paths, daemon.BuildOptions{Substitute: true})
 	if err != nil {
 		return fmt.Errorf("nix: substituting %d path(s): %w", len(paths), daemonError(ctx, err))
 	}

@@ -30,14 +30,26 @@ func (n *Nix) dialer() daemon.Dialer {
 	return daemon.LocalDialer(n.program("nix-daemon"), n.Store, n.environ(), slogWriter{n.logger()})
 }
 
-// buildClient is the pool a build runs on: the common one, or for a
-// build with a niceness (BuildOptions.Nice) a pool of its own whose
-// daemon children run that much nicer than this process, so the builds
-// they fork do too. The system daemon's connections are not this
-// process's children: builds through it keep the daemon's priority.
+// buildConns bounds each build pool's connections. A build holds its
+// connection for the whole build, so builds get pools of their own: in
+// the common pool (4 connections) the fifth concurrent build waited for
+// one of the first four to end, and the short operations of everything
+// else the worker does meanwhile (an evaluation reading and uploading its
+// .drv files, a job's input checks) waited behind builds of any length.
+// The worker's build slots bound the builds; this only caps a runaway.
+const buildConns = 64
+
+// buildClient is the pool a build runs on (its own, see buildConns): for
+// a build with a niceness (BuildOptions.Nice) one whose daemon children
+// run that much nicer than this process, so the builds they fork do too.
+// The system daemon's connections are not this process's children:
+// builds through it keep the daemon's priority.
 func (n *Nix) buildClient(nice int) *daemon.Client {
 	if nice <= 0 {
-		return n.daemonClient()
+		n.buildOnce.Do(func() {
+			n.buildDaemon = daemon.New(n.dialer(), daemon.Options{Logger: n.logger(), BuildHook: n.buildHook(), MaxConns: buildConns})
+		})
+		return n.buildDaemon
 	}
 	n.lowOnce.Do(func() {
 		base := n.dialer()
@@ -53,8 +65,7 @@ func (n *Nix) buildClient(nice int) *daemon.Client {
 			}
 			return rwc, nil
 		}
-		// Two connections: builds are few at once while it matters.
-		n.lowDaemon.Store(daemon.New(dial, daemon.Options{Logger: n.logger(), BuildHook: n.buildHook(), MaxConns: 2}))
+		n.lowDaemon.Store(daemon.New(dial, daemon.Options{Logger: n.logger(), BuildHook: n.buildHook(), MaxConns: buildConns}))
 	})
 	return n.lowDaemon.Load()
 }
@@ -75,6 +86,9 @@ func lowerPriority(pid, nice int) error {
 func (n *Nix) Close() error {
 	if n.daemon != nil {
 		n.daemon.Close()
+	}
+	if n.buildDaemon != nil {
+		n.buildDaemon.Close()
 	}
 	if low := n.lowDaemon.Load(); low != nil {
 		low.Close()

@@ -411,3 +411,63 @@ func TestBuildNice(t *testing.T) {
 		t.Errorf("a build with Nice 7 ran at nice %d, want %d", got, want)
 	}
 }
+
+// Builds hold their daemon connection for as long as they run: more of
+// them than the store operations' pool has connections still run at
+// once, and the worker's short store operations (an evaluation reading
+// and uploading its .drv files beside streamed builds) do not wait for
+// any of them to end.
+func TestLongBuildsHoldUpNeitherEachOtherNorStoreQueries(t *testing.T) {
+	n := newTestNix(t)
+	ctx := testContext(t)
+	gate := t.TempDir()
+	n.Config = append(n.Config, "extra-sandbox-paths = "+gate) // a chroot store builds in a namespace
+	const builds = 6 // more than the store operations' pool (4)
+	dir, commit := gitRepo(t, map[string]string{"flake.nix": `{
+  outputs = { self }: let
+    mk = i: builtins.derivation { name = "held-${toString i}"; system = "x86_64-linux"; builder = "/bin/sh";
+      args = [ "-c" ": > ` + gate + `/started-${toString i}; while [ ! -e ` + gate + `/release ]; do /bin/sleep 0.05; done; echo ${toString i} > $out" ]; };
+  in { packages.x86_64-linux = builtins.listToAttrs (builtins.genList (i: { name = "b${toString i}"; value = mk i; }) ` + strconv.Itoa(builds) + `); };
+}`}, nil)
+	ref := "git+file://" + dir + "?rev=" + commit
+	drvs := make([]string, builds)
+	for i := range drvs {
+		drv, err := n.Instantiate(ctx, ref, "packages.x86_64-linux.b"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		drvs[i] = drv
+	}
+	errs := make(chan error, builds)
+	for _, drv := range drvs {
+		go func() {
+			_, err := n.Build(ctx, drv, BuildOptions{})
+			errs <- err
+		}()
+	}
+	release := func() { os.WriteFile(filepath.Join(gate, "release"), nil, 0o644) }
+	defer release()
+	started := func() int {
+		m, _ := filepath.Glob(filepath.Join(gate, "started-*"))
+		return len(m)
+	}
+	for deadline := time.Now().Add(30 * time.Second); started() < builds; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d builds started within 30 s: the others wait for a running build's daemon connection", started(), builds)
+		}
+	}
+	// Every build is running and holds its connection: a store query
+	// still gets an answer.
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	infos, err := n.PathInfo(qctx, drvs[0])
+	cancel()
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("a store query while %d builds run: %v, want its answer at once", builds, err)
+	}
+	release()
+	for range drvs {
+		if err := <-errs; err != nil {
+			t.Errorf("a build after its release: %v", err)
+		}
+	}
+}

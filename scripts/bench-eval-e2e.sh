@@ -16,10 +16,18 @@
 #   its_eval_s    gradient's own Nix evaluation (nix: evaluating → evaluated);
 #   1st_build_s   queued → the first build's assignment;
 #   overlap       builds completed before the flake job's JobCompleted;
+#   overlap_s     the first build's assignment → the flake job's
+#                 JobCompleted: how long builds ran beside the evaluation
+#                 (0 when held): streaming should finish at least this
+#                 much sooner than held;
 #   builds_s      the flake job's JobCompleted → the evaluation's end;
 #   total_s       queued → the evaluation's end (every build done);
 #   cpu_s         user+system CPU of gradient up and every process it
 #                 started (Nix evaluation, daemon children, builders).
+#
+# Run the modes as "stream hold hold stream" to cancel a drift of the
+# machine across the runs (each later run of a series came out a few
+# seconds slower on a quiet machine).
 #
 # Usage: scripts/bench-eval-e2e.sh [GRADIENT-BINARY] [N...]   (default: builds ./cmd/gradient; N = 2000)
 # BENCH_EVAL_E2E_MODES="stream hold" (default; "nice" too) picks the modes and their order;
@@ -37,7 +45,7 @@ sleep_s=${BENCH_EVAL_E2E_SLEEP:-0}
 modes=(${BENCH_EVAL_E2E_MODES:-stream hold})
 
 
-printf '%7s %6s %12s %10s %11s %8s %9s %9s %7s\n' N mode discovered_s its_eval_s 1st_build_s overlap builds_s total_s cpu_s
+printf '%7s %6s %12s %10s %11s %8s %9s %9s %9s %7s\n' N mode discovered_s its_eval_s 1st_build_s overlap overlap_s builds_s total_s cpu_s
 for n in "${sizes[@]}"; do
 for mode in "${modes[@]}"; do
   salt=$(date +%s%N)
@@ -48,7 +56,7 @@ for mode in "${modes[@]}"; do
 { outputs = { self }: let
     sys = "$system";
     mk = i: builtins.derivation { name = "d\${toString i}"; salt = "$salt"; system = sys; builder = "/bin/sh";
-      args = [ "-c" "echo \${toString i} > \$out; [ $sleep_s = 0 ] || sleep $sleep_s" ]; };
+      args = [ "-c" "echo \${toString i} > \$out; [ $sleep_s = 0 ] || /bin/sleep $sleep_s" ]; };
   in { packages.\${sys} = builtins.listToAttrs (builtins.genList (i: { name = "d\${toString i}"; value = mk i; }) $n); }; }
 EOF
   git -C "$flake" init -q
@@ -80,9 +88,11 @@ EOF
   built=$(grep -c 'msg="job completed" component=scheduler job=[^ ]* what=packages' "$log" || true)
   [ "$built" -eq "$n" ] || { echo "$built builds completed, want $n" >&2; exit 1; }
   cpu_s=$(awk '/^cpu/ { printf "%.1f", $2 + $3 }' "$work/time-$n-$mode")
-  printf '%7d %6s %12.2f %10.2f %11.2f %8d %9.2f %9.2f %7s\n' "$n" "$mode" \
+  overlap_s=$(echo "$completed - $first_at" | bc -l)
+  [ "$(echo "$overlap_s < 0" | bc -l)" -eq 0 ] || overlap_s=0
+  printf '%7d %6s %12.2f %10.2f %11.2f %8d %9.2f %9.2f %9.2f %7s\n' "$n" "$mode" \
     "$(echo "$completed - $queued" | bc -l)" "$(echo "$evaluated - $evaluating" | bc -l)" \
-    "$(echo "$first_at - $queued" | bc -l)" "$overlap" \
+    "$(echo "$first_at - $queued" | bc -l)" "$overlap" "$overlap_s" \
     "$(echo "$finished - $completed" | bc -l)" "$(echo "$finished - $queued" | bc -l)" "$cpu_s"
   [ -z "${BENCH_EVAL_KEEP:-}" ] || cp "$log" "${BENCH_EVAL_KEEP}-$n-$mode.log"
   chmod -R u+w "$work/gradient-store-$n" 2>/dev/null || true

@@ -62,6 +62,9 @@ type upOptions struct {
 	holdBuilds bool
 	// evalBuildNice: nixexec.Executor.EvalBuildNice.
 	evalBuildNice int
+	// maxBuilds is each worker's build slots; evalShards and
+	// evalMaxMemoryMiB are nixexec.Executor's (0: its defaults).
+	maxBuilds, evalShards, evalMaxMemoryMiB int
 	// cpuProfile is a file for the process's CPU profile (server and
 	// workers, not Nix) from the evaluation's queueing to its end.
 	cpuProfile string
@@ -98,6 +101,9 @@ func (a *app) upCommand() *cli.Command {
 			&cli.BoolFlag{Name: "verbose", Usage: "log the embedded server and workers at info level", Sources: a.env("GRADIENT_UP_VERBOSE")},
 			&cli.BoolFlag{Name: "hold-builds", Usage: "start no build before the evaluation has discovered every derivation (evaluation, then build; by default builds start while it goes on)", Sources: a.env("GRADIENT_UP_HOLD_BUILDS")},
 			&cli.IntFlag{Name: "eval-build-nice", Usage: "run builds that start while the worker evaluates this much `NICE`r (lower CPU priority; 0 off)", Value: 0, Sources: a.env("GRADIENT_UP_EVAL_BUILD_NICE")},
+			&cli.IntFlag{Name: "build-max-concurrent", Usage: "build job slots of each local worker", Value: 1, Sources: a.env("GRADIENT_UP_BUILD_MAX_CONCURRENT")},
+			&cli.IntFlag{Name: "eval-shards", Usage: "Nix processes evaluating the flake, each over a shard of its attributes; 0 uses the CPU count (at most 4)", Value: 0, Sources: a.env("GRADIENT_UP_EVAL_SHARDS")},
+			&cli.IntFlag{Name: "eval-max-memory-mib", Usage: "resident memory (`MIB`) past which an evaluating Nix process is replaced, the walk resuming where it was; 0 is unbounded", Value: 0, Sources: a.env("GRADIENT_UP_EVAL_MAX_MEMORY_MIB")},
 			&cli.StringFlag{Name: "cpu-profile", Usage: "write the CPU profile of this process (server and workers, not Nix) from the evaluation's queueing to its end into `FILE` (go tool pprof)", TakesFile: true, Sources: a.env("GRADIENT_UP_CPU_PROFILE")},
 			&cli.StringFlag{Name: "wildcards", Usage: "comma-separated attribute `PATTERNS` to build, e.g. 'packages.*.*, checks.x86_64-linux.*'", DefaultText: "packages.<system>.*"},
 		},
@@ -127,7 +133,10 @@ func (a *app) upOptions(cmd *cli.Command) (upOptions, bool) {
 		holdBuilds: cmd.Bool("hold-builds"),
 		cpuProfile: cmd.String("cpu-profile"),
 
-		evalBuildNice: cmd.Int("eval-build-nice"),
+		evalBuildNice:    cmd.Int("eval-build-nice"),
+		maxBuilds:        cmd.Int("build-max-concurrent"),
+		evalShards:       cmd.Int("eval-shards"),
+		evalMaxMemoryMiB: cmd.Int("eval-max-memory-mib"),
 	}
 	positional := cmd.Args().Slice()
 	switch {
@@ -143,6 +152,14 @@ func (a *app) upOptions(cmd *cli.Command) (upOptions, bool) {
 	}
 	if o.evalBuildNice < 0 || o.evalBuildNice > 19 {
 		fmt.Fprintln(a.stderr, "gradient up: --eval-build-nice must be between 0 and 19")
+		return o, false
+	}
+	if o.maxBuilds < 1 {
+		fmt.Fprintln(a.stderr, "gradient up: --build-max-concurrent must be at least 1")
+		return o, false
+	}
+	if o.evalShards < 0 || o.evalMaxMemoryMiB < 0 {
+		fmt.Fprintln(a.stderr, "gradient up: --eval-shards and --eval-max-memory-mib must not be negative")
 		return o, false
 	}
 	if o.timeout <= 0 {
@@ -616,8 +633,10 @@ func (u *upRun) startWorkers(ctx context.Context, n *nix.Nix, archs, features []
 			Architectures:  archs,
 			SystemFeatures: features,
 			CPUCoreScore:   upCPUCoreScore,
-			Executor:       &nixexec.Executor{Nix: n, Logger: wlog, AllowLocalRepositories: true, EvalBuildNice: u.opts.evalBuildNice},
-			TempDir:        tmp,
+			MaxBuilds:      u.opts.maxBuilds,
+			Executor: &nixexec.Executor{Nix: n, Logger: wlog, AllowLocalRepositories: true, EvalBuildNice: u.opts.evalBuildNice,
+				EvalShards: u.opts.evalShards, EvalMaxMemoryMiB: u.opts.evalMaxMemoryMiB},
+			TempDir: tmp,
 		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
