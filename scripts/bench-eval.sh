@@ -12,8 +12,11 @@
 # rest (closure walk, every .drv uploaded, stored and recorded); and the
 # gradient process's own CPU time (server and worker, not Nix) until then;
 # and the time to the first build's assignment (from the evaluation's
-# queueing; "-" when none within 30 s of the evaluation's end) and whether
-# it came before the evaluation ended.
+# queueing; "-" when none within 30 s of the evaluation's end), whether
+# it came before the evaluation ended, and how long after the worker's
+# first batch of found derivations (its first "uploading paths" once Nix
+# evaluates: the walker hands a batch on at 50 found or 100 ms without a
+# new one) it was assigned.
 # Each N runs two flakes: "indep" (independent trivial derivations) and
 # "shared" (every derivation uses one expensive let-bound value, a
 # builtins.foldl' over BENCH_EVAL_SHARED_LEN, default 3,000,000, integers:
@@ -35,7 +38,7 @@ now() { date +%s.%N; }
 
 kinds=(${BENCH_EVAL_KINDS:-indep shared})
 shared_len=${BENCH_EVAL_SHARED_LEN:-3000000}
-printf '%7s %6s %10s %12s %7s %10s %10s %8s %9s %6s\n' N flake nix_eval_s gradient_s ratio its_eval_s walk_s cpu_s 1st_build early
+printf '%7s %6s %10s %12s %7s %10s %10s %8s %9s %6s %9s\n' N flake nix_eval_s gradient_s ratio its_eval_s walk_s cpu_s 1st_build early 1st_found
 for n in "${sizes[@]}"; do
 for kind in "${kinds[@]}"; do
   salt=$(date +%s%N)
@@ -101,14 +104,19 @@ EOF
   up_s=$(echo "$completed - $queued" | bc -l)
   ev_s=$(echo "$evaluated - $evaluating" | bc -l)
   walk_s=$(echo "$completed - $evaluated" | bc -l)
-  first=- early=-
+  first=- early=- after_found=-
   if grep -q 'msg="assigned job".*kind=build' "$log"; then
     first_at=$(at 'msg="assigned job".*kind=build')
     first=$(printf '%.2f' "$(echo "$first_at - $queued" | bc -l)")
     early=no
     [ "$(echo "$first_at < $evaluated" | bc -l)" -eq 1 ] && early=yes
+    found_line=$(awk '/msg="nix: evaluating"/ { on = 1 } on && /msg="uploading paths"/ { print; exit }' "$log")
+    if [ -n "$found_line" ]; then
+      found_at=$(date -d "$(echo "$found_line" | grep -o 'time=[^ ]*' | cut -d= -f2)" +%s.%N)
+      after_found=$(printf '%.2f' "$(echo "$first_at - $found_at" | bc -l)")
+    fi
   fi
-  printf '%7d %6s %10.2f %12.2f %6.1fx %10.2f %10.2f %8s %9s %6s\n' "$n" "$kind" "$nix_s" "$up_s" "$(echo "$up_s / $nix_s" | bc -l)" "$ev_s" "$walk_s" "$cpu_s" "$first" "$early"
+  printf '%7d %6s %10.2f %12.2f %6.1fx %10.2f %10.2f %8s %9s %6s %9s\n' "$n" "$kind" "$nix_s" "$up_s" "$(echo "$up_s / $nix_s" | bc -l)" "$ev_s" "$walk_s" "$cpu_s" "$first" "$early" "$after_found"
   [ -z "${BENCH_EVAL_KEEP:-}" ] || cp "$log" "${BENCH_EVAL_KEEP}-$n-$kind.log"
   chmod -R u+w "$work/nix-store-$n" "$work/gradient-store-$n" 2>/dev/null || true
   rm -rf "$work/nix-store-$n" "$work/gradient-store-$n" "$work/up-$n"
