@@ -62,7 +62,7 @@ type Nix struct {
 	daemon     *daemon.Client
 	// buildOnce, buildDaemon: the pool builds run on (buildClient).
 	buildOnce   sync.Once
-	buildDaemon *daemon.Client
+	buildDaemon atomic.Pointer[daemon.Client]
 	// lowOnce, lowDaemon: the pool of BuildOptions.Nice builds.
 	lowOnce    sync.Once
 	lowDaemon  atomic.Pointer[daemon.Client]

@@ -47,9 +47,9 @@ const buildConns = 64
 func (n *Nix) buildClient(nice int) *daemon.Client {
 	if nice <= 0 {
 		n.buildOnce.Do(func() {
-			n.buildDaemon = daemon.New(n.dialer(), daemon.Options{Logger: n.logger(), BuildHook: n.buildHook(), MaxConns: buildConns})
+			n.buildDaemon.Store(daemon.New(n.dialer(), daemon.Options{Logger: n.logger(), BuildHook: n.buildHook(), MaxConns: buildConns}))
 		})
-		return n.buildDaemon
+		return n.buildDaemon.Load()
 	}
 	n.lowOnce.Do(func() {
 		base := n.dialer()
@@ -87,8 +87,8 @@ func (n *Nix) Close() error {
 	if n.daemon != nil {
 		n.daemon.Close()
 	}
-	if n.buildDaemon != nil {
-		n.buildDaemon.Close()
+	if b := n.buildDaemon.Load(); b != nil {
+		b.Close()
 	}
 	if low := n.lowDaemon.Load(); low != nil {
 		low.Close()

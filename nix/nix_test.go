@@ -421,7 +421,8 @@ func TestLongBuildsHoldUpNeitherEachOtherNorStoreQueries(t *testing.T) {
 	n := newTestNix(t)
 	ctx := testContext(t)
 	gate := t.TempDir()
-	n.Config = append(n.Config, "extra-sandbox-paths = "+gate) // a chroot store builds in a namespace
+	// A chroot store builds in a namespace: let the gate in.
+	n.Config = append(n.Config, "extra-sandbox-paths = "+gate)
 	const builds = 6 // more than the store operations' pool (4)
 	dir, commit := gitRepo(t, map[string]string{"flake.nix": `{
   outputs = { self }: let

@@ -3,8 +3,9 @@
 # from the evaluation's queueing until every build is done, with builds
 # streaming while Nix evaluates (gradient up's default) against evaluation
 # then build (`gradient up --hold-builds`: no build before the flake job's
-# JobCompleted), and mode "nice": streaming with `--eval-build-nice 10`
-# (the builds that start while the worker evaluates run nicer). The modes run one after the other in one run, on the same
+# JobCompleted), and mode "nonice": streaming with `--eval-build-nice 0`
+# (the builds that start while the worker evaluates run at the worker's
+# priority instead of gradient up's default 10 nicer). The modes run one after the other in one run, on the same
 # flake with a fresh chroot store and a fresh salt each, `gradient up
 # --workers 1` (one worker: it evaluates and has one build slot).
 # Each build writes its output file (and sleeps BENCH_EVAL_E2E_SLEEP
@@ -30,7 +31,7 @@
 # seconds slower on a quiet machine).
 #
 # Usage: scripts/bench-eval-e2e.sh [GRADIENT-BINARY] [N...]   (default: builds ./cmd/gradient; N = 2000)
-# BENCH_EVAL_E2E_MODES="stream hold" (default; "nice" too) picks the modes and their order;
+# BENCH_EVAL_E2E_MODES="stream hold" (default; "nonice" too) picks the modes and their order;
 # BENCH_EVAL_UP_ARGS adds options to gradient up; BENCH_EVAL_KEEP=PREFIX
 # keeps each run's log as PREFIX-N-MODE.log.
 set -euo pipefail
@@ -65,7 +66,7 @@ EOF
 
   mode_args=
   [ "$mode" = hold ] && mode_args=--hold-builds
-  [ "$mode" = nice ] && mode_args="--eval-build-nice 10"
+  [ "$mode" = nonice ] && mode_args="--eval-build-nice 0"
   log=$work/up-$n-$mode.log
   # shellcheck disable=SC2086
   /usr/bin/time -f 'cpu %U %S' -o "$work/time-$n-$mode" \

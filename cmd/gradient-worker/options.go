@@ -156,7 +156,7 @@ func command(opts *options, raw *rawOptions, env *servicecli.Env, logging *servi
 		file("gcroots-dir", &opts.GCRootsDir, "/nix/var/nix/gcroots/gradient", "GC root links pinning what running jobs need; empty disables"),
 		count("build-max-cores", &opts.BuildCores, 0, "cores per build passed to Nix (--cores); 0 uses Nix's setting", notNegative),
 		count("eval-shards", &opts.EvalShards, 0, "Nix processes evaluating one flake, each over a shard of its attributes; 0 uses the CPU count (at most 4)", notNegative),
-		count("eval-build-nice", &opts.EvalBuildNice, 0, "lower the CPU priority (nice) of builds that start while this worker evaluates a flake by this much, 0 to 19; only builds through the nix-daemon children the worker starts when no system daemon listens; 0 is off", func(n int) error {
+		count("eval-build-nice", &opts.EvalBuildNice, 10, "lower the CPU priority (nice) of builds that start while this worker evaluates a flake by this much, 0 to 19, so its evaluation keeps its share of the CPU; only builds through the nix-daemon children the worker starts when no system daemon listens; 0 is off", func(n int) error {
 			if n < 0 || n > 19 {
 				return errors.New("want 0 to 19")
 			}

@@ -33,7 +33,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := options{HTTP: defaultHTTP, ServerURL: "wss://ci.example/proto", BaseDir: "/var/lib/gradient-worker", SSHBin: "ssh", GCRootsDir: "/nix/var/nix/gcroots/gradient", LogBurstPerMin: 8 << 20, LogSustainedPerHour: 64 << 20, MaxBuilds: 32, MaxEvals: 1,
 		DrainTimeout: 60 * time.Second, Fetch: true, Eval: true, Build: true, RequireSigs: true, LogLevel: slog.LevelInfo, LogFormat: "text",
-		GCCheckInterval: time.Minute}
+		GCCheckInterval: time.Minute, EvalBuildNice: 10}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v, want %+v", opts, want)
 	}
@@ -58,7 +58,7 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		Architectures: []string{"x86_64-linux", "aarch64-linux"}, SystemFeatures: []string{"kvm", "big-parallel"},
 		MaxBuilds: 4, MaxEvals: 1, DrainTimeout: 600 * time.Second, Discoverable: true, ListenAddr: "127.0.0.1:4000", InsecureListen: true,
 		AllowLocalRepositories: true, LogLevel: slog.LevelDebug, LogFormat: "json",
-		GCMinFree: 5 << 30, GCMaxFree: 20 << 30, GCCheckInterval: time.Minute}
+		GCMinFree: 5 << 30, GCMaxFree: 20 << 30, GCCheckInterval: time.Minute, EvalBuildNice: 10}
 	want.TrustedKeys, _ = narsig.ParseKeys(testKeys)
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("got %+v\nwant %+v", opts, want)

@@ -100,7 +100,7 @@ func (a *app) upCommand() *cli.Command {
 			&cli.DurationFlag{Name: "timeout", Usage: "bound on the whole run", Value: 30 * time.Minute, Sources: a.env("GRADIENT_UP_TIMEOUT")},
 			&cli.BoolFlag{Name: "verbose", Usage: "log the embedded server and workers at info level", Sources: a.env("GRADIENT_UP_VERBOSE")},
 			&cli.BoolFlag{Name: "hold-builds", Usage: "start no build before the evaluation has discovered every derivation (evaluation, then build; by default builds start while it goes on)", Sources: a.env("GRADIENT_UP_HOLD_BUILDS")},
-			&cli.IntFlag{Name: "eval-build-nice", Usage: "run builds that start while the worker evaluates this much `NICE`r (lower CPU priority; 0 off)", Value: 0, Sources: a.env("GRADIENT_UP_EVAL_BUILD_NICE")},
+			&cli.IntFlag{Name: "eval-build-nice", Usage: "run builds that start while the worker evaluates this much `NICE`r (lower CPU priority; 0 off)", Value: 10, Sources: a.env("GRADIENT_UP_EVAL_BUILD_NICE")},
 			&cli.IntFlag{Name: "build-max-concurrent", Usage: "build job slots of each local worker", Value: 1, Sources: a.env("GRADIENT_UP_BUILD_MAX_CONCURRENT")},
 			&cli.IntFlag{Name: "eval-shards", Usage: "Nix processes evaluating the flake, each over a shard of its attributes; 0 uses the CPU count (at most 4)", Value: 0, Sources: a.env("GRADIENT_UP_EVAL_SHARDS")},
 			&cli.IntFlag{Name: "eval-max-memory-mib", Usage: "resident memory (`MIB`) past which an evaluating Nix process is replaced, the walk resuming where it was; 0 is unbounded", Value: 0, Sources: a.env("GRADIENT_UP_EVAL_MAX_MEMORY_MIB")},
