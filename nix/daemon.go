@@ -31,7 +31,8 @@ func (n *Nix) dialer() daemon.Dialer {
 }
 
 // buildConns bounds each build pool's connections. A build holds its
-// connection for the whole build, so builds get pools of their own: in
+// connection for the whole build (a substitution and an import streamed
+// from the network too), so they get pools of their own: in
 // the common pool (4 connections) the fifth concurrent build waited for
 // one of the first four to end, and the short operations of everything
 // else the worker does meanwhile (an evaluation reading and uploading its

@@ -539,3 +539,45 @@ func TestImportTrust(t *testing.T) {
 		}
 	})
 }
+
+// An import holds its daemon connection while its NAR arrives, at the
+// pace of a download: more stalled imports than the store operations'
+// pool has connections leave a store query answered.
+func TestStalledImportsDoNotHoldUpStoreQueries(t *testing.T) {
+	ctx := testContext(t)
+	items, objects := importFixture(t, newTestNix(t))
+	src := items[0] // content-addressed: vouches for itself
+	n := newTestNix(t)
+	const imports = 6 // more than the store operations' pool (4)
+	errs := make(chan error, imports)
+	var writers []*io.PipeWriter
+	for range imports {
+		r, w := io.Pipe()
+		writers = append(writers, w)
+		go func() {
+			// All but the object's last bytes, then a stall.
+			obj := objects[src.StorePath]
+			w.Write(obj[:len(obj)-8])
+		}()
+		go func() { errs <- n.ImportNAR(ctx, src, r) }()
+	}
+	defer func() {
+		for _, w := range writers {
+			w.CloseWithError(errors.New("test over"))
+		}
+	}()
+	time.Sleep(time.Second) // the imports take their connections
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := n.ValidPaths(qctx, src.StorePath); err != nil {
+		t.Fatalf("a store query while %d imports stall: %v, want its answer at once", imports, err)
+	}
+	for _, w := range writers {
+		w.CloseWithError(errors.New("download failed"))
+	}
+	for range imports {
+		if err := <-errs; err == nil {
+			t.Error("an import whose download failed succeeded")
+		}
+	}
+}
