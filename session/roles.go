@@ -184,7 +184,11 @@ func (c *Conn) fail(e *handshake.Error) error {
 	if e.Code == 0 && c.refusal != "" {
 		e.Reason = c.refusal
 	}
-	c.log.Warn("handshake failed", "worker", e.WorkerID, "code", e.Code, "reason", e.Reason, "error", e.Err)
+	attrs := []any{"worker", e.WorkerID, "code", e.Code, "reason", e.Reason}
+	if e.Err != nil { // a refusal (496, 401) has a reason and no error
+		attrs = append(attrs, "error", e.Err)
+	}
+	c.log.Warn("handshake failed", attrs...)
 	if e.Code != 0 {
 		c.shutdown(CloseNormal, e.Reason)
 	} else {

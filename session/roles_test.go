@@ -1,10 +1,14 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"gradient.dev/gradient/session/handshake"
@@ -381,4 +385,41 @@ func TestCacheSession(t *testing.T) {
 	if w := wait(t, wrk); w.err != nil || w.est.WorkerID != "reader" {
 		t.Fatalf("%+v %v", w.est, w.err)
 	}
+}
+
+// A refusal is logged with its code and reason; it has no error of its
+// own, so none is printed ("error=<nil>" read as a second failure).
+func TestRefusalIsLoggedWithoutANilError(t *testing.T) {
+	a, d := loopback(t)
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
+	srv := goRun(func() (*Established, error) {
+		return RunAuthority(context.Background(), NewConn(a, quiet()), AuthorityConfig{Policy: &testPolicy{reject: &handshake.AlreadyConnected}})
+	})
+	wrk := goRun(func() (*Established, error) {
+		return RunPeer(context.Background(), NewConn(d, ConnOptions{Logger: log}), PeerConfig{WorkerID: "w1", Capabilities: workerCaps})
+	})
+	wait(t, srv)
+	wantHandshakeError(t, wait(t, wrk).err, 496, "worker already connected")
+	mu.Lock()
+	line := logged.String()
+	mu.Unlock()
+	if !strings.Contains(line, "handshake failed") || !strings.Contains(line, "code=496") {
+		t.Fatalf("the worker's log %q, want its handshake failure with code 496", line)
+	}
+	if strings.Contains(line, "error=") {
+		t.Errorf("the worker's log %q names an error for a refusal", line)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
