@@ -83,7 +83,8 @@ func lowerPriority(pid, nice int) error {
 }
 
 // Close ends the connections to the daemon (and the daemon children).
-// The Nix stays usable: a later call connects again.
+// Operations after it fail (the pools stay closed): call it once the Nix
+// is done.
 func (n *Nix) Close() error {
 	if n.daemon != nil {
 		n.daemon.Close()
