@@ -127,7 +127,11 @@ func TestProxyCommandsEndToEnd(t *testing.T) {
 	}
 	run("link", "set", "acme", "--url", ten.ProtoURL, "--worker-id", ten.WorkerID, "--peers-file", wrongFile)
 	run("link", "enable", "acme")
-	waitfor.True(t, "link status failing", func() bool { return strings.Contains(run("link", "status", "acme"), "failing") })
+	// The state turns failing a moment before the rejected session ends
+	// (its line says "connecting" until then).
+	waitfor.True(t, "link status failing, its session ended", func() bool {
+		return strings.Contains(run("link", "status", "acme"), "failing: set it again")
+	})
 	out = run("link", "status", "acme")
 	mustContain(t, out, "state:", "failing", "reason:", "401", "failing: set it again")
 	if regexp.MustCompile(`(?m)^since:\s+-$`).MatchString(out) {
