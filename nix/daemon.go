@@ -30,17 +30,17 @@ func (n *Nix) dialer() daemon.Dialer {
 	return daemon.LocalDialer(n.program("nix-daemon"), n.Store, n.environ(), slogWriter{n.logger()})
 }
 
-// buildConns bounds each build pool's connections. A build holds its
-// connection for the whole build (a substitution and an import streamed
-// from the network too), so they get pools of their own: in
-// the common pool (4 connections) the fifth concurrent build waited for
-// one of the first four to end, and the short operations of everything
-// else the worker does meanwhile (an evaluation reading and uploading its
-// .drv files, a job's input checks) waited behind builds of any length.
-// The worker's build slots bound the builds; this only caps a runaway.
+// buildConns bounds the connections of each pool of long operations.
+// A build holds its daemon connection for as long as it runs, and a
+// substitution or an import for as long as its download: they get pools
+// of their own (buildClient). In the one pool of 4, the fifth concurrent
+// build waited for one of the first four to end, and everything else the
+// worker did meanwhile (an evaluation reading and uploading its .drv
+// files, a job's input checks) waited behind builds of any length. The
+// worker's slots bound the builds; this only caps a runaway.
 const buildConns = 64
 
-// buildClient is the pool a build runs on (its own, see buildConns): for
+// buildClient is the pool a long operation runs on (see buildConns): for
 // a build with a niceness (BuildOptions.Nice) one whose daemon children
 // run that much nicer than this process, so the builds they fork do too.
 // The system daemon's connections are not this process's children:
