@@ -78,14 +78,19 @@ func (h *logHub) watch(buildID string) (*tail, bool) {
 	}
 	h.watchers++
 	t := h.tails[buildID]
-	if t == nil {
+	fresh := t == nil
+	if fresh {
 		t = &tail{buildID: buildID, changed: make(chan struct{})}
 		h.tails[buildID] = t
-		go h.read(t)
 	}
 	t.mu.Lock()
 	t.refs++
 	t.mu.Unlock()
+	if fresh {
+		// After the ref: a reader that ran first saw none and stopped,
+		// and the stream waited for it for ever (a CI run hung so).
+		go h.read(t)
+	}
 	return t, true
 }
 
