@@ -54,7 +54,7 @@ func (n *Nix) Build(ctx context.Context, drvPath string, opts BuildOptions) (map
 			}
 		},
 	}
-	results, err := n.buildClient(opts.Nice).BuildPaths(ctx, []string{drvPath + "!*"},
+	results, err := n.longOpClient(opts.Nice).BuildPaths(ctx, []string{drvPath + "!*"},
 		daemon.BuildOptions{Timeout: opts.Timeout, MaxSilent: opts.MaxSilent, Cores: opts.Cores, Log: lineLog})
 	if err == nil && len(results) != 1 {
 		err = fmt.Errorf("%w: %d results for one path", daemon.ErrProtocol, len(results))
@@ -176,8 +176,8 @@ func (n *Nix) Substitute(ctx context.Context, paths ...string) error {
 		return nil
 	}
 	n.logger().Info("nix: substituting", "paths", len(paths))
-	// A long operation, as a build is: on the builds' pool (buildConns).
-	results, err := n.buildClient(0).BuildPaths(ctx, paths, daemon.BuildOptions{Substitute: true})
+	// A long operation, as a build is (longOpConns).
+	results, err := n.longOpClient(0).BuildPaths(ctx, paths, daemon.BuildOptions{Substitute: true})
 	if err != nil {
 		return fmt.Errorf("nix: substituting %d path(s): %w", len(paths), daemonError(ctx, err))
 	}

@@ -60,9 +60,9 @@ type Nix struct {
 	settings   settingsCache // see showConfig
 	daemonOnce sync.Once
 	daemon     *daemon.Client
-	// buildOnce, buildDaemon: the pool builds run on (buildClient).
-	buildOnce   sync.Once
-	buildDaemon atomic.Pointer[daemon.Client]
+	// longOnce, longDaemon: the pool of long operations (longOpClient).
+	longOnce   sync.Once
+	longDaemon atomic.Pointer[daemon.Client]
 	// lowOnce, lowDaemon: the pool of BuildOptions.Nice builds.
 	lowOnce    sync.Once
 	lowDaemon  atomic.Pointer[daemon.Client]

@@ -30,27 +30,27 @@ func (n *Nix) dialer() daemon.Dialer {
 	return daemon.LocalDialer(n.program("nix-daemon"), n.Store, n.environ(), slogWriter{n.logger()})
 }
 
-// buildConns bounds the connections of each pool of long operations.
+// longOpConns bounds the connections of each pool of long operations.
 // A build holds its daemon connection for as long as it runs, and a
 // substitution or an import for as long as its download: they get pools
-// of their own (buildClient). In the one pool of 4, the fifth concurrent
+// of their own (longOpClient). In the one pool of 4, the fifth concurrent
 // build waited for one of the first four to end, and everything else the
 // worker did meanwhile (an evaluation reading and uploading its .drv
 // files, a job's input checks) waited behind builds of any length. The
 // worker's slots bound the builds; this only caps a runaway.
-const buildConns = 64
+const longOpConns = 64
 
-// buildClient is the pool a long operation runs on (see buildConns): for
+// longOpClient is the pool a long operation runs on (see longOpConns): for
 // a build with a niceness (BuildOptions.Nice) one whose daemon children
 // run that much nicer than this process, so the builds they fork do too.
 // The system daemon's connections are not this process's children:
 // builds through it keep the daemon's priority.
-func (n *Nix) buildClient(nice int) *daemon.Client {
+func (n *Nix) longOpClient(nice int) *daemon.Client {
 	if nice <= 0 {
-		n.buildOnce.Do(func() {
-			n.buildDaemon.Store(daemon.New(n.dialer(), daemon.Options{Logger: n.logger(), BuildHook: n.buildHook(), MaxConns: buildConns}))
+		n.longOnce.Do(func() {
+			n.longDaemon.Store(daemon.New(n.dialer(), daemon.Options{Logger: n.logger(), BuildHook: n.buildHook(), MaxConns: longOpConns}))
 		})
-		return n.buildDaemon.Load()
+		return n.longDaemon.Load()
 	}
 	n.lowOnce.Do(func() {
 		base := n.dialer()
@@ -66,7 +66,7 @@ func (n *Nix) buildClient(nice int) *daemon.Client {
 			}
 			return rwc, nil
 		}
-		n.lowDaemon.Store(daemon.New(dial, daemon.Options{Logger: n.logger(), BuildHook: n.buildHook(), MaxConns: buildConns}))
+		n.lowDaemon.Store(daemon.New(dial, daemon.Options{Logger: n.logger(), BuildHook: n.buildHook(), MaxConns: longOpConns}))
 	})
 	return n.lowDaemon.Load()
 }
@@ -89,7 +89,7 @@ func (n *Nix) Close() error {
 	if n.daemon != nil {
 		n.daemon.Close()
 	}
-	if b := n.buildDaemon.Load(); b != nil {
+	if b := n.longDaemon.Load(); b != nil {
 		b.Close()
 	}
 	if low := n.lowDaemon.Load(); low != nil {

@@ -18,11 +18,11 @@ const FreeAll = daemon.FreeAll
 
 // CollectGarbage deletes dead store paths (those no GC root reaches)
 // until maxFreed bytes are freed, through the daemon's collect-garbage
-// operation. The idle daemon connections end first, the builds' pools'
+// operation. The idle daemon connections end first, the long operations' pools
 // too, so the temporary roots they hold for what they added (a build's
 // outputs) go with them.
 func (n *Nix) CollectGarbage(ctx context.Context, maxFreed uint64) (GCResult, error) {
-	for _, pool := range []*daemon.Client{n.buildDaemon.Load(), n.lowDaemon.Load()} {
+	for _, pool := range []*daemon.Client{n.longDaemon.Load(), n.lowDaemon.Load()} {
 		if pool != nil {
 			pool.DropIdle()
 		}

@@ -91,9 +91,9 @@ func (n *Nix) ImportNAR(ctx context.Context, it NarImport, zst io.Reader) error 
 	v := newNarVerifier(dec, it.StorePath, imp.NarHash, it.NarSize)
 	v.ca = ca
 	// vouch checked the signatures against the worker's keys, which the
-	// daemon does not know. On the builds' pool: the import holds its
-	// connection while zst arrives, at the pace of a download (buildConns).
-	err = daemonError(ctx, n.buildClient(0).AddToStoreNar(ctx, imp, v, true))
+	// daemon does not know. On the long operations' pool: the import holds its
+	// connection while zst arrives, at the pace of a download (longOpConns).
+	err = daemonError(ctx, n.longOpClient(0).AddToStoreNar(ctx, imp, v, true))
 	if v.err != nil && !errors.Is(v.err, io.EOF) {
 		// The stream's own failure says more than the daemon's
 		// reaction to it (a broken connection).
